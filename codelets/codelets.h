@@ -1,0 +1,234 @@
+/* Internal contract between the graph (src/) and the operations (codelets/).
+ * For each operation: a descriptor of its static shape and parameters, raw CPU kernels on plain
+ * pointers (no StarPU, tested alone), and _tsr_insert_* functions that submit one StarPU task.
+ * Shapes: n = samples in the slice, c/h/w per sample, NCHW float32. Weights in PyTorch layouts:
+ * conv OIHW, transposed conv IOHW, dense [out, in]. bwd_data kernels overwrite dx; bwd_weights
+ * kernels accumulate into dw/db (the graph zeroes gradients once per step). */
+#ifndef TSR_CODELETS_H
+#define TSR_CODELETS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <starpu.h>
+
+/* ---- submission (submit.c) ----
+ * Every Tessera codelet declares .nbuffers = STARPU_VARIABLE_NBUFFERS and no .modes: access modes
+ * come from the task (gradient accumulations switch between RW and RW|COMMUTE at run time). */
+
+struct _tsr_buf {
+  starpu_data_handle_t h;
+  enum starpu_data_access_mode mode;
+};
+
+/* The one insert wrapper: copies `arg` (arg_size bytes) into the task, names it, sets priority,
+ * submits. Any number of buffers (dynamic handles past STARPU_NMAXBUFS). Returns 0 or -errno
+ * style StarPU code; on failure it has set tsr_last_error. */
+int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int priority,
+                const char *name, int nbufs, const struct _tsr_buf *bufs);
+/* Access mode for gradient accumulations: STARPU_RW|STARPU_COMMUTE, or STARPU_RW alone in
+ * deterministic mode (fixed order = submission order). */
+enum starpu_data_access_mode _tsr_accum_mode(void);
+void _tsr_set_deterministic(int on);
+/* Called at the start of every CPU codelet: makes OpenMP (oneDNN) and OpenBLAS use one thread in
+ * this worker, once per thread. */
+void _tsr_worker_enter(void);
+/* Registers a host buffer of n floats as a vector handle. */
+starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n);
+/* Pointer/length of a vector handle's buffer inside a codelet. */
+#define TSR_BUF(buffers, i) ((float *)STARPU_VECTOR_GET_PTR((buffers)[i]))
+#define TSR_NX(buffers, i) (STARPU_VECTOR_GET_NX((buffers)[i]))
+
+/* ---- elementary tensor tasks (tensor_ops.c) ---- */
+void _tsr_zero_cpu(float *x, size_t n);
+void _tsr_axpy_cpu(float *y, const float *x, float a, size_t n); /* y += a x */
+void _tsr_copy_cpu(float *y, const float *x, size_t n);
+int _tsr_insert_zero(starpu_data_handle_t x, const char *name);            /* x = 0 (W) */
+int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name); /* y += x */
+int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);  /* y = x */
+
+/* ---- conv2d and conv_transpose2d (conv2d.c, conv_transpose2d.c; oneDNN) ---- */
+struct tsr_conv_desc {
+  int n, ci, h, w;      /* input */
+  int co, oh, ow;       /* output */
+  int kh, kw, sh, sw, ph, pw, dh, dw; /* dilation 1 = none */
+  int oph, opw;         /* transposed only: output padding */
+  int has_bias;
+};
+/* Output size from input size: conv and transposed conv (PyTorch formulas). */
+int _tsr_conv_out(int in, int k, int s, int p, int d);
+int _tsr_deconv_out(int in, int k, int s, int p, int d, int op);
+
+void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
+void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);
+void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
+int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                           starpu_data_handle_t b /* NULL if no bias */, starpu_data_handle_t y, const char *name);
+int _tsr_insert_conv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+                                starpu_data_handle_t dx, const char *name);
+int _tsr_insert_conv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
+/* Weights w: IOHW [ci, co, kh, kw]. */
+void _tsr_deconv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
+void _tsr_deconv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);
+void _tsr_deconv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
+int _tsr_insert_deconv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                             starpu_data_handle_t b, starpu_data_handle_t y, const char *name);
+int _tsr_insert_deconv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+                                  starpu_data_handle_t dx, const char *name);
+int _tsr_insert_deconv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+                                     starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
+
+/* ---- pooling (pool.c; oneDNN) ---- */
+struct tsr_pool_desc {
+  int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+  int is_max;           /* 1 max, 0 average (padding counted, as PyTorch's default) */
+};
+/* Bytes of the saved state of max pooling for one slice (0 for average). */
+size_t _tsr_pool_ws_bytes(const struct tsr_pool_desc *d);
+void _tsr_pool_fwd_cpu(const struct tsr_pool_desc *d, const float *x, float *y, void *ws);
+void _tsr_pool_bwd_cpu(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
+/* ws: vector handle of bytes (registered with elemsize 1), NULL for average pooling. */
+int _tsr_insert_pool_fwd(const struct tsr_pool_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+                         starpu_data_handle_t ws, const char *name);
+int _tsr_insert_pool_bwd(const struct tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
+                         starpu_data_handle_t dx, const char *name);
+
+/* ---- activations (eltwise.c; oneDNN) ---- */
+enum tsr_act { TSR_ACT_RELU, TSR_ACT_LEAKY_RELU, TSR_ACT_TANH, TSR_ACT_SIGMOID };
+struct tsr_act_desc {
+  enum tsr_act kind;
+  float alpha;          /* leaky_relu slope */
+  size_t len;           /* elements in the slice */
+};
+void _tsr_act_fwd_cpu(const struct tsr_act_desc *d, const float *x, float *y);
+/* x is the forward input and y its output; kernels use whichever their derivative needs. */
+void _tsr_act_bwd_cpu(const struct tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx);
+int _tsr_insert_act_fwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y, const char *name);
+int _tsr_insert_act_bwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+                        starpu_data_handle_t dy, starpu_data_handle_t dx, const char *name);
+
+/* ---- batch normalisation over the whole batch across slices (batchnorm.c) ----
+ * Statistics span every slice: per slice a stats task accumulates per-channel sums into `acc`
+ * (double [2c]: sum, sum of squares), a finalize task turns them into mean and inverse std
+ * (float [2c] `stat`) and updates the running statistics; then each slice is normalised.
+ * Backward mirrors it: per slice accumulate sum(dy) and sum(dy * xhat) into `acc` (double [2c]),
+ * then dgamma/dbeta and each slice's dx. */
+struct tsr_bn_desc {
+  int n, c, h, w;       /* slice */
+  int64_t total;        /* samples in the whole batch (all slices) */
+  float eps, momentum;
+};
+void _tsr_bn_stats_cpu(const struct tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
+void _tsr_bn_finalize_cpu(const struct tsr_bn_desc *d, const double *acc, float *stat,
+                          float *running_mean, float *running_var);                      /* unbiased running var */
+void _tsr_bn_fwd_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                     const float *beta, float *y);
+/* eval: normalise with the running statistics */
+void _tsr_bn_fwd_eval_cpu(const struct tsr_bn_desc *d, const float *x, const float *running_mean,
+                          const float *running_var, const float *gamma, const float *beta, float *y);
+void _tsr_bn_bwd_stats_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+                           double *acc);                                                 /* acc += */
+/* dgamma += sum(dy xhat), dbeta += sum(dy) */
+void _tsr_bn_bwd_params_cpu(const struct tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
+void _tsr_bn_bwd_data_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                          const double *acc, const float *dy, float *dx);
+/* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The graph zeroes acc handles
+ * (with _tsr_insert_zero_doubles) before the first slice's stats task. */
+int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name);
+int _tsr_insert_bn_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc, const char *name);
+int _tsr_insert_bn_finalize(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
+                            starpu_data_handle_t running_mean, starpu_data_handle_t running_var, const char *name);
+int _tsr_insert_bn_fwd(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+                       starpu_data_handle_t gamma, starpu_data_handle_t beta, starpu_data_handle_t y, const char *name);
+int _tsr_insert_bn_fwd_eval(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
+                            starpu_data_handle_t running_var, starpu_data_handle_t gamma, starpu_data_handle_t beta,
+                            starpu_data_handle_t y, const char *name);
+int _tsr_insert_bn_bwd_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+                             starpu_data_handle_t dy, starpu_data_handle_t acc, const char *name);
+int _tsr_insert_bn_bwd_params(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
+                              starpu_data_handle_t dbeta, const char *name);
+int _tsr_insert_bn_bwd_data(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+                            starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
+                            starpu_data_handle_t dx, const char *name);
+
+/* ---- dropout (dropout.c): the mask is a pure function of (seed, element index), so backward
+ * recomputes it and results do not depend on which worker runs the task. ---- */
+struct tsr_dropout_desc {
+  int n, c, h, w;
+  float p;
+  int spatial;          /* 1: one draw per (sample, channel) */
+};
+/* seed already mixes step, layer and slice; first_sample = global index of the slice's sample 0 */
+void _tsr_dropout_fwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *x, float *y);
+void _tsr_dropout_bwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx);
+int _tsr_insert_dropout_fwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,
+                            starpu_data_handle_t y, const char *name);
+int _tsr_insert_dropout_bwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t dy,
+                            starpu_data_handle_t dx, const char *name);
+
+/* ---- channel concatenation and sum (concat.c) ---- */
+#define TSR_MAX_CONCAT 32
+struct tsr_concat_desc {
+  int n, h, w, k;       /* k inputs */
+  int c[TSR_MAX_CONCAT];
+};
+void _tsr_concat_fwd_cpu(const struct tsr_concat_desc *d, const float *const *xs, float *y);
+void _tsr_concat_bwd_cpu(const struct tsr_concat_desc *d, const float *dy, float *const *dxs);
+int _tsr_insert_concat_fwd(const struct tsr_concat_desc *d, const starpu_data_handle_t *xs, starpu_data_handle_t y,
+                           const char *name);
+int _tsr_insert_concat_bwd(const struct tsr_concat_desc *d, starpu_data_handle_t dy, const starpu_data_handle_t *dxs,
+                           const char *name);
+/* y = sum of k inputs of len elements */
+void _tsr_add_fwd_cpu(size_t len, int k, const float *const *xs, float *y);
+int _tsr_insert_add_fwd(size_t len, int k, const starpu_data_handle_t *xs, starpu_data_handle_t y, const char *name);
+
+/* ---- dense (dense.c; OpenBLAS) ---- */
+struct tsr_dense_desc {
+  int n, in, out, has_bias;
+};
+void _tsr_dense_fwd_cpu(const struct tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y);
+void _tsr_dense_bwd_data_cpu(const struct tsr_dense_desc *d, const float *dy, const float *w, float *dx);
+void _tsr_dense_bwd_weights_cpu(const struct tsr_dense_desc *d, const float *x, const float *dy, float *dw, float *db);
+int _tsr_insert_dense_fwd(const struct tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                          starpu_data_handle_t b, starpu_data_handle_t y, const char *name);
+int _tsr_insert_dense_bwd_data(const struct tsr_dense_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+                               starpu_data_handle_t dx, const char *name);
+int _tsr_insert_dense_bwd_weights(const struct tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+                                  starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
+
+/* ---- losses (loss.c): mean over every element of the whole batch (all slices). ---- */
+enum tsr_loss { TSR_L_MSE, TSR_L_L1, TSR_L_HUBER, TSR_L_SOFTMAX_CE };
+struct tsr_loss_desc {
+  enum tsr_loss kind;
+  int n, c, h, w;       /* slice; softmax over c */
+  int nvalid;           /* samples of this slice that count (the rest is padding) */
+  double scale;         /* 1 / (elements counted in the whole batch); CE: 1 / (positions counted) */
+  float delta;          /* huber */
+};
+/* Writes dyhat = scale * dL/dyhat (0 for padding samples) and *loss = scale * sum of the slice's
+ * per-element losses (double, so slices add up to the batch mean). */
+void _tsr_loss_cpu(const struct tsr_loss_desc *d, const float *yhat, const float *y, float *dyhat, double *loss);
+/* loss: vector handle of one double */
+int _tsr_insert_loss(const struct tsr_loss_desc *d, starpu_data_handle_t yhat, starpu_data_handle_t y,
+                     starpu_data_handle_t dyhat, starpu_data_handle_t loss, const char *name);
+
+/* ---- optimizers (optim.c): one task per parameter tensor ---- */
+enum tsr_opt { TSR_OPT_SGD, TSR_OPT_ADAM, TSR_OPT_ADAMW };
+struct tsr_opt_args {
+  enum tsr_opt kind;
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  int nesterov;
+  int64_t step;         /* 1-based, for Adam's bias correction */
+  float grad_scale;     /* gradients are multiplied by this first (1, or 1/ranks) */
+};
+/* PyTorch semantics (torch.optim.SGD, Adam, AdamW). SGD uses m only; Adam uses m and v. */
+void _tsr_opt_update_cpu(const struct tsr_opt_args *a, size_t n, float *w, const float *g, float *m, float *v);
+int _tsr_insert_opt_update(const struct tsr_opt_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
+                           starpu_data_handle_t m, starpu_data_handle_t v, const char *name);
+
+/* ---- per-step loss collection (tensor_ops.c) ---- */
+/* Sums k double handles into *out (host memory that outlives the task). */
+int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out, const char *name,
+                         struct starpu_task **task_out /* non-detached task to wait on */);
+
+#endif

@@ -1,0 +1,85 @@
+/* The one place where Tessera tasks are created and submitted, so naming, priorities, argument
+ * copies and (later) tracing hooks and the MPI variant are switched here only. */
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "codelets.h"
+#include "runtime/error.h"
+
+static int deterministic;
+
+void _tsr_set_deterministic(int on) { deterministic = on; }
+
+enum starpu_data_access_mode _tsr_accum_mode(void) {
+  return deterministic ? STARPU_RW : (enum starpu_data_access_mode)(STARPU_RW | STARPU_COMMUTE);
+}
+
+void _tsr_worker_enter(void) {
+  static _Thread_local int done;
+  if (done) return;
+  done = 1;
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+#endif
+}
+
+starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n) {
+  starpu_data_handle_t h = NULL;
+  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, sizeof(float));
+  return h;
+}
+
+int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int priority,
+                const char *name, int nbufs, const struct _tsr_buf *bufs) {
+  struct starpu_task *task = starpu_task_create();
+  task->cl = cl;
+  task->name = name;
+  task->priority = priority;
+  if (arg_size) {
+    void *copy = malloc(arg_size);
+    if (!copy) {
+      starpu_task_destroy(task);
+      _tsr_error(TSR_ERR_NOMEM, "task '%s': cannot allocate %zu bytes of arguments", name, arg_size);
+      return -ENOMEM;
+    }
+    memcpy(copy, arg, arg_size);
+    task->cl_arg = copy;
+    task->cl_arg_size = arg_size;
+    task->cl_arg_free = 1;
+  }
+  task->nbuffers = nbufs;
+  if (nbufs > STARPU_NMAXBUFS) {
+    task->dyn_handles = malloc(nbufs * sizeof(*task->dyn_handles));
+    task->dyn_modes = malloc(nbufs * sizeof(*task->dyn_modes));
+    if (!task->dyn_handles || !task->dyn_modes) {
+      free(task->dyn_handles);
+      free(task->dyn_modes);
+      task->dyn_handles = NULL;
+      task->dyn_modes = NULL;
+      starpu_task_destroy(task);
+      _tsr_error(TSR_ERR_NOMEM, "task '%s': cannot allocate %d buffer slots", name, nbufs);
+      return -ENOMEM;
+    }
+    for (int i = 0; i < nbufs; i++) {
+      task->dyn_handles[i] = bufs[i].h;
+      task->dyn_modes[i] = bufs[i].mode;
+    }
+  } else {
+    for (int i = 0; i < nbufs; i++) {
+      task->handles[i] = bufs[i].h;
+      task->modes[i] = bufs[i].mode;
+    }
+  }
+  int ret = starpu_task_submit(task);
+  if (ret != 0) {
+    _tsr_error(TSR_ERR_RUNTIME, "task '%s' (%s): starpu_task_submit failed: %s", name,
+               cl->name ? cl->name : "?", strerror(-ret));
+    task->destroy = 0;
+    starpu_task_destroy(task);
+  }
+  return ret;
+}

@@ -1,0 +1,38 @@
+/* The Tessera context: starts and stops StarPU (and StarPU-MPI when run under mpirun/srun). */
+#ifndef TESSERA_CONTEXT_H
+#define TESSERA_CONTEXT_H
+
+#include <stdint.h>
+#include <tessera/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsr_context tsr_context;
+
+typedef struct tsr_context_opts {
+  int ncpus;            /* CPU workers; -1 = StarPU's choice (STARPU_NCPU is honoured) */
+  int use_mpi;          /* 1 = start StarPU-MPI, 0 = never, -1 = when launched by mpirun/srun */
+  int deterministic;    /* 1 = fixed reduction order: bitwise-identical runs for one seed */
+  uint64_t seed;        /* seed of every random stream (initialisation, dropout, shuffling) */
+  int verbose;          /* 0 quiet, 1 info, 2 debug (to stderr) */
+} tsr_context_opts;
+
+void tsr_context_opts_default(tsr_context_opts *opts);
+/* argc/argv may be NULL; they are passed to MPI_Init when MPI is started. */
+tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, int *argc, char ***argv);
+void tsr_context_destroy(tsr_context *ctx);
+
+int tsr_context_rank(const tsr_context *ctx);
+int tsr_context_size(const tsr_context *ctx);
+int tsr_context_nworkers(const tsr_context *ctx);
+int tsr_context_deterministic(const tsr_context *ctx);
+uint64_t tsr_context_seed(const tsr_context *ctx);
+/* Waits for every submitted task. */
+tsr_status tsr_context_wait_all(tsr_context *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

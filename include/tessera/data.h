@@ -1,0 +1,46 @@
+/* Datasets: HDF5 files with `inputs` [N,C,H,W] and `targets` [N,C',H',W'] (float32), and the
+ * built-in phase-object diffraction generator that makes such files. */
+#ifndef TESSERA_DATA_H
+#define TESSERA_DATA_H
+
+#include <stdint.h>
+#include <tessera/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsr_dataset tsr_dataset;
+
+/* Opens `path`, checks that `inputs` and `targets` exist, are float32 and 4-D with the same N.
+ * Errors name the file and the dataset. */
+tsr_status tsr_dataset_open(tsr_dataset **d, const char *path);
+void tsr_dataset_close(tsr_dataset *d);
+int64_t tsr_dataset_size(const tsr_dataset *d);
+void tsr_dataset_input_shape(const tsr_dataset *d, int *c, int *h, int *w);
+void tsr_dataset_target_shape(const tsr_dataset *d, int *c, int *h, int *w);
+/* Reads one sample (thread-safe: HDF5 calls are serialised inside). */
+tsr_status tsr_dataset_read(tsr_dataset *d, int64_t index, float *x, float *y);
+
+/* Phase-object diffraction: a random projected potential V (Gaussian atoms) gives the input
+ * log(1 + |FFT(exp(i sigma V))|^2) and the target V. */
+typedef struct tsr_phase_gen_opts {
+  int size;          /* pattern and potential side in pixels (default 64) */
+  int atoms_min, atoms_max; /* atoms per sample (default 4..12) */
+  float sigma;       /* interaction constant x potential scale (default 0.8) */
+  float width_min, width_max; /* Gaussian atom width in pixels (default 1.5..3.0) */
+  uint64_t seed;
+} tsr_phase_gen_opts;
+
+void tsr_phase_gen_opts_default(tsr_phase_gen_opts *o);
+/* Generates sample `index` (deterministic for seed and index): x [1,size,size], v [1,size,size]. */
+tsr_status tsr_phase_gen_sample(const tsr_phase_gen_opts *o, int64_t index, float *x, float *v);
+/* Writes n samples to an HDF5 file (datasets inputs and targets, attributes for each option);
+ * progress(user, done, total) is called now and then if not NULL. */
+tsr_status tsr_phase_gen_write(const tsr_phase_gen_opts *o, int64_t n, const char *path,
+                               void (*progress)(void *user, int64_t done, int64_t total), void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

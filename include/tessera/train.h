@@ -1,0 +1,87 @@
+/* Training: a trainer binds a model to a context and a batch size, owns parameters, gradients,
+ * optimizer state and per-slice activations, and submits each step as a StarPU task graph. */
+#ifndef TESSERA_TRAIN_H
+#define TESSERA_TRAIN_H
+
+#include <stdint.h>
+#include <tessera/status.h>
+#include <tessera/context.h>
+#include <tessera/model.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tsr_optim_kind { TSR_OPTIM_SGD, TSR_OPTIM_ADAM, TSR_OPTIM_ADAMW, TSR_OPTIM_KIND_COUNT } tsr_optim_kind;
+
+typedef struct tsr_optim_spec {
+  tsr_optim_kind kind;
+  float lr;
+  float momentum;       /* SGD */
+  int nesterov;         /* SGD */
+  float weight_decay;   /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
+  float beta1, beta2, eps; /* Adam, AdamW */
+} tsr_optim_spec;
+
+/* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01. */
+tsr_optim_spec tsr_optim_spec_default(tsr_optim_kind kind);
+const char *tsr_optim_kind_name(tsr_optim_kind kind);
+tsr_status tsr_optim_kind_parse(const char *name, tsr_optim_kind *kind);
+
+typedef struct tsr_trainer tsr_trainer;
+
+typedef struct tsr_trainer_opts {
+  int batch;        /* samples per step on this rank */
+  int slices;       /* micro-batch slices per step; 0 = one per CPU worker (at most batch) */
+  int window;       /* steps in flight before tsr_trainer_step blocks; default 2 */
+  uint64_t seed;    /* parameter initialisation and dropout; 0 = the context's seed */
+} tsr_trainer_opts;
+
+void tsr_trainer_opts_default(tsr_trainer_opts *o);
+/* The model must not change after this call; it must outlive the trainer. */
+tsr_status tsr_trainer_create(tsr_trainer **t, tsr_context *ctx, tsr_model *m,
+                              const tsr_optim_spec *opt, const tsr_trainer_opts *o);
+void tsr_trainer_destroy(tsr_trainer *t);
+
+/* Changes the learning rate used by steps submitted from now on. */
+void tsr_trainer_set_lr(tsr_trainer *t, float lr);
+
+/* Per-sample input and target shapes the trainer expects. */
+void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w);
+void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w);
+int tsr_trainer_batch(const tsr_trainer *t);
+
+/* A source of batches: fill(user, step, sample_index_in_batch, x, y) writes one sample's input and
+ * target (float32, per-sample shapes above); it runs inside load tasks, one call per sample.
+ * Returns 0 on success, nonzero on failure (the step then fails). */
+typedef int (*tsr_sample_fn)(void *user, int64_t step, int index, float *x, float *y);
+
+/* Submits one training step (load, forward, loss, backward, update) and returns without waiting,
+ * unless `window` steps are already in flight. Returns the step number in *step_id if not NULL. */
+tsr_status tsr_trainer_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int64_t *step_id);
+/* Submits a forward-only evaluation step (eval mode: running batch-norm statistics, no dropout);
+ * `nvalid` samples (<= batch) count in the loss, the rest are padding. */
+tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, int64_t *step_id);
+/* Waits for a submitted step's loss (mean over its valid samples). */
+tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step_id, double *loss);
+/* Waits for every submitted step. */
+tsr_status tsr_trainer_sync(tsr_trainer *t);
+
+/* Runs the model forward in eval mode on `n` samples (n <= batch) and copies the output layer's
+ * values to `out` ([n, C', H', W']). Synchronous. */
+tsr_status tsr_trainer_predict(tsr_trainer *t, const float *x, int n, float *out);
+
+/* Parameter access by PyTorch state_dict name ("enc1.weight", "bn1.running_mean"); synchronous. */
+int tsr_trainer_num_tensors(const tsr_trainer *t);
+/* Name, shape (PyTorch layout: OIHW conv, IOHW transposed conv, [out,in] dense) and whether the
+ * tensor is trainable (running statistics are not). */
+tsr_status tsr_trainer_tensor_info(const tsr_trainer *t, int index, const char **name, tsr_shape *shape,
+                                   int *trainable);
+tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int index, float *out);
+tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int index, const float *in);
+int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,99 @@
+/* Helpers shared by the Check suites. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <starpu.h>
+
+#include "testutil.h"
+
+static uint64_t next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
+
+void tt_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((next(&s) >> 11) * (1.0 / 9007199254740992.0));
+}
+
+void tt_fill_uniform_d(double *x, size_t n, uint64_t seed, double lo, double hi) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * ((next(&s) >> 11) * (1.0 / 9007199254740992.0));
+}
+
+double tt_err_ratio(const float *a, const double *ref, size_t n, double atol, double rtol, size_t *where) {
+  double worst = 0;
+  size_t wi = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - ref[i]) / (atol + rtol * fabs(ref[i]));
+    if (!(e <= worst)) { /* NaN counts as worst */
+      worst = isnan(e) ? INFINITY : e;
+      wi = i;
+      if (isnan(e)) break;
+    }
+  }
+  if (where) *where = wi;
+  return worst;
+}
+
+void tt_fd_grad(float *x, size_t n, double (*loss)(void *user), void *user, double h, double *grad) {
+  for (size_t i = 0; i < n; i++) {
+    float keep = x[i];
+    x[i] = (float)(keep + h);
+    double hi = (double)x[i] - keep;
+    double lp = loss(user);
+    x[i] = (float)(keep - h);
+    double lo = keep - (double)x[i];
+    double lm = loss(user);
+    x[i] = keep;
+    grad[i] = (lp - lm) / (hi + lo);
+  }
+}
+
+void tt_starpu_home(void) {
+  static int done;
+  if (done) return;
+  done = 1;
+  if (getenv("TSR_TEST_KEEP_STARPU_HOME")) return;
+  char tmpl[] = "/tmp/tessera-starpu-XXXXXX";
+  char *d = mkdtemp(tmpl);
+  if (d) setenv("STARPU_HOME", d, 1);
+  setenv("STARPU_SILENT", "1", 0);
+}
+
+void tt_starpu_start(int ncpus) {
+  tt_starpu_home();
+  struct starpu_conf conf;
+  starpu_conf_init(&conf);
+  conf.ncpus = ncpus;
+  conf.ncuda = 0;
+  conf.nopencl = 0;
+  int ret = starpu_init(&conf);
+  ck_assert_msg(ret == 0, "starpu_init failed: %d", ret);
+}
+
+void tt_starpu_stop(void) {
+  starpu_task_wait_for_all();
+  starpu_shutdown();
+}
+
+const char *tt_tmpdir(void) {
+  static char path[64];
+  strcpy(path, "/tmp/tessera-test-XXXXXX");
+  if (!mkdtemp(path)) return "/tmp";
+  return path;
+}
+
+int tt_run_suite(Suite *s) {
+  tt_starpu_home();
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,44 @@
+/* Helpers shared by the Check suites: random data, float64 comparisons, finite differences, a
+ * temporary STARPU_HOME and the runner main(). */
+#ifndef TSR_TESTUTIL_H
+#define TSR_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Uniform values in [lo, hi) from a fixed seed (xorshift; identical on every machine). */
+void tt_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+void tt_fill_uniform_d(double *x, size_t n, uint64_t seed, double lo, double hi);
+/* Largest |a - ref| / (atol + rtol |ref|) over n values: <= 1 means within tolerance. Writes the
+ * worst index to *where if not NULL. */
+double tt_err_ratio(const float *a, const double *ref, size_t n, double atol, double rtol, size_t *where);
+/* Asserts tt_err_ratio <= 1 and names `what`, the index and both values when it is not. */
+#define tt_assert_close(a, ref, n, atol, rtol, what)                                               \
+  do {                                                                                             \
+    size_t _w = 0;                                                                                 \
+    double _r = tt_err_ratio((a), (ref), (n), (atol), (rtol), &_w);                                \
+    ck_assert_msg(_r <= 1.0, "%s: element %zu is %.8g, reference %.8g (error %.3g x tolerance)", \
+                  (what), _w, (double)(a)[_w], (double)(ref)[_w], _r);                             \
+  } while (0)
+
+/* Central finite differences of a scalar function of x (float) at every index: grad[i] ~ dL/dx[i].
+ * loss(user) must read x. h is the step. */
+void tt_fd_grad(float *x, size_t n, double (*loss)(void *user), void *user, double h, double *grad);
+
+/* Sets STARPU_HOME to a fresh temporary folder (perfmodels go there) once per process. */
+void tt_starpu_home(void);
+/* Starts/stops StarPU with `ncpus` CPU workers (checked fixtures call these). */
+void tt_starpu_start(int ncpus);
+void tt_starpu_stop(void);
+
+/* A fresh temporary folder (removed by nobody: under /tmp). */
+const char *tt_tmpdir(void);
+
+/* Runs the suite; returns the process exit status (0 only when every test passed). */
+int tt_run_suite(Suite *s);
+
+#define TT_MAIN(make_suite)                                                                        \
+  int main(void) { return tt_run_suite(make_suite()); }
+
+#endif
