@@ -1,1 +1,264 @@
-/* placeholder: being written */
+/* Batch normalisation whose statistics span the whole batch while slices run as separate tasks
+ * (PyTorch BatchNorm2d training semantics). oneDNN computes statistics per call, and a call sees
+ * one slice only, hence plain loops. Layouts of the [2c] buffers are planar: acc = [sum[c] |
+ * sumsq[c]] (forward) or [sum dy[c] | sum dy*xhat[c]] (backward), stat = [mean[c] | invstd[c]].
+ * Every per-channel loop runs over h*w contiguous values and is marked for SIMD reduction. */
+#include <math.h>
+#include <string.h>
+
+#include "codelets.h"
+#include "runtime/error.h"
+
+#ifdef _OPENMP
+#define TSR_SIMD(clause) _Pragma(#clause)
+#else
+#define TSR_SIMD(clause)
+#endif
+
+/* ---- raw kernels ---- */
+
+void _tsr_bn_stats_cpu(const struct tsr_bn_desc *d, const float *x, double *acc) {
+  const size_t hw = (size_t)d->h * d->w;
+  const int c = d->c;
+  for (int i = 0; i < d->n; i++)
+    for (int ch = 0; ch < c; ch++) {
+      const float *restrict xp = x + ((size_t)i * c + ch) * hw;
+      double s = 0, ss = 0;
+      TSR_SIMD(omp simd reduction(+ : s, ss))
+      for (size_t k = 0; k < hw; k++) {
+        double v = xp[k];
+        s += v;
+        ss += v * v;
+      }
+      acc[ch] += s;
+      acc[c + ch] += ss;
+    }
+}
+
+void _tsr_bn_finalize_cpu(const struct tsr_bn_desc *d, const double *acc, float *stat, float *running_mean,
+                          float *running_var) {
+  const double m = (double)d->total * d->h * d->w;
+  /* PyTorch stores the unbiased variance; with one value per channel it raises, we keep the biased one. */
+  const double unbias = m > 1 ? m / (m - 1) : 1.0;
+  const double mom = d->momentum;
+  for (int ch = 0; ch < d->c; ch++) {
+    double mean = acc[ch] / m;
+    double var = acc[d->c + ch] / m - mean * mean;
+    if (var < 0) var = 0; /* rounding when the variance is tiny next to mean^2 */
+    stat[ch] = (float)mean;
+    stat[d->c + ch] = (float)(1.0 / sqrt(var + d->eps));
+    running_mean[ch] = (float)((1 - mom) * running_mean[ch] + mom * mean);
+    running_var[ch] = (float)((1 - mom) * running_var[ch] + mom * var * unbias);
+  }
+}
+
+/* Folds gamma and beta into one multiply-add per element; the per-(sample, channel) coefficient
+ * work is negligible next to the h*w loop and saves a scratch array. */
+static void normalise(const struct tsr_bn_desc *d, const float *x, const float *mean, const float *invstd,
+                      const float *gamma, const float *beta, float *y) {
+  const size_t hw = (size_t)d->h * d->w;
+  for (int i = 0; i < d->n; i++)
+    for (int ch = 0; ch < d->c; ch++) {
+      const size_t off = ((size_t)i * d->c + ch) * hw;
+      const float *restrict xp = x + off;
+      float *restrict yp = y + off;
+      const float a = gamma[ch] * invstd[ch];
+      const float b = beta[ch] - mean[ch] * a;
+      TSR_SIMD(omp simd)
+      for (size_t k = 0; k < hw; k++) yp[k] = a * xp[k] + b;
+    }
+}
+
+void _tsr_bn_fwd_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                     const float *beta, float *y) {
+  normalise(d, x, stat, stat + d->c, gamma, beta, y);
+}
+
+void _tsr_bn_fwd_eval_cpu(const struct tsr_bn_desc *d, const float *x, const float *running_mean,
+                          const float *running_var, const float *gamma, const float *beta, float *y) {
+  const size_t hw = (size_t)d->h * d->w;
+  for (int i = 0; i < d->n; i++)
+    for (int ch = 0; ch < d->c; ch++) {
+      const size_t off = ((size_t)i * d->c + ch) * hw;
+      const float *restrict xp = x + off;
+      float *restrict yp = y + off;
+      const float a = (float)(gamma[ch] / sqrt((double)running_var[ch] + d->eps));
+      const float b = beta[ch] - running_mean[ch] * a;
+      TSR_SIMD(omp simd)
+      for (size_t k = 0; k < hw; k++) yp[k] = a * xp[k] + b;
+    }
+}
+
+void _tsr_bn_bwd_stats_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+                           double *acc) {
+  const size_t hw = (size_t)d->h * d->w;
+  const int c = d->c;
+  for (int i = 0; i < d->n; i++)
+    for (int ch = 0; ch < c; ch++) {
+      const size_t off = ((size_t)i * c + ch) * hw;
+      const float *restrict xp = x + off;
+      const float *restrict gp = dy + off;
+      const double mean = stat[ch];
+      double s = 0, sx = 0;
+      /* centred before the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
+      TSR_SIMD(omp simd reduction(+ : s, sx))
+      for (size_t k = 0; k < hw; k++) {
+        double g = gp[k];
+        s += g;
+        sx += g * ((double)xp[k] - mean);
+      }
+      acc[ch] += s;
+      acc[c + ch] += sx * stat[c + ch];
+    }
+}
+
+void _tsr_bn_bwd_params_cpu(const struct tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta) {
+  for (int ch = 0; ch < d->c; ch++) {
+    dgamma[ch] += (float)acc[d->c + ch];
+    dbeta[ch] += (float)acc[ch];
+  }
+}
+
+void _tsr_bn_bwd_data_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                          const double *acc, const float *dy, float *dx) {
+  const size_t hw = (size_t)d->h * d->w;
+  const double m = (double)d->total * hw;
+  const int c = d->c;
+  for (int i = 0; i < d->n; i++)
+    for (int ch = 0; ch < c; ch++) {
+      const size_t off = ((size_t)i * c + ch) * hw;
+      const float *restrict xp = x + off;
+      const float *restrict gp = dy + off;
+      float *restrict dp = dx + off;
+      /* dx = k (dy - mean(dy)) - k invstd mean(dy xhat) (x - mean), k = gamma invstd */
+      const double invstd = stat[c + ch];
+      const double k = gamma[ch] * invstd;
+      const float kf = (float)k;
+      const float shift = (float)(k * acc[ch] / m);
+      const float slope = (float)(k * invstd * acc[c + ch] / m);
+      const float mean = stat[ch];
+      TSR_SIMD(omp simd)
+      for (size_t j = 0; j < hw; j++) dp[j] = kf * gp[j] - shift - slope * (xp[j] - mean);
+    }
+}
+
+/* ---- codelets ---- */
+
+#define BN_CODELET(var, fn, sym)                                                                   \
+  static struct starpu_perfmodel var##_model = {.type = STARPU_HISTORY_BASED, .symbol = sym};      \
+  static struct starpu_codelet var = {.cpu_funcs = {fn},                                           \
+                                      .cpu_funcs_name = {#fn},                                     \
+                                      .nbuffers = STARPU_VARIABLE_NBUFFERS,                        \
+                                      .model = &var##_model,                                       \
+                                      .name = sym}
+
+#define DBUF(buffers, i) ((double *)STARPU_VECTOR_GET_PTR((buffers)[i]))
+
+static void zero_doubles_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  memset((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
+         (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
+}
+
+static void bn_stats_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_stats_cpu(arg, TSR_BUF(buffers, 0), DBUF(buffers, 1));
+}
+
+static void bn_finalize_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_finalize_cpu(arg, DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3));
+}
+
+static void bn_fwd_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_fwd_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3),
+                  TSR_BUF(buffers, 4));
+}
+
+static void bn_fwd_eval_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_fwd_eval_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3),
+                       TSR_BUF(buffers, 4), TSR_BUF(buffers, 5));
+}
+
+static void bn_bwd_stats_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_bwd_stats_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), DBUF(buffers, 3));
+}
+
+static void bn_bwd_params_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_bwd_params_cpu(arg, DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
+}
+
+static void bn_bwd_data_cpu(void *buffers[], void *arg) {
+  _tsr_worker_enter();
+  _tsr_bn_bwd_data_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), DBUF(buffers, 3),
+                       TSR_BUF(buffers, 4), TSR_BUF(buffers, 5));
+}
+
+BN_CODELET(cl_zero_doubles, zero_doubles_cpu, "tsr_zero_doubles");
+BN_CODELET(cl_bn_stats, bn_stats_cpu, "tsr_bn_stats");
+BN_CODELET(cl_bn_finalize, bn_finalize_cpu, "tsr_bn_finalize");
+BN_CODELET(cl_bn_fwd, bn_fwd_cpu, "tsr_bn_fwd");
+BN_CODELET(cl_bn_fwd_eval, bn_fwd_eval_cpu, "tsr_bn_fwd_eval");
+BN_CODELET(cl_bn_bwd_stats, bn_bwd_stats_cpu, "tsr_bn_bwd_stats");
+BN_CODELET(cl_bn_bwd_params, bn_bwd_params_cpu, "tsr_bn_bwd_params");
+BN_CODELET(cl_bn_bwd_data, bn_bwd_data_cpu, "tsr_bn_bwd_data");
+
+/* ---- insert functions ---- */
+
+#define SUBMIT(cl, d, name, ...)                                                                   \
+  do {                                                                                             \
+    const struct _tsr_buf bufs[] = {__VA_ARGS__};                                                  \
+    return _tsr_submit(&(cl), (d), sizeof(*(d)), STARPU_DEFAULT_PRIO, name,                        \
+                       (int)(sizeof(bufs) / sizeof(bufs[0])), bufs);                               \
+  } while (0)
+
+int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name) {
+  const struct _tsr_buf bufs[] = {{acc, STARPU_W}};
+  return _tsr_submit(&cl_zero_doubles, NULL, 0, STARPU_DEFAULT_PRIO, name, 1, bufs);
+}
+
+int _tsr_insert_bn_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc,
+                         const char *name) {
+  SUBMIT(cl_bn_stats, d, name, {x, STARPU_R}, {acc, _tsr_accum_mode()});
+}
+
+int _tsr_insert_bn_finalize(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
+                            starpu_data_handle_t running_mean, starpu_data_handle_t running_var, const char *name) {
+  SUBMIT(cl_bn_finalize, d, name, {acc, STARPU_R}, {stat, STARPU_W}, {running_mean, STARPU_RW},
+         {running_var, STARPU_RW});
+}
+
+int _tsr_insert_bn_fwd(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+                       starpu_data_handle_t gamma, starpu_data_handle_t beta, starpu_data_handle_t y,
+                       const char *name) {
+  SUBMIT(cl_bn_fwd, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {beta, STARPU_R},
+         {y, STARPU_W});
+}
+
+int _tsr_insert_bn_fwd_eval(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
+                            starpu_data_handle_t running_var, starpu_data_handle_t gamma, starpu_data_handle_t beta,
+                            starpu_data_handle_t y, const char *name) {
+  SUBMIT(cl_bn_fwd_eval, d, name, {x, STARPU_R}, {running_mean, STARPU_R}, {running_var, STARPU_R},
+         {gamma, STARPU_R}, {beta, STARPU_R}, {y, STARPU_W});
+}
+
+int _tsr_insert_bn_bwd_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+                             starpu_data_handle_t dy, starpu_data_handle_t acc, const char *name) {
+  SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, _tsr_accum_mode()});
+}
+
+int _tsr_insert_bn_bwd_params(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
+                              starpu_data_handle_t dbeta, const char *name) {
+  SUBMIT(cl_bn_bwd_params, d, name, {acc, STARPU_R}, {dgamma, _tsr_accum_mode()}, {dbeta, _tsr_accum_mode()});
+}
+
+int _tsr_insert_bn_bwd_data(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+                            starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
+                            starpu_data_handle_t dx, const char *name) {
+  SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
+         {dy, STARPU_R}, {dx, STARPU_W});
+}

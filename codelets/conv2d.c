@@ -1,1 +1,348 @@
-/* placeholder: being written */
+/* conv2d on oneDNN, and the plan code shared with conv_transpose2d.c: per (thread, descriptor,
+ * pass) one cached plan holds the primitive, its memory objects and the reorders between the
+ * caller's NCHW activations / PyTorch weights and the layouts oneDNN chose. Calls allocate
+ * nothing: inner buffers and oneDNN's scratchpad come from _tsr_scratch. Weight gradients are
+ * computed into scratch and added by a reorder with a sum post-op (slices accumulate). */
+#include <string.h>
+
+#include "codelets.h"
+#include "kernel_util.h"
+
+/* Prototypes of the helpers conv_transpose2d.c and the tests share with this file. */
+enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
+void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                       const float *in1, const float *in2, float *out0, float *out1);
+const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
+
+#define CONV_CACHE_TAG 0x636f6e76 /* "conv" */
+
+/* Which tensors let oneDNN pick the layout (bit per role). Blocked weights cost a small reorder
+ * per call; blocked activations cost a reorder of the whole slice in and out, which the 3x3
+ * and 2x2 stride-2 shapes pay back many times over against the plain (gemm) kernels. */
+enum { ROLE_SRC, ROLE_WEI, ROLE_BIA, ROLE_DST, NROLE };
+#define ANY_ROLES ((1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST))
+
+struct plan_arg {
+  int exec_arg;             /* DNNL_ARG_* */
+  int is_out, accumulate;   /* output written back; added into the caller's memory */
+  dnnl_memory_t user;       /* caller's plain layout */
+  dnnl_memory_t inner;      /* primitive's layout over scratch; NULL when user serves directly */
+  dnnl_primitive_t reorder; /* user -> inner for inputs, inner -> user for outputs */
+  size_t inner_bytes;
+};
+
+struct plan {
+  dnnl_primitive_t prim;
+  dnnl_primitive_desc_t pd; /* kept for the implementation name */
+  int nargs;
+  struct plan_arg a[NROLE];
+  dnnl_memory_t scratchpad;
+  size_t scratchpad_bytes;
+};
+
+struct plan_key {
+  struct tsr_conv_desc d;
+  int deconv, pass;
+};
+
+static void plan_free(void *p) {
+  struct plan *pl = p;
+  for (int i = 0; i < pl->nargs; i++) {
+    struct plan_arg *a = &pl->a[i];
+    if (a->reorder) dnnl_primitive_destroy(a->reorder);
+    if (a->inner) dnnl_memory_destroy(a->inner);
+    dnnl_memory_destroy(a->user);
+  }
+  if (pl->scratchpad) dnnl_memory_destroy(pl->scratchpad);
+  dnnl_primitive_destroy(pl->prim);
+  dnnl_primitive_desc_destroy(pl->pd);
+  free(pl);
+}
+
+/* Plain memory descriptors of the four roles in the forward sense (src = conv input). */
+static void plain_mds(const struct tsr_conv_desc *d, int deconv, dnnl_memory_desc_t md[NROLE]) {
+  dnnl_dims_t src = {d->n, d->ci, d->h, d->w}, dst = {d->n, d->co, d->oh, d->ow};
+  dnnl_dims_t wei = {d->co, d->ci, d->kh, d->kw}, bia = {d->co};
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_SRC], 4, src, dnnl_f32, dnnl_nchw));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_WEI], 4, wei, dnnl_f32, deconv ? dnnl_iohw : dnnl_oihw));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_BIA], 1, bia, dnnl_f32, dnnl_x));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_DST], 4, dst, dnnl_f32, dnnl_nchw));
+}
+
+/* Op descriptor for one pass; `md` carries the layouts asked for (any or plain). */
+static void op_desc(const struct tsr_conv_desc *d, int deconv, int pass, const dnnl_memory_desc_t md[NROLE],
+                    dnnl_convolution_desc_t *out) {
+  dnnl_dims_t st = {d->sh, d->sw}, dil = {d->dh - 1, d->dw - 1}, pl = {d->ph, d->pw}, pr;
+  const dnnl_memory_desc_t *bia = d->has_bias ? &md[ROLE_BIA] : NULL;
+  if (!deconv) {
+    /* oneDNN rounds the output size down like PyTorch, so the symmetric padding is consistent. */
+    pr[0] = d->ph;
+    pr[1] = d->pw;
+    if (pass == TSR_CONV_FWD)
+      TSR_DNNL_CHECK(dnnl_dilated_convolution_forward_desc_init(out, dnnl_forward_training, dnnl_convolution_direct,
+                                                                &md[ROLE_SRC], &md[ROLE_WEI], bia, &md[ROLE_DST],
+                                                                st, dil, pl, pr));
+    else if (pass == TSR_CONV_BWD_DATA)
+      TSR_DNNL_CHECK(dnnl_dilated_convolution_backward_data_desc_init(out, dnnl_convolution_direct, &md[ROLE_SRC],
+                                                                      &md[ROLE_WEI], &md[ROLE_DST], st, dil, pl, pr));
+    else
+      TSR_DNNL_CHECK(dnnl_dilated_convolution_backward_weights_desc_init(
+          out, dnnl_convolution_direct, &md[ROLE_SRC], &md[ROLE_WEI], bia, &md[ROLE_DST], st, dil, pl, pr));
+    return;
+  }
+  /* Output padding adds rows at the high end: any right padding in [p - op, p - op + s - 1]
+   * describes the same sizes; take the one closest to p (valid for op < s). */
+  pr[0] = d->ph - d->oph + d->sh - 1 < d->ph ? d->ph - d->oph + d->sh - 1 : d->ph;
+  pr[1] = d->pw - d->opw + d->sw - 1 < d->pw ? d->pw - d->opw + d->sw - 1 : d->pw;
+  if (pass == TSR_CONV_FWD)
+    TSR_DNNL_CHECK(dnnl_dilated_deconvolution_forward_desc_init(out, dnnl_forward_training, dnnl_deconvolution_direct,
+                                                                &md[ROLE_SRC], &md[ROLE_WEI], bia, &md[ROLE_DST], st,
+                                                                dil, pl, pr));
+  else if (pass == TSR_CONV_BWD_DATA)
+    TSR_DNNL_CHECK(dnnl_dilated_deconvolution_backward_data_desc_init(out, dnnl_deconvolution_direct, &md[ROLE_SRC],
+                                                                      &md[ROLE_WEI], &md[ROLE_DST], st, dil, pl, pr));
+  else
+    TSR_DNNL_CHECK(dnnl_dilated_deconvolution_backward_weights_desc_init(
+        out, dnnl_deconvolution_direct, &md[ROLE_SRC], &md[ROLE_WEI], bia, &md[ROLE_DST], st, dil, pl, pr));
+}
+
+/* Sets up one argument: the caller's plain memory, and when the primitive wants another layout
+ * (or the result must be added), an inner memory and the reorder between them. */
+static void plan_arg_init(struct plan_arg *a, int exec_arg, int is_out, int accumulate,
+                          const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md) {
+  dnnl_engine_t eng = _tsr_dnnl_engine();
+  *a = (struct plan_arg){.exec_arg = exec_arg, .is_out = is_out, .accumulate = accumulate};
+  a->user = _tsr_dnnl_mem(user_md, NULL);
+  if (!accumulate && dnnl_memory_desc_equal(user_md, prim_md)) return;
+  a->inner = _tsr_dnnl_mem(prim_md, NULL);
+  a->inner_bytes = dnnl_memory_desc_get_size(prim_md);
+  dnnl_primitive_attr_t attr = NULL;
+  if (accumulate) {
+    dnnl_post_ops_t po;
+    TSR_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+    TSR_DNNL_CHECK(dnnl_post_ops_create(&po));
+    TSR_DNNL_CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+    TSR_DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_post_ops_destroy(po);
+  }
+  dnnl_primitive_desc_t rpd;
+  if (is_out)
+    TSR_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, prim_md, eng, user_md, eng, attr));
+  else
+    TSR_DNNL_CHECK(dnnl_reorder_primitive_desc_create(&rpd, user_md, eng, prim_md, eng, attr));
+  TSR_DNNL_CHECK(dnnl_primitive_create(&a->reorder, rpd));
+  dnnl_primitive_desc_destroy(rpd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+}
+
+static struct plan *plan_create(const struct tsr_conv_desc *d, int deconv, int pass) {
+  dnnl_engine_t eng = _tsr_dnnl_engine();
+  dnnl_memory_desc_t user[NROLE], ask[NROLE];
+  plain_mds(d, deconv, user);
+  memcpy(ask, user, sizeof ask);
+  for (int r = 0; r < NROLE; r++)
+    if (ANY_ROLES & (1 << r)) TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims,
+                                                                      dnnl_f32, dnnl_format_tag_any));
+  dnnl_primitive_attr_t attr;
+  TSR_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+  TSR_DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+
+  /* Backward passes need the forward primitive descriptor as a hint. */
+  dnnl_convolution_desc_t fwd_desc, desc;
+  dnnl_primitive_desc_t hint = NULL, pd;
+  op_desc(d, deconv, TSR_CONV_FWD, ask, &fwd_desc);
+  if (pass != TSR_CONV_FWD) {
+    TSR_DNNL_CHECK(dnnl_primitive_desc_create(&hint, &fwd_desc, NULL, eng, NULL));
+    op_desc(d, deconv, pass, ask, &desc);
+  } else {
+    desc = fwd_desc;
+  }
+  TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, eng, hint));
+  if (hint) dnnl_primitive_desc_destroy(hint);
+  dnnl_primitive_attr_destroy(attr);
+
+  struct plan *p = calloc(1, sizeof *p);
+  if (!p) _tsr_kernel_fail(__FILE__, __LINE__, "calloc(plan)", -1);
+  p->pd = pd;
+  TSR_DNNL_CHECK(dnnl_primitive_create(&p->prim, pd));
+#define MD(q) dnnl_primitive_desc_query_md(pd, q, 0)
+  if (pass == TSR_CONV_FWD) {
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_WEIGHTS, 0, 0, &user[ROLE_WEI], MD(dnnl_query_weights_md));
+    if (d->has_bias) plan_arg_init(&p->a[p->nargs++], DNNL_ARG_BIAS, 0, 0, &user[ROLE_BIA], &user[ROLE_BIA]);
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DST, 1, 0, &user[ROLE_DST], MD(dnnl_query_dst_md));
+  } else if (pass == TSR_CONV_BWD_DATA) {
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_WEIGHTS, 0, 0, &user[ROLE_WEI], MD(dnnl_query_weights_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_SRC, 1, 0, &user[ROLE_SRC], MD(dnnl_query_diff_src_md));
+  } else {
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, 1, 1, &user[ROLE_WEI], MD(dnnl_query_diff_weights_md));
+    if (d->has_bias)
+      plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_BIAS, 1, 1, &user[ROLE_BIA], &user[ROLE_BIA]);
+  }
+  const dnnl_memory_desc_t *spad = MD(dnnl_query_scratchpad_md);
+#undef MD
+  p->scratchpad_bytes = spad ? dnnl_memory_desc_get_size(spad) : 0;
+  if (p->scratchpad_bytes) p->scratchpad = _tsr_dnnl_mem(spad, NULL);
+  return p;
+}
+
+static struct plan *plan_get(const struct tsr_conv_desc *d, int deconv, int pass) {
+  struct plan_key key;
+  memset(&key, 0, sizeof key);
+  key.d = *d;
+  key.deconv = deconv;
+  key.pass = pass;
+  struct plan *p = _tsr_cache_get(CONV_CACHE_TAG, &key, sizeof key);
+  if (!p) {
+    p = plan_create(d, deconv, pass);
+    _tsr_cache_put(CONV_CACHE_TAG, &key, sizeof key, p, plan_free);
+  }
+  return p;
+}
+
+const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
+  const char *s = NULL;
+  TSR_DNNL_CHECK(dnnl_primitive_desc_query(plan_get(d, deconv, pass)->pd, dnnl_query_impl_info_str, 0, &s));
+  return s;
+}
+
+static void run_reorder(struct plan_arg *a) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->is_out ? a->inner : a->user},
+                             {DNNL_ARG_TO, a->is_out ? a->user : a->inner}};
+  _tsr_dnnl_run(a->reorder, 2, args);
+}
+
+/* Inputs and outputs in the order the plan declared them (fwd: x, w, [b] -> y; bwd_data:
+ * dy, w -> dx; bwd_weights: x, dy -> dw, [db]); absent bias pointers are skipped. */
+void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                       const float *in1, const float *in2, float *out0, float *out1) {
+  struct plan *p = plan_get(d, deconv, pass);
+  void *ptr[NROLE];
+  int k = 0;
+  if (pass == TSR_CONV_FWD) {
+    ptr[k++] = (void *)in0;
+    ptr[k++] = (void *)in1;
+    if (d->has_bias) ptr[k++] = (void *)in2;
+    ptr[k++] = out0;
+  } else if (pass == TSR_CONV_BWD_DATA) {
+    ptr[k++] = (void *)in0;
+    ptr[k++] = (void *)in1;
+    ptr[k++] = out0;
+  } else {
+    ptr[k++] = (void *)in0;
+    ptr[k++] = (void *)in1;
+    ptr[k++] = out0;
+    if (d->has_bias) ptr[k++] = out1;
+  }
+  dnnl_exec_arg_t args[NROLE + 1];
+  for (int i = 0; i < p->nargs; i++) {
+    struct plan_arg *a = &p->a[i];
+    TSR_DNNL_CHECK(dnnl_memory_set_data_handle(a->user, ptr[i]));
+    if (a->inner) TSR_DNNL_CHECK(dnnl_memory_set_data_handle(a->inner, _tsr_scratch(i, a->inner_bytes)));
+    if (a->inner && !a->is_out) run_reorder(a);
+    args[i] = (dnnl_exec_arg_t){a->exec_arg, a->inner ? a->inner : a->user};
+  }
+  int nargs = p->nargs;
+  if (p->scratchpad) {
+    TSR_DNNL_CHECK(dnnl_memory_set_data_handle(p->scratchpad, _tsr_scratch(NROLE, p->scratchpad_bytes)));
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratchpad};
+  }
+  _tsr_dnnl_run(p->prim, nargs, args);
+  for (int i = 0; i < p->nargs; i++)
+    if (p->a[i].inner && p->a[i].is_out) run_reorder(&p->a[i]);
+}
+
+/* PyTorch's formulas, with floor division also for sizes that come out non-positive. */
+int _tsr_conv_out(int in, int k, int s, int p, int d) {
+  int num = in + 2 * p - d * (k - 1) - 1;
+  return (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+}
+
+int _tsr_deconv_out(int in, int k, int s, int p, int d, int op) { return (in - 1) * s - 2 * p + d * (k - 1) + op + 1; }
+
+void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+  _tsr_convlike_run(d, 0, TSR_CONV_FWD, x, w, b, y, NULL);
+}
+
+void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx) {
+  _tsr_convlike_run(d, 0, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
+}
+
+void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw,
+                                 float *db) {
+  _tsr_convlike_run(d, 0, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
+}
+
+/* ---- codelets ---- */
+
+static void conv2d_fwd_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct tsr_conv_desc *d = cl_arg;
+  int has_b = d->has_bias;
+  _tsr_conv2d_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), has_b ? TSR_BUF(buffers, 2) : NULL,
+                      TSR_BUF(buffers, 2 + has_b));
+}
+
+static void conv2d_bwd_data_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  _tsr_conv2d_bwd_data_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
+}
+
+static void conv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct tsr_conv_desc *d = cl_arg;
+  _tsr_conv2d_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
+                              d->has_bias ? TSR_BUF(buffers, 3) : NULL);
+}
+
+static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv2d_fwd"};
+static struct starpu_perfmodel bwd_data_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv2d_bwd_data"};
+static struct starpu_perfmodel bwd_weights_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv2d_bwd_weights"};
+
+static struct starpu_codelet cl_conv2d_fwd = {
+    .cpu_funcs = {conv2d_fwd_cpu},
+    .cpu_funcs_name = {"conv2d_fwd_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &fwd_model,
+    .name = "tsr_conv2d_fwd",
+};
+static struct starpu_codelet cl_conv2d_bwd_data = {
+    .cpu_funcs = {conv2d_bwd_data_cpu},
+    .cpu_funcs_name = {"conv2d_bwd_data_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bwd_data_model,
+    .name = "tsr_conv2d_bwd_data",
+};
+static struct starpu_codelet cl_conv2d_bwd_weights = {
+    .cpu_funcs = {conv2d_bwd_weights_cpu},
+    .cpu_funcs_name = {"conv2d_bwd_weights_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bwd_weights_model,
+    .name = "tsr_conv2d_bwd_weights",
+};
+
+int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                           starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
+  struct _tsr_buf bufs[4];
+  int n = 0;
+  bufs[n++] = (struct _tsr_buf){x, STARPU_R};
+  bufs[n++] = (struct _tsr_buf){w, STARPU_R};
+  if (d->has_bias) bufs[n++] = (struct _tsr_buf){b, STARPU_R};
+  bufs[n++] = (struct _tsr_buf){y, STARPU_W};
+  return _tsr_submit(&cl_conv2d_fwd, d, sizeof *d, 0, name, n, bufs);
+}
+
+int _tsr_insert_conv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+                                starpu_data_handle_t dx, const char *name) {
+  struct _tsr_buf bufs[3] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
+  return _tsr_submit(&cl_conv2d_bwd_data, d, sizeof *d, 0, name, 3, bufs);
+}
+
+int _tsr_insert_conv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
+  struct _tsr_buf bufs[4] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, _tsr_accum_mode()}, {db, _tsr_accum_mode()}};
+  return _tsr_submit(&cl_conv2d_bwd_weights, d, sizeof *d, 0, name, d->has_bias ? 4 : 3, bufs);
+}

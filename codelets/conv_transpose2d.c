@@ -1,1 +1,94 @@
-/* placeholder: being written */
+/* conv_transpose2d (PyTorch's ConvTranspose2d, weights IOHW [ci, co, kh, kw], output padding)
+ * on oneDNN's deconvolution, through the plan code of conv2d.c: raw kernels, codelets and insert
+ * functions. oneDNN runs IOHW weights in its jit kernels (OIHW would fall back to the reference
+ * one); the plan asks for the layout it prefers and reorders. */
+#include "codelets.h"
+
+/* Shared with conv2d.c, which defines them. */
+enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
+void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                       const float *in1, const float *in2, float *out0, float *out1);
+
+void _tsr_deconv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+  _tsr_convlike_run(d, 1, TSR_CONV_FWD, x, w, b, y, NULL);
+}
+
+void _tsr_deconv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx) {
+  _tsr_convlike_run(d, 1, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
+}
+
+void _tsr_deconv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw,
+                                   float *db) {
+  _tsr_convlike_run(d, 1, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
+}
+
+/* ---- codelets ---- */
+
+static void deconv2d_fwd_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct tsr_conv_desc *d = cl_arg;
+  int has_b = d->has_bias;
+  _tsr_deconv2d_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), has_b ? TSR_BUF(buffers, 2) : NULL,
+                      TSR_BUF(buffers, 2 + has_b));
+}
+
+static void deconv2d_bwd_data_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  _tsr_deconv2d_bwd_data_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
+}
+
+static void deconv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct tsr_conv_desc *d = cl_arg;
+  _tsr_deconv2d_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
+                              d->has_bias ? TSR_BUF(buffers, 3) : NULL);
+}
+
+static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_deconv2d_fwd"};
+static struct starpu_perfmodel bwd_data_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_deconv2d_bwd_data"};
+static struct starpu_perfmodel bwd_weights_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_deconv2d_bwd_weights"};
+
+static struct starpu_codelet cl_deconv2d_fwd = {
+    .cpu_funcs = {deconv2d_fwd_cpu},
+    .cpu_funcs_name = {"deconv2d_fwd_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &fwd_model,
+    .name = "tsr_deconv2d_fwd",
+};
+static struct starpu_codelet cl_deconv2d_bwd_data = {
+    .cpu_funcs = {deconv2d_bwd_data_cpu},
+    .cpu_funcs_name = {"deconv2d_bwd_data_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bwd_data_model,
+    .name = "tsr_deconv2d_bwd_data",
+};
+static struct starpu_codelet cl_deconv2d_bwd_weights = {
+    .cpu_funcs = {deconv2d_bwd_weights_cpu},
+    .cpu_funcs_name = {"deconv2d_bwd_weights_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &bwd_weights_model,
+    .name = "tsr_deconv2d_bwd_weights",
+};
+
+int _tsr_insert_deconv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                           starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
+  struct _tsr_buf bufs[4];
+  int n = 0;
+  bufs[n++] = (struct _tsr_buf){x, STARPU_R};
+  bufs[n++] = (struct _tsr_buf){w, STARPU_R};
+  if (d->has_bias) bufs[n++] = (struct _tsr_buf){b, STARPU_R};
+  bufs[n++] = (struct _tsr_buf){y, STARPU_W};
+  return _tsr_submit(&cl_deconv2d_fwd, d, sizeof *d, 0, name, n, bufs);
+}
+
+int _tsr_insert_deconv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+                                starpu_data_handle_t dx, const char *name) {
+  struct _tsr_buf bufs[3] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
+  return _tsr_submit(&cl_deconv2d_bwd_data, d, sizeof *d, 0, name, 3, bufs);
+}
+
+int _tsr_insert_deconv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
+  struct _tsr_buf bufs[4] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, _tsr_accum_mode()}, {db, _tsr_accum_mode()}};
+  return _tsr_submit(&cl_deconv2d_bwd_weights, d, sizeof *d, 0, name, d->has_bias ? 4 : 3, bufs);
+}

@@ -1,1 +1,109 @@
-/* placeholder: being written */
+/* Dropout and spatial dropout (PyTorch semantics: kept values scaled by 1/(1-p)). The keep/drop
+ * decision is a counter-based hash of (seed, element index), or of (seed, sample*c + channel) for
+ * spatial dropout, so there is no mask buffer: backward recomputes the same mask, and neither the
+ * worker nor the order in which tasks run can change it. */
+#include <string.h>
+
+#include "codelets.h"
+#include "runtime/error.h"
+
+/* splitmix64's finaliser: a bijective mix whose output bits all depend on every input bit. */
+static inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Kept with probability 1 - p: the hash's top 32 bits against p * 2^32. The key is the mixed seed,
+ * so nearby seeds do not give shifted copies of one stream. */
+static inline int keep(uint64_t key, uint64_t index, uint64_t threshold) {
+  return (mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull) >> 32) >= threshold;
+}
+
+static uint64_t threshold_of(float p) { return (uint64_t)((double)p * 4294967296.0); }
+
+/* out = in * mask * 1/(1-p); shared by forward (x -> y) and backward (dy -> dx). */
+static void apply_mask(const struct tsr_dropout_desc *d, uint64_t seed, const float *restrict in,
+                       float *restrict out) {
+  const size_t hw = (size_t)d->h * d->w;
+  const size_t len = (size_t)d->n * d->c * hw;
+  if (d->p == 0) {
+    memcpy(out, in, len * sizeof(float));
+    return;
+  }
+  const uint64_t key = mix64(seed), thr = threshold_of(d->p);
+  const float scale = (float)(1.0 / (1.0 - (double)d->p));
+  if (d->spatial) {
+    const size_t planes = (size_t)d->n * d->c;
+    for (size_t pl = 0; pl < planes; pl++) {
+      const float s = keep(key, pl, thr) ? scale : 0.0f;
+      const float *restrict ip = in + pl * hw;
+      float *restrict op = out + pl * hw;
+      for (size_t k = 0; k < hw; k++) op[k] = ip[k] * s;
+    }
+    return;
+  }
+  for (size_t i = 0; i < len; i++) out[i] = keep(key, i, thr) ? in[i] * scale : 0.0f;
+}
+
+void _tsr_dropout_fwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *x, float *y) {
+  apply_mask(d, seed, x, y);
+}
+
+void _tsr_dropout_bwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx) {
+  apply_mask(d, seed, dy, dx);
+}
+
+/* The task argument: descriptor and seed in one byte copy. */
+struct dropout_arg {
+  struct tsr_dropout_desc d;
+  uint64_t seed;
+};
+
+static void dropout_fwd_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct dropout_arg *a = cl_arg;
+  _tsr_dropout_fwd_cpu(&a->d, a->seed, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
+}
+
+static void dropout_bwd_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct dropout_arg *a = cl_arg;
+  _tsr_dropout_bwd_cpu(&a->d, a->seed, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
+}
+
+static struct starpu_perfmodel dropout_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_fwd"};
+static struct starpu_perfmodel dropout_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_bwd"};
+
+static struct starpu_codelet cl_dropout_fwd = {.cpu_funcs = {dropout_fwd_cpu},
+                                               .cpu_funcs_name = {"dropout_fwd_cpu"},
+                                               .nbuffers = STARPU_VARIABLE_NBUFFERS,
+                                               .model = &dropout_fwd_model,
+                                               .name = "tsr_dropout_fwd"};
+static struct starpu_codelet cl_dropout_bwd = {.cpu_funcs = {dropout_bwd_cpu},
+                                               .cpu_funcs_name = {"dropout_bwd_cpu"},
+                                               .nbuffers = STARPU_VARIABLE_NBUFFERS,
+                                               .model = &dropout_bwd_model,
+                                               .name = "tsr_dropout_bwd"};
+
+static int submit(struct starpu_codelet *cl, const struct tsr_dropout_desc *d, uint64_t seed,
+                  starpu_data_handle_t in, starpu_data_handle_t out, const char *name) {
+  if (!(d->p >= 0 && d->p < 1))
+    return _tsr_error(TSR_ERR_ARG, "dropout '%s': p = %g, expected 0 <= p < 1", name ? name : "?", (double)d->p);
+  struct dropout_arg a;
+  memset(&a, 0, sizeof(a)); /* padding bytes are copied into the task too */
+  a.d = *d;
+  a.seed = seed;
+  const struct _tsr_buf bufs[] = {{in, STARPU_R}, {out, STARPU_W}};
+  return _tsr_submit(cl, &a, sizeof(a), STARPU_DEFAULT_PRIO, name, 2, bufs);
+}
+
+int _tsr_insert_dropout_fwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,
+                            starpu_data_handle_t y, const char *name) {
+  return submit(&cl_dropout_fwd, d, seed, x, y, name);
+}
+
+int _tsr_insert_dropout_bwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t dy,
+                            starpu_data_handle_t dx, const char *name) {
+  return submit(&cl_dropout_bwd, d, seed, dy, dx, name);
+}

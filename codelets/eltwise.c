@@ -1,1 +1,147 @@
-/* placeholder: being written */
+/* Activations (relu, leaky_relu, tanh, sigmoid) with oneDNN eltwise primitives over a flat view
+ * of the slice: the raw kernels, their codelets and insert functions. tanh and sigmoid take their
+ * derivative from the output y (no exp to recompute); relu and leaky_relu from the input x, which
+ * stays right for any slope. Primitives and memory objects are built once per (thread, descriptor). */
+#include "codelets.h"
+#include "kernel_util.h"
+
+enum { TAG_ACT_FWD = 0x41434657 /* "ACFW" */, TAG_ACT_BWD = 0x41434257 /* "ACBW" */ };
+
+/* A cached primitive and the memory objects of its arguments, in the order the kernels pass
+ * pointers: forward (src, dst); backward (src or dst, diff_dst, diff_src). */
+struct act_prim {
+  dnnl_primitive_t prim;
+  int nargs;
+  int arg[3];
+  dnnl_memory_t mem[3];
+};
+
+static void act_prim_destroy(void *p) {
+  struct act_prim *ap = p;
+  dnnl_primitive_destroy(ap->prim);
+  for (int i = 0; i < ap->nargs; i++) dnnl_memory_destroy(ap->mem[i]);
+  free(ap);
+}
+
+/* oneDNN's relu takes the negative slope as alpha, so leaky_relu is relu with alpha. */
+static dnnl_alg_kind_t act_alg(enum tsr_act kind, int *uses_dst) {
+  *uses_dst = kind == TSR_ACT_TANH || kind == TSR_ACT_SIGMOID;
+  switch (kind) {
+  case TSR_ACT_TANH: return dnnl_eltwise_tanh_use_dst_for_bwd;
+  case TSR_ACT_SIGMOID: return dnnl_eltwise_logistic_use_dst_for_bwd;
+  default: return dnnl_eltwise_relu;
+  }
+}
+
+/* The key ignores alpha where the activation has none, so one primitive serves every layer. */
+static struct tsr_act_desc act_key(const struct tsr_act_desc *d) {
+  struct tsr_act_desc k = *d;
+  if (k.kind != TSR_ACT_LEAKY_RELU) k.alpha = 0;
+  return k;
+}
+
+static dnnl_primitive_desc_t act_fwd_pd(const struct tsr_act_desc *d, const dnnl_memory_desc_t *md) {
+  int uses_dst;
+  dnnl_eltwise_desc_t op;
+  TSR_DNNL_CHECK(dnnl_eltwise_forward_desc_init(&op, dnnl_forward_training, act_alg(d->kind, &uses_dst), md,
+                                                d->alpha, 0.f));
+  dnnl_primitive_desc_t pd;
+  TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, NULL, _tsr_dnnl_engine(), NULL));
+  return pd;
+}
+
+static struct act_prim *act_get(const struct tsr_act_desc *desc, int bwd) {
+  struct tsr_act_desc d = act_key(desc);
+  int tag = bwd ? TAG_ACT_BWD : TAG_ACT_FWD;
+  struct act_prim *ap = _tsr_cache_get(tag, &d, sizeof d);
+  if (ap) return ap;
+  ap = calloc(1, sizeof *ap);
+  if (!ap) _tsr_kernel_fail(__FILE__, __LINE__, "calloc(act_prim)", -1);
+  dnnl_memory_desc_t md;
+  dnnl_dims_t dims = {(dnnl_dim_t)d.len};
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_f32, dnnl_a));
+  dnnl_primitive_desc_t fwd = act_fwd_pd(&d, &md);
+  if (!bwd) {
+    TSR_DNNL_CHECK(dnnl_primitive_create(&ap->prim, fwd));
+    ap->nargs = 2;
+    ap->arg[0] = DNNL_ARG_SRC;
+    ap->arg[1] = DNNL_ARG_DST;
+  } else {
+    int uses_dst;
+    dnnl_eltwise_desc_t op;
+    TSR_DNNL_CHECK(dnnl_eltwise_backward_desc_init(&op, act_alg(d.kind, &uses_dst), &md, &md, d.alpha, 0.f));
+    dnnl_primitive_desc_t pd;
+    TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, NULL, _tsr_dnnl_engine(), fwd));
+    TSR_DNNL_CHECK(dnnl_primitive_create(&ap->prim, pd));
+    dnnl_primitive_desc_destroy(pd);
+    ap->nargs = 3;
+    ap->arg[0] = uses_dst ? DNNL_ARG_DST : DNNL_ARG_SRC;
+    ap->arg[1] = DNNL_ARG_DIFF_DST;
+    ap->arg[2] = DNNL_ARG_DIFF_SRC;
+  }
+  for (int i = 0; i < ap->nargs; i++) ap->mem[i] = _tsr_dnnl_mem(&md, NULL);
+  dnnl_primitive_desc_destroy(fwd);
+  _tsr_cache_put(tag, &d, sizeof d, ap, act_prim_destroy);
+  return ap;
+}
+
+static void act_run(struct act_prim *ap, const void *const *ptrs) {
+  dnnl_exec_arg_t args[3];
+  for (int i = 0; i < ap->nargs; i++) {
+    TSR_DNNL_CHECK(dnnl_memory_set_data_handle(ap->mem[i], (void *)ptrs[i]));
+    args[i] = (dnnl_exec_arg_t){ap->arg[i], ap->mem[i]};
+  }
+  _tsr_dnnl_run(ap->prim, ap->nargs, args);
+}
+
+void _tsr_act_fwd_cpu(const struct tsr_act_desc *d, const float *x, float *y) {
+  act_run(act_get(d, 0), (const void *[]){x, y});
+}
+
+void _tsr_act_bwd_cpu(const struct tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx) {
+  struct act_prim *ap = act_get(d, 1);
+  act_run(ap, (const void *[]){ap->arg[0] == DNNL_ARG_DST ? y : x, dy, dx});
+}
+
+/* Buffers: x, y */
+static void act_fwd_func(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  _tsr_act_fwd_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
+}
+
+/* Buffers: x, y, dy, dx */
+static void act_bwd_func(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  _tsr_act_bwd_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3));
+}
+
+static struct starpu_perfmodel act_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_act_fwd"};
+static struct starpu_perfmodel act_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_act_bwd"};
+
+static struct starpu_codelet cl_act_fwd = {
+    .cpu_funcs = {act_fwd_func},
+    .cpu_funcs_name = {"act_fwd_func"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &act_fwd_model,
+    .name = "tsr_act_fwd",
+};
+
+static struct starpu_codelet cl_act_bwd = {
+    .cpu_funcs = {act_bwd_func},
+    .cpu_funcs_name = {"act_bwd_func"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &act_bwd_model,
+    .name = "tsr_act_bwd",
+};
+
+int _tsr_insert_act_fwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+                        const char *name) {
+  struct _tsr_buf bufs[] = {{x, STARPU_R}, {y, STARPU_W}};
+  return _tsr_submit(&cl_act_fwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, 2, bufs);
+}
+
+int _tsr_insert_act_bwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+                        starpu_data_handle_t dy, starpu_data_handle_t dx, const char *name) {
+  struct _tsr_buf bufs[] = {{x, STARPU_R}, {y, STARPU_R}, {dy, STARPU_R}, {dx, STARPU_W}};
+  return _tsr_submit(&cl_act_bwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, 4, bufs);
+}

@@ -1,1 +1,199 @@
-/* placeholder: being written */
+/* 2-D pooling (max, and average counting the padding as PyTorch's default) on NCHW float32 with
+ * oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
+ * workspace (the argmax of each window) during the forward so that the backward need not read x.
+ * Primitives and their memory objects are built once per (thread, descriptor); a call only swaps
+ * data pointers. Scratchpads are user-managed (per-thread scratch), so no call allocates. */
+#include <errno.h>
+
+#include "codelets.h"
+#include "kernel_util.h"
+#include "runtime/error.h"
+
+/* Cache tags are spelled in ASCII so that each codelet file's tags stay distinct. */
+enum { TAG_POOL_FWD = 0x504c4657 /* "PLFW" */, TAG_POOL_BWD = 0x504c4257 /* "PLBW" */ };
+
+/* One cached primitive with the memory objects it runs on. For the backward, `in` is diff_dst
+ * and `out` diff_src. */
+struct pool_prim {
+  dnnl_primitive_t prim;
+  dnnl_memory_t in, out, ws, scratch; /* ws, scratch: NULL when not needed */
+  size_t scratch_bytes;
+};
+
+static void pool_prim_destroy(void *p) {
+  struct pool_prim *pp = p;
+  dnnl_primitive_destroy(pp->prim);
+  dnnl_memory_destroy(pp->in);
+  dnnl_memory_destroy(pp->out);
+  if (pp->ws) dnnl_memory_destroy(pp->ws);
+  if (pp->scratch) dnnl_memory_destroy(pp->scratch);
+  free(pp);
+}
+
+static void pool_mds(const struct tsr_pool_desc *d, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
+  dnnl_dims_t sd = {d->n, d->c, d->h, d->w}, dd = {d->n, d->c, d->oh, d->ow};
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, 4, sd, dnnl_f32, dnnl_nchw));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, 4, dd, dnnl_f32, dnnl_nchw));
+}
+
+static dnnl_primitive_attr_t user_scratchpad_attr(void) {
+  dnnl_primitive_attr_t attr;
+  TSR_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
+  TSR_DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+  return attr;
+}
+
+/* Symmetric padding on both sides matches PyTorch's floor mode: oneDNN checks
+ * (h - k + 2p) / s + 1 == oh with integer division, which is PyTorch's formula. */
+static dnnl_primitive_desc_t pool_fwd_pd(const struct tsr_pool_desc *d) {
+  dnnl_memory_desc_t src, dst;
+  pool_mds(d, &src, &dst);
+  dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
+  dnnl_alg_kind_t alg = d->is_max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
+  dnnl_pooling_desc_t op;
+  TSR_DNNL_CHECK(dnnl_pooling_forward_desc_init(&op, dnnl_forward_training, alg, &src, &dst, st, k, p, p));
+  dnnl_primitive_attr_t attr = user_scratchpad_attr();
+  dnnl_primitive_desc_t pd;
+  TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, attr, _tsr_dnnl_engine(), NULL));
+  dnnl_primitive_attr_destroy(attr);
+  return pd;
+}
+
+static dnnl_primitive_desc_t pool_bwd_pd(const struct tsr_pool_desc *d) {
+  dnnl_memory_desc_t src, dst;
+  pool_mds(d, &src, &dst);
+  dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
+  dnnl_alg_kind_t alg = d->is_max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
+  dnnl_pooling_desc_t op;
+  TSR_DNNL_CHECK(dnnl_pooling_backward_desc_init(&op, alg, &src, &dst, st, k, p, p));
+  dnnl_primitive_desc_t hint = pool_fwd_pd(d);
+  dnnl_primitive_attr_t attr = user_scratchpad_attr();
+  dnnl_primitive_desc_t pd;
+  TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, attr, _tsr_dnnl_engine(), hint));
+  dnnl_primitive_attr_destroy(attr);
+  dnnl_primitive_desc_destroy(hint);
+  return pd;
+}
+
+static size_t md_bytes(dnnl_primitive_desc_t pd, dnnl_query_t what) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+  return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+static struct pool_prim *pool_get(const struct tsr_pool_desc *d, int bwd) {
+  int tag = bwd ? TAG_POOL_BWD : TAG_POOL_FWD;
+  struct pool_prim *pp = _tsr_cache_get(tag, d, sizeof *d);
+  if (pp) return pp;
+  pp = calloc(1, sizeof *pp);
+  if (!pp) _tsr_kernel_fail(__FILE__, __LINE__, "calloc(pool_prim)", -1);
+  dnnl_primitive_desc_t pd = bwd ? pool_bwd_pd(d) : pool_fwd_pd(d);
+  TSR_DNNL_CHECK(dnnl_primitive_create(&pp->prim, pd));
+  dnnl_query_t in = bwd ? dnnl_query_diff_dst_md : dnnl_query_src_md;
+  dnnl_query_t out = bwd ? dnnl_query_diff_src_md : dnnl_query_dst_md;
+  pp->in = _tsr_dnnl_mem(dnnl_primitive_desc_query_md(pd, in, 0), NULL);
+  pp->out = _tsr_dnnl_mem(dnnl_primitive_desc_query_md(pd, out, 0), NULL);
+  if (md_bytes(pd, dnnl_query_workspace_md))
+    pp->ws = _tsr_dnnl_mem(dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0), NULL);
+  pp->scratch_bytes = md_bytes(pd, dnnl_query_scratchpad_md);
+  if (pp->scratch_bytes)
+    pp->scratch = _tsr_dnnl_mem(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), NULL);
+  dnnl_primitive_desc_destroy(pd);
+  _tsr_cache_put(tag, d, sizeof *d, pp, pool_prim_destroy);
+  return pp;
+}
+
+static void pool_run(struct pool_prim *pp, int in_arg, const void *in, int out_arg, void *out, void *ws) {
+  dnnl_exec_arg_t args[4];
+  int nargs = 0;
+  TSR_DNNL_CHECK(dnnl_memory_set_data_handle(pp->in, (void *)in));
+  TSR_DNNL_CHECK(dnnl_memory_set_data_handle(pp->out, out));
+  args[nargs++] = (dnnl_exec_arg_t){in_arg, pp->in};
+  args[nargs++] = (dnnl_exec_arg_t){out_arg, pp->out};
+  if (pp->ws) {
+    TSR_DNNL_CHECK(dnnl_memory_set_data_handle(pp->ws, ws));
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, pp->ws};
+  }
+  if (pp->scratch) {
+    TSR_DNNL_CHECK(dnnl_memory_set_data_handle(pp->scratch, _tsr_scratch(0, pp->scratch_bytes)));
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, pp->scratch};
+  }
+  _tsr_dnnl_run(pp->prim, nargs, args);
+}
+
+/* Asks oneDNN rather than assuming its layout (u8 or s32 indices depending on the window size). */
+size_t _tsr_pool_ws_bytes(const struct tsr_pool_desc *d) {
+  if (!d->is_max) return 0;
+  dnnl_primitive_desc_t pd = pool_fwd_pd(d);
+  size_t bytes = md_bytes(pd, dnnl_query_workspace_md);
+  dnnl_primitive_desc_destroy(pd);
+  return bytes;
+}
+
+void _tsr_pool_fwd_cpu(const struct tsr_pool_desc *d, const float *x, float *y, void *ws) {
+  pool_run(pool_get(d, 0), DNNL_ARG_SRC, x, DNNL_ARG_DST, y, ws);
+}
+
+void _tsr_pool_bwd_cpu(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
+  pool_run(pool_get(d, 1), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, (void *)ws);
+}
+
+/* Buffers: x, y[, ws] */
+static void pool_fwd_func(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct tsr_pool_desc *d = cl_arg;
+  void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
+  _tsr_pool_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), ws);
+}
+
+/* Buffers: dy[, ws], dx */
+static void pool_bwd_func(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  const struct tsr_pool_desc *d = cl_arg;
+  const void *ws = d->is_max ? (const void *)STARPU_VECTOR_GET_PTR(buffers[1]) : NULL;
+  _tsr_pool_bwd_cpu(d, TSR_BUF(buffers, 0), ws, TSR_BUF(buffers, d->is_max ? 2 : 1));
+}
+
+static struct starpu_perfmodel pool_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_pool_fwd"};
+static struct starpu_perfmodel pool_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_pool_bwd"};
+
+static struct starpu_codelet cl_pool_fwd = {
+    .cpu_funcs = {pool_fwd_func},
+    .cpu_funcs_name = {"pool_fwd_func"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pool_fwd_model,
+    .name = "tsr_pool_fwd",
+};
+
+static struct starpu_codelet cl_pool_bwd = {
+    .cpu_funcs = {pool_bwd_func},
+    .cpu_funcs_name = {"pool_bwd_func"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &pool_bwd_model,
+    .name = "tsr_pool_bwd",
+};
+
+static int check_ws(const struct tsr_pool_desc *d, starpu_data_handle_t ws, const char *name) {
+  if (d->is_max && !ws) {
+    _tsr_error(TSR_ERR_ARG, "pool '%s': max pooling needs a workspace handle", name);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int _tsr_insert_pool_fwd(const struct tsr_pool_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+                         starpu_data_handle_t ws, const char *name) {
+  int ret = check_ws(d, ws, name);
+  if (ret) return ret;
+  struct _tsr_buf bufs[] = {{x, STARPU_R}, {y, STARPU_W}, {ws, STARPU_W}};
+  return _tsr_submit(&cl_pool_fwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, d->is_max ? 3 : 2, bufs);
+}
+
+int _tsr_insert_pool_bwd(const struct tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
+                         starpu_data_handle_t dx, const char *name) {
+  int ret = check_ws(d, ws, name);
+  if (ret) return ret;
+  struct _tsr_buf with_ws[] = {{dy, STARPU_R}, {ws, STARPU_R}, {dx, STARPU_W}};
+  struct _tsr_buf without_ws[] = {{dy, STARPU_R}, {dx, STARPU_W}};
+  return d->is_max ? _tsr_submit(&cl_pool_bwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, 3, with_ws)
+                   : _tsr_submit(&cl_pool_bwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, 2, without_ws);
+}

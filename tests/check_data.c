@@ -1,3 +1,429 @@
+/* Suite "data": the phase-object generator (determinism, energy conservation, a float64 DFT
+ * reference, the potential as target) and HDF5 datasets (round trip with the generator, concurrent
+ * reads, and every malformed-file error naming the file and the problem). */
+#define _GNU_SOURCE
+#include <complex.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+#include <tessera/data.h>
+
 #include "testutil.h"
-static Suite *s(void){Suite *s=suite_create("placeholder");return s;}
-TT_MAIN(s)
+
+static tsr_phase_gen_opts small_opts(int size) {
+  tsr_phase_gen_opts o;
+  tsr_phase_gen_opts_default(&o);
+  o.size = size;
+  o.seed = 1234;
+  return o;
+}
+
+static float *gen(const tsr_phase_gen_opts *o, int64_t index, float **v) {
+  size_t n = (size_t)o->size * o->size;
+  float *x = malloc(n * sizeof *x);
+  *v = malloc(n * sizeof **v);
+  ck_assert_int_eq(tsr_phase_gen_sample(o, index, x, *v), TSR_OK);
+  return x;
+}
+
+START_TEST(gen_same_seed_and_index_give_identical_samples) {
+  tsr_phase_gen_opts o = small_opts(32);
+  float *v1, *v2, *v3;
+  float *x1 = gen(&o, 7, &v1), *x2 = gen(&o, 7, &v2);
+  size_t n = 32 * 32;
+  ck_assert(memcmp(x1, x2, n * 4) == 0 && memcmp(v1, v2, n * 4) == 0);
+  float *x3 = gen(&o, 8, &v3);
+  ck_assert_msg(memcmp(x1, x3, n * 4) != 0 && memcmp(v1, v3, n * 4) != 0, "index 8 equals index 7");
+  o.seed = 1235;
+  free(x3);
+  free(v3);
+  x3 = gen(&o, 7, &v3);
+  ck_assert_msg(memcmp(v1, v3, n * 4) != 0, "seed 1235 equals seed 1234");
+  free(x1), free(x2), free(x3), free(v1), free(v2), free(v3);
+}
+END_TEST
+
+/* |t| = 1, so sum_k |FFT(t)(k)|^2 = size^2 sum |t|^2 = size^4; the input stores log(1 + |F|^2/size^2). */
+START_TEST(gen_intensity_conserves_energy) {
+  for (int size = 16; size <= 64; size *= 2) {
+    tsr_phase_gen_opts o = small_opts(size);
+    for (int64_t idx = 0; idx < 4; idx++) {
+      float *v, *x = gen(&o, idx, &v);
+      double sum = 0, s2 = (double)size * size;
+      for (int i = 0; i < size * size; i++) sum += expm1((double)x[i]) * s2;
+      double want = s2 * s2;
+      ck_assert_msg(fabs(sum - want) <= 1e-4 * want, "size %d sample %lld: sum |F|^2 = %.8g, expected %.8g", size,
+                    (long long)idx, sum, want);
+      free(x), free(v);
+    }
+  }
+}
+END_TEST
+
+/* The input must equal a float64 naive DFT of exp(i sigma V) built from the target, shifted so
+ * frequency 0 sits at (size/2, size/2); an odd size checks the shift's rounding. */
+START_TEST(gen_input_matches_naive_dft_of_target) {
+  int sizes[] = {16, 15};
+  for (int si = 0; si < 2; si++) {
+    int s = sizes[si];
+    tsr_phase_gen_opts o = small_opts(s);
+    o.sigma = 1.7f;
+    float *v, *x = gen(&o, 3, &v);
+    double *ref = malloc(sizeof(double) * s * s);
+    for (int ky = 0; ky < s; ky++)
+      for (int kx = 0; kx < s; kx++) {
+        double complex f = 0;
+        for (int y = 0; y < s; y++)
+          for (int xx = 0; xx < s; xx++)
+            f += cexp(I * (double)o.sigma * v[y * s + xx]) * cexp(-2 * M_PI * I * ((double)ky * y + (double)kx * xx) / s);
+        double inten = creal(f * conj(f)) / ((double)s * s);
+        ref[((ky + s / 2) % s) * s + (kx + s / 2) % s] = log1p(inten);
+      }
+    tt_assert_close(x, ref, (size_t)s * s, 1e-5, 1e-5, s == 16 ? "input, size 16" : "input, size 15");
+    free(ref), free(x), free(v);
+  }
+}
+END_TEST
+
+/* With a weak phase the pattern is a delta at the centre: checks fftshift direction and scaling. */
+START_TEST(gen_weak_phase_peaks_at_centre) {
+  tsr_phase_gen_opts o = small_opts(32);
+  o.sigma = 1e-4f;
+  float *v, *x = gen(&o, 0, &v);
+  int c = 16 * 32 + 16;
+  ck_assert_msg(fabs(x[c] - log1p(1024.0)) < 1e-3, "centre is %g, expected %g", x[c], log1p(1024.0));
+  for (int i = 0; i < 32 * 32; i++)
+    if (i != c) ck_assert_msg(x[i] < 1e-3, "pixel %d is %g away from the centre", i, x[i]);
+  free(x), free(v);
+}
+END_TEST
+
+/* One atom of known width: V >= 0 and log V is a parabola of curvature -1/w^2 around its maximum. */
+START_TEST(gen_target_is_gaussian_potential) {
+  tsr_phase_gen_opts o = small_opts(48);
+  o.atoms_min = o.atoms_max = 1;
+  o.width_min = o.width_max = 2.5f;
+  for (int64_t idx = 0; idx < 5; idx++) {
+    float *v, *x = gen(&o, idx, &v);
+    int best = 0;
+    for (int i = 0; i < 48 * 48; i++) {
+      ck_assert_msg(v[i] >= 0, "V[%d] = %g is negative", i, v[i]);
+      if (v[i] > v[best]) best = i;
+    }
+    int by = best / 48, bx = best % 48;
+    ck_assert_msg(v[best] >= 0.5 * 0.8 && v[best] <= 1.0, "peak height %g outside the amplitude range", v[best]);
+    double l = log(v[by * 48 + (bx + 47) % 48]), m = log(v[best]), r = log(v[by * 48 + (bx + 1) % 48]);
+    double u = log(v[((by + 47) % 48) * 48 + bx]), d = log(v[((by + 1) % 48) * 48 + bx]);
+    double want = -1.0 / (2.5 * 2.5);
+    ck_assert_msg(fabs((l - 2 * m + r) - want) < 1e-4 && fabs((u - 2 * m + d) - want) < 1e-4,
+                  "sample %lld: curvature %g/%g, expected %g", (long long)idx, l - 2 * m + r, u - 2 * m + d, want);
+    free(x), free(v);
+  }
+}
+END_TEST
+
+START_TEST(gen_rejects_bad_options) {
+  tsr_phase_gen_opts o = small_opts(16);
+  float x[256], v[256];
+  o.atoms_max = 2;
+  o.atoms_min = 3;
+  ck_assert_int_eq(tsr_phase_gen_sample(&o, 0, x, v), TSR_ERR_ARG);
+  ck_assert_msg(strstr(tsr_last_error(), "atoms_max"), "message: %s", tsr_last_error());
+  o = small_opts(16);
+  o.width_min = 0;
+  ck_assert_int_eq(tsr_phase_gen_sample(&o, 0, x, v), TSR_ERR_ARG);
+  ck_assert_msg(strstr(tsr_last_error(), "width_min"), "message: %s", tsr_last_error());
+  o = small_opts(1);
+  ck_assert_int_eq(tsr_phase_gen_sample(&o, 0, x, v), TSR_ERR_ARG);
+  ck_assert_msg(strstr(tsr_last_error(), "size"), "message: %s", tsr_last_error());
+}
+END_TEST
+
+/* ---- datasets ---- */
+
+static char *tmp_path(const char *name) {
+  char *p;
+  ck_assert(asprintf(&p, "%s/%s", tt_tmpdir(), name) > 0);
+  return p;
+}
+
+static char *write_gen_file(const char *name, const tsr_phase_gen_opts *o, int64_t n) {
+  char *p = tmp_path(name);
+  ck_assert_msg(tsr_phase_gen_write(o, n, p, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  return p;
+}
+
+static void progress_count(void *user, int64_t done, int64_t total) {
+  int64_t *last = user;
+  ck_assert(done >= *last && done <= total);
+  *last = done;
+}
+
+START_TEST(dataset_round_trip_matches_generator) {
+  tsr_phase_gen_opts o = small_opts(16);
+  char *p = tmp_path("gen.h5");
+  int64_t last = -1;
+  ck_assert_msg(tsr_phase_gen_write(&o, 70, p, progress_count, &last) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(last, 70);
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", p);
+  ck_assert_msg(access(tmp, F_OK) != 0, "temporary file left behind");
+
+  tsr_dataset *d;
+  ck_assert_msg(tsr_dataset_open(&d, p) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_dataset_size(d), 70);
+  int c, h, w;
+  tsr_dataset_input_shape(d, &c, &h, &w);
+  ck_assert(c == 1 && h == 16 && w == 16);
+  tsr_dataset_target_shape(d, &c, &h, &w);
+  ck_assert(c == 1 && h == 16 && w == 16);
+  float x[256], y[256], xr[256], vr[256];
+  int64_t idx[] = {0, 1, 63, 64, 69};
+  for (int k = 0; k < 5; k++) {
+    ck_assert_int_eq(tsr_dataset_read(d, idx[k], x, y), TSR_OK);
+    ck_assert_int_eq(tsr_phase_gen_sample(&o, idx[k], xr, vr), TSR_OK);
+    ck_assert_msg(memcmp(x, xr, sizeof x) == 0 && memcmp(y, vr, sizeof y) == 0, "sample %lld differs", (long long)idx[k]);
+  }
+  ck_assert_int_eq(tsr_dataset_read(d, 70, x, y), TSR_ERR_ARG);
+  ck_assert_msg(strstr(tsr_last_error(), "70"), "%s", tsr_last_error());
+  tsr_dataset_close(d);
+
+  /* the attributes record the options */
+  hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+  float sigma = 0;
+  int amax = 0;
+  hid_t a = H5Aopen(f, "sigma", H5P_DEFAULT);
+  H5Aread(a, H5T_NATIVE_FLOAT, &sigma);
+  H5Aclose(a);
+  a = H5Aopen(f, "atoms_max", H5P_DEFAULT);
+  H5Aread(a, H5T_NATIVE_INT, &amax);
+  H5Aclose(a);
+  ck_assert(H5Aexists(f, "generator") > 0 && H5Aexists(f, "generator_version") > 0 && H5Aexists(f, "seed") > 0);
+  H5Fclose(f);
+  ck_assert(sigma == o.sigma && amax == o.atoms_max);
+  free(p);
+}
+END_TEST
+
+struct reader {
+  tsr_dataset *d;
+  const tsr_phase_gen_opts *o;
+  int first, bad;
+};
+
+static void *read_many(void *arg) {
+  struct reader *r = arg;
+  float x[256], y[256], xr[256], vr[256];
+  for (int k = 0; k < 200; k++) {
+    int64_t i = (r->first + 7 * k) % 40;
+    if (tsr_dataset_read(r->d, i, x, y) != TSR_OK || tsr_phase_gen_sample(r->o, i, xr, vr) != TSR_OK ||
+        memcmp(x, xr, sizeof x) != 0 || memcmp(y, vr, sizeof y) != 0)
+      r->bad++;
+  }
+  return NULL;
+}
+
+START_TEST(dataset_concurrent_reads_agree) {
+  tsr_phase_gen_opts o = small_opts(16);
+  char *p = write_gen_file("conc.h5", &o, 40);
+  tsr_dataset *d;
+  ck_assert_int_eq(tsr_dataset_open(&d, p), TSR_OK);
+  pthread_t th[4];
+  struct reader r[4];
+  for (int i = 0; i < 4; i++) {
+    r[i] = (struct reader){.d = d, .o = &o, .first = i * 3};
+    pthread_create(&th[i], NULL, read_many, &r[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_msg(r[i].bad == 0, "thread %d: %d bad reads", i, r[i].bad);
+  }
+  tsr_dataset_close(d);
+  free(p);
+}
+END_TEST
+
+/* Writes a file with two datasets of the given names, ranks, dims and HDF5 types. */
+static void write_h5(const char *path, const char *n1, int r1, const hsize_t *d1, hid_t t1, const char *n2, int r2,
+                     const hsize_t *d2, hid_t t2) {
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ck_assert(f >= 0);
+  const char *names[] = {n1, n2};
+  int ranks[] = {r1, r2};
+  const hsize_t *dims[] = {d1, d2};
+  hid_t types[] = {t1, t2};
+  for (int k = 0; k < 2; k++) {
+    hid_t sp = H5Screate_simple(ranks[k], dims[k], NULL);
+    hid_t ds = H5Dcreate2(f, names[k], types[k], sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t n = 1;
+    for (int i = 0; i < ranks[k]; i++) n *= dims[k][i];
+    double *buf = malloc(n * sizeof *buf);
+    for (hsize_t i = 0; i < n; i++) buf[i] = 0.25 * (double)(i % 17);
+    H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    free(buf);
+    H5Dclose(ds);
+    H5Sclose(sp);
+  }
+  H5Fclose(f);
+}
+
+/* Opening must fail with `status`, and the message must name the file and contain each fragment. */
+static void expect_open_error(const char *path, tsr_status status, const char *frag1, const char *frag2) {
+  tsr_dataset *d = (tsr_dataset *)1;
+  tsr_status s = tsr_dataset_open(&d, path);
+  const char *msg = tsr_last_error();
+  ck_assert_msg(s == status, "%s: status %d, expected %d (%s)", path, s, status, msg);
+  ck_assert(d == NULL);
+  const char *base = strrchr(path, '/') + 1;
+  ck_assert_msg(strstr(msg, base), "message does not name the file: %s", msg);
+  ck_assert_msg(strstr(msg, frag1), "message lacks '%s': %s", frag1, msg);
+  if (frag2) ck_assert_msg(strstr(msg, frag2), "message lacks '%s': %s", frag2, msg);
+}
+
+static const hsize_t d4[] = {3, 1, 4, 4};
+
+START_TEST(dataset_missing_file_is_reported) {
+  char *p = tmp_path("absent.h5");
+  expect_open_error(p, TSR_ERR_IO, "No such file", NULL);
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_wrong_names_are_reported) {
+  char *p = tmp_path("names.h5");
+  write_h5(p, "x", 4, d4, H5T_IEEE_F32LE, "y", 4, d4, H5T_IEEE_F32LE);
+  expect_open_error(p, TSR_ERR_FORMAT, "'inputs'", "not found");
+  write_h5(p, "inputs", 4, d4, H5T_IEEE_F32LE, "y", 4, d4, H5T_IEEE_F32LE);
+  expect_open_error(p, TSR_ERR_FORMAT, "'targets'", "not found");
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_three_dimensional_target_is_reported) {
+  char *p = tmp_path("rank3.h5");
+  hsize_t d3[] = {3, 4, 4};
+  write_h5(p, "inputs", 4, d4, H5T_IEEE_F32LE, "targets", 3, d3, H5T_IEEE_F32LE);
+  expect_open_error(p, TSR_ERR_FORMAT, "dataset 'targets' has 3 dimensions, expected 4", NULL);
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_mismatched_sample_counts_are_reported) {
+  char *p = tmp_path("count.h5");
+  hsize_t d5[] = {5, 1, 4, 4};
+  write_h5(p, "inputs", 4, d4, H5T_IEEE_F32LE, "targets", 4, d5, H5T_IEEE_F32LE);
+  expect_open_error(p, TSR_ERR_FORMAT, "'inputs' has 3 samples", "'targets' has 5");
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_integer_values_are_reported) {
+  char *p = tmp_path("int.h5");
+  write_h5(p, "inputs", 4, d4, H5T_STD_I32LE, "targets", 4, d4, H5T_IEEE_F32LE);
+  expect_open_error(p, TSR_ERR_FORMAT, "'inputs' has integer values", NULL);
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_float64_values_are_read_as_float) {
+  char *p = tmp_path("f64.h5");
+  write_h5(p, "inputs", 4, d4, H5T_IEEE_F64LE, "targets", 4, d4, H5T_IEEE_F64BE);
+  tsr_dataset *d;
+  ck_assert_msg(tsr_dataset_open(&d, p) == TSR_OK, "%s", tsr_last_error());
+  float x[16], y[16];
+  ck_assert_int_eq(tsr_dataset_read(d, 2, x, y), TSR_OK);
+  for (int i = 0; i < 16; i++) {
+    float want = 0.25f * (float)((32 + i) % 17);
+    ck_assert_msg(x[i] == want && y[i] == want, "element %d: %g %g, expected %g", i, x[i], y[i], want);
+  }
+  tsr_dataset_close(d);
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_garbage_file_is_reported) {
+  char *p = tmp_path("garbage.h5");
+  FILE *f = fopen(p, "wb");
+  for (int i = 0; i < 4096; i++) fwrite(&i, sizeof i, 1, f);
+  fclose(f);
+  expect_open_error(p, TSR_ERR_FORMAT, "not an HDF5 file", NULL);
+  free(p);
+}
+END_TEST
+
+START_TEST(dataset_truncated_file_is_reported) {
+  tsr_phase_gen_opts o = small_opts(16);
+  char *p = write_gen_file("full.h5", &o, 20);
+  FILE *f = fopen(p, "rb");
+  char *buf = malloc(1 << 20);
+  size_t n = fread(buf, 1, 1 << 20, f);
+  fclose(f);
+  char *q = tmp_path("truncated.h5");
+  size_t cuts[] = {n / 2, n - 100, 3000};
+  for (int k = 0; k < 3; k++) {
+    f = fopen(q, "wb");
+    fwrite(buf, 1, cuts[k], f);
+    fclose(f);
+    expect_open_error(q, TSR_ERR_FORMAT, "truncated", NULL);
+  }
+  free(buf), free(p), free(q);
+}
+END_TEST
+
+START_TEST(dataset_nan_in_sample_is_reported) {
+  tsr_phase_gen_opts o = small_opts(16);
+  char *p = write_gen_file("nan.h5", &o, 6);
+  hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, "targets", H5P_DEFAULT), fs = H5Dget_space(ds);
+  hsize_t start[4] = {2, 0, 5, 7}, cnt[4] = {1, 1, 1, 1}, one = 1;
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL);
+  hid_t ms = H5Screate_simple(1, &one, NULL);
+  float nan = NAN;
+  ck_assert(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &nan) >= 0);
+  H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Fclose(f);
+
+  tsr_dataset *d;
+  ck_assert_int_eq(tsr_dataset_open(&d, p), TSR_OK);
+  float x[256], y[256];
+  ck_assert_int_eq(tsr_dataset_read(d, 1, x, y), TSR_OK);
+  ck_assert_int_eq(tsr_dataset_read(d, 2, x, y), TSR_ERR_NUMERIC);
+  const char *msg = tsr_last_error();
+  ck_assert_msg(strstr(msg, "nan.h5") && strstr(msg, "'targets'") && strstr(msg, "sample 2") && strstr(msg, "NaN"),
+                "message: %s", msg);
+  tsr_dataset_close(d);
+  free(p);
+}
+END_TEST
+
+static Suite *make_data_suite(void) {
+  Suite *s = suite_create("data");
+  TCase *g = tcase_create("generator");
+  tcase_add_test(g, gen_same_seed_and_index_give_identical_samples);
+  tcase_add_test(g, gen_intensity_conserves_energy);
+  tcase_add_test(g, gen_input_matches_naive_dft_of_target);
+  tcase_add_test(g, gen_weak_phase_peaks_at_centre);
+  tcase_add_test(g, gen_target_is_gaussian_potential);
+  tcase_add_test(g, gen_rejects_bad_options);
+  suite_add_tcase(s, g);
+  TCase *d = tcase_create("dataset");
+  tcase_add_test(d, dataset_round_trip_matches_generator);
+  tcase_add_test(d, dataset_concurrent_reads_agree);
+  tcase_add_test(d, dataset_missing_file_is_reported);
+  tcase_add_test(d, dataset_wrong_names_are_reported);
+  tcase_add_test(d, dataset_three_dimensional_target_is_reported);
+  tcase_add_test(d, dataset_mismatched_sample_counts_are_reported);
+  tcase_add_test(d, dataset_integer_values_are_reported);
+  tcase_add_test(d, dataset_float64_values_are_read_as_float);
+  tcase_add_test(d, dataset_garbage_file_is_reported);
+  tcase_add_test(d, dataset_truncated_file_is_reported);
+  tcase_add_test(d, dataset_nan_in_sample_is_reported);
+  suite_add_tcase(s, d);
+  return s;
+}
+
+TT_MAIN(make_data_suite)

@@ -1,3 +1,123 @@
+/* Model builder: DAG construction, shape inference, and errors that name the layer and shapes. */
+#include <string.h>
+#include <tessera.h>
+
 #include "testutil.h"
-static Suite *s(void){Suite *s=suite_create("placeholder");return s;}
-TT_MAIN(s)
+
+static tsr_model *m;
+
+static void setup(void) {
+  ck_assert_int_eq(tsr_model_create(&m, "t"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 3, 32, 32), TSR_OK);
+}
+static void teardown(void) { tsr_model_destroy(m); }
+
+static void shape_is(const char *layer, int c, int h, int w) {
+  int C, H, W;
+  ck_assert_int_eq(tsr_model_layer_shape(m, layer, &C, &H, &W), TSR_OK);
+  ck_assert_msg(C == c && H == h && W == w, "%s: got [%d, %d, %d], expected [%d, %d, %d]", layer, C, H, W, c, h, w);
+}
+
+START_TEST(conv_pool_deconv_shapes_follow_pytorch) {
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 8, 3, 1, 1), TSR_OK);
+  shape_is("c1", 8, 32, 32);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "c1", 8, 3, 2, 1), TSR_OK);
+  shape_is("c2", 8, 16, 16);
+  tsr_layer_spec p = tsr_layer_spec_default(TSR_LAYER_MAXPOOL2D);
+  p.kernel_h = p.kernel_w = 2;
+  const char *c2 = "c2";
+  ck_assert_int_eq(tsr_model_add(m, "p", &p, &c2, 1), TSR_OK);
+  shape_is("p", 8, 8, 8);
+  tsr_layer_spec d = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
+  d.out_channels = 4, d.kernel_h = d.kernel_w = 3, d.stride_h = d.stride_w = 2, d.pad_h = d.pad_w = 1;
+  d.output_pad_h = d.output_pad_w = 1;
+  const char *pp = "p";
+  ck_assert_int_eq(tsr_model_add(m, "up", &d, &pp, 1), TSR_OK);
+  shape_is("up", 4, 16, 16); /* (8-1)*2 - 2 + 3 + 1 */
+  tsr_layer_spec dil = tsr_layer_spec_default(TSR_LAYER_CONV2D);
+  dil.out_channels = 2, dil.kernel_h = dil.kernel_w = 3, dil.dilation_h = dil.dilation_w = 2;
+  const char *in = "in";
+  ck_assert_int_eq(tsr_model_add(m, "dil", &dil, &in, 1), TSR_OK);
+  shape_is("dil", 2, 28, 28);
+}
+END_TEST
+
+START_TEST(concat_skip_connection_adds_channels) {
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "a", "in", 5, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "a"), TSR_OK);
+  const char *ins[] = {"in", "a", "r"};
+  tsr_layer_spec c = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  ck_assert_int_eq(tsr_model_add(m, "cat", &c, ins, 3), TSR_OK);
+  shape_is("cat", 13, 32, 32);
+  const char *ab[] = {"a", "r"};
+  tsr_layer_spec s = tsr_layer_spec_default(TSR_LAYER_ADD);
+  ck_assert_int_eq(tsr_model_add(m, "sum", &s, ab, 2), TSR_OK);
+  shape_is("sum", 5, 32, 32);
+  ck_assert_int_eq(tsr_model_num_layers(m), 5);
+  ck_assert_int_eq(tsr_model_num_params(m), 5 * 3 * 9 + 5);
+}
+END_TEST
+
+START_TEST(concat_of_different_sizes_names_layer_and_shapes) {
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "down", "in", 4, 2, 2, 0), TSR_OK);
+  const char *ins[] = {"in", "down"};
+  tsr_layer_spec c = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  ck_assert_int_eq(tsr_model_add(m, "bad", &c, ins, 2), TSR_ERR_SHAPE);
+  const char *e = tsr_last_error();
+  ck_assert_msg(strstr(e, "'bad'") && strstr(e, "[4, 16, 16]") && strstr(e, "[3, 32, 32]"), "message: %s", e);
+  ck_assert_int_eq(tsr_model_num_layers(m), 2);
+}
+END_TEST
+
+START_TEST(dense_needs_flatten_and_kernel_larger_than_input_fails) {
+  tsr_layer_spec d = tsr_layer_spec_default(TSR_LAYER_DENSE);
+  d.out_channels = 10;
+  const char *in = "in";
+  ck_assert_int_eq(tsr_model_add(m, "fc", &d, &in, 1), TSR_ERR_SHAPE);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "flatten"));
+  ck_assert_int_eq(tsr_model_add_simple(m, "flat", TSR_LAYER_FLATTEN, "in"), TSR_OK);
+  shape_is("flat", 3 * 32 * 32, 1, 1);
+  const char *f = "flat";
+  ck_assert_int_eq(tsr_model_add(m, "fc", &d, &f, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "huge", "in", 4, 40, 1, 0), TSR_ERR_SHAPE);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "'huge'"));
+}
+END_TEST
+
+START_TEST(bad_arguments_are_named) {
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "nowhere", 4, 3, 1, 1), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "'nowhere'"));
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 0, 3, 1, 1), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "out_channels 0"));
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 4, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 4, 3, 1, 1), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "twice"));
+  tsr_layer_spec dp = tsr_layer_spec_default(TSR_LAYER_DROPOUT);
+  dp.p = 1.0f;
+  const char *c = "c";
+  ck_assert_int_eq(tsr_model_add(m, "drop", &dp, &c, 1), TSR_ERR_ARG);
+  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  ck_assert_int_eq(tsr_model_add(m, "cat1", &cat, &c, 1), TSR_ERR_ARG);
+  ck_assert_int_eq(tsr_model_set_output(m, "missing", TSR_LOSS_MSE, 1), TSR_ERR_ARG);
+  ck_assert_int_eq(tsr_model_set_output(m, "c", TSR_LOSS_HUBER, 0), TSR_ERR_ARG);
+  tsr_layer_kind k;
+  ck_assert_int_eq(tsr_layer_kind_parse("conv_transpose2d", &k), TSR_OK);
+  ck_assert_int_eq(k, TSR_LAYER_CONV_TRANSPOSE2D);
+  ck_assert_int_eq(tsr_layer_kind_parse("conv3d", &k), TSR_ERR_ARG);
+}
+END_TEST
+
+static Suite *make_model_suite(void) {
+  Suite *s = suite_create("model");
+  TCase *tc = tcase_create("builder");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, conv_pool_deconv_shapes_follow_pytorch);
+  tcase_add_test(tc, concat_skip_connection_adds_channels);
+  tcase_add_test(tc, concat_of_different_sizes_names_layer_and_shapes);
+  tcase_add_test(tc, dense_needs_flatten_and_kernel_larger_than_input_fails);
+  tcase_add_test(tc, bad_arguments_are_named);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+TT_MAIN(make_model_suite)

@@ -1,3 +1,247 @@
+/* Training as a task graph: the whole-graph gradient (DAG with skip connections, several
+ * consumers per layer, slices) against finite differences, overfitting a small batch, and
+ * bitwise reproducibility in deterministic mode. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tessera.h>
+
 #include "testutil.h"
-static Suite *s(void){Suite *s=suite_create("placeholder");return s;}
-TT_MAIN(s)
+
+#define S 8 /* image side */
+
+/* Sample i: a smooth random-ish input and a target that depends on it non-trivially. */
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  int cin = *(int *)user;
+  for (int c = 0; c < cin; c++)
+    for (int p = 0; p < S * S; p++) x[c * S * S + p] = sinf(0.37f * (p + 1) * (index + 1) + c) * 0.8f;
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] * x[p] - 0.3f * x[(p + 1) % (S * S)];
+  return 0;
+}
+
+static tsr_context *start(int deterministic, int ncpus) {
+  tsr_context_opts o;
+  tsr_context_opts_default(&o);
+  o.ncpus = ncpus;
+  o.use_mpi = 0;
+  o.deterministic = deterministic;
+  o.verbose = 0;
+  tsr_context *ctx = NULL;
+  ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  return ctx;
+}
+
+/* A DAG: two consumers of 'a' and of the input, concat, pooling, transposed conv, add, dense-free. */
+static tsr_model *dag_model(void) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "dag"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "a", "in", 3, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "ra", TSR_LAYER_TANH, "a"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "b", "ra", 3, 3, 1, 1), TSR_OK);
+  const char *cat_in[] = {"ra", "b", "in"};
+  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  ck_assert_int_eq(tsr_model_add(m, "cat", &cat, cat_in, 3), TSR_OK);
+  tsr_layer_spec pool = tsr_layer_spec_default(TSR_LAYER_AVGPOOL2D);
+  pool.kernel_h = pool.kernel_w = 2;
+  const char *c = "cat";
+  ck_assert_int_eq(tsr_model_add(m, "pool", &pool, &c, 1), TSR_OK);
+  tsr_layer_spec up = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
+  up.out_channels = 3, up.kernel_h = up.kernel_w = 2, up.stride_h = up.stride_w = 2;
+  const char *p = "pool";
+  ck_assert_int_eq(tsr_model_add(m, "up", &up, &p, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "skip", "in", 3, 1, 1, 0), TSR_OK);
+  const char *add_in[] = {"up", "skip", "ra"};
+  tsr_layer_spec add = tsr_layer_spec_default(TSR_LAYER_ADD);
+  ck_assert_int_eq(tsr_model_add(m, "sum", &add, add_in, 3), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "act", TSR_LAYER_SIGMOID, "sum"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "act", 1, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
+  return m;
+}
+
+static double eval_loss(tsr_trainer *t, int *cin) {
+  int64_t id;
+  double l;
+  ck_assert_int_eq(tsr_trainer_eval(t, fill, cin, tsr_trainer_batch(t), &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t, id, &l), TSR_OK);
+  return l;
+}
+
+START_TEST(whole_graph_gradient_matches_finite_differences) {
+  tsr_context *ctx = start(1, 2);
+  tsr_model *m = dag_model();
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 5, o.slices = 2; /* unequal slices: 3 + 2 */
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &sgd, &o) == TSR_OK, "%s", tsr_last_error());
+  int cin = 2, n = tsr_trainer_num_tensors(t);
+  ck_assert_int_eq(n, 10);
+  float *before[10], *after[10];
+  tsr_shape shp[10];
+  for (int i = 0; i < n; i++) {
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &shp[i], NULL), TSR_OK);
+    before[i] = malloc(tsr_shape_numel(&shp[i]) * sizeof(float));
+    after[i] = malloc(tsr_shape_numel(&shp[i]) * sizeof(float));
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, before[i]), TSR_OK);
+  }
+  double l0 = eval_loss(t, &cin);
+  int64_t id;
+  double ltrain;
+  ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t, id, &ltrain), TSR_OK);
+  ck_assert_msg(fabs(ltrain - l0) <= 1e-6 * fabs(l0), "train-mode loss %.9g differs from eval loss %.9g", ltrain, l0);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_get(t, i, after[i]), TSR_OK);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_set(t, i, before[i]), TSR_OK);
+  /* SGD with lr 1 and no momentum: gradient = before - after. Check up to 6 entries per tensor by
+   * central differences of the eval loss (float32 forward, h = 1e-2: tolerance 2e-2 relative + 2e-5). */
+  for (int i = 0; i < n; i++) {
+    const char *name;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, &name, NULL, NULL), TSR_OK);
+    int64_t len = tsr_shape_numel(&shp[i]);
+    for (int k = 0; k < 6 && k < len; k++) {
+      int64_t j = (k * 7919) % len;
+      float *w = malloc(len * sizeof(float));
+      memcpy(w, before[i], len * sizeof(float));
+      const double h = 1e-2;
+      w[j] = before[i][j] + (float)h;
+      ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w), TSR_OK);
+      double lp = eval_loss(t, &cin);
+      w[j] = before[i][j] - (float)h;
+      ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w), TSR_OK);
+      double lm = eval_loss(t, &cin);
+      ck_assert_int_eq(tsr_trainer_tensor_set(t, i, before[i]), TSR_OK);
+      double fd = (lp - lm) / (2 * h), g = (double)before[i][j] - after[i][j];
+      ck_assert_msg(fabs(fd - g) <= 2e-5 + 2e-2 * fabs(fd), "%s[%lld]: gradient %.6g, finite differences %.6g", name,
+                    (long long)j, g, fd);
+      free(w);
+    }
+    free(before[i]);
+    free(after[i]);
+  }
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+static tsr_model *small_bn_model(void) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "small"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 8, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "c1"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_RELU, "bn1"), TSR_OK);
+  tsr_layer_spec dp = tsr_layer_spec_default(TSR_LAYER_DROPOUT);
+  dp.p = 0.1f;
+  const char *r1 = "r1";
+  ck_assert_int_eq(tsr_model_add(m, "drop", &dp, &r1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "drop", 8, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r2", TSR_LAYER_LEAKY_RELU, "c2"), TSR_OK);
+  const char *cat_in[] = {"r2", "in"};
+  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  ck_assert_int_eq(tsr_model_add(m, "cat", &cat, cat_in, 2), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "cat", 1, 3, 1, 1), TSR_OK);
+  return m;
+}
+
+/* Trains `steps` steps; returns the losses (caller frees) and the flattened final parameters. */
+static double *train_run(int deterministic, int steps, float **params_out, size_t *nparams) {
+  tsr_context *ctx = start(deterministic, 2);
+  tsr_model *m = small_bn_model();
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  adam.lr = 1e-2f;
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 8, o.slices = 2, o.seed = 7;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &adam, &o) == TSR_OK, "%s", tsr_last_error());
+  int cin = 1;
+  double *loss = calloc(steps, sizeof(double));
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, NULL), TSR_OK);
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, i, &loss[i]), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
+  size_t total = 0;
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape s;
+    tsr_trainer_tensor_info(t, i, NULL, &s, NULL);
+    total += tsr_shape_numel(&s);
+  }
+  float *p = malloc(total * sizeof(float));
+  for (int i = 0, off = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape s;
+    tsr_trainer_tensor_info(t, i, NULL, &s, NULL);
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, p + off), TSR_OK);
+    off += tsr_shape_numel(&s);
+  }
+  *params_out = p, *nparams = total;
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+  return loss;
+}
+
+START_TEST(small_model_overfits_a_small_batch) {
+  float *p;
+  size_t n;
+  double *loss = train_run(0, 200, &p, &n);
+  ck_assert_msg(isfinite(loss[199]) && loss[199] < 0.05 * loss[0], "loss went from %g to %g in 200 steps", loss[0],
+                loss[199]);
+  free(loss);
+  free(p);
+}
+END_TEST
+
+START_TEST(deterministic_mode_reproduces_bitwise) {
+  float *p1, *p2;
+  size_t n1, n2;
+  double *l1 = train_run(1, 12, &p1, &n1), *l2 = train_run(1, 12, &p2, &n2);
+  ck_assert_int_eq(n1, n2);
+  for (int i = 0; i < 12; i++) ck_assert_msg(memcmp(&l1[i], &l2[i], sizeof(double)) == 0, "step %d: %.17g vs %.17g", i, l1[i], l2[i]);
+  ck_assert_msg(memcmp(p1, p2, n1 * sizeof(float)) == 0, "final parameters differ");
+  free(l1), free(l2), free(p1), free(p2);
+}
+END_TEST
+
+START_TEST(eval_counts_only_valid_samples) {
+  tsr_context *ctx = start(1, 2);
+  tsr_model *m = dag_model();
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 4, o.slices = 2, o.seed = 3;
+  tsr_trainer *t4, *t3;
+  ck_assert_int_eq(tsr_trainer_create(&t4, ctx, m, NULL, &o), TSR_OK);
+  o.batch = 3;
+  ck_assert_int_eq(tsr_trainer_create(&t3, ctx, m, NULL, &o), TSR_OK);
+  int cin = 2;
+  int64_t a, b;
+  double la, lb;
+  ck_assert_int_eq(tsr_trainer_eval(t4, fill, &cin, 3, &a), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_eval(t3, fill, &cin, 3, &b), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t4, a, &la), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t3, b, &lb), TSR_OK);
+  ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(lb), "padded batch loss %.9g, exact batch loss %.9g", la, lb);
+  ck_assert_int_eq(tsr_trainer_eval(t4, fill, &cin, 5, &a), TSR_ERR_ARG);
+  tsr_trainer_destroy(t4);
+  tsr_trainer_destroy(t3);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+static Suite *make_train_suite(void) {
+  Suite *s = suite_create("train");
+  TCase *tc = tcase_create("graph");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, whole_graph_gradient_matches_finite_differences);
+  tcase_add_test(tc, small_model_overfits_a_small_batch);
+  tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
+  tcase_add_test(tc, eval_counts_only_valid_samples);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+TT_MAIN(make_train_suite)

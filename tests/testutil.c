@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <starpu.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "testutil.h"
 
@@ -91,6 +94,10 @@ const char *tt_tmpdir(void) {
 
 int tt_run_suite(Suite *s) {
   tt_starpu_home();
+#ifdef _OPENMP
+  /* Raw kernels called from the test thread run single-threaded, as in a StarPU worker. */
+  omp_set_num_threads(1);
+#endif
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

@@ -1,1 +1,212 @@
-/* placeholder: being written */
+/* HDF5 datasets: `inputs` [N,C,H,W] and `targets` [N,C',H',W'] of any float type, read one sample
+ * at a time as float32 through a hyperslab. The serial HDF5 library is not thread-safe and samples
+ * are read inside StarPU tasks on several workers, so every HDF5 call after the open checks goes
+ * through one process-wide lock (shared with the generator's writer, see _tsr_hdf5_lock). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <hdf5.h>
+
+#include "runtime/error.h"
+#include <tessera/data.h>
+
+struct part {
+  const char *name; /* "inputs" or "targets" */
+  hid_t dset, fspace;
+  int c, h, w;
+};
+
+struct tsr_dataset {
+  char *path;
+  hid_t file;
+  int64_t n;
+  struct part in, tg;
+};
+
+static pthread_mutex_t hdf5_mutex = PTHREAD_MUTEX_INITIALIZER;
+static H5E_auto2_t saved_func;
+static void *saved_data;
+
+/* Takes the HDF5 lock and silences HDF5's own error printing: callers report errors themselves. */
+void _tsr_hdf5_lock(void) {
+  pthread_mutex_lock(&hdf5_mutex);
+  H5Eget_auto2(H5E_DEFAULT, &saved_func, &saved_data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void _tsr_hdf5_unlock(void) {
+  H5Eset_auto2(H5E_DEFAULT, saved_func, saved_data);
+  pthread_mutex_unlock(&hdf5_mutex);
+}
+
+static herr_t first_desc(unsigned n, const H5E_error2_t *e, void *out) {
+  if (n == 0 && e->desc) snprintf(out, 256, "%s", e->desc);
+  return 0;
+}
+
+/* The innermost message of HDF5's error stack ("truncated file: eof = ..."), or "" (lock held). */
+const char *_tsr_hdf5_reason(char buf[256]) {
+  buf[0] = '\0';
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_desc, buf);
+  return buf;
+}
+
+static const char *class_name(H5T_class_t c) {
+  switch (c) {
+  case H5T_INTEGER: return "integer";
+  case H5T_FLOAT: return "float";
+  case H5T_STRING: return "string";
+  case H5T_COMPOUND: return "compound";
+  case H5T_ENUM: return "enum";
+  case H5T_ARRAY: return "array";
+  default: return "non-numeric";
+  }
+}
+
+/* Opens one of the two datasets and checks it is 4-D float; *n gets its first dimension. */
+static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, int64_t *n) {
+  p->name = name;
+  htri_t ex = H5Lexists(d->file, name, H5P_DEFAULT);
+  if (ex <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' not found (a dataset file holds 'inputs' and 'targets')",
+                      d->path, name);
+  p->dset = H5Dopen2(d->file, name, H5P_DEFAULT);
+  if (p->dset < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a dataset", d->path, name);
+  hid_t type = H5Dget_type(p->dset);
+  H5T_class_t cls = type < 0 ? H5T_NO_CLASS : H5Tget_class(type);
+  if (type >= 0) H5Tclose(type);
+  if (cls != H5T_FLOAT)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %s values, expected float", d->path, name,
+                      class_name(cls));
+  p->fspace = H5Dget_space(p->dset);
+  int nd = p->fspace < 0 ? -1 : H5Sget_simple_extent_ndims(p->fspace);
+  if (nd != 4)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %d dimensions, expected 4 [N, C, H, W]", d->path,
+                      name, nd);
+  hsize_t dims[4];
+  H5Sget_simple_extent_dims(p->fspace, dims, NULL);
+  for (int i = 1; i < 4; i++)
+    if (dims[i] == 0 || dims[i] > (1u << 30))
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has dimension %d of size %llu", d->path, name, i,
+                        (unsigned long long)dims[i]);
+  p->c = (int)dims[1];
+  p->h = (int)dims[2];
+  p->w = (int)dims[3];
+  *n = (int64_t)dims[0];
+  return TSR_OK;
+}
+
+static void close_part(struct part *p) {
+  if (p->fspace > 0) H5Sclose(p->fspace);
+  if (p->dset > 0) H5Dclose(p->dset);
+}
+
+static void dataset_free(tsr_dataset *d) {
+  _tsr_hdf5_lock();
+  close_part(&d->in);
+  close_part(&d->tg);
+  if (d->file > 0) H5Fclose(d->file);
+  _tsr_hdf5_unlock();
+  free(d->path);
+  free(d);
+}
+
+/* Opens the file after checking it exists and is HDF5, so each failure gets its own message. */
+static tsr_status open_file(tsr_dataset *d) {
+  struct stat st;
+  if (stat(d->path, &st) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", d->path, strerror(errno));
+  if (!S_ISREG(st.st_mode)) return _tsr_error(TSR_ERR_IO, "%s: not a regular file", d->path);
+  htri_t is = H5Fis_hdf5(d->path);
+  if (is == 0) return _tsr_error(TSR_ERR_FORMAT, "%s: not an HDF5 file", d->path);
+  char why[256];
+  if (is < 0)
+    return _tsr_error(TSR_ERR_IO, "%s: cannot read as HDF5 (%s)", d->path, _tsr_hdf5_reason(why));
+  d->file = H5Fopen(d->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (d->file < 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: corrupt or truncated HDF5 file (%s)", d->path, _tsr_hdf5_reason(why));
+  return TSR_OK;
+}
+
+tsr_status tsr_dataset_open(tsr_dataset **out, const char *path) {
+  if (!out || !path) return _tsr_error(TSR_ERR_ARG, "tsr_dataset_open: %s is NULL", out ? "path" : "d");
+  *out = NULL;
+  tsr_dataset *d = calloc(1, sizeof *d);
+  if (!d || !(d->path = strdup(path))) {
+    free(d);
+    return _tsr_error(TSR_ERR_NOMEM, "tsr_dataset_open: out of memory");
+  }
+  d->file = d->in.dset = d->in.fspace = d->tg.dset = d->tg.fspace = -1;
+  _tsr_hdf5_lock();
+  int64_t nin = 0, ntg = 0;
+  tsr_status s = open_file(d);
+  if (s == TSR_OK) s = open_part(d, &d->in, "inputs", &nin);
+  if (s == TSR_OK) s = open_part(d, &d->tg, "targets", &ntg);
+  _tsr_hdf5_unlock();
+  if (s == TSR_OK && nin != ntg)
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: dataset 'inputs' has %lld samples but 'targets' has %lld", path,
+                   (long long)nin, (long long)ntg);
+  if (s == TSR_OK && nin == 0) s = _tsr_error(TSR_ERR_FORMAT, "%s: datasets 'inputs' and 'targets' are empty", path);
+  if (s != TSR_OK) {
+    dataset_free(d);
+    return s;
+  }
+  d->n = nin;
+  *out = d;
+  return TSR_OK;
+}
+
+void tsr_dataset_close(tsr_dataset *d) {
+  if (d) dataset_free(d);
+}
+
+int64_t tsr_dataset_size(const tsr_dataset *d) { return d->n; }
+
+void tsr_dataset_input_shape(const tsr_dataset *d, int *c, int *h, int *w) {
+  *c = d->in.c;
+  *h = d->in.h;
+  *w = d->in.w;
+}
+
+void tsr_dataset_target_shape(const tsr_dataset *d, int *c, int *h, int *w) {
+  *c = d->tg.c;
+  *h = d->tg.h;
+  *w = d->tg.w;
+}
+
+static tsr_status read_part(tsr_dataset *d, struct part *p, int64_t index, float *out) {
+  hsize_t start[4] = {(hsize_t)index, 0, 0, 0};
+  hsize_t count[4] = {1, (hsize_t)p->c, (hsize_t)p->h, (hsize_t)p->w};
+  hsize_t numel = count[1] * count[2] * count[3];
+  char why[256] = "";
+  _tsr_hdf5_lock();
+  hid_t mspace = H5Screate_simple(1, &numel, NULL);
+  herr_t e = mspace < 0 ? -1 : H5Sselect_hyperslab(p->fspace, H5S_SELECT_SET, start, NULL, count, NULL);
+  if (e >= 0) e = H5Dread(p->dset, H5T_NATIVE_FLOAT, mspace, p->fspace, H5P_DEFAULT, out);
+  if (e < 0) _tsr_hdf5_reason(why);
+  if (mspace >= 0) H5Sclose(mspace);
+  _tsr_hdf5_unlock();
+  if (e < 0)
+    return _tsr_error(TSR_ERR_IO, "%s: dataset '%s': cannot read sample %lld (%s)", d->path, p->name,
+                      (long long)index, why);
+  for (hsize_t i = 0; i < numel; i++)
+    if (!isfinite(out[i]))
+      return _tsr_error(TSR_ERR_NUMERIC, "%s: dataset '%s' sample %lld holds %s at element %llu", d->path,
+                        p->name, (long long)index, isnan(out[i]) ? "NaN" : "Inf", (unsigned long long)i);
+  return TSR_OK;
+}
+
+/* x or y may be NULL to read only the other one. */
+tsr_status tsr_dataset_read(tsr_dataset *d, int64_t index, float *x, float *y) {
+  if (!d) return _tsr_error(TSR_ERR_ARG, "tsr_dataset_read: dataset is NULL");
+  if (index < 0 || index >= d->n)
+    return _tsr_error(TSR_ERR_ARG, "%s: sample %lld is out of range (the file holds %lld)", d->path,
+                      (long long)index, (long long)d->n);
+  if (x) TSR_TRY(read_part(d, &d->in, index, x));
+  if (y) TSR_TRY(read_part(d, &d->tg, index, y));
+  return TSR_OK;
+}

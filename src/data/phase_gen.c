@@ -1,1 +1,297 @@
-/* placeholder: being written */
+/* Phase-object diffraction generator: a periodic projected potential V made of Gaussian atoms, the
+ * transmission t = exp(i sigma V), and the input log(1 + |FFT(t)|^2 / size^2) with the zero frequency
+ * centred; the target is V. Every random number is a function of (seed, index, draw number), so any
+ * sample can be regenerated alone, in any order, on any rank. Also writes such samples to HDF5. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <fftw3.h>
+#include <hdf5.h>
+
+#include "runtime/error.h"
+#include <tessera/data.h>
+
+/* From dataset.c: the process-wide HDF5 lock and the innermost HDF5 error message. */
+void _tsr_hdf5_lock(void);
+void _tsr_hdf5_unlock(void);
+const char *_tsr_hdf5_reason(char buf[256]);
+
+#define GEN_NAME "tessera phase_gen"
+#define GEN_VERSION 1
+/* Atom peak heights are drawn in [AMP_MIN, AMP_MAX]: sigma alone sets the phase scale. */
+#define AMP_MIN 0.5
+#define AMP_MAX 1.0
+
+static pthread_mutex_t plan_mutex = PTHREAD_MUTEX_INITIALIZER; /* FFTW's planner is not thread-safe */
+
+void tsr_phase_gen_opts_default(tsr_phase_gen_opts *o) {
+  *o = (tsr_phase_gen_opts){.size = 64, .atoms_min = 4, .atoms_max = 12, .sigma = 0.8f,
+                            .width_min = 1.5f, .width_max = 3.0f, .seed = 0};
+}
+
+static tsr_status check_opts(const tsr_phase_gen_opts *o) {
+  if (!o) return _tsr_error(TSR_ERR_ARG, "phase_gen: options are NULL");
+  if (o->size < 2 || o->size > 8192) return _tsr_error(TSR_ERR_ARG, "phase_gen: size %d is not in [2, 8192]", o->size);
+  if (o->atoms_min < 1) return _tsr_error(TSR_ERR_ARG, "phase_gen: atoms_min %d is below 1", o->atoms_min);
+  if (o->atoms_max < o->atoms_min)
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: atoms_max %d is below atoms_min %d", o->atoms_max, o->atoms_min);
+  if (!(o->sigma > 0) || !isfinite(o->sigma))
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: sigma %g is not a positive number", o->sigma);
+  if (!(o->width_min > 0) || !isfinite(o->width_min))
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: width_min %g is not a positive number", o->width_min);
+  if (!(o->width_max >= o->width_min) || !isfinite(o->width_max))
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: width_max %g is below width_min %g", o->width_max, o->width_min);
+  return TSR_OK;
+}
+
+/* Counter-based stream: draw k of sample (seed, index) is mix(key + k * golden), a SplitMix64 step. */
+struct rng {
+  uint64_t key, ctr;
+};
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static struct rng rng_for(uint64_t seed, int64_t index) {
+  return (struct rng){.key = mix64(seed ^ mix64((uint64_t)index + 0x632BE59BD9B4E019ull)), .ctr = 0};
+}
+
+static double rng_uniform(struct rng *r) { /* [0, 1) */
+  return (double)(mix64(r->key + ++r->ctr * 0x9E3779B97F4A7C15ull) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Adds a periodic Gaussian (minimum-image distance) so V, like the FFT, lives on a torus. */
+static void add_atom(float *v, int s, double px, double py, double width, double amp, double *gx, double *gy) {
+  double k = -0.5 / (width * width);
+  for (int i = 0; i < s; i++) {
+    double dx = fabs(i - px), dy = fabs(i - py);
+    dx = fmin(dx, s - dx);
+    dy = fmin(dy, s - dy);
+    gx[i] = exp(k * dx * dx);
+    gy[i] = amp * exp(k * dy * dy);
+  }
+  for (int y = 0; y < s; y++)
+    for (int x = 0; x < s; x++) v[(size_t)y * s + x] += (float)(gy[y] * gx[x]);
+}
+
+struct work {
+  int s;
+  fftw_complex *t, *f; /* double precision: the build links libfftw3, and the cost is small */
+  fftw_plan plan;
+  double *gx, *gy;
+};
+
+static tsr_status work_init(struct work *w, int s) {
+  size_t n = (size_t)s * s;
+  *w = (struct work){.s = s};
+  w->t = fftw_alloc_complex(n);
+  w->f = fftw_alloc_complex(n);
+  w->gx = malloc(sizeof(double) * s);
+  w->gy = malloc(sizeof(double) * s);
+  if (w->t && w->f) {
+    pthread_mutex_lock(&plan_mutex);
+    w->plan = fftw_plan_dft_2d(s, s, w->t, w->f, FFTW_FORWARD, FFTW_ESTIMATE);
+    pthread_mutex_unlock(&plan_mutex);
+  }
+  if (!w->plan || !w->gx || !w->gy) return _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory for size %d", s);
+  return TSR_OK;
+}
+
+static void work_free(struct work *w) {
+  pthread_mutex_lock(&plan_mutex);
+  if (w->plan) fftw_destroy_plan(w->plan);
+  pthread_mutex_unlock(&plan_mutex);
+  fftw_free(w->t);
+  fftw_free(w->f);
+  free(w->gx);
+  free(w->gy);
+}
+
+static void generate(const tsr_phase_gen_opts *o, struct work *w, int64_t index, float *x, float *v) {
+  int s = w->s;
+  size_t n = (size_t)s * s;
+  struct rng r = rng_for(o->seed, index);
+  int natoms = o->atoms_min + (int)(rng_uniform(&r) * (o->atoms_max - o->atoms_min + 1));
+  memset(v, 0, sizeof(float) * n);
+  for (int a = 0; a < natoms; a++) {
+    double px = rng_uniform(&r) * s, py = rng_uniform(&r) * s;
+    double width = o->width_min + rng_uniform(&r) * (o->width_max - o->width_min);
+    double amp = AMP_MIN + rng_uniform(&r) * (AMP_MAX - AMP_MIN);
+    add_atom(v, s, px, py, width, amp, w->gx, w->gy);
+  }
+  for (size_t i = 0; i < n; i++) {
+    double ph = (double)o->sigma * v[i];
+    w->t[i][0] = cos(ph);
+    w->t[i][1] = sin(ph);
+  }
+  fftw_execute(w->plan);
+  /* Normalised by size^2 so the mean intensity is 1; (k + s/2) mod s is fftshift's destination. */
+  double norm = 1.0 / ((double)s * s);
+  for (int ky = 0; ky < s; ky++)
+    for (int kx = 0; kx < s; kx++) {
+      const double *f = w->f[(size_t)ky * s + kx];
+      double inten = (f[0] * f[0] + f[1] * f[1]) * norm;
+      x[(size_t)((ky + s / 2) % s) * s + (kx + s / 2) % s] = (float)log1p(inten);
+    }
+}
+
+tsr_status tsr_phase_gen_sample(const tsr_phase_gen_opts *o, int64_t index, float *x, float *v) {
+  TSR_TRY(check_opts(o));
+  if (!x || !v) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_sample: %s is NULL", x ? "v" : "x");
+  if (index < 0) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_sample: index %lld is negative", (long long)index);
+  struct work w;
+  tsr_status s = work_init(&w, o->size);
+  if (s == TSR_OK) generate(o, &w, index, x, v);
+  work_free(&w);
+  return s;
+}
+
+/* ---- HDF5 writer ---- */
+
+static int attr_write(hid_t obj, const char *name, hid_t type, const void *value) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+  int ok = a >= 0 && H5Awrite(a, type, value) >= 0;
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(sp);
+  return ok;
+}
+
+static int attr_string(hid_t obj, const char *name, const char *value) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, strlen(value) + 1);
+  int ok = attr_write(obj, name, t, value);
+  H5Tclose(t);
+  return ok;
+}
+
+static int write_attrs(hid_t file, const tsr_phase_gen_opts *o, int64_t n) {
+  int version = GEN_VERSION;
+  long long samples = n;
+  return attr_string(file, "generator", GEN_NAME) && attr_write(file, "generator_version", H5T_NATIVE_INT, &version) &&
+         attr_write(file, "samples", H5T_NATIVE_LLONG, &samples) &&
+         attr_write(file, "size", H5T_NATIVE_INT, &o->size) &&
+         attr_write(file, "atoms_min", H5T_NATIVE_INT, &o->atoms_min) &&
+         attr_write(file, "atoms_max", H5T_NATIVE_INT, &o->atoms_max) &&
+         attr_write(file, "sigma", H5T_NATIVE_FLOAT, &o->sigma) &&
+         attr_write(file, "width_min", H5T_NATIVE_FLOAT, &o->width_min) &&
+         attr_write(file, "width_max", H5T_NATIVE_FLOAT, &o->width_max) &&
+         attr_write(file, "seed", H5T_NATIVE_UINT64, &o->seed);
+}
+
+/* One [n, 1, s, s] float32 dataset, chunked per sample so a training read touches one chunk. */
+static hid_t create_dset(hid_t file, const char *name, int64_t n, int s) {
+  hsize_t dims[4] = {(hsize_t)n, 1, (hsize_t)s, (hsize_t)s}, chunk[4] = {1, 1, (hsize_t)s, (hsize_t)s};
+  hid_t sp = H5Screate_simple(4, dims, NULL);
+  hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(pl, 4, chunk);
+  hid_t d = H5Dcreate2(file, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+  H5Pclose(pl);
+  H5Sclose(sp);
+  return d;
+}
+
+static int write_block(hid_t d, int64_t first, int64_t count, int s, const float *buf) {
+  hsize_t start[4] = {(hsize_t)first, 0, 0, 0}, cnt[4] = {(hsize_t)count, 1, (hsize_t)s, (hsize_t)s};
+  hid_t fs = H5Dget_space(d);
+  hid_t ms = H5Screate_simple(4, cnt, NULL);
+  int ok = fs >= 0 && ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) >= 0 &&
+           H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf) >= 0;
+  if (ms >= 0) H5Sclose(ms);
+  if (fs >= 0) H5Sclose(fs);
+  return ok;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+enum { BLOCK = 64 }; /* samples generated between two HDF5 writes */
+
+/* Creates both datasets and the attributes, then generates and writes every sample in blocks. */
+static tsr_status fill_file(const tsr_phase_gen_opts *o, int64_t n, const char *tmp, hid_t file, struct work *w,
+                            void (*progress)(void *, int64_t, int64_t), void *user) {
+  size_t per = (size_t)o->size * o->size;
+  char why[256];
+  float *xb = malloc(sizeof(float) * per * BLOCK), *vb = malloc(sizeof(float) * per * BLOCK);
+  if (!xb || !vb) {
+    free(xb);
+    free(vb);
+    return _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory");
+  }
+  tsr_status st = TSR_OK;
+  _tsr_hdf5_lock();
+  hid_t din = create_dset(file, "inputs", n, o->size), dtg = create_dset(file, "targets", n, o->size);
+  if (din < 0 || dtg < 0 || !write_attrs(file, o, n))
+    st = _tsr_error(TSR_ERR_IO, "%s: cannot create datasets (%s)", tmp, _tsr_hdf5_reason(why));
+  _tsr_hdf5_unlock();
+  double last = now_s();
+  if (progress && st == TSR_OK) progress(user, 0, n);
+  for (int64_t first = 0; first < n && st == TSR_OK; first += BLOCK) {
+    int64_t count = n - first < BLOCK ? n - first : BLOCK;
+    for (int64_t i = 0; i < count; i++) generate(o, w, first + i, xb + per * i, vb + per * i);
+    _tsr_hdf5_lock();
+    if (!write_block(din, first, count, o->size, xb) || !write_block(dtg, first, count, o->size, vb))
+      st = _tsr_error(TSR_ERR_IO, "%s: cannot write samples %lld..%lld (%s)", tmp, (long long)first,
+                      (long long)(first + count - 1), _tsr_hdf5_reason(why));
+    _tsr_hdf5_unlock();
+    double t = now_s();
+    if (progress && st == TSR_OK && (t - last >= 0.1 || first + count == n)) {
+      progress(user, first + count, n);
+      last = t;
+    }
+  }
+  _tsr_hdf5_lock();
+  if (din >= 0) H5Dclose(din);
+  if (dtg >= 0) H5Dclose(dtg);
+  _tsr_hdf5_unlock();
+  free(xb);
+  free(vb);
+  return st;
+}
+
+tsr_status tsr_phase_gen_write(const tsr_phase_gen_opts *o, int64_t n, const char *path,
+                               void (*progress)(void *user, int64_t done, int64_t total), void *user) {
+  TSR_TRY(check_opts(o));
+  if (!path) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_write: path is NULL");
+  if (n < 1) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_write: %lld samples requested, need at least 1", (long long)n);
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 5);
+  if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory");
+  memcpy(tmp, path, len);
+  memcpy(tmp + len, ".tmp", 5);
+
+  struct work w;
+  tsr_status st = work_init(&w, o->size);
+  char why[256];
+  hid_t file = -1;
+  if (st == TSR_OK) {
+    _tsr_hdf5_lock();
+    file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) st = _tsr_error(TSR_ERR_IO, "%s: cannot create (%s)", tmp, _tsr_hdf5_reason(why));
+    _tsr_hdf5_unlock();
+  }
+  if (st == TSR_OK) st = fill_file(o, n, tmp, file, &w, progress, user);
+  if (file >= 0) {
+    _tsr_hdf5_lock();
+    if (H5Fclose(file) < 0 && st == TSR_OK)
+      st = _tsr_error(TSR_ERR_IO, "%s: cannot close (%s)", tmp, _tsr_hdf5_reason(why));
+    _tsr_hdf5_unlock();
+  }
+  work_free(&w);
+  if (st == TSR_OK && rename(tmp, path) != 0)
+    st = _tsr_error(TSR_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+  if (st != TSR_OK && file >= 0) remove(tmp);
+  free(tmp);
+  return st;
+}

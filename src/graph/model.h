@@ -1,0 +1,34 @@
+/* Internal view of a model: layers in insertion (topological) order with inferred shapes. */
+#ifndef TSR_GRAPH_MODEL_H
+#define TSR_GRAPH_MODEL_H
+
+#include <tessera/model.h>
+
+#define TSR_NAME_MAX 64
+
+struct _tsr_layer {
+  char name[TSR_NAME_MAX];
+  tsr_layer_spec spec;
+  int ninputs;
+  int inputs[32];       /* indices of earlier layers (TSR_MAX_CONCAT) */
+  int c, h, w;          /* per-sample output shape */
+};
+
+struct tsr_model {
+  char name[128];
+  int n, cap;
+  struct _tsr_layer *layers;
+  int output;           /* index of the output layer, -1 = last */
+  tsr_loss_kind loss;
+  float huber_delta;
+};
+
+int _tsr_model_find(const tsr_model *m, const char *name);
+int _tsr_model_output(const tsr_model *m);
+/* Parameter tensors of a layer in PyTorch order (weight, bias, running_mean, running_var). */
+int _tsr_layer_num_tensors(const struct _tsr_layer *l);
+/* Shape of tensor i of the layer, its suffix ("weight") and whether it is trainable. */
+void _tsr_layer_tensor(const struct _tsr_layer *l, const tsr_model *m, int i, tsr_shape *shape,
+                       const char **suffix, int *trainable);
+
+#endif

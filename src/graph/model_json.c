@@ -1,1 +1,488 @@
-/* placeholder: being written */
+/* Model files: reads the JSON format of docs/model-format.md (layers, output, loss, optimizer) with
+ * jansson and builds the model through the public builder API only. Every error names the file, a
+ * best-effort line, the layer (index and name) or section, and the field; jansson keeps no positions
+ * for values, so a layer's line is found by scanning the text for its `"name": "<name>"` pair. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include <tessera/model.h>
+#include <tessera/train.h>
+
+#include "runtime/error.h"
+
+/* Where the reader is, for messages. */
+typedef struct jctx {
+  const char *path;
+  const char *text;   /* whole file, NUL-terminated */
+  const char *scan;   /* the next layer's name is searched from here, so layers are found in order */
+  int line;           /* 0 = unknown */
+  char where[160];    /* "layers[3] ('enc1')", "optimizer", or "" at the top level */
+} jctx;
+
+static tsr_status fail(const jctx *c, tsr_status s, const char *field, const char *fmt, ...) TSR_PRINTF(4, 5);
+
+static tsr_status fail(const jctx *c, tsr_status s, const char *field, const char *fmt, ...) {
+  char msg[640], pos[24] = "", fld[96] = "";
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->line > 0) snprintf(pos, sizeof pos, ":%d", c->line);
+  if (field) snprintf(fld, sizeof fld, "field '%s': ", field);
+  return _tsr_error(s, "%s%s: %s%s%s%s", c->path, pos, c->where, c->where[0] ? ": " : "", fld, msg);
+}
+
+/* Short JSON rendering of a value for "got ..." in messages. */
+static const char *show(const json_t *v, char *buf, size_t len) {
+  char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+  if (!s) return snprintf(buf, len, "?"), buf;
+  if (strlen(s) > 40)
+    snprintf(buf, len, "%.37s...", s);
+  else
+    snprintf(buf, len, "%s", s);
+  free(s);
+  return buf;
+}
+
+#define GOT(v) show((v), got, sizeof got)
+
+static int line_at(const char *text, const char *p) {
+  int n = 1;
+  for (; text < p; text++) n += *text == '\n';
+  return n;
+}
+
+/* First `"key" : "value"` (or `"key" :` when value is NULL) at or after `from`; NULL if none. */
+static const char *find_key(const char *from, const char *key, const char *value) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "\"%s\"", key);
+  for (const char *p = strstr(from, pat); p; p = strstr(p + 1, pat)) {
+    const char *q = p + strlen(pat);
+    q += strspn(q, " \t\r\n");
+    if (*q != ':') continue;
+    if (!value) return p;
+    q += 1 + strspn(q + 1, " \t\r\n");
+    size_t n = strlen(value);
+    if (*q == '"' && strncmp(q + 1, value, n) == 0 && q[1 + n] == '"') return p;
+  }
+  return NULL;
+}
+
+static void enter_section(jctx *c, const char *key) {
+  const char *p = find_key(c->text, key, NULL);
+  c->line = p ? line_at(c->text, p) : 0;
+  snprintf(c->where, sizeof c->where, "%s", key);
+}
+
+static tsr_status get_int(const jctx *c, const json_t *v, const char *field, int min, int *out) {
+  char got[48];
+  if (json_is_integer(v) && json_integer_value(v) >= min && json_integer_value(v) <= INT_MAX) {
+    *out = (int)json_integer_value(v);
+    return TSR_OK;
+  }
+  return fail(c, TSR_ERR_FORMAT, field, "expected a %s integer, got %s", min > 0 ? "positive" : "non-negative",
+              GOT(v));
+}
+
+/* An int for both spatial dimensions or an [h, w] pair. */
+static tsr_status get_pair(const jctx *c, const json_t *v, const char *field, int min, int *h, int *w) {
+  char got[48];
+  const json_t *a = json_is_array(v) && json_array_size(v) == 2 ? json_array_get(v, 0) : v;
+  const json_t *b = json_is_array(v) && json_array_size(v) == 2 ? json_array_get(v, 1) : v;
+  if (json_is_integer(a) && json_is_integer(b) && json_integer_value(a) >= min && json_integer_value(b) >= min &&
+      json_integer_value(a) <= INT_MAX && json_integer_value(b) <= INT_MAX) {
+    *h = (int)json_integer_value(a);
+    *w = (int)json_integer_value(b);
+    return TSR_OK;
+  }
+  return fail(c, TSR_ERR_FORMAT, field, "expected a %s integer or [h, w], got %s",
+              min > 0 ? "positive" : "non-negative", GOT(v));
+}
+
+enum range { R_ANY, R_POS, R_NONNEG, R_PROB, R_UNIT };
+
+static tsr_status get_num(const jctx *c, const json_t *v, const char *field, enum range r, float *out) {
+  static const char *const what[] = {"a number", "a positive number", "a non-negative number",
+                                     "a number in [0, 1)", "a number in [0, 1]"};
+  char got[48];
+  double x = json_number_value(v);
+  int ok = json_is_number(v) && isfinite(x);
+  if (ok && r == R_POS) ok = x > 0;
+  if (ok && r == R_NONNEG) ok = x >= 0;
+  if (ok && r == R_PROB) ok = x >= 0 && x < 1;
+  if (ok && r == R_UNIT) ok = x >= 0 && x <= 1;
+  if (!ok) return fail(c, TSR_ERR_FORMAT, field, "expected %s, got %s", what[r], GOT(v));
+  *out = (float)x;
+  return TSR_OK;
+}
+
+static tsr_status get_bool(const jctx *c, const json_t *v, const char *field, int *out) {
+  char got[48];
+  if (!json_is_boolean(v)) return fail(c, TSR_ERR_FORMAT, field, "expected true or false, got %s", GOT(v));
+  *out = json_is_true(v);
+  return TSR_OK;
+}
+
+#define K(x) (1u << TSR_LAYER_##x)
+#define CONV (K(CONV2D) | K(CONV_TRANSPOSE2D))
+#define POOL (K(MAXPOOL2D) | K(AVGPOOL2D))
+#define ALL ((1u << TSR_LAYER_KIND_COUNT) - 1)
+
+/* Which fields each layer type takes, and which of them it requires. */
+static const struct lfield {
+  const char *name;
+  unsigned kinds, required;
+} layer_fields[] = {
+    {"name", ALL, ALL},
+    {"type", ALL, ALL},
+    {"input", ALL & ~K(INPUT), 0},
+    {"inputs", ALL & ~K(INPUT), 0},
+    {"shape", K(INPUT), K(INPUT)},
+    {"out_channels", CONV, CONV},
+    {"out_features", K(DENSE), K(DENSE)},
+    {"kernel", CONV | POOL, CONV | POOL},
+    {"stride", CONV | POOL, 0},
+    {"padding", CONV | POOL, 0},
+    {"dilation", CONV, 0},
+    {"output_padding", K(CONV_TRANSPOSE2D), 0},
+    {"bias", CONV | K(DENSE), 0},
+    {"alpha", K(LEAKY_RELU), 0},
+    {"p", K(DROPOUT) | K(SPATIAL_DROPOUT), 0},
+    {"eps", K(BATCHNORM), 0},
+    {"momentum", K(BATCHNORM), 0},
+};
+#define NFIELDS (sizeof layer_fields / sizeof layer_fields[0])
+
+/* Rejects fields the layer type does not take and reports missing required ones. */
+static tsr_status check_fields(const jctx *c, const json_t *o, tsr_layer_kind kind) {
+  const char *kn = tsr_layer_kind_name(kind);
+  const char *key;
+  const json_t *v;
+  json_object_foreach((json_t *)o, key, v) {
+    size_t i = 0;
+    while (i < NFIELDS && !(strcmp(layer_fields[i].name, key) == 0 && (layer_fields[i].kinds & (1u << kind)))) i++;
+    if (i < NFIELDS) continue;
+    char valid[256] = "";
+    size_t n = 0;
+    for (size_t j = 0; j < NFIELDS && n < sizeof valid; j++)
+      if (layer_fields[j].kinds & (1u << kind))
+        n += snprintf(valid + n, sizeof valid - n, "%s%s", n ? ", " : "", layer_fields[j].name);
+    return fail(c, TSR_ERR_FORMAT, key, "unknown field for type '%s' (valid fields: %s)", kn, valid);
+  }
+  for (size_t i = 0; i < NFIELDS; i++)
+    if ((layer_fields[i].required & (1u << kind)) && !json_object_get(o, layer_fields[i].name))
+      return fail(c, TSR_ERR_FORMAT, layer_fields[i].name, "missing (required for type '%s')", kn);
+  return TSR_OK;
+}
+
+/* Fills the layer spec from the fields check_fields let through. */
+static tsr_status parse_spec(const jctx *c, const json_t *o, tsr_layer_spec *s) {
+  char got[48];
+  const json_t *v;
+  if ((v = json_object_get(o, "shape"))) {
+    int d[3] = {0, 0, 0}, ok = json_is_array(v) && json_array_size(v) == 3;
+    for (size_t i = 0; ok && i < 3; i++) {
+      const json_t *x = json_array_get(v, i);
+      ok = json_is_integer(x) && json_integer_value(x) > 0 && json_integer_value(x) <= INT_MAX;
+      if (ok) d[i] = (int)json_integer_value(x);
+    }
+    if (!ok) return fail(c, TSR_ERR_FORMAT, "shape", "expected [C, H, W] of positive integers, got %s", GOT(v));
+    s->channels = d[0], s->height = d[1], s->width = d[2];
+  }
+  if ((v = json_object_get(o, "out_channels"))) TSR_TRY(get_int(c, v, "out_channels", 1, &s->out_channels));
+  if ((v = json_object_get(o, "out_features"))) TSR_TRY(get_int(c, v, "out_features", 1, &s->out_channels));
+  if ((v = json_object_get(o, "kernel"))) TSR_TRY(get_pair(c, v, "kernel", 1, &s->kernel_h, &s->kernel_w));
+  if ((v = json_object_get(o, "stride"))) TSR_TRY(get_pair(c, v, "stride", 1, &s->stride_h, &s->stride_w));
+  if ((v = json_object_get(o, "padding"))) TSR_TRY(get_pair(c, v, "padding", 0, &s->pad_h, &s->pad_w));
+  if ((v = json_object_get(o, "dilation"))) TSR_TRY(get_pair(c, v, "dilation", 1, &s->dilation_h, &s->dilation_w));
+  if ((v = json_object_get(o, "output_padding")))
+    TSR_TRY(get_pair(c, v, "output_padding", 0, &s->output_pad_h, &s->output_pad_w));
+  if ((v = json_object_get(o, "bias"))) TSR_TRY(get_bool(c, v, "bias", &s->bias));
+  if ((v = json_object_get(o, "alpha"))) TSR_TRY(get_num(c, v, "alpha", R_ANY, &s->alpha));
+  if ((v = json_object_get(o, "p"))) TSR_TRY(get_num(c, v, "p", R_PROB, &s->p));
+  if ((v = json_object_get(o, "eps"))) TSR_TRY(get_num(c, v, "eps", R_POS, &s->eps));
+  if ((v = json_object_get(o, "momentum"))) TSR_TRY(get_num(c, v, "momentum", R_UNIT, &s->momentum));
+  return TSR_OK;
+}
+
+/* Index of the layer called `name` in the file, searching [from, to); -1 if none. */
+static int layer_index(const json_t *layers, const char *name, size_t from, size_t to) {
+  for (size_t j = from; j < to; j++) {
+    const char *n = json_string_value(json_object_get(json_array_get(layers, j), "name"));
+    if (n && strcmp(n, name) == 0) return (int)j;
+  }
+  return -1;
+}
+
+/* Checks that every input names a layer listed before layer i. */
+static tsr_status check_inputs(const jctx *c, const json_t *layers, size_t i, const char *field,
+                               const char **names, int n) {
+  size_t total = json_array_size(layers);
+  for (int k = 0; k < n; k++) {
+    if (layer_index(layers, names[k], 0, i) >= 0) continue;
+    int later = layer_index(layers, names[k], i, total);
+    if (later == (int)i) return fail(c, TSR_ERR_FORMAT, field, "a layer cannot read its own output");
+    if (later >= 0)
+      return fail(c, TSR_ERR_FORMAT, field, "layer '%s' is defined later (layers[%d]); list a layer after its inputs",
+                  names[k], later);
+    return fail(c, TSR_ERR_FORMAT, field, "unknown layer '%s'", names[k]);
+  }
+  return TSR_OK;
+}
+
+/* Reads layers[i] and adds it to the model. */
+static tsr_status add_layer(jctx *c, tsr_model *m, const json_t *layers, size_t i) {
+  char got[48];
+  const json_t *o = json_array_get(layers, i);
+  snprintf(c->where, sizeof c->where, "layers[%zu]", i);
+  if (!json_is_object(o)) return fail(c, TSR_ERR_FORMAT, NULL, "expected a layer object, got %s", GOT(o));
+  const json_t *jn = json_object_get(o, "name");
+  if (!jn) return fail(c, TSR_ERR_FORMAT, "name", "missing (every layer needs a unique name)");
+  const char *name = json_string_value(jn);
+  if (!name || !*name) return fail(c, TSR_ERR_FORMAT, "name", "expected a non-empty string, got %s", GOT(jn));
+  snprintf(c->where, sizeof c->where, "layers[%zu] ('%s')", i, name);
+  const char *at = find_key(c->scan, "name", name);
+  if (at) c->scan = at + 1, c->line = line_at(c->text, at);
+  int first = layer_index(layers, name, 0, i);
+  if (first >= 0)
+    return fail(c, TSR_ERR_FORMAT, "name", "duplicate layer name '%s' (first used by layers[%d])", name, first);
+
+  const json_t *jt = json_object_get(o, "type");
+  if (!jt) return fail(c, TSR_ERR_FORMAT, "type", "missing (every layer needs a type)");
+  tsr_layer_kind kind;
+  if (!json_is_string(jt) || tsr_layer_kind_parse(json_string_value(jt), &kind) != TSR_OK) {
+    char known[320] = "";
+    size_t n = 0;
+    for (int k = 0; k < TSR_LAYER_KIND_COUNT && n < sizeof known; k++)
+      n += snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", tsr_layer_kind_name((tsr_layer_kind)k));
+    return fail(c, TSR_ERR_FORMAT, "type", "unknown layer type %s (expected one of: %s)", GOT(jt), known);
+  }
+  TSR_TRY(check_fields(c, o, kind));
+  tsr_layer_spec spec = tsr_layer_spec_default(kind);
+  TSR_TRY(parse_spec(c, o, &spec));
+
+  const json_t *in = json_object_get(o, "input"), *ins = json_object_get(o, "inputs");
+  if (in && ins) return fail(c, TSR_ERR_FORMAT, "inputs", "give either 'input' or 'inputs', not both");
+  const char *field = ins ? "inputs" : "input";
+  int n = kind == TSR_LAYER_INPUT ? 0 : ins ? (int)json_array_size(ins) : 1;
+  if (ins && (!json_is_array(ins) || n == 0))
+    return fail(c, TSR_ERR_FORMAT, "inputs", "expected a non-empty array of layer names, got %s", GOT(ins));
+  if (in && !json_is_string(in))
+    return fail(c, TSR_ERR_FORMAT, "input", "expected a layer name (string), got %s", GOT(in));
+  if (!in && !ins && kind != TSR_LAYER_INPUT && i == 0)
+    return fail(c, TSR_ERR_FORMAT, "input",
+                "missing: the first layer has no previous layer to read (make it an input layer)");
+  const char **names = calloc(n ? (size_t)n : 1, sizeof *names);
+  if (!names) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", c->path);
+  for (int k = 0; k < n; k++) {
+    const json_t *x = ins ? json_array_get(ins, (size_t)k) : in;
+    names[k] = x ? json_string_value(x) : json_string_value(json_object_get(json_array_get(layers, i - 1), "name"));
+    if (!names[k]) {
+      free(names);
+      return fail(c, TSR_ERR_FORMAT, "inputs", "element %d: expected a layer name (string), got %s", k, GOT(x));
+    }
+  }
+  tsr_status s = check_inputs(c, layers, i, field, names, n);
+  if (s == TSR_OK) {
+    s = tsr_model_add(m, name, &spec, names, n);
+    if (s != TSR_OK) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", tsr_last_error());
+      s = fail(c, s == TSR_ERR_SHAPE || s == TSR_ERR_NOMEM ? s : TSR_ERR_FORMAT, NULL, "%s", why);
+    }
+  }
+  free(names);
+  return s;
+}
+
+/* Reads "output" and "loss" and sets them on the model. */
+static tsr_status parse_output(jctx *c, tsr_model *m, const json_t *root) {
+  char got[48];
+  const json_t *jo = json_object_get(root, "output");
+  const char *out = tsr_model_layer_name(m, tsr_model_num_layers(m) - 1);
+  if (jo) {
+    enter_section(c, "output");
+    c->where[0] = '\0';
+    out = json_string_value(jo);
+    if (!out) return fail(c, TSR_ERR_FORMAT, "output", "expected a layer name (string), got %s", GOT(jo));
+    if (tsr_model_layer_shape(m, out, NULL, NULL, NULL) != TSR_OK)
+      return fail(c, TSR_ERR_FORMAT, "output", "unknown layer '%s'", out);
+  }
+  tsr_loss_kind loss = TSR_LOSS_MSE;
+  float delta = 1.0f;
+  const json_t *jl = json_object_get(root, "loss");
+  if (jl) {
+    enter_section(c, "loss");
+    if (!json_is_object(jl)) return fail(c, TSR_ERR_FORMAT, NULL, "expected an object {\"type\": ...}, got %s", GOT(jl));
+    const json_t *jt = json_object_get(jl, "type");
+    if (!jt) return fail(c, TSR_ERR_FORMAT, "type", "missing");
+    if (!json_is_string(jt) || tsr_loss_kind_parse(json_string_value(jt), &loss) != TSR_OK)
+      return fail(c, TSR_ERR_FORMAT, "type", "unknown loss type %s (expected mse, l1, huber, softmax_cross_entropy)",
+                  GOT(jt));
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)jl, key, v) {
+      if (strcmp(key, "type") == 0) continue;
+      if (strcmp(key, "delta") == 0 && loss == TSR_LOSS_HUBER) {
+        TSR_TRY(get_num(c, v, "delta", R_POS, &delta));
+        continue;
+      }
+      return fail(c, TSR_ERR_FORMAT, key, "unknown field for loss '%s'%s", tsr_loss_kind_name(loss),
+                  loss == TSR_LOSS_HUBER ? " (valid fields: type, delta)" : " (valid fields: type)");
+    }
+  }
+  tsr_status s = tsr_model_set_output(m, out, loss, delta);
+  if (s != TSR_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", tsr_last_error());
+    return fail(c, s == TSR_ERR_SHAPE ? s : TSR_ERR_FORMAT, NULL, "%s", why);
+  }
+  return TSR_OK;
+}
+
+/* Reads "optimizer" into *o (Adam's defaults when the section is absent). */
+static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o) {
+  char got[48];
+  const json_t *jo = json_object_get(root, "optimizer");
+  *o = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  if (!jo) return TSR_OK;
+  enter_section(c, "optimizer");
+  if (!json_is_object(jo)) return fail(c, TSR_ERR_FORMAT, NULL, "expected an object {\"type\": ...}, got %s", GOT(jo));
+  const json_t *jt = json_object_get(jo, "type");
+  if (!jt) return fail(c, TSR_ERR_FORMAT, "type", "missing");
+  tsr_optim_kind kind;
+  if (!json_is_string(jt) || tsr_optim_kind_parse(json_string_value(jt), &kind) != TSR_OK)
+    return fail(c, TSR_ERR_FORMAT, "type", "unknown optimizer type %s (expected sgd, adam, adamw)", GOT(jt));
+  *o = tsr_optim_spec_default(kind);
+  int sgd = kind == TSR_OPTIM_SGD;
+  const char *key;
+  const json_t *v;
+  json_object_foreach((json_t *)jo, key, v) {
+    if (strcmp(key, "type") == 0) continue;
+    if (strcmp(key, "lr") == 0) {
+      TSR_TRY(get_num(c, v, key, R_POS, &o->lr));
+    } else if (strcmp(key, "weight_decay") == 0) {
+      TSR_TRY(get_num(c, v, key, R_NONNEG, &o->weight_decay));
+    } else if (sgd && strcmp(key, "momentum") == 0) {
+      TSR_TRY(get_num(c, v, key, R_PROB, &o->momentum));
+    } else if (sgd && strcmp(key, "nesterov") == 0) {
+      TSR_TRY(get_bool(c, v, key, &o->nesterov));
+    } else if (!sgd && strcmp(key, "eps") == 0) {
+      TSR_TRY(get_num(c, v, key, R_POS, &o->eps));
+    } else if (!sgd && strcmp(key, "betas") == 0) {
+      const json_t *b1 = json_array_get(v, 0), *b2 = json_array_get(v, 1);
+      if (json_array_size(v) != 2 || !json_is_number(b1) || !json_is_number(b2) || !(json_number_value(b1) >= 0) ||
+          !(json_number_value(b1) < 1) || !(json_number_value(b2) >= 0) || !(json_number_value(b2) < 1))
+        return fail(c, TSR_ERR_FORMAT, key, "expected [beta1, beta2] with both in [0, 1), got %s", GOT(v));
+      o->beta1 = (float)json_number_value(b1);
+      o->beta2 = (float)json_number_value(b2);
+    } else {
+      return fail(c, TSR_ERR_FORMAT, key, "unknown field for optimizer '%s' (valid fields: type, lr, weight_decay, %s)",
+                  tsr_optim_kind_name(kind), sgd ? "momentum, nesterov" : "betas, eps");
+    }
+  }
+  return TSR_OK;
+}
+
+/* Whole file into a NUL-terminated buffer. */
+static tsr_status slurp(const char *path, char **text, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  size_t cap = 1 << 14, n = 0, got;
+  char *buf = malloc(cap);
+  while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (cap - n - 1 == 0) {
+      char *b = realloc(buf, cap *= 2);
+      if (!b) free(buf);
+      buf = b;
+    }
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (!buf) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  if (err) {
+    free(buf);
+    return _tsr_error(TSR_ERR_IO, "%s: read error", path);
+  }
+  buf[n] = '\0';
+  *text = buf, *len = n;
+  return TSR_OK;
+}
+
+static tsr_status load(jctx *c, const json_t *root, tsr_model **pm, tsr_optim_spec *opt) {
+  char got[48];
+  if (!json_is_object(root)) return fail(c, TSR_ERR_FORMAT, NULL, "expected an object at the top level, got %s", GOT(root));
+  const char *key;
+  const json_t *v;
+  json_object_foreach((json_t *)root, key, v) {
+    static const char *const top[] = {"name", "layers", "output", "loss", "optimizer"};
+    size_t i = 0;
+    while (i < 5 && strcmp(key, top[i]) != 0) i++;
+    if (i == 5) {
+      enter_section(c, key);
+      c->where[0] = '\0';
+      return fail(c, TSR_ERR_FORMAT, key, "unknown top-level field (valid fields: name, layers, output, loss, optimizer)");
+    }
+  }
+  const json_t *jname = json_object_get(root, "name");
+  if (jname && !json_is_string(jname)) {
+    enter_section(c, "name");
+    c->where[0] = '\0';
+    return fail(c, TSR_ERR_FORMAT, "name", "expected a string, got %s", GOT(jname));
+  }
+  const json_t *layers = json_object_get(root, "layers");
+  enter_section(c, "layers");
+  c->where[0] = '\0';
+  if (!layers) return fail(c, TSR_ERR_FORMAT, "layers", "missing (a model needs at least one layer)");
+  if (!json_is_array(layers) || json_array_size(layers) == 0)
+    return fail(c, TSR_ERR_FORMAT, "layers", "expected a non-empty array of layer objects, got %s", GOT(layers));
+
+  /* The default model name is the file's name without folder and extension. */
+  char base[128];
+  const char *slash = strrchr(c->path, '/');
+  snprintf(base, sizeof base, "%s", slash ? slash + 1 : c->path);
+  char *dot = strrchr(base, '.');
+  if (dot && dot != base) *dot = '\0';
+  tsr_model *m = NULL;
+  TSR_TRY(tsr_model_create(&m, jname ? json_string_value(jname) : base));
+  tsr_status s = TSR_OK;
+  for (size_t i = 0; s == TSR_OK && i < json_array_size(layers); i++) s = add_layer(c, m, layers, i);
+  if (s == TSR_OK) s = parse_output(c, m, root);
+  tsr_optim_spec o;
+  if (s == TSR_OK) s = parse_optimizer(c, root, &o);
+  if (s != TSR_OK) {
+    tsr_model_destroy(m);
+    return s;
+  }
+  if (opt) *opt = o;
+  *pm = m;
+  return TSR_OK;
+}
+
+tsr_status tsr_model_load_json(tsr_model **m, struct tsr_optim_spec *opt, const char *path) {
+  if (!m || !path) return _tsr_error(TSR_ERR_ARG, "tsr_model_load_json: m and path are required");
+  *m = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  TSR_TRY(slurp(path, &text, &len));
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  tsr_status s;
+  if (!root) {
+    s = _tsr_error(TSR_ERR_FORMAT, "%s:%d:%d: JSON syntax error: %s", path, err.line, err.column, err.text);
+  } else {
+    jctx c = {.path = path, .text = text, .scan = text};
+    s = load(&c, root, m, opt);
+    json_decref(root);
+  }
+  free(text);
+  return s;
+}

@@ -1,1 +1,198 @@
-/* placeholder: being written */
+/* One step as a task graph: load tasks per slice, forward per layer per slice, loss per slice,
+ * backward in reverse order with each tensor's optimizer update submitted as soon as its layer's
+ * backward is submitted (so it runs when that gradient is final), and a non-detached loss-sum
+ * task the host waits on later. The host blocks only when `window` steps are in flight. */
+#include <string.h>
+
+#include "graph/trainer.h"
+#include "runtime/error.h"
+
+struct load_arg {
+  tsr_trainer *t;
+  tsr_sample_fn fill;
+  void *user;
+  int64_t step;
+  int first, n, nvalid;     /* batch index of the slice's first sample, samples, valid samples */
+  size_t xe, ye;
+};
+
+static void load_cpu(void *buffers[], void *cl_arg) {
+  const struct load_arg *a = cl_arg;
+  float *x = TSR_BUF(buffers, 0), *y = TSR_BUF(buffers, 1);
+  for (int i = 0; i < a->n; i++) {
+    float *xi = x + i * a->xe, *yi = y + i * a->ye;
+    if (a->first + i >= a->nvalid) {
+      memset(xi, 0, a->xe * sizeof(float));
+      memset(yi, 0, a->ye * sizeof(float));
+      continue;
+    }
+    if (a->fill(a->user, a->step, a->first + i, xi, yi) != 0) {
+      tsr_trainer *t = a->t;
+      int expected = 0;
+      if (atomic_compare_exchange_strong(&t->load_failed, &expected, 1))
+        snprintf(t->load_error, sizeof t->load_error, "step %lld: loading sample %d of the batch failed: %s",
+                 (long long)a->step, a->first + i, tsr_last_error());
+      memset(xi, 0, a->xe * sizeof(float));
+      memset(yi, 0, a->ye * sizeof(float));
+    }
+  }
+}
+
+static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_load"};
+static struct starpu_codelet load_cl = {
+    .cpu_funcs = {load_cpu}, .cpu_funcs_name = {"load_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_load", .model = &load_model};
+
+static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
+  static const enum tsr_opt kinds[] = {[TSR_OPTIM_SGD] = TSR_OPT_SGD, [TSR_OPTIM_ADAM] = TSR_OPT_ADAM,
+                                       [TSR_OPTIM_ADAMW] = TSR_OPT_ADAMW};
+  struct tsr_opt_args a = {.kind = kinds[t->opt.kind], .lr = t->lr, .momentum = t->opt.momentum,
+                           .weight_decay = t->opt.weight_decay, .beta1 = t->opt.beta1, .beta2 = t->opt.beta2,
+                           .eps = t->opt.eps, .nesterov = t->opt.nesterov, .step = t->nupdates, .grad_scale = 1.0f};
+  return _tsr_insert_opt_update(&a, p->hw, p->hg, p->hm, p->hv, p->name);
+}
+
+static struct tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) {
+  static const enum tsr_loss kinds[] = {[TSR_LOSS_MSE] = TSR_L_MSE, [TSR_LOSS_L1] = TSR_L_L1,
+                                        [TSR_LOSS_HUBER] = TSR_L_HUBER,
+                                        [TSR_LOSS_SOFTMAX_CROSS_ENTROPY] = TSR_L_SOFTMAX_CE};
+  const struct _tsr_layer *L = &t->model->layers[t->output_layer];
+  int v = nvalid - t->slice_off[s];
+  v = v < 0 ? 0 : v > t->slice_n[s] ? t->slice_n[s] : v;
+  double per_sample = t->model->loss == TSR_LOSS_SOFTMAX_CROSS_ENTROPY ? (double)L->h * L->w : (double)L->c * L->h * L->w;
+  struct tsr_loss_desc d = {.kind = kinds[t->model->loss], .n = t->slice_n[s], .c = L->c, .h = L->h, .w = L->w,
+                            .nvalid = v, .scale = 1.0 / (per_sample * nvalid), .delta = t->model->huber_delta};
+  return d;
+}
+
+tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step) {
+  struct _tsr_pending *p = &t->pending[step % (t->window + 1)];
+  if (p->step != step || !p->task) return TSR_OK;
+  int ret = starpu_task_wait(p->task);
+  p->task = NULL;
+  if (ret) return _tsr_error(TSR_ERR_RUNTIME, "step %lld: waiting for the loss task failed (%d)", (long long)step, ret);
+  if (step >= t->history_cap) {
+    int64_t cap = t->history_cap;
+    while (cap <= step) cap *= 2;
+    double *h = realloc(t->history, cap * sizeof(double));
+    if (!h) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for the loss history");
+    t->history = h, t->history_cap = cap;
+  }
+  t->history[step] = p->value;
+  return TSR_OK;
+}
+
+#define SUBMIT(expr)                                                                               \
+  do {                                                                                             \
+    if ((expr) != 0) return TSR_ERR_RUNTIME;                                                       \
+  } while (0)
+
+static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t id) {
+  int p = (int)(id & 1);
+  const tsr_model *m = t->model;
+  const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
+  for (int s = 0; s < t->slices; s++) {
+    struct load_arg a = {t, fill, user, id, t->slice_off[s], t->slice_n[s], nvalid,
+                         (size_t)in->c * in->h * in->w, (size_t)out->c * out->h * out->w};
+    struct _tsr_buf b[2] = {{t->x[p][s], STARPU_W}, {t->t[p][s], STARPU_W}};
+    SUBMIT(_tsr_submit(&load_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "load", 2, b));
+  }
+  if (train)
+    for (int i = 0; i < t->ntensors; i++)
+      if (t->tensors[i].trainable) SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
+  for (int l = 0; l < m->n; l++)
+    for (int s = 0; t->ls[l].live && s < t->slices; s++) SUBMIT(_tsr_layer_forward(t, l, s, p, train, id));
+  for (int s = 0; s < t->slices; s++) {
+    struct tsr_loss_desc d = loss_desc(t, s, nvalid);
+    SUBMIT(_tsr_insert_loss(&d, t->ls[t->output_layer].y[s], t->t[p][s], t->ls[t->output_layer].g[s], t->loss[s],
+                            "loss"));
+  }
+  struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
+  pend->step = id;
+  SUBMIT(_tsr_insert_loss_sum(t->slices, t->loss, &pend->value, "loss_sum", &pend->task));
+  if (!train) return TSR_OK;
+  t->nupdates++;
+  for (int l = m->n - 1; l >= 0; l--) {
+    if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
+    for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
+    for (int i = 0; t->ls[l].first_tensor >= 0 && i < _tsr_layer_num_tensors(&m->layers[l]); i++) {
+      const struct _tsr_ptensor *pt = &t->tensors[t->ls[l].first_tensor + i];
+      if (pt->trainable) SUBMIT(submit_update(t, pt));
+    }
+  }
+  return TSR_OK;
+}
+
+tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id_out) {
+  if (!t || !fill) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_step: trainer and fill function are required");
+  if (nvalid <= 0 || nvalid > t->batch)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_eval: nvalid = %d must be in [1, %d]", nvalid, t->batch);
+  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  int64_t id = t->nsteps;
+  /* Bound the steps in flight: wait for the loss of step id - window (and free its ring slot). */
+  if (id >= t->window) TSR_TRY(_tsr_wait_step(t, id - t->window));
+  tsr_status st = submit_graph(t, fill, user, train, nvalid, id);
+  if (st != TSR_OK) return st; /* _tsr_submit set the message */
+  t->nsteps++;
+  if (id_out) *id_out = id;
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int64_t *step_id) {
+  return _tsr_submit_step(t, fill, user, 1, t ? t->batch : 0, step_id);
+}
+
+tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, int64_t *step_id) {
+  return _tsr_submit_step(t, fill, user, 0, nvalid, step_id);
+}
+
+tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step, double *loss) {
+  if (!t || !loss || step < 0 || step >= t->nsteps)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_loss: step %lld was not submitted (%lld submitted)", (long long)step,
+                      t ? (long long)t->nsteps : 0LL);
+  TSR_TRY(_tsr_wait_step(t, step));
+  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  *loss = t->history[step];
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_sync(tsr_trainer *t) {
+  if (!t) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_sync: trainer is NULL");
+  for (int64_t s = t->nsteps - t->window - 1; s < t->nsteps; s++)
+    if (s >= 0) TSR_TRY(_tsr_wait_step(t, s));
+  int ret = starpu_task_wait_for_all();
+  if (ret) return _tsr_error(TSR_ERR_RUNTIME, "starpu_task_wait_for_all failed (%d)", ret);
+  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  return TSR_OK;
+}
+
+struct predict_src {
+  const float *x;
+  size_t xe;
+};
+
+static int predict_fill(void *user, int64_t step, int index, float *x, float *y) {
+  const struct predict_src *p = user;
+  memcpy(x, p->x + (size_t)index * p->xe, p->xe * sizeof(float));
+  return 0;
+}
+
+tsr_status tsr_trainer_predict(tsr_trainer *t, const float *x, int n, float *out) {
+  if (!t || !x || !out || n <= 0 || n > t->batch)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_predict: n = %d must be in [1, %d] and x, out non-NULL", n,
+                      t ? t->batch : 0);
+  const struct _tsr_layer *in = &t->model->layers[t->input_layer];
+  struct predict_src src = {x, (size_t)in->c * in->h * in->w};
+  int64_t id;
+  TSR_TRY(tsr_trainer_eval(t, predict_fill, &src, n, &id));
+  TSR_TRY(tsr_trainer_sync(t));
+  size_t ye = t->ls[t->output_layer].elems;
+  for (int s = 0; s < t->slices && t->slice_off[s] < n; s++) {
+    starpu_data_handle_t h = t->ls[t->output_layer].y[s];
+    int k = n - t->slice_off[s] < t->slice_n[s] ? n - t->slice_off[s] : t->slice_n[s];
+    if (starpu_data_acquire(h, STARPU_R)) return _tsr_error(TSR_ERR_RUNTIME, "tsr_trainer_predict: acquire failed");
+    memcpy(out + (size_t)t->slice_off[s] * ye, t->ls[t->output_layer].ybuf[s], (size_t)k * ye * sizeof(float));
+    starpu_data_release(h);
+  }
+  return TSR_OK;
+}

@@ -1,1 +1,359 @@
-/* placeholder: being written */
+/* Trainer construction: slices the batch, lays parameters out contiguously in backward order
+ * (so a gradient group is a contiguous range), allocates every per-slice buffer once, registers
+ * the StarPU handles and initialises parameters as PyTorch does. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/trainer.h"
+#include "runtime/error.h"
+
+void tsr_trainer_opts_default(tsr_trainer_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->batch = 32;
+  o->window = 2;
+}
+
+static void *zalloc(size_t bytes) {
+  size_t sz = (bytes + 63) & ~(size_t)63;
+  void *p = aligned_alloc(64, sz ? sz : 64);
+  if (p) memset(p, 0, sz ? sz : 64);
+  return p;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* PyTorch's default initialisation: weights and biases uniform in +-1/sqrt(fan_in), where fan_in
+ * is size(1) * kernel area (for transposed convolutions PyTorch takes size(1) = out channels). */
+static void init_tensor(struct _tsr_ptensor *p, const tsr_trainer *t, uint64_t seed) {
+  const struct _tsr_layer *L = &t->model->layers[p->layer];
+  if (L->spec.kind == TSR_LAYER_BATCHNORM) {
+    float v = (p->index == 0 || p->index == 3) ? 1.0f : 0.0f;
+    for (size_t i = 0; i < p->n; i++) p->w[i] = v;
+    return;
+  }
+  const struct _tsr_ptensor *w = p - p->index;
+  double fan_in = (double)w->shape.dims[1];
+  for (int d = 2; d < w->shape.ndim; d++) fan_in *= (double)w->shape.dims[d];
+  double bound = 1.0 / sqrt(fan_in);
+  uint64_t s = seed;
+  for (size_t i = 0; i < p->n; i++)
+    p->w[i] = (float)(((splitmix(&s) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * bound);
+}
+
+static tsr_status layout_tensors(tsr_trainer *t) {
+  tsr_model *m = t->model;
+  int count = 0;
+  for (int l = 0; l < m->n; l++) count += t->ls[l].live ? _tsr_layer_num_tensors(&m->layers[l]) : 0;
+  t->tensors = calloc(count ? count : 1, sizeof *t->tensors);
+  if (!t->tensors) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  /* Backward order: the last layer's parameters first, so gradients become final front to back. */
+  size_t off_p = 0, off_s = 0;
+  for (int l = m->n - 1; l >= 0; l--) {
+    t->ls[l].first_tensor = -1;
+    if (!t->ls[l].live) continue;
+    for (int i = 0; i < _tsr_layer_num_tensors(&m->layers[l]); i++) {
+      struct _tsr_ptensor *p = &t->tensors[t->ntensors];
+      const char *suffix;
+      if (i == 0) t->ls[l].first_tensor = t->ntensors;
+      _tsr_layer_tensor(&m->layers[l], m, i, &p->shape, &suffix, &p->trainable);
+      snprintf(p->name, sizeof p->name, "%s.%s", m->layers[l].name, suffix);
+      p->n = (size_t)tsr_shape_numel(&p->shape);
+      p->layer = l, p->index = i;
+      /* offsets rounded to 16 floats keep every tensor 64-byte aligned */
+      size_t *off = p->trainable ? &off_p : &off_s;
+      p->w = (float *)(uintptr_t)*off;
+      *off += (p->n + 15) & ~(size_t)15;
+      t->ntensors++;
+    }
+  }
+  t->nparams = off_p, t->nstate = off_s;
+  t->params = zalloc(off_p * 4), t->grads = zalloc(off_p * 4), t->mom = zalloc(off_p * 4), t->vel = zalloc(off_p * 4);
+  t->state = zalloc(off_s * 4);
+  if (!t->params || !t->grads || !t->mom || !t->vel || !t->state)
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: cannot allocate %zu parameters", off_p);
+  for (int i = 0; i < t->ntensors; i++) {
+    struct _tsr_ptensor *p = &t->tensors[i];
+    size_t off = (size_t)(uintptr_t)p->w;
+    p->w = (p->trainable ? t->params : t->state) + off;
+    init_tensor(p, t, t->seed * 1000003u + (uint64_t)i);
+    p->hw = _tsr_register_floats(p->w, p->n);
+    if (!p->trainable) continue;
+    p->g = t->grads + off, p->m = t->mom + off, p->v = t->vel + off;
+    p->hg = _tsr_register_floats(p->g, p->n);
+    p->hm = _tsr_register_floats(p->m, p->n);
+    p->hv = _tsr_register_floats(p->v, p->n);
+  }
+  return TSR_OK;
+}
+
+/* Marks live layers (ancestors of the output), layers whose gradient is needed, and the first
+ * gradient contribution of each edge in backward order. */
+static tsr_status analyse(tsr_trainer *t) {
+  tsr_model *m = t->model;
+  t->ls[t->output_layer].live = 1;
+  for (int l = m->n - 1; l >= 0; l--)
+    if (t->ls[l].live)
+      for (int k = 0; k < m->layers[l].ninputs; k++) t->ls[m->layers[l].inputs[k]].live = 1;
+  for (int l = 0; l < m->n; l++) {
+    struct _tsr_layer *L = &m->layers[l];
+    t->ls[l].needs_grad = t->ls[l].live && _tsr_layer_num_tensors(L) > 0 && L->spec.kind != TSR_LAYER_INPUT;
+    for (int k = 0; k < L->ninputs; k++) t->ls[l].needs_grad |= t->ls[l].live && t->ls[L->inputs[k]].needs_grad;
+  }
+  t->edge_first = calloc((size_t)m->n * TSR_MAX_CONCAT, 1);
+  char *seen = calloc(m->n, 1);
+  if (!t->edge_first || !seen) {
+    free(seen);
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  }
+  seen[t->output_layer] = 1; /* the loss writes the output's gradient first */
+  for (int l = m->n - 1; l >= 0; l--) {
+    if (!t->ls[l].live) continue;
+    for (int k = 0; k < m->layers[l].ninputs; k++) {
+      int j = m->layers[l].inputs[k];
+      if (!seen[j]) t->edge_first[l * TSR_MAX_CONCAT + k] = 1;
+      seen[j] = 1;
+    }
+  }
+  free(seen);
+  return TSR_OK;
+}
+
+static int has_second_contribution(const tsr_trainer *t, int j) {
+  const tsr_model *m = t->model;
+  for (int l = 0; l < m->n; l++)
+    for (int k = 0; k < m->layers[l].ninputs; k++)
+      if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k]) return 1;
+  return 0;
+}
+
+#define ALLOC_SLICES(ptr) ((ptr) = calloc(t->slices, sizeof *(ptr)))
+
+static tsr_status alloc_layer(tsr_trainer *t, int l) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  struct _tsr_lstate *st = &t->ls[l];
+  st->elems = (size_t)L->c * L->h * L->w;
+  if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
+  int tmp = has_second_contribution(t, l) || L->spec.kind == TSR_LAYER_CONCAT;
+  int ws = L->spec.kind == TSR_LAYER_MAXPOOL2D;
+  if (!ALLOC_SLICES(st->y) || !ALLOC_SLICES(st->g) || !ALLOC_SLICES(st->tmp) || !ALLOC_SLICES(st->ws) ||
+      !ALLOC_SLICES(st->ybuf) || !ALLOC_SLICES(st->gbuf) || !ALLOC_SLICES(st->tmpbuf) || !ALLOC_SLICES(st->wsbuf))
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  for (int s = 0; s < t->slices; s++) {
+    size_t n = (size_t)t->slice_n[s] * st->elems;
+    if (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = zalloc(n * 4)))
+      return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu floats", L->name, n);
+    st->y[s] = _tsr_register_floats(st->ybuf[s], n);
+    st->g[s] = _tsr_register_floats(st->gbuf[s], n);
+    if (tmp) {
+      if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
+      st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
+    }
+    if (ws) {
+      struct tsr_pool_desc d = {.n = t->slice_n[s], .c = t->model->layers[L->inputs[0]].c,
+                                .h = t->model->layers[L->inputs[0]].h, .w = t->model->layers[L->inputs[0]].w,
+                                .oh = L->h, .ow = L->w, .kh = L->spec.kernel_h, .kw = L->spec.kernel_w,
+                                .sh = L->spec.stride_h, .sw = L->spec.stride_w, .ph = L->spec.pad_h,
+                                .pw = L->spec.pad_w, .is_max = 1};
+      size_t bytes = _tsr_pool_ws_bytes(&d);
+      if (!(st->wsbuf[s] = zalloc(bytes))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
+      starpu_vector_data_register(&st->ws[s], STARPU_MAIN_RAM, (uintptr_t)st->wsbuf[s], (uint32_t)bytes, 1);
+    }
+  }
+  if (L->spec.kind == TSR_LAYER_BATCHNORM) {
+    st->acc_fbuf = zalloc(2 * L->c * sizeof(double));
+    st->acc_bbuf = zalloc(2 * L->c * sizeof(double));
+    st->statbuf = zalloc(2 * L->c * sizeof(float));
+    if (!st->acc_fbuf || !st->acc_bbuf || !st->statbuf) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+    starpu_vector_data_register(&st->acc_f, STARPU_MAIN_RAM, (uintptr_t)st->acc_fbuf, 2 * L->c, sizeof(double));
+    starpu_vector_data_register(&st->acc_b, STARPU_MAIN_RAM, (uintptr_t)st->acc_bbuf, 2 * L->c, sizeof(double));
+    st->stat = _tsr_register_floats(st->statbuf, 2 * L->c);
+  }
+  return TSR_OK;
+}
+
+static tsr_status alloc_io(tsr_trainer *t) {
+  const struct _tsr_layer *in = &t->model->layers[t->input_layer], *out = &t->model->layers[t->output_layer];
+  size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+  for (int p = 0; p < 2; p++) {
+    if (!ALLOC_SLICES(t->x[p]) || !ALLOC_SLICES(t->t[p]) || !ALLOC_SLICES(t->xbuf[p]) || !ALLOC_SLICES(t->tbuf[p]))
+      return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+    for (int s = 0; s < t->slices; s++) {
+      if (!(t->xbuf[p][s] = zalloc(t->slice_n[s] * xe * 4)) || !(t->tbuf[p][s] = zalloc(t->slice_n[s] * ye * 4)))
+        return _tsr_error(TSR_ERR_NOMEM, "trainer: cannot allocate input buffers");
+      t->x[p][s] = _tsr_register_floats(t->xbuf[p][s], t->slice_n[s] * xe);
+      t->t[p][s] = _tsr_register_floats(t->tbuf[p][s], t->slice_n[s] * ye);
+    }
+  }
+  if (!ALLOC_SLICES(t->loss) || !(t->lossbuf = zalloc(t->slices * sizeof(double))))
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  for (int s = 0; s < t->slices; s++)
+    starpu_vector_data_register(&t->loss[s], STARPU_MAIN_RAM, (uintptr_t)&t->lossbuf[s], 1, sizeof(double));
+  t->pending = calloc(t->window + 1, sizeof *t->pending);
+  for (int i = 0; t->pending && i <= t->window; i++) t->pending[i].step = -1;
+  return t->pending ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+}
+
+static tsr_status find_io(tsr_trainer *t) {
+  tsr_model *m = t->model;
+  t->input_layer = -1;
+  for (int l = 0; l < m->n; l++)
+    if (m->layers[l].spec.kind == TSR_LAYER_INPUT) {
+      if (t->input_layer >= 0)
+        return _tsr_error(TSR_ERR_ARG, "model '%s': more than one input layer ('%s' and '%s')", m->name,
+                          m->layers[t->input_layer].name, m->layers[l].name);
+      t->input_layer = l;
+    }
+  if (t->input_layer < 0) return _tsr_error(TSR_ERR_ARG, "model '%s' has no input layer", m->name);
+  t->output_layer = _tsr_model_output(m);
+  if (m->layers[t->output_layer].spec.kind == TSR_LAYER_INPUT)
+    return _tsr_error(TSR_ERR_ARG, "model '%s': the output is the input layer", m->name);
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m, const tsr_optim_spec *opt,
+                              const tsr_trainer_opts *o) {
+  if (!out || !ctx || !m) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: trainer, context and model are required");
+  *out = NULL;
+  tsr_trainer_opts def;
+  tsr_trainer_opts_default(&def);
+  if (!o) o = &def;
+  if (o->batch <= 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: batch = %d must be positive", o->batch);
+  if (o->slices < 0 || o->window < 0)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: slices %d and window %d must not be negative", o->slices, o->window);
+  if (m->n == 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: model '%s' has no layers", m->name);
+  tsr_optim_spec dopt = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  if (!opt) opt = &dopt;
+  if ((unsigned)opt->kind >= TSR_OPTIM_KIND_COUNT || !(opt->lr >= 0))
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: optimizer kind %d, lr %g", (int)opt->kind, opt->lr);
+  tsr_trainer *t = calloc(1, sizeof *t);
+  if (!t) return _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory");
+  t->ctx = ctx, t->model = m, t->opt = *opt, t->lr = opt->lr, t->batch = o->batch;
+  t->window = o->window ? o->window : 2;
+  t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
+  int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
+  t->slices = o->slices ? o->slices : (nw > 0 ? nw : 1);
+  if (t->slices > t->batch) t->slices = t->batch;
+  t->slice_n = calloc(t->slices, sizeof(int));
+  t->slice_off = calloc(t->slices, sizeof(int));
+  t->ls = calloc(m->n, sizeof *t->ls);
+  t->history_cap = 1024;
+  t->history = calloc(t->history_cap, sizeof(double));
+  tsr_status st = (!t->slice_n || !t->slice_off || !t->ls || !t->history)
+                      ? _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory")
+                      : TSR_OK;
+  for (int s = 0, off = 0; st == TSR_OK && s < t->slices; s++) {
+    t->slice_n[s] = t->batch / t->slices + (s < t->batch % t->slices);
+    t->slice_off[s] = off;
+    off += t->slice_n[s];
+  }
+  if (st == TSR_OK) st = find_io(t);
+  if (st == TSR_OK) st = analyse(t);
+  if (st == TSR_OK) st = layout_tensors(t);
+  for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
+  if (st == TSR_OK) st = alloc_io(t);
+  if (st != TSR_OK) {
+    tsr_trainer_destroy(t);
+    return st;
+  }
+  _tsr_log(2, "trainer: batch %d in %d slices, %d tensors, %zu parameters", t->batch, t->slices, t->ntensors,
+           t->nparams);
+  *out = t;
+  return TSR_OK;
+}
+
+static void unreg_slices(starpu_data_handle_t *h, void **buf, int n) {
+  for (int s = 0; s < n; s++) {
+    if (h && h[s]) starpu_data_unregister(h[s]);
+    if (buf) free(buf[s]);
+  }
+  free(h);
+  free(buf);
+}
+
+void tsr_trainer_destroy(tsr_trainer *t) {
+  if (!t) return;
+  starpu_task_wait_for_all();
+  for (int i = 0; t->pending && i <= t->window; i++)
+    if (t->pending[i].task && starpu_task_wait(t->pending[i].task) != 0)
+      _tsr_log(1, "trainer: waiting for the loss task of step %lld failed", (long long)t->pending[i].step);
+  for (int l = 0; t->ls && l < t->model->n; l++) {
+    struct _tsr_lstate *st = &t->ls[l];
+    unreg_slices(st->y, (void **)st->ybuf, t->slices);
+    unreg_slices(st->g, (void **)st->gbuf, t->slices);
+    unreg_slices(st->tmp, (void **)st->tmpbuf, t->slices);
+    unreg_slices(st->ws, st->wsbuf, t->slices);
+    if (st->acc_f) starpu_data_unregister(st->acc_f);
+    if (st->acc_b) starpu_data_unregister(st->acc_b);
+    if (st->stat) starpu_data_unregister(st->stat);
+    free(st->acc_fbuf), free(st->acc_bbuf), free(st->statbuf);
+  }
+  for (int p = 0; p < 2; p++) {
+    unreg_slices(t->x[p], (void **)t->xbuf[p], t->slices);
+    unreg_slices(t->t[p], (void **)t->tbuf[p], t->slices);
+  }
+  unreg_slices(t->loss, NULL, t->slices);
+  for (int i = 0; i < t->ntensors; i++) {
+    struct _tsr_ptensor *p = &t->tensors[i];
+    if (p->hw) starpu_data_unregister(p->hw);
+    if (p->hg) starpu_data_unregister(p->hg);
+    if (p->hm) starpu_data_unregister(p->hm);
+    if (p->hv) starpu_data_unregister(p->hv);
+  }
+  free(t->params), free(t->grads), free(t->mom), free(t->vel), free(t->state);
+  free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
+  free(t->lossbuf), free(t->pending), free(t->history);
+  free(t);
+}
+
+void tsr_trainer_set_lr(tsr_trainer *t, float lr) { if (t) t->lr = lr; }
+int tsr_trainer_batch(const tsr_trainer *t) { return t->batch; }
+
+void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w) {
+  const struct _tsr_layer *L = &t->model->layers[t->input_layer];
+  *c = L->c, *h = L->h, *w = L->w;
+}
+
+void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w) {
+  const struct _tsr_layer *L = &t->model->layers[t->output_layer];
+  *c = L->c, *h = L->h, *w = L->w;
+}
+
+int tsr_trainer_num_tensors(const tsr_trainer *t) { return t ? t->ntensors : 0; }
+
+tsr_status tsr_trainer_tensor_info(const tsr_trainer *t, int i, const char **name, tsr_shape *shape, int *trainable) {
+  if (!t || i < 0 || i >= t->ntensors)
+    return _tsr_error(TSR_ERR_ARG, "tensor index %d out of range [0, %d)", i, t ? t->ntensors : 0);
+  if (name) *name = t->tensors[i].name;
+  if (shape) *shape = t->tensors[i].shape;
+  if (trainable) *trainable = t->tensors[i].trainable;
+  return TSR_OK;
+}
+
+int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name) {
+  for (int i = 0; t && name && i < t->ntensors; i++)
+    if (strcmp(t->tensors[i].name, name) == 0) return i;
+  return -1;
+}
+
+static tsr_status tensor_io(tsr_trainer *t, int i, float *dst, const float *src) {
+  TSR_TRY(tsr_trainer_tensor_info(t, i, NULL, NULL, NULL));
+  if (!dst && !src) return _tsr_error(TSR_ERR_ARG, "tensor '%s': data pointer is NULL", t->tensors[i].name);
+  struct _tsr_ptensor *p = &t->tensors[i];
+  int ret = starpu_data_acquire(p->hw, dst ? STARPU_R : STARPU_W);
+  if (ret) return _tsr_error(TSR_ERR_RUNTIME, "tensor '%s': starpu_data_acquire failed (%d)", p->name, ret);
+  if (dst)
+    memcpy(dst, p->w, p->n * sizeof(float));
+  else
+    memcpy(p->w, src, p->n * sizeof(float));
+  starpu_data_release(p->hw);
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int i, float *out) { return tensor_io(t, i, out, NULL); }
+tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int i, const float *in) { return tensor_io(t, i, NULL, in); }

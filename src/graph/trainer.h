@@ -1,0 +1,82 @@
+/* Internal state of a trainer: parameter storage (one buffer, backward order), per-slice
+ * activations and gradients, and the bookkeeping of steps in flight. */
+#ifndef TSR_GRAPH_TRAINER_H
+#define TSR_GRAPH_TRAINER_H
+
+#include <stdatomic.h>
+#include <tessera.h>
+#include "codelets.h"
+#include "graph/model.h"
+
+struct _tsr_ptensor {
+  char name[TSR_NAME_MAX + 16];
+  tsr_shape shape;
+  size_t n;
+  int layer, index, trainable;
+  float *w, *g, *m, *v;                 /* g, m, v NULL for running statistics */
+  starpu_data_handle_t hw, hg, hm, hv;
+};
+
+/* Per layer: handles per slice and the layer's state. */
+struct _tsr_lstate {
+  int live;             /* on a path to the output */
+  int needs_grad;       /* some parameter lies upstream, so its output gradient is needed */
+  int first_tensor;     /* index of its first tensor in trainer->tensors, -1 if none */
+  size_t elems;         /* per sample */
+  starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions */
+  float **ybuf, **gbuf, **tmpbuf;
+  void **wsbuf;
+  /* batchnorm */
+  starpu_data_handle_t acc_f, acc_b, stat;
+  double *acc_fbuf, *acc_bbuf;
+  float *statbuf;
+};
+
+struct _tsr_pending {
+  struct starpu_task *task;
+  double value;
+  int64_t step;
+};
+
+struct tsr_trainer {
+  tsr_context *ctx;
+  tsr_model *model;
+  tsr_optim_spec opt;
+  int batch, slices, window, input_layer, output_layer;
+  int *slice_n, *slice_off;
+  uint64_t seed;
+  float lr;
+
+  int ntensors;
+  struct _tsr_ptensor *tensors;
+  float *params, *grads, *mom, *vel, *state; /* contiguous buffers */
+  size_t nparams, nstate;
+
+  struct _tsr_lstate *ls;
+  char *edge_first;     /* per (layer, input slot): first gradient contribution in backward order */
+
+  /* inputs/targets, double-buffered by step parity so loading step t+1 overlaps step t */
+  starpu_data_handle_t *x[2], *t[2], *loss;
+  float **xbuf[2], **tbuf[2];
+  double *lossbuf;
+
+  int64_t nsteps;       /* steps submitted (train and eval) */
+  int64_t nupdates;     /* optimizer steps (Adam's bias correction) */
+  struct _tsr_pending *pending; /* [window + 1] */
+  double *history;      /* loss per step, filled when waited */
+  int64_t history_cap;
+  atomic_int load_failed;
+  char load_error[512];
+};
+
+/* step.c */
+tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);
+tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step);
+
+/* layers.c: forward and backward of layer l for slice s of step `step` (parity p). */
+int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t step);
+int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step);
+/* The handle holding layer l's output for slice s in step parity p. */
+starpu_data_handle_t _tsr_out(tsr_trainer *t, int l, int s, int p);
+
+#endif

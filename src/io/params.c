@@ -1,1 +1,239 @@
-/* placeholder: being written */
+/* Parameter import/export by PyTorch state_dict name through the trainer's public tensor API: a
+ * folder of <name>.npy files, or one HDF5 file with a float32 dataset per tensor (written to
+ * <path>.tmp and renamed). Import reads and checks every tensor before setting any, so a failed
+ * import leaves the trainer unchanged; tensors the trainer does not have are ignored. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include <tessera/params.h>
+
+#include "runtime/error.h"
+
+static int is_hdf5_path(const char *path) {
+  size_t n = strlen(path);
+  return (n > 3 && strcasecmp(path + n - 3, ".h5") == 0) || (n > 5 && strcasecmp(path + n - 5, ".hdf5") == 0);
+}
+
+static int same_shape(const tsr_shape *a, const tsr_shape *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+static tsr_status shape_mismatch(const char *file, const char *name, const tsr_shape *got, const tsr_shape *want) {
+  char g[96], w[96];
+  return _tsr_error(TSR_ERR_SHAPE, "%s: tensor '%s' has shape %s in the file, the model expects %s", file, name,
+                    tsr_shape_str(got, g, sizeof g), tsr_shape_str(want, w, sizeof w));
+}
+
+/* mkdir -p */
+static tsr_status make_dirs(const char *path) {
+  if (!*path) return _tsr_error(TSR_ERR_ARG, "tsr_params_export: empty path");
+  char *p = strdup(path);
+  if (!p) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  tsr_status s = TSR_OK;
+  for (char *q = p + 1;; q++) {
+    if (*q != '/' && *q != '\0') continue;
+    char keep = *q;
+    *q = '\0';
+    struct stat st;
+    if (mkdir(p, 0777) != 0 && !(errno == EEXIST && stat(p, &st) == 0 && S_ISDIR(st.st_mode))) {
+      s = _tsr_error(TSR_ERR_IO, "%s: cannot create folder: %s", p, strerror(errno == EEXIST ? ENOTDIR : errno));
+      break;
+    }
+    *q = keep;
+    if (!keep) break;
+  }
+  free(p);
+  return s;
+}
+
+static char *join(const char *dir, const char *name, const char *ext) {
+  size_t n = strlen(dir) + strlen(name) + strlen(ext) + 2;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, "%s/%s%s", dir, name, ext);
+  return s;
+}
+
+/* HDF5 prints its error stack by default; the messages here say what went wrong instead. */
+typedef struct h5quiet {
+  H5E_auto2_t fn;
+  void *data;
+} h5quiet;
+
+static h5quiet h5_quiet(void) {
+  h5quiet q = {NULL, NULL};
+  H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  return q;
+}
+
+static void h5_loud(h5quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
+
+static tsr_status h5_write(hid_t f, const char *file, const char *name, const tsr_shape *shape, const float *data) {
+  hsize_t dims[TSR_MAX_DIMS];
+  for (int i = 0; i < shape->ndim; i++) dims[i] = (hsize_t)shape->dims[i];
+  hid_t space = shape->ndim ? H5Screate_simple(shape->ndim, dims, NULL) : H5Screate(H5S_SCALAR);
+  hid_t d = space < 0 ? -1 : H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (d >= 0 && H5Dclose(d) < 0) e = -1;
+  if (space >= 0) H5Sclose(space);
+  if (d < 0 || e < 0) return _tsr_error(TSR_ERR_IO, "%s: cannot write dataset '%s'", file, name);
+  return TSR_OK;
+}
+
+tsr_status tsr_params_export(tsr_trainer *t, const char *path) {
+  if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_export: trainer and path are required");
+  int h5 = is_hdf5_path(path);
+  char *tmp = NULL;
+  hid_t f = -1;
+  h5quiet q = {NULL, NULL};
+  if (h5) {
+    tmp = malloc(strlen(path) + 5);
+    if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+    sprintf(tmp, "%s.tmp", path);
+    q = h5_quiet();
+    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+      h5_loud(q);
+      tsr_status s = _tsr_error(TSR_ERR_IO, "%s: cannot create HDF5 file", tmp);
+      free(tmp);
+      return s;
+    }
+  } else {
+    TSR_TRY(make_dirs(path));
+  }
+  float *buf = NULL;
+  size_t cap = 0;
+  tsr_status s = TSR_OK;
+  for (int i = 0; s == TSR_OK && i < tsr_trainer_num_tensors(t); i++) {
+    const char *name;
+    tsr_shape shape;
+    int trainable;
+    s = tsr_trainer_tensor_info(t, i, &name, &shape, &trainable);
+    size_t n = s == TSR_OK ? (size_t)tsr_shape_numel(&shape) : 0;
+    if (s == TSR_OK && n > cap) {
+      float *b = realloc(buf, n * sizeof *b);
+      if (!b) s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, name);
+      else buf = b, cap = n;
+    }
+    if (s == TSR_OK) s = tsr_trainer_tensor_get(t, i, buf);
+    if (s != TSR_OK) break;
+    if (h5) {
+      s = h5_write(f, tmp, name, &shape, buf);
+    } else {
+      char *file = join(path, name, ".npy");
+      s = file ? tsr_npy_write(file, &shape, buf) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+      free(file);
+    }
+  }
+  free(buf);
+  if (h5) {
+    if (H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close HDF5 file", tmp);
+    h5_loud(q);
+    if (s == TSR_OK && rename(tmp, path) != 0)
+      s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+    if (s != TSR_OK) remove(tmp);
+    free(tmp);
+  }
+  return s;
+}
+
+/* Reads one tensor of an HDF5 file, checking its shape. */
+static tsr_status h5_read(hid_t f, const char *file, const char *name, const tsr_shape *want, float *out) {
+  if (H5Lexists(f, name, H5P_DEFAULT) <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: tensor '%s' is missing (no dataset of that name)", file, name);
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  hid_t space = d < 0 ? -1 : H5Dget_space(d);
+  hid_t type = d < 0 ? -1 : H5Dget_type(d);
+  tsr_status s = TSR_OK;
+  int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
+  if (d < 0 || space < 0 || type < 0 || nd < 0) {
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a readable dataset", file, name);
+  } else if (H5Tget_class(type) != H5T_FLOAT) {
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' is not floating point", file, name);
+  } else if (nd > TSR_MAX_DIMS) {
+    s = _tsr_error(TSR_ERR_SHAPE, "%s: tensor '%s' has %d dimensions in the file, the model expects %d", file, name,
+                   nd, want->ndim);
+  } else {
+    hsize_t dims[TSR_MAX_DIMS];
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    tsr_shape got = {.ndim = nd};
+    for (int i = 0; i < nd; i++) got.dims[i] = (int64_t)dims[i];
+    if (!same_shape(&got, want))
+      s = shape_mismatch(file, name, &got, want);
+    else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+      s = _tsr_error(TSR_ERR_IO, "%s: cannot read dataset '%s'", file, name);
+  }
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  if (d >= 0) H5Dclose(d);
+  return s;
+}
+
+/* Reads <dir>/<name>.npy, checking its shape. */
+static tsr_status npy_read(const char *dir, const char *name, const tsr_shape *want, float *out) {
+  char *file = join(dir, name, ".npy");
+  if (!file) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", dir);
+  tsr_status s = TSR_OK;
+  tsr_shape got;
+  float *data = NULL;
+  if (access(file, F_OK) != 0)
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: tensor '%s' is missing (no file %s)", dir, name, file);
+  else
+    s = tsr_npy_read(file, &got, &data);
+  if (s == TSR_OK && !same_shape(&got, want)) s = shape_mismatch(file, name, &got, want);
+  if (s == TSR_OK) memcpy(out, data, (size_t)tsr_shape_numel(want) * sizeof *out);
+  free(data);
+  free(file);
+  return s;
+}
+
+tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
+  if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_import: trainer and path are required");
+  struct stat st;
+  if (stat(path, &st) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int h5 = is_hdf5_path(path);
+  if (!h5 && !S_ISDIR(st.st_mode))
+    return _tsr_error(TSR_ERR_ARG, "%s: expected a folder of .npy files or a .h5/.hdf5 file", path);
+  hid_t f = -1;
+  h5quiet q = {NULL, NULL};
+  if (h5) {
+    q = h5_quiet();
+    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+      h5_loud(q);
+      return _tsr_error(TSR_ERR_FORMAT, "%s: not a readable HDF5 file", path);
+    }
+  }
+  int n = tsr_trainer_num_tensors(t);
+  float **vals = calloc(n > 0 ? (size_t)n : 1, sizeof *vals);
+  tsr_status s = vals ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  for (int i = 0; s == TSR_OK && i < n; i++) {
+    const char *name;
+    tsr_shape shape;
+    int trainable;
+    s = tsr_trainer_tensor_info(t, i, &name, &shape, &trainable);
+    if (s != TSR_OK) break;
+    int64_t numel = tsr_shape_numel(&shape);
+    vals[i] = malloc(numel > 0 ? (size_t)numel * sizeof **vals : 1);
+    if (!vals[i]) s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, name);
+    else s = h5 ? h5_read(f, path, name, &shape, vals[i]) : npy_read(path, name, &shape, vals[i]);
+  }
+  if (h5) {
+    H5Fclose(f);
+    h5_loud(q);
+  }
+  for (int i = 0; s == TSR_OK && i < n; i++) s = tsr_trainer_tensor_set(t, i, vals[i]);
+  for (int i = 0; vals && i < n; i++) free(vals[i]);
+  free(vals);
+  return s;
+}

@@ -1,1 +1,107 @@
-/* placeholder: being written */
+/* The context owns StarPU's lifetime (and StarPU-MPI's under mpirun/srun), the worker threading
+ * policy for kernel libraries, and the run-wide seed and determinism flag. */
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#include <starpu.h>
+#include <starpu_mpi.h>
+
+#include <tessera/context.h>
+#include "codelets.h"
+#include "runtime/error.h"
+
+struct tsr_context {
+  int rank, size, use_mpi, deterministic;
+  uint64_t seed;
+};
+
+static int context_alive;
+
+void tsr_context_opts_default(tsr_context_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->ncpus = -1;
+  o->use_mpi = -1;
+  o->seed = 1;
+  o->verbose = 1;
+}
+
+static int launched_by_mpi(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_STEP_ID");
+}
+
+tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, int *argc, char ***argv) {
+  if (!ctx) return _tsr_error(TSR_ERR_ARG, "tsr_context_create: ctx is NULL");
+  *ctx = NULL;
+  if (context_alive) return _tsr_error(TSR_ERR_STATE, "tsr_context_create: a context already exists in this process");
+  tsr_context_opts def;
+  tsr_context_opts_default(&def);
+  if (!opts) opts = &def;
+  if (opts->ncpus == 0 || opts->ncpus < -1)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: ncpus = %d (use -1 for the default or a positive count)",
+                      opts->ncpus);
+  tsr_context *c = calloc(1, sizeof *c);
+  if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
+  c->use_mpi = opts->use_mpi < 0 ? launched_by_mpi() : opts->use_mpi;
+  c->deterministic = opts->deterministic;
+  c->seed = opts->seed;
+  c->size = 1;
+  _tsr_set_verbosity(opts->verbose);
+  _tsr_set_deterministic(opts->deterministic);
+  /* Kernel libraries run one thread per StarPU worker: parallelism comes from the task graph. */
+  openblas_set_num_threads(1);
+  if (!getenv("STARPU_SILENT") && opts->verbose < 2) setenv("STARPU_SILENT", "1", 0);
+
+  struct starpu_conf conf;
+  starpu_conf_init(&conf);
+  if (opts->ncpus > 0) conf.ncpus = opts->ncpus;
+  if (!getenv("STARPU_SCHED")) conf.sched_policy_name = "dmdas";
+  int ret;
+  if (c->use_mpi) {
+    ret = starpu_mpi_init_conf(argc, argv, 1, MPI_COMM_WORLD, &conf);
+    if (ret == 0) {
+      starpu_mpi_comm_rank(MPI_COMM_WORLD, &c->rank);
+      starpu_mpi_comm_size(MPI_COMM_WORLD, &c->size);
+    }
+  } else {
+    ret = starpu_init(&conf);
+  }
+  if (ret != 0) {
+    int mpi = c->use_mpi;
+    free(c);
+    return _tsr_error(TSR_ERR_RUNTIME, "cannot start StarPU%s (error %d): check STARPU_* environment variables",
+                      mpi ? "-MPI" : "", ret);
+  }
+  if (starpu_cpu_worker_get_count() + starpu_cuda_worker_get_count() == 0) {
+    c->use_mpi ? starpu_mpi_shutdown() : starpu_shutdown();
+    free(c);
+    return _tsr_error(TSR_ERR_RUNTIME, "StarPU started with no worker (STARPU_NCPU=0?)");
+  }
+  context_alive = 1;
+  _tsr_log(2, "context: rank %d/%d, %u CPU workers, %u CUDA workers, %s", c->rank, c->size,
+           starpu_cpu_worker_get_count(), starpu_cuda_worker_get_count(),
+           c->deterministic ? "deterministic" : "non-deterministic reductions");
+  *ctx = c;
+  return TSR_OK;
+}
+
+void tsr_context_destroy(tsr_context *c) {
+  if (!c) return;
+  starpu_task_wait_for_all();
+  if (c->use_mpi)
+    starpu_mpi_shutdown();
+  else
+    starpu_shutdown();
+  context_alive = 0;
+  free(c);
+}
+
+int tsr_context_rank(const tsr_context *c) { return c ? c->rank : 0; }
+int tsr_context_size(const tsr_context *c) { return c ? c->size : 1; }
+int tsr_context_nworkers(const tsr_context *c) { return (int)starpu_worker_get_count(); }
+int tsr_context_deterministic(const tsr_context *c) { return c ? c->deterministic : 0; }
+uint64_t tsr_context_seed(const tsr_context *c) { return c ? c->seed : 1; }
+
+tsr_status tsr_context_wait_all(tsr_context *c) {
+  int ret = starpu_task_wait_for_all();
+  return ret == 0 ? TSR_OK : _tsr_error(TSR_ERR_RUNTIME, "starpu_task_wait_for_all failed: %d", ret);
+}
