@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "codelets.h"
-#include "runtime/error.h"
 
 #ifdef _OPENMP
 #define TSR_SIMD(clause) _Pragma(#clause)
@@ -52,8 +51,8 @@ void _tsr_bn_finalize_cpu(const struct tsr_bn_desc *d, const double *acc, float 
   }
 }
 
-/* Folds gamma and beta into one multiply-add per element; the per-(sample, channel) coefficient
- * work is negligible next to the h*w loop and saves a scratch array. */
+/* y = a (x - mean) + beta with a = gamma invstd: centring first keeps the float error relative to
+ * the spread of x rather than to its mean (the folded a x + b cancels when |mean| >> std). */
 static void normalise(const struct tsr_bn_desc *d, const float *x, const float *mean, const float *invstd,
                       const float *gamma, const float *beta, float *y) {
   const size_t hw = (size_t)d->h * d->w;
@@ -62,10 +61,9 @@ static void normalise(const struct tsr_bn_desc *d, const float *x, const float *
       const size_t off = ((size_t)i * d->c + ch) * hw;
       const float *restrict xp = x + off;
       float *restrict yp = y + off;
-      const float a = gamma[ch] * invstd[ch];
-      const float b = beta[ch] - mean[ch] * a;
+      const float a = gamma[ch] * invstd[ch], m = mean[ch], b = beta[ch];
       TSR_SIMD(omp simd)
-      for (size_t k = 0; k < hw; k++) yp[k] = a * xp[k] + b;
+      for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
     }
 }
 
@@ -83,9 +81,9 @@ void _tsr_bn_fwd_eval_cpu(const struct tsr_bn_desc *d, const float *x, const flo
       const float *restrict xp = x + off;
       float *restrict yp = y + off;
       const float a = (float)(gamma[ch] / sqrt((double)running_var[ch] + d->eps));
-      const float b = beta[ch] - running_mean[ch] * a;
+      const float m = running_mean[ch], b = beta[ch];
       TSR_SIMD(omp simd)
-      for (size_t k = 0; k < hw; k++) yp[k] = a * xp[k] + b;
+      for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
     }
 }
 

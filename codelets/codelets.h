@@ -112,7 +112,8 @@ int _tsr_insert_act_bwd(const struct tsr_act_desc *d, starpu_data_handle_t x, st
  * (double [2c]: sum, sum of squares), a finalize task turns them into mean and inverse std
  * (float [2c] `stat`) and updates the running statistics; then each slice is normalised.
  * Backward mirrors it: per slice accumulate sum(dy) and sum(dy * xhat) into `acc` (double [2c]),
- * then dgamma/dbeta and each slice's dx. */
+ * then dgamma/dbeta and each slice's dx. Layouts are planar: acc = [sum | sum of squares] forward,
+ * [sum dy | sum dy*xhat] backward; stat = [mean | invstd]. */
 struct tsr_bn_desc {
   int n, c, h, w;       /* slice */
   int64_t total;        /* samples in the whole batch (all slices) */
@@ -158,7 +159,7 @@ struct tsr_dropout_desc {
   float p;
   int spatial;          /* 1: one draw per (sample, channel) */
 };
-/* seed already mixes step, layer and slice; first_sample = global index of the slice's sample 0 */
+/* seed already mixes step, layer and slice (masks depend on the slicing, not on the worker) */
 void _tsr_dropout_fwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *x, float *y);
 void _tsr_dropout_bwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx);
 int _tsr_insert_dropout_fwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,

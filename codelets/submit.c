@@ -42,6 +42,7 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
   if (arg_size) {
     void *copy = malloc(arg_size);
     if (!copy) {
+      task->destroy = 0;
       starpu_task_destroy(task);
       _tsr_error(TSR_ERR_NOMEM, "task '%s': cannot allocate %zu bytes of arguments", name, arg_size);
       return -ENOMEM;
@@ -60,6 +61,7 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
       free(task->dyn_modes);
       task->dyn_handles = NULL;
       task->dyn_modes = NULL;
+      task->destroy = 0;
       starpu_task_destroy(task);
       _tsr_error(TSR_ERR_NOMEM, "task '%s': cannot allocate %d buffer slots", name, nbufs);
       return -ENOMEM;

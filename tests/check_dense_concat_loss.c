@@ -266,7 +266,8 @@ START_TEST(loss_padding_samples_count_for_nothing) {
   _tsr_loss_cpu(&valid, yh, y, gv, &lv);
   ck_assert_msg(l == lv, "%s: loss with padding %.10g, without %.10g", loss_name[kind], l, lv);
   ck_assert_mem_eq(g, gv, sizeof(gv));
-  for (int i = 3 * PER; i < LEN; i++) ck_assert_msg(g[i] == 0.0f, "%s: padding gradient %d is %g", loss_name[kind], i, g[i]);
+  for (int i = 3 * PER; i < LEN; i++)
+    ck_assert_msg(g[i] == 0.0f, "%s: padding gradient %d is %g", loss_name[kind], i, g[i]);
 }
 END_TEST
 
@@ -282,6 +283,18 @@ START_TEST(softmax_ce_is_stable_for_large_logits) {
   ck_assert_msg(fabs(l - lref) <= 1e-6 * lref, "loss %.10g, reference %.10g", l, lref);
   loss_ref(&d, yh, y, gref);
   tt_assert_close(g, gref, 6, 1e-7, 1e-5, "stable CE gradient");
+}
+END_TEST
+
+/* torch.sign(0) = 0: an exact prediction gets no L1 gradient; Huber is smooth there */
+START_TEST(l1_gradient_is_zero_at_an_exact_prediction) {
+  struct tsr_loss_desc d = {.kind = TSR_L_L1, .n = 1, .c = 3, .h = 1, .w = 1, .nvalid = 1, .scale = 1.0 / 3};
+  float yh[3] = {0.5f, -1, 2}, y[3] = {0.5f, 0, 2}, g[3];
+  double l;
+  _tsr_loss_cpu(&d, yh, y, g, &l);
+  ck_assert_msg(g[0] == 0.0f && g[2] == 0.0f, "L1 gradient at zero error: %g, %g", g[0], g[2]);
+  ck_assert_float_eq_tol(g[1], -1.0f / 3, 1e-7f);
+  ck_assert_double_eq_tol(l, 1.0 / 3, 1e-12);
 }
 END_TEST
 
@@ -306,7 +319,8 @@ START_TEST(tensor_ops_and_loss_sum_run_through_starpu) {
     ref[i] = (double)a[i] + b[i] + b[i];
     c[i] = NAN;
   }
-  starpu_data_handle_t ha = _tsr_register_floats(a, N), hb = _tsr_register_floats(b, N), hc = _tsr_register_floats(c, N);
+  starpu_data_handle_t ha = _tsr_register_floats(a, N), hb = _tsr_register_floats(b, N),
+                       hc = _tsr_register_floats(c, N);
   ck_assert_int_eq(_tsr_insert_zero(hc, "zero c"), 0);
   ck_assert_int_eq(_tsr_insert_accumulate(hc, ha, "c += a"), 0);
   ck_assert_int_eq(_tsr_insert_accumulate(hc, hb, "c += b"), 0);
@@ -453,6 +467,7 @@ static Suite *make_dense_concat_loss_suite(void) {
   tcase_add_loop_test(raw, loss_slices_add_up_to_the_whole_batch, 0, 4);
   tcase_add_loop_test(raw, loss_padding_samples_count_for_nothing, 0, 4);
   tcase_add_test(raw, softmax_ce_is_stable_for_large_logits);
+  tcase_add_test(raw, l1_gradient_is_zero_at_an_exact_prediction);
   suite_add_tcase(s, raw);
   TCase *sp = tcase_create("starpu");
   tcase_add_checked_fixture(sp, starpu_up, starpu_down);

@@ -95,7 +95,8 @@ const char *cli_duration(double s, char *buf, size_t len) {
 }
 
 void cli_progress_init(cli_progress *p, int quiet) {
-  *p = (cli_progress){.tty = isatty(STDERR_FILENO), .quiet = quiet, .last = -1e30, .log_every = 5.0};
+  *p = (cli_progress){.tty = isatty(STDERR_FILENO), .quiet = quiet, .log_every = 5.0};
+  p->last = p->tty ? -1e30 : cli_now(); /* a log's first line comes after log_every, when rates mean something */
 }
 
 void cli_progress_update(cli_progress *p, int force, const char *fmt, ...) {

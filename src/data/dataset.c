@@ -184,7 +184,8 @@ static tsr_status read_part(tsr_dataset *d, struct part *p, int64_t index, float
   hsize_t numel = count[1] * count[2] * count[3];
   char why[256] = "";
   _tsr_hdf5_lock();
-  hid_t mspace = H5Screate_simple(1, &numel, NULL);
+  /* memory space of the selection's own shape: HDF5 then maps chunks without visiting each element */
+  hid_t mspace = H5Screate_simple(4, count, NULL);
   herr_t e = mspace < 0 ? -1 : H5Sselect_hyperslab(p->fspace, H5S_SELECT_SET, start, NULL, count, NULL);
   if (e >= 0) e = H5Dread(p->dset, H5T_NATIVE_FLOAT, mspace, p->fspace, H5P_DEFAULT, out);
   if (e < 0) _tsr_hdf5_reason(why);

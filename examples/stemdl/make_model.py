@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Writes fcdensenet.json: an FCDenseNet ("One Hundred Layers Tiramisu", Jegou et al. 2017) for the
+STEMDL-style inverse problem, 1x64x64 diffraction pattern -> 1x64x64 projected potential.
+
+Plain Python (no torch): the JSON is the model; this script only saves typing its ~150 layers.
+    python3 make_model.py                      # writes fcdensenet.json next to this script
+    python3 make_model.py --growth 16 --layers 4,4,4,4 -o bigger.json
+"""
+import argparse
+import json
+import os
+import sys
+
+
+class Builder:
+    """Accumulates layers and tracks each layer's per-sample shape [C, H, W] (for channel counts and FLOPs)."""
+
+    def __init__(self):
+        self.layers = []
+        self.shape = {}
+        self.macs = 0
+
+    def add(self, name, kind, inputs, **fields):
+        assert name not in self.shape, name
+        layer = {"name": name, "type": kind}
+        if isinstance(inputs, str):
+            layer["input"] = inputs
+        elif inputs:
+            layer["inputs"] = list(inputs)
+        layer.update(fields)
+        self.layers.append(layer)
+        src = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        c, h, w = self.shape[src[0]] if src else fields["shape"]
+        k = fields.get("kernel", 1)
+        if kind == "conv2d":
+            p = fields.get("padding", 0)
+            h, w = h + 2 * p - k + 1, w + 2 * p - k + 1
+            self.macs += fields["out_channels"] * h * w * c * k * k
+            c = fields["out_channels"]
+        elif kind == "conv_transpose2d":
+            s = fields.get("stride", 1)
+            self.macs += c * h * w * fields["out_channels"] * k * k
+            h, w = (h - 1) * s + k, (w - 1) * s + k
+            c = fields["out_channels"]
+        elif kind == "maxpool2d":
+            h, w = h // k, w // k
+        elif kind == "concat":
+            assert len(src) <= 32, "concat takes at most 32 inputs"
+            assert all(self.shape[s][1:] == (h, w) for s in src), src
+            c = sum(self.shape[s][0] for s in src)
+        self.shape[name] = (c, h, w)
+        return name
+
+    def bn_relu_conv(self, prefix, x, out_channels, kernel):
+        """DenseNet's pre-activation unit: batchnorm -> relu -> conv ('same' padding)."""
+        x = self.add(prefix + "_bn", "batchnorm", x)
+        x = self.add(prefix + "_relu", "relu", x)
+        pad = {"padding": kernel // 2} if kernel > 1 else {}
+        return self.add(prefix + "_conv", "conv2d", x, out_channels=out_channels, kernel=kernel, **pad)
+
+    def dense_block(self, name, x, nlayers, growth, want_new):
+        """Each layer's new k feature maps are concatenated with everything before it. Returns
+        (block input + all new maps, None), or with want_new (None, the new maps only): the down path
+        and the last up block pass everything on, the bottleneck and the other up blocks only the new
+        maps to the next transition up (so the channel count does not explode), as in the paper."""
+        new = []
+        for i in range(1, nlayers + 1):
+            p = "%s_l%d" % (name, i)
+            y = self.bn_relu_conv(p, x, growth, 3)
+            new.append(y)
+            if i < nlayers or not want_new:  # no dead layers: the last concat feeds nothing then
+                x = self.add(p + "_cat", "concat", [x, y])
+        if not want_new:
+            return x, None
+        return None, self.add(name + "_new", "concat", new) if len(new) > 1 else new[0]
+
+
+def build(args):
+    b = Builder()
+    x = b.add("input", "input", None, shape=[1, args.size, args.size])
+    x = b.add("conv0", "conv2d", x, out_channels=args.stem, kernel=3, padding=1)
+    levels = len(args.layers) - 1          # the last entry is the bottleneck
+    skips = []
+    for lv in range(1, levels + 1):
+        full, _ = b.dense_block("db%d" % lv, x, args.layers[lv - 1], args.growth, False)
+        skips.append(full)
+        td = "td%d" % lv
+        y = b.bn_relu_conv(td, full, b.shape[full][0], 1)
+        x = b.add(td + "_pool", "maxpool2d", y, kernel=2)
+    _, new = b.dense_block("db%d" % (levels + 1), x, args.layers[-1], args.growth, True)
+    for i, lv in enumerate(range(levels, 0, -1)):
+        nb = levels + 2 + i                  # up-path blocks continue the numbering
+        up = b.add("tu%d" % lv, "conv_transpose2d", new, out_channels=b.shape[new][0], kernel=2, stride=2)
+        x = b.add("tu%d_cat" % lv, "concat", [up, skips[lv - 1]])
+        full, new = b.dense_block("db%d" % nb, x, args.layers[lv - 1], args.growth, lv > 1)
+    b.add("final", "conv2d", full, out_channels=1, kernel=1)
+    model = {
+        "name": "stemdl-fcdensenet",
+        "layers": b.layers,
+        "output": "final",
+        "loss": {"type": "mse"},
+        "optimizer": {"type": "adamw", "lr": 1e-3, "weight_decay": 1e-4},
+    }
+    return model, b
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--out", default=os.path.join(here, "fcdensenet.json"), help="output file")
+    ap.add_argument("--size", type=int, default=64, help="input/output side in pixels (default 64)")
+    ap.add_argument("--stem", type=int, default=16, help="channels of the first conv (default 16)")
+    ap.add_argument("--growth", type=int, default=12, help="growth rate k (default 12)")
+    ap.add_argument("--layers", default="3,3,3,3",
+                    help="layers per dense block on the way down, then the bottleneck's (default 3,3,3,3)")
+    args = ap.parse_args()
+    args.layers = [int(v) for v in args.layers.split(",")]
+    if len(args.layers) < 2 or min(args.layers) < 1:
+        ap.error("--layers needs at least one level and the bottleneck, all >= 1")
+    if args.size % (1 << (len(args.layers) - 1)):
+        ap.error("--size must be divisible by 2^levels")
+    model, b = build(args)
+    with open(args.out, "w") as f:
+        json.dump(model, f, indent=1)
+        f.write("\n")
+    nconv = sum(l["type"] in ("conv2d", "conv_transpose2d") for l in model["layers"])
+    print("%s: %d layers, %d convolutions, %.3f GFLOP per sample forward (2 x MACs)"
+          % (args.out, len(model["layers"]), nconv, 2e-9 * b.macs), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
