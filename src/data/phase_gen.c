@@ -135,12 +135,14 @@ static void generate(const tsr_phase_gen_opts *o, struct work *w, int64_t index,
   fftw_execute(w->plan);
   /* Normalised by size^2 so the mean intensity is 1; (k + s/2) mod s is fftshift's destination. */
   double norm = 1.0 / ((double)s * s);
-  for (int ky = 0; ky < s; ky++)
+  for (int ky = 0; ky < s; ky++) {
+    float *row = x + (size_t)((ky + s / 2) % s) * s;
     for (int kx = 0; kx < s; kx++) {
       const double *f = w->f[(size_t)ky * s + kx];
-      double inten = (f[0] * f[0] + f[1] * f[1]) * norm;
-      x[(size_t)((ky + s / 2) % s) * s + (kx + s / 2) % s] = (float)log1p(inten);
+      int dst = kx + s / 2;
+      row[dst < s ? dst : dst - s] = (float)log1p((f[0] * f[0] + f[1] * f[1]) * norm);
     }
+  }
 }
 
 tsr_status tsr_phase_gen_sample(const tsr_phase_gen_opts *o, int64_t index, float *x, float *v) {
