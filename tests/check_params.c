@@ -31,7 +31,8 @@ static char *path_in(const char *dir, const char *name) {
 }
 
 START_TEST(test_npy_round_trip_keeps_shape_and_bits) {
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   const int64_t shapes[][5] = {{1, 7}, {2, 3, 5}, {4, 2, 3, 4, 5}, {0}, {1, 0}};
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
     tsr_shape s = tsr_shape_make((int)shapes[c][0], &shapes[c][1]);
@@ -64,7 +65,8 @@ START_TEST(test_npy_interoperates_with_numpy) {
     fprintf(stderr, "check_params: " PYTHON " with numpy not found; numpy interoperability not checked\n");
     return;
   }
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
            PYTHON " -c 'import numpy as np; np.save(\"%s/np.npy\", np.arange(24, dtype=np.float64).reshape(2, 3, 4) / 7)'",
@@ -113,7 +115,8 @@ static const char *make_npy(const char *path, int major, const char *dict, const
 }
 
 START_TEST(test_npy_reads_version_2_and_3_headers) {
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   const double d[3] = {1.5, -2.25, 1e-3};
   for (int major = 2; major <= 3; major++) {
     const char *p = make_npy(path_in(dir, "v.npy"), major, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
@@ -151,7 +154,8 @@ static const struct badnpy {
 
 START_TEST(test_npy_rejects_malformed_file) {
   const struct badnpy *b = &bad_npy[_i];
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   float zeros[8] = {0};
   const char *p = make_npy(path_in(dir, "bad.npy"), b->major, b->dict, zeros, b->nbytes, b->cut);
   tsr_shape s;
@@ -166,7 +170,8 @@ START_TEST(test_npy_rejects_malformed_file) {
 END_TEST
 
 START_TEST(test_npy_rejects_bad_magic_and_missing_file) {
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   const char *p = path_in(dir, "text.npy");
   FILE *f = fopen(p, "w");
   fputs("this is not a numpy file at all\n", f);
@@ -279,7 +284,8 @@ START_TEST(test_tensor_names_and_pytorch_shapes) {
 END_TEST
 
 START_TEST(test_export_import_round_trip_npy_and_hdf5) {
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   size_t n;
   float *orig = get_all(&n);
   char a[512], b[512], c[512], d[512];
@@ -335,7 +341,8 @@ START_TEST(test_export_import_round_trip_npy_and_hdf5) {
 END_TEST
 
 START_TEST(test_import_rejects_wrong_shape_and_missing_tensor) {
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   size_t n;
   float *orig = get_all(&n);
   char a[512], h5[512];
@@ -414,7 +421,8 @@ START_TEST(test_pytorch_state_dict_gives_pytorch_output) {
     fprintf(stderr, "check_params: no " PYTHON "; PyTorch layouts not checked\n");
     return;
   }
-  const char *dir = strdup(tt_tmpdir());
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   FILE *f = fopen(path_in(dir, "make.py"), "w");
   fputs(torch_script, f);
   fclose(f);

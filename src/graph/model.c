@@ -105,9 +105,9 @@ static tsr_status infer(const tsr_model *m, struct _tsr_layer *l) {
                         kn, l->name, s->out_channels, s->kernel_h, s->kernel_w, s->stride_h, s->stride_w,
                         s->dilation_h, s->dilation_w, s->pad_h, s->pad_w);
     int t = s->kind == TSR_LAYER_CONV_TRANSPOSE2D;
-    if (t && (s->output_pad_h >= s->stride_h && s->output_pad_h >= s->dilation_h))
-      return _tsr_error(TSR_ERR_ARG, "%s '%s': output_padding %d must be smaller than stride or dilation", kn,
-                        l->name, s->output_pad_h);
+    if (t && (s->output_pad_h >= s->stride_h || s->output_pad_w >= s->stride_w))
+      return _tsr_error(TSR_ERR_ARG, "%s '%s': output_padding %dx%d must be smaller than the stride %dx%d", kn,
+                        l->name, s->output_pad_h, s->output_pad_w, s->stride_h, s->stride_w);
     l->c = s->out_channels;
     l->h = t ? _tsr_deconv_out(in->h, s->kernel_h, s->stride_h, s->pad_h, s->dilation_h, s->output_pad_h)
              : _tsr_conv_out(in->h, s->kernel_h, s->stride_h, s->pad_h, s->dilation_h);
