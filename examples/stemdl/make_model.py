@@ -2,7 +2,7 @@
 """Writes fcdensenet.json: an FCDenseNet ("One Hundred Layers Tiramisu", Jegou et al. 2017) for the
 STEMDL-style inverse problem, 1x64x64 diffraction pattern -> 1x64x64 projected potential.
 
-Plain Python (no torch): the JSON is the model; this script only saves typing its ~150 layers.
+Plain Python (no torch): the JSON is the model; this script only saves typing its ~80 layers.
     python3 make_model.py                      # writes fcdensenet.json next to this script
     python3 make_model.py --growth 16 --layers 4,4,4,4 -o bigger.json
 """
@@ -111,9 +111,9 @@ def main():
     ap.add_argument("-o", "--out", default=os.path.join(here, "fcdensenet.json"), help="output file")
     ap.add_argument("--size", type=int, default=64, help="input/output side in pixels (default 64)")
     ap.add_argument("--stem", type=int, default=16, help="channels of the first conv (default 16)")
-    ap.add_argument("--growth", type=int, default=12, help="growth rate k (default 12)")
-    ap.add_argument("--layers", default="3,3,3,3",
-                    help="layers per dense block on the way down, then the bottleneck's (default 3,3,3,3)")
+    ap.add_argument("--growth", type=int, default=8, help="growth rate k (default 8)")
+    ap.add_argument("--layers", default="2,2,2,2",
+                    help="layers per dense block on the way down, then the bottleneck's (default 2,2,2,2)")
     args = ap.parse_args()
     args.layers = [int(v) for v in args.layers.split(",")]
     if len(args.layers) < 2 or min(args.layers) < 1:

@@ -17,9 +17,7 @@
 #include <tessera/data.h>
 
 /* From dataset.c: the process-wide HDF5 lock and the innermost HDF5 error message. */
-void _tsr_hdf5_lock(void);
-void _tsr_hdf5_unlock(void);
-const char *_tsr_hdf5_reason(char buf[256]);
+#include "data/hdf5_lock.h"
 
 #define GEN_NAME "tessera phase_gen"
 #define GEN_VERSION 1

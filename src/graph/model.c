@@ -189,6 +189,9 @@ tsr_status tsr_model_add(tsr_model *m, const char *name, const tsr_layer_spec *s
   if (!m || !spec || !name || !*name) return _tsr_error(TSR_ERR_ARG, "tsr_model_add: model, name and spec are required");
   if (strlen(name) >= TSR_NAME_MAX)
     return _tsr_error(TSR_ERR_ARG, "layer name '%s' is longer than %d characters", name, TSR_NAME_MAX - 1);
+  if (strpbrk(name, "./ \t"))
+    return _tsr_error(TSR_ERR_ARG, "layer name '%s': '.', '/' and spaces are not allowed (they would break "
+                      "parameter names such as '<layer>.weight')", name);
   if ((unsigned)spec->kind >= TSR_LAYER_KIND_COUNT)
     return _tsr_error(TSR_ERR_ARG, "layer '%s': unknown kind %d", name, (int)spec->kind);
   if (_tsr_model_find(m, name) >= 0) return _tsr_error(TSR_ERR_ARG, "layer '%s' is defined twice", name);

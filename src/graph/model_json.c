@@ -42,8 +42,9 @@ static tsr_status fail(const jctx *c, tsr_status s, const char *field, const cha
 /* Short JSON rendering of a value for "got ..." in messages. */
 static const char *show(const json_t *v, char *buf, size_t len) {
   char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-  if (!s) return snprintf(buf, len, "?"), buf;
-  if (strlen(s) > 40)
+  if (!s)
+    snprintf(buf, len, "?");
+  else if (strlen(s) > 40)
     snprintf(buf, len, "%.37s...", s);
   else
     snprintf(buf, len, "%s", s);

@@ -63,20 +63,10 @@ static char *join(const char *dir, const char *name, const char *ext) {
   return s;
 }
 
-/* HDF5 prints its error stack by default; the messages here say what went wrong instead. */
-typedef struct h5quiet {
-  H5E_auto2_t fn;
-  void *data;
-} h5quiet;
-
-static h5quiet h5_quiet(void) {
-  h5quiet q = {NULL, NULL};
-  H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  return q;
-}
-
-static void h5_loud(h5quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
+/* From src/data/dataset.c: the process-wide HDF5 lock (Debian's HDF5 is not thread-safe and load
+ * tasks read datasets concurrently; the lock also silences HDF5's error printing) and the innermost
+ * HDF5 error message. Never wait for StarPU while holding it: a load task may be waiting for it. */
+#include "data/hdf5_lock.h"
 
 static tsr_status h5_write(hid_t f, const char *file, const char *name, const tsr_shape *shape, const float *data) {
   hsize_t dims[TSR_MAX_DIMS];
@@ -90,60 +80,64 @@ static tsr_status h5_write(hid_t f, const char *file, const char *name, const ts
   return TSR_OK;
 }
 
-tsr_status tsr_params_export(tsr_trainer *t, const char *path) {
-  if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_export: trainer and path are required");
-  int h5 = is_hdf5_path(path);
-  char *tmp = NULL;
-  hid_t f = -1;
-  h5quiet q = {NULL, NULL};
-  if (h5) {
-    tmp = malloc(strlen(path) + 5);
-    if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
-    sprintf(tmp, "%s.tmp", path);
-    q = h5_quiet();
-    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (f < 0) {
-      h5_loud(q);
-      tsr_status s = _tsr_error(TSR_ERR_IO, "%s: cannot create HDF5 file", tmp);
-      free(tmp);
-      return s;
-    }
-  } else {
-    TSR_TRY(make_dirs(path));
+/* Copies every tensor out of the trainer (before any HDF5 call: see the lock above). */
+static tsr_status get_all(tsr_trainer *t, const char *path, float **vals) {
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    const char *name;
+    tsr_shape shape;
+    TSR_TRY(tsr_trainer_tensor_info(t, i, &name, &shape, NULL));
+    int64_t n = tsr_shape_numel(&shape);
+    vals[i] = malloc(n > 0 ? (size_t)n * sizeof **vals : 1);
+    if (!vals[i]) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, name);
+    TSR_TRY(tsr_trainer_tensor_get(t, i, vals[i]));
   }
-  float *buf = NULL;
-  size_t cap = 0;
-  tsr_status s = TSR_OK;
+  return TSR_OK;
+}
+
+static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const *vals) {
+  char *tmp = malloc(strlen(path) + 5), why[256];
+  if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  sprintf(tmp, "%s.tmp", path);
+  _tsr_hdf5_lock();
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  tsr_status s = f < 0 ? _tsr_error(TSR_ERR_IO, "%s: cannot create HDF5 file (%s)", tmp, _tsr_hdf5_reason(why)) : TSR_OK;
   for (int i = 0; s == TSR_OK && i < tsr_trainer_num_tensors(t); i++) {
     const char *name;
     tsr_shape shape;
-    int trainable;
-    s = tsr_trainer_tensor_info(t, i, &name, &shape, &trainable);
-    size_t n = s == TSR_OK ? (size_t)tsr_shape_numel(&shape) : 0;
-    if (s == TSR_OK && n > cap) {
-      float *b = realloc(buf, n * sizeof *b);
-      if (!b) s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, name);
-      else buf = b, cap = n;
-    }
-    if (s == TSR_OK) s = tsr_trainer_tensor_get(t, i, buf);
-    if (s != TSR_OK) break;
-    if (h5) {
-      s = h5_write(f, tmp, name, &shape, buf);
-    } else {
-      char *file = join(path, name, ".npy");
-      s = file ? tsr_npy_write(file, &shape, buf) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
-      free(file);
-    }
+    s = tsr_trainer_tensor_info(t, i, &name, &shape, NULL);
+    if (s == TSR_OK) s = h5_write(f, tmp, name, &shape, vals[i]);
   }
-  free(buf);
-  if (h5) {
-    if (H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close HDF5 file", tmp);
-    h5_loud(q);
-    if (s == TSR_OK && rename(tmp, path) != 0)
-      s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (s != TSR_OK) remove(tmp);
-    free(tmp);
+  if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close HDF5 file", tmp);
+  _tsr_hdf5_unlock();
+  if (s == TSR_OK && rename(tmp, path) != 0)
+    s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+  if (s != TSR_OK) remove(tmp);
+  free(tmp);
+  return s;
+}
+
+static tsr_status npy_export(const tsr_trainer *t, const char *path, float *const *vals) {
+  TSR_TRY(make_dirs(path));
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    const char *name;
+    tsr_shape shape;
+    TSR_TRY(tsr_trainer_tensor_info(t, i, &name, &shape, NULL));
+    char *file = join(path, name, ".npy");
+    tsr_status s = file ? tsr_npy_write(file, &shape, vals[i]) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+    free(file);
+    TSR_TRY(s);
   }
+  return TSR_OK;
+}
+
+tsr_status tsr_params_export(tsr_trainer *t, const char *path) {
+  if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_export: trainer and path are required");
+  int n = tsr_trainer_num_tensors(t);
+  float **vals = calloc(n > 0 ? (size_t)n : 1, sizeof *vals);
+  tsr_status s = vals ? get_all(t, path, vals) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  if (s == TSR_OK) s = is_hdf5_path(path) ? h5_export(t, path, vals) : npy_export(t, path, vals);
+  for (int i = 0; vals && i < n; i++) free(vals[i]);
+  free(vals);
   return s;
 }
 
@@ -205,13 +199,14 @@ tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
   if (!h5 && !S_ISDIR(st.st_mode))
     return _tsr_error(TSR_ERR_ARG, "%s: expected a folder of .npy files or a .h5/.hdf5 file", path);
   hid_t f = -1;
-  h5quiet q = {NULL, NULL};
   if (h5) {
-    q = h5_quiet();
+    char why[256];
+    _tsr_hdf5_lock();
     f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
-      h5_loud(q);
-      return _tsr_error(TSR_ERR_FORMAT, "%s: not a readable HDF5 file", path);
+      tsr_status s = _tsr_error(TSR_ERR_FORMAT, "%s: not a readable HDF5 file (%s)", path, _tsr_hdf5_reason(why));
+      _tsr_hdf5_unlock();
+      return s;
     }
   }
   int n = tsr_trainer_num_tensors(t);
@@ -220,8 +215,7 @@ tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
   for (int i = 0; s == TSR_OK && i < n; i++) {
     const char *name;
     tsr_shape shape;
-    int trainable;
-    s = tsr_trainer_tensor_info(t, i, &name, &shape, &trainable);
+    s = tsr_trainer_tensor_info(t, i, &name, &shape, NULL);
     if (s != TSR_OK) break;
     int64_t numel = tsr_shape_numel(&shape);
     vals[i] = malloc(numel > 0 ? (size_t)numel * sizeof **vals : 1);
@@ -230,7 +224,7 @@ tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
   }
   if (h5) {
     H5Fclose(f);
-    h5_loud(q);
+    _tsr_hdf5_unlock();
   }
   for (int i = 0; s == TSR_OK && i < n; i++) s = tsr_trainer_tensor_set(t, i, vals[i]);
   for (int i = 0; vals && i < n; i++) free(vals[i]);

@@ -1,0 +1,266 @@
+#!/usr/bin/python3
+"""Training throughput of Tessera (tessera-train) against PyTorch on the CPU, same model file, batch and
+thread count, measured side by side in interleaved rounds (Tessera, PyTorch default layout, PyTorch
+channels_last, single-thread SGEMM, then again) so that a shared machine's noise hits both alike.
+
+Reports samples/s, achieved GFLOP/s (training = 3 x forward FLOPs, convs counted as 2 x MACs), the
+efficiency per core against OpenBLAS's single-thread SGEMM rate, and the ratio Tessera / PyTorch (PyTorch
+taken in its best memory format). Run from the repository root with Debian's python3 (torch 1.13):
+
+    /usr/bin/python3 bench/bench_train.py --quick              # smoke test, ~1 min
+    /usr/bin/python3 bench/bench_train.py --out bench.json     # full run, a few minutes
+"""
+import argparse
+import copy
+import csv
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="See bench/README.md.", formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=os.path.join(HERE, "..", "examples", "stemdl", "fcdensenet.json"),
+                    help="model file (default examples/stemdl/fcdensenet.json)")
+    ap.add_argument("--tessera-train", help="tessera-train program (default ./build/tessera-train, else PATH)")
+    ap.add_argument("--tessera-datagen", help="tessera-datagen program (default next to tessera-train, else PATH)")
+    ap.add_argument("--samples", type=int, default=512, help="synthetic training samples (default 512)")
+    ap.add_argument("--size", type=int, default=64, help="pattern side for tessera-datagen (default 64)")
+    ap.add_argument("--batch", type=int, default=32, help="samples per step (default 32)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="tessera-train --workers and torch.set_num_threads (default 2)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 5, --quick 2)")
+    ap.add_argument("--epochs", type=int, help="tessera-train epochs per round; the first is warm-up "
+                    "(default 3, --quick 2)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and repetitions (smoke test)")
+    ap.add_argument("--skip-tessera", action="store_true", help="PyTorch and SGEMM only")
+    ap.add_argument("--out", help="write the results as JSON to this file")
+    a = ap.parse_args()
+    a.rounds = a.rounds or (2 if a.quick else 5)
+    a.epochs = a.epochs or (2 if a.quick else 3)
+    if a.epochs < 2:
+        ap.error("--epochs must be >= 2 (the first epoch is warm-up)")
+    if a.samples < a.batch:
+        ap.error("--samples must hold at least one batch")
+    return a
+
+
+def find_program(given, name, near=None):
+    if given:
+        if not os.access(given, os.X_OK):
+            sys.exit("bench_train: %s is not an executable program" % given)
+        return os.path.abspath(given)
+    for cand in ([os.path.join(near, name)] if near else []) + [os.path.join("build", name)]:
+        if os.access(cand, os.X_OK):
+            return os.path.abspath(cand)
+    found = shutil.which(name)
+    if not found:
+        sys.exit("bench_train: cannot find %s; build Tessera and pass --%s PATH (or use --skip-tessera)" % (name, name))
+    return found
+
+
+# ---- SGEMM ----
+
+def sgemm_program(tmp):
+    """Compiles sgemm_rate.c into tmp; returns a command, or None to fall back to numpy."""
+    exe = os.path.join(tmp, "sgemm_rate")
+    try:
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "openblas"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        flags = ["-lopenblas"]
+    r = subprocess.run(["gcc", "-O2", os.path.join(HERE, "sgemm_rate.c"), "-o", exe] + flags,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("bench_train: cannot compile sgemm_rate.c, timing SGEMM through numpy:\n" + r.stderr, file=sys.stderr)
+        return None
+    return [exe]
+
+
+NUMPY_SGEMM = """
+import sys, time, numpy as np
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+a = np.random.rand(n, n).astype(np.float32)
+b = np.random.rand(n, n).astype(np.float32)
+a @ b
+best = 1e30
+for _ in range(reps):
+    t = time.perf_counter()
+    a @ b
+    best = min(best, time.perf_counter() - t)
+print(2.0 * n ** 3 / best * 1e-9)
+"""
+
+
+def sgemm_rate(cmd, reps):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    argv = (cmd or [sys.executable, "-c", NUMPY_SGEMM]) + ["1024", str(reps)]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    return float(out.split()[-1])
+
+
+# ---- Tessera ----
+
+def make_dataset(datagen, tmp, a):
+    path = os.path.join(tmp, "train.h5")
+    subprocess.run([datagen, "--out", path, "--samples", str(a.samples), "--size", str(a.size), "--quiet"],
+                   check=True)
+    return path
+
+
+def tessera_run(train, data, tmp, a, epochs, starpu_home):
+    """One tessera-train process; returns the samples/s over its epochs after the first (total samples /
+    total time, from the CSV log)."""
+    log = os.path.join(tmp, "log.csv")
+    if os.path.exists(log):
+        os.remove(log)
+    env = dict(os.environ, STARPU_HOME=starpu_home, STARPU_SILENT="1")
+    argv = [train, "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs", str(epochs),
+            "--batch", str(a.batch), "--workers", str(a.threads), "--log", log, "--quiet"]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("bench_train: %s failed (exit %d):\n%s%s" % (" ".join(argv), r.returncode, r.stdout, r.stderr))
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    rates = [float(row["samples_per_s"]) for row in rows[1:]]
+    if not rates:
+        sys.exit("bench_train: %s wrote no epoch rows after the first" % log)
+    return len(rates) / sum(1.0 / v for v in rates)
+
+
+# ---- PyTorch ----
+
+class TorchBench:
+    """One net per memory format, from the same initial weights; steps on fixed random tensors."""
+
+    def __init__(self, a):
+        import torch
+        import torch_model
+        self.torch = torch
+        torch.set_num_threads(a.threads)
+        torch.manual_seed(1)
+        net, spec = torch_model.load(a.model)
+        self.flops = net.forward_flops()
+        self.nconv = sum(k in ("conv2d", "conv_transpose2d") for _, k, _ in net.plan)
+        self.nlayers = len(net.plan)
+        self.nparams = sum(p.numel() for p in net.parameters())
+        self.loss_fn = torch_model.make_loss(spec)
+        x = torch.randn((a.batch,) + net.input_shape())
+        y = torch.randn((a.batch,) + net.output_shape())
+        self.runs = {}
+        for fmt, mf in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
+            n = copy.deepcopy(net).to(memory_format=mf).train()
+            self.runs[fmt] = (n, torch_model.make_optimizer(spec, n.parameters()), x.to(memory_format=mf),
+                              y.to(memory_format=mf))
+        self.batch = a.batch
+
+    def steps(self, fmt, n):
+        net, opt, x, y = self.runs[fmt]
+        t = time.perf_counter()
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = self.loss_fn(net(x), y)
+            loss.backward()
+            opt.step()
+        dt = time.perf_counter() - t
+        if not self.torch.isfinite(loss):
+            sys.exit("bench_train: PyTorch loss is %s" % loss.item())
+        return n * self.batch / dt
+
+
+# ---- report ----
+
+def summarize(values):
+    return {"median": statistics.median(values), "best": max(values), "worst": min(values), "all": values}
+
+
+def main():
+    a = parse_args()
+    a.model = os.path.abspath(a.model)
+    tmp = tempfile.mkdtemp(prefix="tessera-bench-")
+    try:
+        return run(a, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(a, tmp):
+    load_start = os.getloadavg()
+    tb = TorchBench(a)
+    steps = max(1, a.samples // a.batch)    # one Tessera epoch's worth of steps per PyTorch measurement
+    sg_cmd = sgemm_program(tmp)
+    sg_reps = 3 if a.quick else 8
+    print("model %s: %d layers, %d convolutions, %d parameters, %.4g GFLOP/sample forward, %.4g training (x3)"
+          % (os.path.relpath(a.model), tb.nlayers, tb.nconv, tb.nparams, tb.flops * 1e-9, 3 * tb.flops * 1e-9))
+    print("batch %d, %d threads, %d interleaved rounds; machine load %.2f %.2f %.2f"
+          % ((a.batch, a.threads, a.rounds) + load_start), flush=True)
+
+    if not a.skip_tessera:
+        train = find_program(a.tessera_train, "tessera-train")
+        datagen = find_program(a.tessera_datagen, "tessera-datagen", os.path.dirname(train))
+        data = make_dataset(datagen, tmp, a)
+        starpu_home = os.path.join(tmp, "starpu")
+        os.makedirs(starpu_home)
+        tessera_run(train, data, tmp, a, 2, starpu_home)   # warm-up: StarPU calibrates its perfmodels
+    for fmt in tb.runs:                                    # warm-up: oneDNN primitives, allocator
+        tb.steps(fmt, 2 if a.quick else 3)
+
+    res = {"tessera": [], "contiguous": [], "channels_last": [], "sgemm": []}
+    for r in range(1, a.rounds + 1):
+        if not a.skip_tessera:
+            res["tessera"].append(tessera_run(train, data, tmp, a, a.epochs, starpu_home))
+        for fmt in tb.runs:
+            res[fmt].append(tb.steps(fmt, steps))
+        res["sgemm"].append(sgemm_rate(sg_cmd, sg_reps))
+        print("round %d/%d: %s" % (r, a.rounds, ", ".join("%s %.1f" % (k, v[-1]) for k, v in res.items() if v)),
+              flush=True)
+
+    train_flops = 3 * tb.flops
+    sg = summarize(res["sgemm"])
+    best_fmt = max(tb.runs, key=lambda f: statistics.median(res[f]))
+    out = {"model": os.path.relpath(a.model), "batch": a.batch, "threads": a.threads, "rounds": a.rounds,
+           "samples": a.samples, "tessera_epochs": a.epochs, "torch_steps_per_round": steps,
+           "forward_gflop_per_sample": tb.flops * 1e-9, "train_gflop_per_sample": train_flops * 1e-9,
+           "sgemm_gflops_1thread": sg, "torch_best_format": best_fmt, "host": platform.node(),
+           "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "results": {}}
+    print("\n%-22s %11s %9s %9s %9s %10s" % ("", "samples/s", "best", "GFLOP/s", "per core", "efficiency"))
+    names = ([("tessera", "tessera")] if res["tessera"] else []) + \
+        [(f, "pytorch " + f + (" *" if f == best_fmt else "")) for f in tb.runs]
+    for key, label in names:
+        s = summarize(res[key])
+        gf = s["median"] * train_flops * 1e-9
+        s.update(gflops=gf, gflops_per_core=gf / a.threads, efficiency=gf / a.threads / sg["median"])
+        out["results"][key] = s
+        print("%-22s %11.1f %9.1f %9.2f %9.2f %9.1f%%" % (label, s["median"], s["best"], gf, gf / a.threads,
+                                                          100 * s["efficiency"]))
+    print("SGEMM 1024^3, 1 thread (OpenBLAS%s): median %.1f GFLOP/s, best %.1f"
+          % ("" if sg_cmd else " via numpy", sg["median"], sg["best"]))
+    print("(medians over rounds; efficiency = GFLOP/s per core / median SGEMM; * = PyTorch's best format)")
+    if res["tessera"]:
+        per_round = [t / p for t, p in zip(res["tessera"], res[best_fmt])]
+        out["ratio_tessera_over_pytorch"] = {"median_of_rounds": statistics.median(per_round),
+                                             "of_medians": statistics.median(res["tessera"]) /
+                                             statistics.median(res[best_fmt]), "per_round": per_round}
+        print("ratio Tessera / PyTorch (%s): %.2fx (median of per-round ratios; range %.2f-%.2f)"
+              % (best_fmt, statistics.median(per_round), min(per_round), max(per_round)))
+    print("machine load at the end: %.2f %.2f %.2f" % os.getloadavg())
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
+        print("results written to %s" % a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
