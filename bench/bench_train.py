@@ -7,7 +7,7 @@ Reports samples/s, achieved GFLOP/s (training = 3 x forward FLOPs, convs counted
 efficiency per core against OpenBLAS's single-thread SGEMM rate, and the ratio Tessera / PyTorch (PyTorch
 taken in its best memory format). Run from the repository root with Debian's python3 (torch 1.13):
 
-    /usr/bin/python3 bench/bench_train.py --quick              # smoke test, ~1 min
+    /usr/bin/python3 bench/bench_train.py --quick              # smoke test, 1-2 min
     /usr/bin/python3 bench/bench_train.py --out bench.json     # full run, a few minutes
 """
 import argparse
@@ -34,7 +34,8 @@ def parse_args():
                     help="model file (default examples/stemdl/fcdensenet.json)")
     ap.add_argument("--tessera-train", help="tessera-train program (default ./build/tessera-train, else PATH)")
     ap.add_argument("--tessera-datagen", help="tessera-datagen program (default next to tessera-train, else PATH)")
-    ap.add_argument("--samples", type=int, default=512, help="synthetic training samples (default 512)")
+    ap.add_argument("--samples", type=int, help="synthetic training samples = one Tessera epoch "
+                    "(default 512, --quick 256)")
     ap.add_argument("--size", type=int, default=64, help="pattern side for tessera-datagen (default 64)")
     ap.add_argument("--batch", type=int, default=32, help="samples per step (default 32)")
     ap.add_argument("--threads", type=int, default=2,
@@ -46,6 +47,7 @@ def parse_args():
     ap.add_argument("--skip-tessera", action="store_true", help="PyTorch and SGEMM only")
     ap.add_argument("--out", help="write the results as JSON to this file")
     a = ap.parse_args()
+    a.samples = a.samples or (256 if a.quick else 512)
     a.rounds = a.rounds or (2 if a.quick else 5)
     a.epochs = a.epochs or (2 if a.quick else 3)
     if a.epochs < 2:
@@ -57,9 +59,10 @@ def parse_args():
 
 def find_program(given, name, near=None):
     if given:
-        if not os.access(given, os.X_OK):
+        found = shutil.which(given)
+        if not found:
             sys.exit("bench_train: %s is not an executable program" % given)
-        return os.path.abspath(given)
+        return os.path.abspath(found)
     for cand in ([os.path.join(near, name)] if near else []) + [os.path.join("build", name)]:
         if os.access(cand, os.X_OK):
             return os.path.abspath(cand)
@@ -233,7 +236,7 @@ def run(a, tmp):
            "forward_gflop_per_sample": tb.flops * 1e-9, "train_gflop_per_sample": train_flops * 1e-9,
            "sgemm_gflops_1thread": sg, "torch_best_format": best_fmt, "host": platform.node(),
            "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "results": {}}
-    print("\n%-22s %11s %9s %9s %9s %10s" % ("", "samples/s", "best", "GFLOP/s", "per core", "efficiency"))
+    print("\n%-24s %11s %9s %9s %9s %10s" % ("", "samples/s", "best", "GFLOP/s", "per core", "efficiency"))
     names = ([("tessera", "tessera")] if res["tessera"] else []) + \
         [(f, "pytorch " + f + (" *" if f == best_fmt else "")) for f in tb.runs]
     for key, label in names:
@@ -241,7 +244,7 @@ def run(a, tmp):
         gf = s["median"] * train_flops * 1e-9
         s.update(gflops=gf, gflops_per_core=gf / a.threads, efficiency=gf / a.threads / sg["median"])
         out["results"][key] = s
-        print("%-22s %11.1f %9.1f %9.2f %9.2f %9.1f%%" % (label, s["median"], s["best"], gf, gf / a.threads,
+        print("%-24s %11.1f %9.1f %9.2f %9.2f %9.1f%%" % (label, s["median"], s["best"], gf, gf / a.threads,
                                                           100 * s["efficiency"]))
     print("SGEMM 1024^3, 1 thread (OpenBLAS%s): median %.1f GFLOP/s, best %.1f"
           % ("" if sg_cmd else " via numpy", sg["median"], sg["best"]))
