@@ -48,10 +48,12 @@ START_TEST(gen_same_seed_and_index_give_identical_samples) {
 }
 END_TEST
 
-/* |t| = 1, so sum_k |FFT(t)(k)|^2 = size^2 sum |t|^2 = size^4; the input stores log(1 + |F|^2/size^2). */
-START_TEST(gen_intensity_conserves_energy) {
+/* Plane wave: |t| = 1, so sum_k |FFT(t)(k)|^2 = size^2 sum |t|^2 = size^4; the input stores
+ * log(1 + |F|^2/size^2). */
+START_TEST(gen_plane_wave_intensity_conserves_energy) {
   for (int size = 16; size <= 64; size *= 2) {
     tsr_phase_gen_opts o = small_opts(size);
+    o.aperture = 0;
     for (int64_t idx = 0; idx < 4; idx++) {
       float *v, *x = gen(&o, idx, &v);
       double sum = 0, s2 = (double)size * size;
@@ -67,11 +69,12 @@ END_TEST
 
 /* The input must equal a float64 naive DFT of exp(i sigma V) built from the target, shifted so
  * frequency 0 sits at (size/2, size/2); an odd size checks the shift's rounding. */
-START_TEST(gen_input_matches_naive_dft_of_target) {
+START_TEST(gen_plane_wave_input_matches_naive_dft_of_target) {
   int sizes[] = {16, 15};
   for (int si = 0; si < 2; si++) {
     int s = sizes[si];
     tsr_phase_gen_opts o = small_opts(s);
+    o.aperture = 0;
     o.sigma = 1.7f;
     float *v, *x = gen(&o, 3, &v);
     double *ref = malloc(sizeof(double) * s * s);
@@ -91,8 +94,9 @@ START_TEST(gen_input_matches_naive_dft_of_target) {
 END_TEST
 
 /* With a weak phase the pattern is a delta at the centre: checks fftshift direction and scaling. */
-START_TEST(gen_weak_phase_peaks_at_centre) {
+START_TEST(gen_plane_wave_weak_phase_peaks_at_centre) {
   tsr_phase_gen_opts o = small_opts(32);
+  o.aperture = 0;
   o.sigma = 1e-4f;
   float *v, *x = gen(&o, 0, &v);
   int c = 16 * 32 + 16;
@@ -100,6 +104,47 @@ START_TEST(gen_weak_phase_peaks_at_centre) {
   for (int i = 0; i < 32 * 32; i++)
     if (i != c) ck_assert_msg(x[i] < 1e-3, "pixel %d is %g away from the centre", i, x[i]);
   free(x), free(v);
+}
+END_TEST
+
+/* Under the probe the intensity is normalised to mean 1 over the aperture disc, and the exit wave
+ * keeps the probe's energy (|exp(i sigma V)| = 1): sum over the pattern of (exp(x) - 1) = disc pixels. */
+START_TEST(gen_probe_intensity_conserves_energy) {
+  tsr_phase_gen_opts o = small_opts(64);
+  double kap = o.aperture * 32.0;
+  int disc = 0;
+  for (int ky = -32; ky < 32; ky++)
+    for (int kx = -32; kx < 32; kx++) disc += (double)kx * kx + (double)ky * ky <= kap * kap;
+  for (int64_t idx = 0; idx < 3; idx++) {
+    float *v, *x = gen(&o, idx, &v);
+    double sum = 0;
+    for (int i = 0; i < 64 * 64; i++) sum += expm1((double)x[i]);
+    ck_assert_msg(fabs(sum - disc) <= 1e-4 * disc, "sample %lld: sum of intensities %.8g, expected %d", (long long)idx,
+                  sum, disc);
+    free(x), free(v);
+  }
+}
+END_TEST
+
+/* The defocused probe makes the disc a shadow image at magnification 1: the pixel that changes most
+ * when one atom is switched on (sigma 0.8 against 1e-6, same atom) is where the atom is. */
+START_TEST(gen_probe_shadow_shows_atom_where_it_is) {
+  tsr_phase_gen_opts o = small_opts(64), weak;
+  o.atoms_min = o.atoms_max = 1;
+  weak = o;
+  weak.sigma = 1e-6f;
+  for (int64_t idx = 0; idx < 6; idx++) {
+    float *v, *v0, *x = gen(&o, idx, &v), *x0 = gen(&weak, idx, &v0);
+    int atom = 0, shadow = 0;
+    for (int i = 0; i < 64 * 64; i++) {
+      if (v[i] > v[atom]) atom = i;
+      if (fabsf(x[i] - x0[i]) > fabsf(x[shadow] - x0[shadow])) shadow = i;
+    }
+    int dy = atom / 64 - shadow / 64, dx = atom % 64 - shadow % 64;
+    ck_assert_msg(dy * dy + dx * dx <= 2, "sample %lld: atom at (%d, %d), its shadow at (%d, %d)", (long long)idx,
+                  atom / 64, atom % 64, shadow / 64, shadow % 64);
+    free(x), free(v), free(x0), free(v0);
+  }
 }
 END_TEST
 
@@ -404,9 +449,11 @@ static Suite *make_data_suite(void) {
   Suite *s = suite_create("data");
   TCase *g = tcase_create("generator");
   tcase_add_test(g, gen_same_seed_and_index_give_identical_samples);
-  tcase_add_test(g, gen_intensity_conserves_energy);
-  tcase_add_test(g, gen_input_matches_naive_dft_of_target);
-  tcase_add_test(g, gen_weak_phase_peaks_at_centre);
+  tcase_add_test(g, gen_plane_wave_intensity_conserves_energy);
+  tcase_add_test(g, gen_plane_wave_input_matches_naive_dft_of_target);
+  tcase_add_test(g, gen_plane_wave_weak_phase_peaks_at_centre);
+  tcase_add_test(g, gen_probe_intensity_conserves_energy);
+  tcase_add_test(g, gen_probe_shadow_shows_atom_where_it_is);
   tcase_add_test(g, gen_target_is_gaussian_potential);
   tcase_add_test(g, gen_rejects_bad_options);
   suite_add_tcase(s, g);

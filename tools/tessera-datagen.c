@@ -1,5 +1,5 @@
-/* tessera-datagen: writes a phase-object diffraction data set (inputs log(1 + |FFT(exp(i sigma V))|^2),
- * targets V) to an HDF5 file that tessera-train reads. Every sample depends only on (seed, index). */
+/* tessera-datagen: writes a phase-object diffraction data set (inputs log(1 + |FFT(P exp(i sigma V))|^2)
+ * under a defocused convergent probe P, targets V) to an HDF5 file that tessera-train reads. Every sample depends only on (seed, index). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +22,12 @@ static void usage(void) {
          "      --sigma X          interaction constant x potential scale (default %g)\n"
          "      --width-min W      narrowest Gaussian atom, pixels (default %g)\n"
          "      --width-max W      widest Gaussian atom, pixels (default %g)\n"
+"      --aperture A       probe aperture, fraction of Nyquist; 0 = plane wave (default %g)\n"
+         "      --magnification M  defocus as shadow-image magnification (default %g)\n"
          "  -q, --quiet            no progress line or summary\n"
          "  -h, --help             this text\n",
          cli_program(), d.size, (unsigned long long)d.seed, d.atoms_min, d.atoms_max, d.sigma, d.width_min,
-         d.width_max);
+         d.width_max, d.aperture, d.magnification);
 }
 
 struct prog {
@@ -44,13 +46,14 @@ static void on_progress(void *user, int64_t done, int64_t total) {
 
 int main(int argc, char **argv) {
   cli_set_program("tessera-datagen");
-  enum { O_SIZE = 256, O_SEED, O_AMIN, O_AMAX, O_SIGMA, O_WMIN, O_WMAX };
+  enum { O_SIZE = 256, O_SEED, O_AMIN, O_AMAX, O_SIGMA, O_WMIN, O_WMAX, O_APER, O_MAG };
   static const struct option longopts[] = {
       {"out", required_argument, NULL, 'o'},       {"samples", required_argument, NULL, 'n'},
       {"size", required_argument, NULL, O_SIZE},   {"seed", required_argument, NULL, O_SEED},
       {"atoms-min", required_argument, NULL, O_AMIN}, {"atoms-max", required_argument, NULL, O_AMAX},
       {"sigma", required_argument, NULL, O_SIGMA}, {"width-min", required_argument, NULL, O_WMIN},
       {"width-max", required_argument, NULL, O_WMAX}, {"quiet", no_argument, NULL, 'q'},
+      {"aperture", required_argument, NULL, O_APER}, {"magnification", required_argument, NULL, O_MAG},
       {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
   tsr_phase_gen_opts o;
   tsr_phase_gen_opts_default(&o);
@@ -69,6 +72,8 @@ int main(int argc, char **argv) {
     case O_SIGMA: o.sigma = cli_parse_float("--sigma", optarg, 1e-30, 1e30); break;
     case O_WMIN: o.width_min = cli_parse_float("--width-min", optarg, 1e-6, 1e6); break;
     case O_WMAX: o.width_max = cli_parse_float("--width-max", optarg, 1e-6, 1e6); break;
+    case O_APER: o.aperture = cli_parse_float("--aperture", optarg, 0, 1); break;
+    case O_MAG: o.magnification = cli_parse_float("--magnification", optarg, 1e-6, 1e6); break;
     case 'q': quiet = 1; break;
     case 'h': usage(); return 0;
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);

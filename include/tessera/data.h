@@ -23,12 +23,18 @@ void tsr_dataset_target_shape(const tsr_dataset *d, int *c, int *h, int *w);
 tsr_status tsr_dataset_read(tsr_dataset *d, int64_t index, float *x, float *y);
 
 /* Phase-object diffraction: a random projected potential V (Gaussian atoms) gives the input
- * log(1 + |FFT(exp(i sigma V))|^2) and the target V. */
+ * log(1 + |FFT(P exp(i sigma V))|^2) and the target V. P is a defocused convergent probe (aperture
+ * and defocus): its central disc then holds a shadow image of V (as in a Ronchigram), which makes
+ * the inverse problem well-posed. With aperture 0, P = 1 (plane wave): |FFT|^2 is then blind to
+ * translations of V, so V cannot be recovered from it; that mode exists for tests and comparison. */
 typedef struct tsr_phase_gen_opts {
   int size;          /* pattern and potential side in pixels (default 64) */
   int atoms_min, atoms_max; /* atoms per sample (default 4..12) */
   float sigma;       /* interaction constant x potential scale (default 0.8) */
   float width_min, width_max; /* Gaussian atom width in pixels (default 1.5..3.0) */
+  float aperture;    /* probe aperture radius as a fraction of Nyquist (default 0.6; 0 = plane wave) */
+  float magnification; /* defocus, as the shadow image's magnification (default 1: pixel k of the
+                          pattern shows V at the same offset from the centre) */
   uint64_t seed;
 } tsr_phase_gen_opts;
 

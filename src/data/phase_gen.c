@@ -1,6 +1,9 @@
-/* Phase-object diffraction generator: a periodic projected potential V made of Gaussian atoms, the
- * transmission t = exp(i sigma V), and the input log(1 + |FFT(t)|^2 / size^2) with the zero frequency
- * centred; the target is V. Every random number is a function of (seed, index, draw number), so any
+/* Phase-object diffraction generator: a projected potential V made of Gaussian atoms, the exit
+ * wave psi = P exp(i sigma V) under a defocused convergent probe P (or a plane wave), and the input
+ * log(1 + I) with I = |FFT(psi)|^2 normalised to mean 1 (inside the aperture disc for a probe) and
+ * the zero frequency centred; the target is V. The defocus phase chi(k) = pi m |k|^2 / size makes a
+ * ray through aperture pixel k cross the specimen at offset m k, so the disc shows a shadow image of
+ * V at magnification m. Every random number is a function of (seed, index, draw number), so any
  * sample can be regenerated alone, in any order, on any rank. Also writes such samples to HDF5. */
 #include <errno.h>
 #include <math.h>
@@ -20,7 +23,7 @@
 #include "data/hdf5_lock.h"
 
 #define GEN_NAME "tessera phase_gen"
-#define GEN_VERSION 1
+#define GEN_VERSION 2
 /* Atom peak heights are drawn in [AMP_MIN, AMP_MAX]: sigma alone sets the phase scale. */
 #define AMP_MIN 0.5
 #define AMP_MAX 1.0
@@ -29,7 +32,8 @@ static pthread_mutex_t plan_mutex = PTHREAD_MUTEX_INITIALIZER; /* FFTW's planner
 
 void tsr_phase_gen_opts_default(tsr_phase_gen_opts *o) {
   *o = (tsr_phase_gen_opts){.size = 64, .atoms_min = 4, .atoms_max = 12, .sigma = 0.8f,
-                            .width_min = 1.5f, .width_max = 3.0f, .seed = 0};
+                            .width_min = 1.5f, .width_max = 3.0f, .seed = 0, .aperture = 0.6f,
+                            .magnification = 1.0f};
 }
 
 static tsr_status check_opts(const tsr_phase_gen_opts *o) {
@@ -44,6 +48,11 @@ static tsr_status check_opts(const tsr_phase_gen_opts *o) {
     return _tsr_error(TSR_ERR_ARG, "phase_gen: width_min %g is not a positive number", o->width_min);
   if (!(o->width_max >= o->width_min) || !isfinite(o->width_max))
     return _tsr_error(TSR_ERR_ARG, "phase_gen: width_max %g is below width_min %g", o->width_max, o->width_min);
+  if (!(o->aperture >= 0 && o->aperture <= 1))
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: aperture %g is not in [0, 1] (fraction of Nyquist)", o->aperture);
+  if (o->aperture > 0 && !(o->magnification > 0 && o->magnification * o->aperture <= 1))
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: magnification %g must be positive and at most 1/aperture = %g",
+                      o->magnification, 1.0 / o->aperture);
   return TSR_OK;
 }
 
@@ -83,11 +92,50 @@ static void add_atom(float *v, int s, double px, double py, double width, double
 struct work {
   int s;
   fftw_complex *t, *f; /* double precision: the build links libfftw3, and the cost is small */
+  fftw_complex *probe; /* real-space probe, NULL for a plane wave */
   fftw_plan plan;
   double *gx, *gy;
+  double disc;         /* pixels inside the aperture */
 };
 
-static tsr_status work_init(struct work *w, int s) {
+/* Frequency index of FFT bin i (0, 1, ..., s/2 - 1, -s/2, ..., -1). */
+static int freq(int i, int s) { return i < (s + 1) / 2 ? i : i - s; }
+
+/* P = IFFT(A(k) exp(-i chi(k))), centred in the cell, normalised to unit mean intensity over the cell. */
+static tsr_status make_probe(struct work *w, const tsr_phase_gen_opts *o) {
+  int s = w->s;
+  size_t n = (size_t)s * s;
+  double kap = o->aperture * s / 2.0, c = M_PI * o->magnification / s;
+  w->probe = fftw_alloc_complex(n);
+  if (!w->probe) return _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory for the probe");
+  pthread_mutex_lock(&plan_mutex);
+  fftw_plan back = fftw_plan_dft_2d(s, s, w->f, w->probe, FFTW_BACKWARD, FFTW_ESTIMATE);
+  pthread_mutex_unlock(&plan_mutex);
+  if (!back) return _tsr_error(TSR_ERR_NOMEM, "phase_gen: cannot plan the probe transform");
+  w->disc = 0;
+  for (int y = 0; y < s; y++)
+    for (int x = 0; x < s; x++) {
+      int ky = freq(y, s), kx = freq(x, s);
+      double k2 = (double)kx * kx + (double)ky * ky;
+      /* the (-1)^(kx+ky) factor moves the probe from the origin to the cell centre */
+      double a = k2 <= kap * kap ? (((kx + ky) & 1) ? -1.0 : 1.0) : 0.0, chi = c * k2;
+      w->disc += a != 0;
+      w->f[(size_t)y * s + x][0] = a * cos(chi);
+      w->f[(size_t)y * s + x][1] = -a * sin(chi);
+    }
+  fftw_execute(back);
+  pthread_mutex_lock(&plan_mutex);
+  fftw_destroy_plan(back);
+  pthread_mutex_unlock(&plan_mutex);
+  double e = 0;
+  for (size_t i = 0; i < n; i++) e += w->probe[i][0] * w->probe[i][0] + w->probe[i][1] * w->probe[i][1];
+  double scale = e > 0 ? sqrt((double)n / e) : 0;
+  for (size_t i = 0; i < n; i++) w->probe[i][0] *= scale, w->probe[i][1] *= scale;
+  return TSR_OK;
+}
+
+static tsr_status work_init(struct work *w, const tsr_phase_gen_opts *o) {
+  int s = o->size;
   size_t n = (size_t)s * s;
   *w = (struct work){.s = s};
   w->t = fftw_alloc_complex(n);
@@ -100,7 +148,7 @@ static tsr_status work_init(struct work *w, int s) {
     pthread_mutex_unlock(&plan_mutex);
   }
   if (!w->plan || !w->gx || !w->gy) return _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory for size %d", s);
-  return TSR_OK;
+  return o->aperture > 0 ? make_probe(w, o) : TSR_OK;
 }
 
 static void work_free(struct work *w) {
@@ -109,6 +157,7 @@ static void work_free(struct work *w) {
   pthread_mutex_unlock(&plan_mutex);
   fftw_free(w->t);
   fftw_free(w->f);
+  fftw_free(w->probe);
   free(w->gx);
   free(w->gy);
 }
@@ -119,20 +168,35 @@ static void generate(const tsr_phase_gen_opts *o, struct work *w, int64_t index,
   struct rng r = rng_for(o->seed, index);
   int natoms = o->atoms_min + (int)(rng_uniform(&r) * (o->atoms_max - o->atoms_min + 1));
   memset(v, 0, sizeof(float) * n);
+  /* Under a probe, atoms lie inside the region its shadow image covers. */
+  double reach = o->aperture > 0 ? 0.85 * o->aperture * o->magnification * s / 2.0 : 0;
   for (int a = 0; a < natoms; a++) {
     double px = rng_uniform(&r) * s, py = rng_uniform(&r) * s;
+    if (reach > 0) {
+      double rad = reach * sqrt(rng_uniform(&r)), ang = 2 * M_PI * rng_uniform(&r);
+      px = s / 2.0 + rad * cos(ang), py = s / 2.0 + rad * sin(ang);
+    }
     double width = o->width_min + rng_uniform(&r) * (o->width_max - o->width_min);
     double amp = AMP_MIN + rng_uniform(&r) * (AMP_MAX - AMP_MIN);
     add_atom(v, s, px, py, width, amp, w->gx, w->gy);
   }
   for (size_t i = 0; i < n; i++) {
     double ph = (double)o->sigma * v[i];
-    w->t[i][0] = cos(ph);
-    w->t[i][1] = sin(ph);
+    double re = cos(ph), im = sin(ph);
+    if (w->probe) {
+      const double *p = w->probe[i];
+      w->t[i][0] = p[0] * re - p[1] * im;
+      w->t[i][1] = p[0] * im + p[1] * re;
+    } else {
+      w->t[i][0] = re;
+      w->t[i][1] = im;
+    }
   }
   fftw_execute(w->plan);
-  /* Normalised by size^2 so the mean intensity is 1; (k + s/2) mod s is fftshift's destination. */
-  double norm = 1.0 / ((double)s * s);
+  /* Mean intensity 1 over the cell (plane wave) or the disc (probe: sum |F|^2 = n^2 by Parseval,
+   * since the probe has unit mean intensity and |exp(i sigma V)| = 1); (k + s/2) mod s is
+   * fftshift's destination. */
+  double norm = w->probe ? w->disc / ((double)n * n) : 1.0 / ((double)s * s);
   for (int ky = 0; ky < s; ky++) {
     float *row = x + (size_t)((ky + s / 2) % s) * s;
     for (int kx = 0; kx < s; kx++) {
@@ -148,7 +212,7 @@ tsr_status tsr_phase_gen_sample(const tsr_phase_gen_opts *o, int64_t index, floa
   if (!x || !v) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_sample: %s is NULL", x ? "v" : "x");
   if (index < 0) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_sample: index %lld is negative", (long long)index);
   struct work w;
-  tsr_status s = work_init(&w, o->size);
+  tsr_status s = work_init(&w, o);
   if (s == TSR_OK) generate(o, &w, index, x, v);
   work_free(&w);
   return s;
@@ -184,6 +248,8 @@ static int write_attrs(hid_t file, const tsr_phase_gen_opts *o, int64_t n) {
          attr_write(file, "sigma", H5T_NATIVE_FLOAT, &o->sigma) &&
          attr_write(file, "width_min", H5T_NATIVE_FLOAT, &o->width_min) &&
          attr_write(file, "width_max", H5T_NATIVE_FLOAT, &o->width_max) &&
+         attr_write(file, "aperture", H5T_NATIVE_FLOAT, &o->aperture) &&
+         attr_write(file, "magnification", H5T_NATIVE_FLOAT, &o->magnification) &&
          attr_write(file, "seed", H5T_NATIVE_UINT64, &o->seed);
 }
 
@@ -272,7 +338,7 @@ tsr_status tsr_phase_gen_write(const tsr_phase_gen_opts *o, int64_t n, const cha
   memcpy(tmp + len, ".tmp", 5);
 
   struct work w;
-  tsr_status st = work_init(&w, o->size);
+  tsr_status st = work_init(&w, o);
   char why[256];
   hid_t file = -1;
   if (st == TSR_OK) {
