@@ -210,27 +210,30 @@ static void shuffle(int64_t *perm, int64_t n, uint64_t seed, int epoch) {
 
 /* ---- mean-target baseline ---- */
 
-/* Loss (MSE) of predicting one constant, the mean training target, for every validation pixel. */
+/* Loss (MSE) of predicting the mean training target (the per-pixel mean image, a stronger baseline
+ * than one constant) for every validation sample. *mean_out is the image's average value. */
 static double baseline_mse(tsr_dataset *train, int64_t ntrain, tsr_dataset *val, int64_t vfirst, int64_t nval,
                            double *mean_out) {
   int c, h, w;
   tsr_dataset_target_shape(train, &c, &h, &w);
   size_t ye = (size_t)c * h * w;
   float *y = malloc(ye * sizeof *y);
-  if (!y) cli_die("out of memory");
+  double *mean = calloc(ye, sizeof *mean);
+  if (!y || !mean) cli_die("out of memory");
   int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
-  double sum = 0;
   for (int64_t i = 0; i < k; i++) {
     check(tsr_dataset_read(train, i * ntrain / k, NULL, y));
-    for (size_t j = 0; j < ye; j++) sum += y[j];
+    for (size_t j = 0; j < ye; j++) mean[j] += y[j];
   }
-  double mean = sum / ((double)k * ye), se = 0;
+  double se = 0, avg = 0;
+  for (size_t j = 0; j < ye; j++) mean[j] /= (double)k, avg += mean[j] / ye;
   for (int64_t i = 0; i < nval; i++) {
     check(tsr_dataset_read(val, vfirst + i, NULL, y));
-    for (size_t j = 0; j < ye; j++) se += (y[j] - mean) * (y[j] - mean);
+    for (size_t j = 0; j < ye; j++) se += (y[j] - mean[j]) * (y[j] - mean[j]);
   }
   free(y);
-  *mean_out = mean;
+  free(mean);
+  *mean_out = avg;
   return se / ((double)nval * ye);
 }
 
@@ -374,8 +377,8 @@ int main(int argc, char **argv) {
   if (talk) {
     const char *on = nval > 0 ? "validation" : "training";
     double model_loss = nval > 0 ? last_val : last_train;
-    printf("baseline: predicting the mean training target %.6g everywhere gives %s MSE %.6g; the model's %s "
-           "loss is %.6g, %.1f%% of it\n",
+    printf("baseline: predicting the mean training target image (average value %.6g) gives %s MSE %.6g; the "
+           "model's %s loss is %.6g, %.1f%% of it\n",
            base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
   }
   if (o.export_path) {
