@@ -81,6 +81,16 @@ tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int index, float *out);
 tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int index, const float *in);
 int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name);
 
+/* Optimizer state of trainable tensor `index` (same shape as the tensor): moment 0 is SGD's momentum
+ * buffer or Adam's first moment, moment 1 Adam's second moment. Synchronous; for checkpoints. */
+tsr_status tsr_trainer_moment_get(tsr_trainer *t, int index, int moment, float *out);
+tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const float *in);
+/* Counters that make a resumed run continue exactly: steps submitted (train and eval; dropout masks
+ * depend on it) and optimizer updates (Adam's bias correction). Set them only when no step is in
+ * flight (after tsr_trainer_sync). */
+void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates);
+tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates);
+
 #ifdef __cplusplus
 }
 #endif

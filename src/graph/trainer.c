@@ -341,19 +341,53 @@ int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name) {
   return -1;
 }
 
-static tsr_status tensor_io(tsr_trainer *t, int i, float *dst, const float *src) {
+/* Copies between user memory and one buffer of tensor i: which = -1 the tensor, 0/1 its moments. */
+static tsr_status tensor_io(tsr_trainer *t, int i, int which, float *dst, const float *src) {
   TSR_TRY(tsr_trainer_tensor_info(t, i, NULL, NULL, NULL));
-  if (!dst && !src) return _tsr_error(TSR_ERR_ARG, "tensor '%s': data pointer is NULL", t->tensors[i].name);
   struct _tsr_ptensor *p = &t->tensors[i];
-  int ret = starpu_data_acquire(p->hw, dst ? STARPU_R : STARPU_W);
+  if (!dst && !src) return _tsr_error(TSR_ERR_ARG, "tensor '%s': data pointer is NULL", p->name);
+  if (which >= 0 && (!p->trainable || which > 1))
+    return _tsr_error(TSR_ERR_ARG, "tensor '%s' has no optimizer moment %d", p->name, which);
+  starpu_data_handle_t h = which < 0 ? p->hw : which == 0 ? p->hm : p->hv;
+  float *buf = which < 0 ? p->w : which == 0 ? p->m : p->v;
+  int ret = starpu_data_acquire(h, dst ? STARPU_R : STARPU_W);
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "tensor '%s': starpu_data_acquire failed (%d)", p->name, ret);
   if (dst)
-    memcpy(dst, p->w, p->n * sizeof(float));
+    memcpy(dst, buf, p->n * sizeof(float));
   else
-    memcpy(p->w, src, p->n * sizeof(float));
-  starpu_data_release(p->hw);
+    memcpy(buf, src, p->n * sizeof(float));
+  starpu_data_release(h);
   return TSR_OK;
 }
 
-tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int i, float *out) { return tensor_io(t, i, out, NULL); }
-tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int i, const float *in) { return tensor_io(t, i, NULL, in); }
+tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int i, float *out) { return tensor_io(t, i, -1, out, NULL); }
+tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int i, const float *in) { return tensor_io(t, i, -1, NULL, in); }
+tsr_status tsr_trainer_moment_get(tsr_trainer *t, int i, int moment, float *out) {
+  return tensor_io(t, i, moment < 0 ? 2 : moment, out, NULL);
+}
+tsr_status tsr_trainer_moment_set(tsr_trainer *t, int i, int moment, const float *in) {
+  return tensor_io(t, i, moment < 0 ? 2 : moment, NULL, in);
+}
+
+void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates) {
+  if (steps) *steps = t->nsteps;
+  if (updates) *updates = t->nupdates;
+}
+
+tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates) {
+  if (!t || steps < 0 || updates < 0 || updates > steps)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_set_counters: steps %lld, updates %lld", (long long)steps,
+                      (long long)updates);
+  TSR_TRY(tsr_trainer_sync(t));
+  /* Earlier steps' losses are no longer addressable by id: the history restarts at `steps`. */
+  int64_t cap = t->history_cap;
+  while (cap <= steps) cap *= 2;
+  if (cap != t->history_cap) {
+    double *h = realloc(t->history, cap * sizeof(double));
+    if (!h) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for the loss history");
+    t->history = h, t->history_cap = cap;
+  }
+  for (int i = 0; i <= t->window; i++) t->pending[i].step = -1;
+  t->nsteps = steps, t->nupdates = updates;
+  return TSR_OK;
+}
