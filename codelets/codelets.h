@@ -44,6 +44,7 @@ void _tsr_axpy_cpu(float *y, const float *x, float a, size_t n); /* y += a x */
 void _tsr_copy_cpu(float *y, const float *x, size_t n);
 int _tsr_insert_zero(starpu_data_handle_t x, const char *name);            /* x = 0 (W) */
 int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name); /* y += x */
+int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, const char *name, int prio);
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);  /* y = x */
 
 /* ---- conv2d and conv_transpose2d (conv2d.c, conv_transpose2d.c; oneDNN) ---- */
@@ -61,6 +62,10 @@ int _tsr_deconv_out(int in, int k, int s, int p, int d, int op);
 void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
 void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);
 void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
+/* Precision of conv and transposed conv (TSR_PRECISION_* of tessera/context.h), process-wide,
+ * set by the context before any task runs; cached oneDNN plans are keyed by it. */
+void _tsr_set_precision(int precision);
+int _tsr_get_precision(void);
 int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                            starpu_data_handle_t b /* NULL if no bias */, starpu_data_handle_t y, const char *name);
 int _tsr_insert_conv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,

@@ -5,6 +5,8 @@
  * computed into scratch and added by a reorder with a sum post-op (slices accumulate). */
 #include <string.h>
 
+#include <tessera/context.h>
+
 #include "codelets.h"
 #include "kernel_util.h"
 
@@ -47,8 +49,21 @@ struct plan {
 
 struct plan_key {
   struct tsr_conv_desc d;
-  int deconv, pass;
+  int deconv, pass, precision;
 };
+
+/* Arithmetic of the convolutions in this process (TSR_PRECISION_*), set by the context. */
+static int conv_precision;
+void _tsr_set_precision(int precision) { conv_precision = precision; }
+int _tsr_get_precision(void) { return conv_precision; }
+
+/* bf16: the pass's inputs are asked for in bf16, so the reorders from the caller's float32 round
+ * them; outputs and bias stay float32 (float32 accumulation, float32 master weights). */
+static int bf16_roles(int pass) {
+  if (pass == TSR_CONV_FWD) return (1 << ROLE_SRC) | (1 << ROLE_WEI);
+  if (pass == TSR_CONV_BWD_DATA) return (1 << ROLE_DST) | (1 << ROLE_WEI);
+  return (1 << ROLE_SRC) | (1 << ROLE_DST);
+}
 
 static void plan_free(void *p) {
   struct plan *pl = p;
@@ -140,15 +155,30 @@ static void plan_arg_init(struct plan_arg *a, int exec_arg, int is_out, int accu
   if (attr) dnnl_primitive_attr_destroy(attr);
 }
 
-static struct plan *plan_create(const struct tsr_conv_desc *d, int deconv, int pass) {
+/* Memory descriptors asked of oneDNN: layout `any` for the roles of any_roles, bf16 for `bf16`. */
+static void ask_mds(const struct tsr_conv_desc *d, int deconv, int bf16, const dnnl_memory_desc_t user[NROLE],
+                    dnnl_memory_desc_t ask[NROLE]) {
+  /* bf16 kernels (brgconv, AMX) want blocked layouts also for 1x1 */
+  int any = bf16 ? (1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST) : any_roles(d, deconv);
+  for (int r = 0; r < NROLE; r++) {
+    dnnl_data_type_t dt = bf16 & (1 << r) ? dnnl_bf16 : dnnl_f32;
+    if (any & (1 << r))
+      TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims, dt, dnnl_format_tag_any));
+    else
+      TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims, dt,
+                                                  r == ROLE_BIA ? dnnl_x : r == ROLE_WEI && deconv ? dnnl_iohw
+                                                                         : r == ROLE_WEI ? dnnl_oihw : dnnl_nchw));
+  }
+}
+
+/* NULL when precision is bf16 and oneDNN has no bf16 implementation for this shape. */
+static struct plan *plan_create(const struct tsr_conv_desc *d, int deconv, int pass, int precision) {
   dnnl_engine_t eng = _tsr_dnnl_engine();
-  dnnl_memory_desc_t user[NROLE], ask[NROLE];
+  dnnl_memory_desc_t user[NROLE], ask[NROLE], hint_ask[NROLE];
+  int bf16 = precision == TSR_PRECISION_BF16;
   plain_mds(d, deconv, user);
-  memcpy(ask, user, sizeof ask);
-  int any = any_roles(d, deconv);
-  for (int r = 0; r < NROLE; r++)
-    if (any & (1 << r)) TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims,
-                                                                      dnnl_f32, dnnl_format_tag_any));
+  ask_mds(d, deconv, bf16 ? bf16_roles(pass) : 0, user, ask);
+  ask_mds(d, deconv, bf16 ? bf16_roles(TSR_CONV_FWD) : 0, user, hint_ask);
   dnnl_primitive_attr_t attr;
   TSR_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
   TSR_DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -156,16 +186,19 @@ static struct plan *plan_create(const struct tsr_conv_desc *d, int deconv, int p
   /* Backward passes need the forward primitive descriptor as a hint. */
   dnnl_convolution_desc_t fwd_desc, desc;
   dnnl_primitive_desc_t hint = NULL, pd;
-  op_desc(d, deconv, TSR_CONV_FWD, ask, &fwd_desc);
+  dnnl_status_t st = dnnl_success;
   if (pass != TSR_CONV_FWD) {
-    TSR_DNNL_CHECK(dnnl_primitive_desc_create(&hint, &fwd_desc, NULL, eng, NULL));
+    op_desc(d, deconv, TSR_CONV_FWD, hint_ask, &fwd_desc);
+    st = dnnl_primitive_desc_create(&hint, &fwd_desc, NULL, eng, NULL);
     op_desc(d, deconv, pass, ask, &desc);
   } else {
-    desc = fwd_desc;
+    op_desc(d, deconv, TSR_CONV_FWD, ask, &desc);
   }
-  TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, eng, hint));
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, eng, hint);
   if (hint) dnnl_primitive_desc_destroy(hint);
   dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success && bf16) return NULL;
+  TSR_DNNL_CHECK(st);
 
   struct plan *p = calloc(1, sizeof *p);
   if (!p) _tsr_kernel_fail(__FILE__, __LINE__, "calloc(plan)", -1);
@@ -201,9 +234,11 @@ static struct plan *plan_get(const struct tsr_conv_desc *d, int deconv, int pass
   key.d = *d;
   key.deconv = deconv;
   key.pass = pass;
+  key.precision = conv_precision;
   struct plan *p = _tsr_cache_get(CONV_CACHE_TAG, &key, sizeof key);
   if (!p) {
-    p = plan_create(d, deconv, pass);
+    p = plan_create(d, deconv, pass, conv_precision);
+    if (!p) p = plan_create(d, deconv, pass, TSR_PRECISION_F32); /* no bf16 kernel: float32 */
     _tsr_cache_put(CONV_CACHE_TAG, &key, sizeof key, p, plan_free);
   }
   return p;

@@ -9,6 +9,7 @@
 
 #include "codelets.h"
 #include "runtime/error.h"
+#include "trace/trace.h"
 
 static int deterministic;
 
@@ -76,6 +77,7 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
       task->modes[i] = bufs[i].mode;
     }
   }
+  _tsr_trace_task(task);
   int ret = starpu_task_submit(task);
   if (ret != 0) {
     _tsr_error(TSR_ERR_RUNTIME, "task '%s' (%s): starpu_task_submit failed: %s", name,

@@ -7,6 +7,7 @@
 
 #include "codelets.h"
 #include "runtime/error.h"
+#include "trace/trace.h"
 
 void _tsr_zero_cpu(float *x, size_t n) { memset(x, 0, n * sizeof(*x)); }
 
@@ -91,9 +92,13 @@ int _tsr_insert_zero(starpu_data_handle_t x, const char *name) {
 
 /* Plain RW, not the commutative mode: the graph sums several consumers' contributions in a fixed
  * order so that results are reproducible. */
-int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name) {
+int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, const char *name, int prio) {
   struct _tsr_buf b[] = {{y, STARPU_RW}, {x, STARPU_R}};
-  return _tsr_submit(&cl_accumulate, NULL, 0, STARPU_DEFAULT_PRIO, name, 2, b);
+  return _tsr_submit(&cl_accumulate, NULL, 0, prio, name, 2, b);
+}
+
+int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name) {
+  return _tsr_insert_accumulate_prio(y, x, name, STARPU_DEFAULT_PRIO);
 }
 
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name) {
@@ -145,6 +150,7 @@ int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out,
       task->modes[i] = STARPU_R;
     }
   }
+  _tsr_trace_task(task);
   int ret = starpu_task_submit(task);
   if (ret != 0) {
     _tsr_error(TSR_ERR_RUNTIME, "task '%s' (tsr_loss_sum): starpu_task_submit failed: %s", name,

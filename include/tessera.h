@@ -11,5 +11,8 @@
 #include <tessera/train.h>
 #include <tessera/data.h>
 #include <tessera/params.h>
+#include <tessera/trace.h>
+#include <tessera/cbed.h>
+#include <tessera/checkpoint.h>
 
 #endif

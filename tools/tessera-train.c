@@ -18,8 +18,11 @@ struct options {
   const char *model, *data, *val, *log, *export_path, *import_path;
   double val_fraction; /* < 0: not given */
   int epochs, batch, slices, workers, deterministic, quiet;
+  int precision;       /* tsr_precision */
   float lr;            /* < 0: the model file's */
   uint64_t seed;
+  const char *trace;   /* --trace or TESSERA_TRACE: trace folder */
+  int64_t trace_first, trace_last;
 };
 
 /* What one submitted step reads: kept alive until its loss has been read, since load tasks run later. */
@@ -78,17 +81,33 @@ static void usage(void) {
          "      --lr X              learning rate (overrides the model file)\n"
          "      --seed S            seed of initialisation, dropout and shuffling (default 1)\n"
          "      --deterministic     bitwise-reproducible runs for one seed\n"
+         "      --precision P       f32 (default) or bf16: convolutions in bf16, float32 weights\n"
          "      --workers N         CPU workers (default: StarPU's choice)\n"
          "      --log FILE          append one CSV row per epoch\n"
          "      --import-params P   start from parameters (.h5 file or folder of .npy files)\n"
          "      --export-params P   write the trained parameters (.h5 file or folder of .npy files)\n"
+         "      --trace DIR         record a performance trace into DIR (also TESSERA_TRACE=DIR); read it\n"
+         "                          with tessera-trace DIR or open DIR/trace.json in ui.perfetto.dev\n"
+         "      --trace-steps A:B   trace only step ids A to B (training and validation steps count)\n"
          "  -q, --quiet             only errors\n"
          "  -h, --help              this text\n",
          cli_program());
 }
 
+/* --trace-steps A:B (B empty: no end) or A. */
+static void parse_trace_steps(const char *arg, struct options *o) {
+  char *end;
+  const char *colon = strchr(arg, ':');
+  o->trace_first = strtoll(arg, &end, 10);
+  o->trace_last = colon ? (colon[1] ? strtoll(colon + 1, NULL, 10) : -1) : o->trace_first;
+  if (end == arg || o->trace_first < 0 || (colon ? end != colon : *end != 0) ||
+      (o->trace_last >= 0 && o->trace_last < o->trace_first))
+    cli_usage_error("--trace-steps '%s': expected A:B with 0 <= A <= B (or A: or A)", arg);
+}
+
 static void parse(int argc, char **argv, struct options *o) {
-  enum { O_VAL = 256, O_VALF, O_SLICES, O_LR, O_SEED, O_DET, O_WORKERS, O_LOG, O_IMPORT, O_EXPORT };
+  enum { O_VAL = 256, O_VALF, O_SLICES, O_LR, O_SEED, O_DET, O_WORKERS, O_LOG, O_IMPORT, O_EXPORT, O_PREC };
+  enum { O_TRACE = 512, O_TRACE_STEPS };
   static const struct option longopts[] = {
       {"model", required_argument, NULL, 'm'},     {"data", required_argument, NULL, 'd'},
       {"val", required_argument, NULL, O_VAL},     {"val-fraction", required_argument, NULL, O_VALF},
@@ -97,9 +116,11 @@ static void parse(int argc, char **argv, struct options *o) {
       {"seed", required_argument, NULL, O_SEED},   {"deterministic", no_argument, NULL, O_DET},
       {"workers", required_argument, NULL, O_WORKERS}, {"log", required_argument, NULL, O_LOG},
       {"import-params", required_argument, NULL, O_IMPORT}, {"export-params", required_argument, NULL, O_EXPORT},
+      {"trace", required_argument, NULL, O_TRACE}, {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
+      {"precision", required_argument, NULL, O_PREC},
       {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  *o = (struct options){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1};
+  *o = (struct options){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1, .trace_last = -1};
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "m:d:e:b:qh", longopts, NULL)) != -1) {
@@ -114,10 +135,16 @@ static void parse(int argc, char **argv, struct options *o) {
     case O_LR: o->lr = cli_parse_float("--lr", optarg, 0, 1e3); break;
     case O_SEED: o->seed = cli_parse_u64("--seed", optarg); break;
     case O_DET: o->deterministic = 1; break;
+    case O_PREC:
+      if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) cli_usage_error("--precision: '%s' (f32 or bf16)", optarg);
+      o->precision = strcmp(optarg, "bf16") ? TSR_PRECISION_F32 : TSR_PRECISION_BF16;
+      break;
     case O_WORKERS: o->workers = cli_parse_int("--workers", optarg, 1, 4096); break;
     case O_LOG: o->log = optarg; break;
     case O_IMPORT: o->import_path = optarg; break;
     case O_EXPORT: o->export_path = optarg; break;
+    case O_TRACE: o->trace = optarg; break;
+    case O_TRACE_STEPS: parse_trace_steps(optarg, o); break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(); exit(0);
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
@@ -128,6 +155,7 @@ static void parse(int argc, char **argv, struct options *o) {
   if (!o->data) cli_usage_error("--data is required");
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
   if (!o->val && o->val_fraction < 0) o->val_fraction = 0.1;
+  if (!o->trace && getenv("TESSERA_TRACE") && *getenv("TESSERA_TRACE")) o->trace = getenv("TESSERA_TRACE");
 }
 
 /* ---- shapes ---- */
@@ -275,6 +303,7 @@ int main(int argc, char **argv) {
   tsr_context_opts_default(&copts);
   copts.ncpus = o.workers;
   copts.deterministic = o.deterministic;
+  copts.precision = o.precision;
   copts.seed = o.seed;
   copts.verbose = o.quiet ? 0 : 1;
   check(tsr_context_create(&live.ctx, &copts, &argc, &argv));
@@ -287,6 +316,7 @@ int main(int argc, char **argv) {
   topts.slices = o.slices;
   topts.window = WINDOW;
   check(tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
+  if (o.trace) check(tsr_trace_start(live.ctx, o.trace, o.trace_first, o.trace_last));
   check_shapes(o.data, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path));
@@ -374,6 +404,10 @@ int main(int argc, char **argv) {
     }
   }
   check(tsr_trainer_sync(live.t));
+  if (o.trace) {
+    check(tsr_trace_stop(live.ctx));
+    if (talk) printf("trace written to %s (tessera-trace %s; %s/trace.json opens in ui.perfetto.dev)\n", o.trace, o.trace, o.trace);
+  }
   if (talk) {
     const char *on = nval > 0 ? "validation" : "training";
     double model_loss = nval > 0 ? last_val : last_train;

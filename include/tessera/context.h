@@ -2,6 +2,7 @@
 #ifndef TESSERA_CONTEXT_H
 #define TESSERA_CONTEXT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <tessera/status.h>
 
@@ -11,12 +12,17 @@ extern "C" {
 
 typedef struct tsr_context tsr_context;
 
+/* Arithmetic of convolutions and transposed convolutions. BF16: inputs rounded to bf16 (oneDNN's
+ * bf16/AMX kernels on CPUs), float32 accumulation, outputs, weights and optimizer state. */
+typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1 } tsr_precision;
+
 typedef struct tsr_context_opts {
   int ncpus;            /* CPU workers; -1 = StarPU's choice (STARPU_NCPU is honoured) */
   int use_mpi;          /* 1 = start StarPU-MPI, 0 = never, -1 = when launched by mpirun/srun */
   int deterministic;    /* 1 = fixed reduction order: bitwise-identical runs for one seed */
   uint64_t seed;        /* seed of every random stream (initialisation, dropout, shuffling) */
   int verbose;          /* 0 quiet, 1 info, 2 debug (to stderr) */
+  int precision;        /* tsr_precision; default TSR_PRECISION_F32 */
 } tsr_context_opts;
 
 void tsr_context_opts_default(tsr_context_opts *opts);
@@ -29,6 +35,9 @@ int tsr_context_size(const tsr_context *ctx);
 int tsr_context_nworkers(const tsr_context *ctx);
 int tsr_context_deterministic(const tsr_context *ctx);
 uint64_t tsr_context_seed(const tsr_context *ctx);
+/* Collective over all ranks (every rank must call it with its own value): returns TSR_ERR_MISMATCH
+ * on every rank, naming `what`, when the `len` bytes at `data` differ between ranks. */
+tsr_status tsr_context_check_same(tsr_context *ctx, const char *what, const void *data, size_t len);
 /* Waits for every submitted task. */
 tsr_status tsr_context_wait_all(tsr_context *ctx);
 

@@ -79,6 +79,9 @@ tsr_status tsr_model_add_simple(tsr_model *m, const char *name, tsr_layer_kind k
 /* The layer whose output is compared with the targets, and the loss. */
 tsr_status tsr_model_set_output(tsr_model *m, const char *layer, tsr_loss_kind loss, float huber_delta);
 
+/* Gradient group size for reductions across ranks (bytes; -1 = one group per layer; 0 = default). */
+tsr_status tsr_model_set_group_bytes(tsr_model *m, long long bytes);
+
 int tsr_model_num_layers(const tsr_model *m);
 const char *tsr_model_name(const tsr_model *m);
 /* Per-sample output shape [C, H, W] of a layer; returns TSR_ERR_ARG for an unknown name. */

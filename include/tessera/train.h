@@ -35,6 +35,10 @@ typedef struct tsr_trainer_opts {
   int slices;       /* micro-batch slices per step; 0 = one per CPU worker (at most batch) */
   int window;       /* steps in flight before tsr_trainer_step blocks; default 2 */
   uint64_t seed;    /* parameter initialisation and dropout; 0 = the context's seed */
+  int check_finite; /* 1 = scan every gradient for NaN/Inf before its update (tsr_trainer_check_finite) */
+  long long group_bytes; /* gradient group size in bytes for the reductions across ranks: 0 = the
+                            environment's TESSERA_GROUP_BYTES ("layer" = one group per layer), else
+                            the model file's, else 256 KiB; -1 = one group per layer */
 } tsr_trainer_opts;
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);
@@ -90,6 +94,11 @@ tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const f
  * flight (after tsr_trainer_sync). */
 void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates);
 tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates);
+
+/* With opts.check_finite: TSR_ERR_NUMERIC, naming the step, the tensor and its layer, when a gradient
+ * of a completed step held a NaN or Inf (the lowest such step; *step set if not NULL); TSR_OK
+ * otherwise. Call after tsr_trainer_loss or tsr_trainer_sync; tsr_trainer_set_counters clears it. */
+tsr_status tsr_trainer_check_finite(tsr_trainer *t, int64_t *step);
 
 #ifdef __cplusplus
 }

@@ -259,6 +259,12 @@ tsr_status tsr_model_set_output(tsr_model *m, const char *layer, tsr_loss_kind l
   return TSR_OK;
 }
 
+tsr_status tsr_model_set_group_bytes(tsr_model *m, long long bytes) {
+  if (!m || bytes < -1) return _tsr_error(TSR_ERR_ARG, "gradient group size %lld must be >= -1", bytes);
+  m->group_bytes = bytes;
+  return TSR_OK;
+}
+
 int tsr_model_num_layers(const tsr_model *m) { return m ? m->n : 0; }
 const char *tsr_model_name(const tsr_model *m) { return m ? m->name : NULL; }
 

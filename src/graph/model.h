@@ -21,6 +21,7 @@ struct tsr_model {
   int output;           /* index of the output layer, -1 = last */
   tsr_loss_kind loss;
   float huber_delta;
+  long long group_bytes; /* gradient group size from the model file (0 = not set, -1 = per layer) */
 };
 
 int _tsr_model_find(const tsr_model *m, const char *name);

@@ -4,8 +4,10 @@
  * task the host waits on later. The host blocks only when `window` steps are in flight. */
 #include <string.h>
 
+#include "comm/groups.h"
 #include "graph/trainer.h"
 #include "runtime/error.h"
+#include "trace/trace.h"
 
 struct load_arg {
   tsr_trainer *t;
@@ -48,7 +50,8 @@ static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
                                        [TSR_OPTIM_ADAMW] = TSR_OPT_ADAMW};
   struct tsr_opt_args a = {.kind = kinds[t->opt.kind], .lr = t->lr, .momentum = t->opt.momentum,
                            .weight_decay = t->opt.weight_decay, .beta1 = t->opt.beta1, .beta2 = t->opt.beta2,
-                           .eps = t->opt.eps, .nesterov = t->opt.nesterov, .step = t->nupdates, .grad_scale = 1.0f};
+                           .eps = t->opt.eps, .nesterov = t->opt.nesterov, .step = t->nupdates,
+                           .grad_scale = t->skip_reduce ? 1.0f : 1.0f / t->size};
   return _tsr_insert_opt_update(&a, p->hw, p->hg, p->hm, p->hv, p->name);
 }
 
@@ -89,6 +92,7 @@ tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step) {
 
 static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t id) {
   int p = (int)(id & 1);
+  _tsr_trace_set_step(id);
   const tsr_model *m = t->model;
   const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
   for (int s = 0; s < t->slices; s++) {
@@ -112,12 +116,19 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   SUBMIT(_tsr_insert_loss_sum(t->slices, t->loss, &pend->value, "loss_sum", &pend->task));
   if (!train) return TSR_OK;
   t->nupdates++;
+  /* Groups are contiguous in backward order: group g is final once the backward of the layer of
+   * its last tensor is submitted; its reduction and its updates go in right then. */
+  int g = 0;
   for (int l = m->n - 1; l >= 0; l--) {
     if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
     for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
-    for (int i = 0; t->ls[l].first_tensor >= 0 && i < _tsr_layer_num_tensors(&m->layers[l]); i++) {
-      const struct _tsr_ptensor *pt = &t->tensors[t->ls[l].first_tensor + i];
-      if (pt->trainable) SUBMIT(submit_update(t, pt));
+    for (; g < t->ngroups && t->tensors[t->groups[g].first + t->groups[g].count - 1].layer == l; g++) {
+      SUBMIT(_tsr_group_allreduce(t, g, id));
+      for (int i = t->groups[g].first; i < t->groups[g].first + t->groups[g].count; i++)
+        if (t->tensors[i].trainable) {
+          if (t->check_finite) SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, &t->nonfinite, id));
+          SUBMIT(submit_update(t, &t->tensors[i]));
+        }
     }
   }
   return TSR_OK;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/groups.h"
+#include "comm/fingerprint.h"
 #include "graph/trainer.h"
 #include "runtime/error.h"
 
@@ -84,8 +86,7 @@ static tsr_status layout_tensors(tsr_trainer *t) {
     init_tensor(p, t, t->seed * 1000003u + (uint64_t)i);
     p->hw = _tsr_register_floats(p->w, p->n);
     if (!p->trainable) continue;
-    p->g = t->grads + off, p->m = t->mom + off, p->v = t->vel + off;
-    p->hg = _tsr_register_floats(p->g, p->n);
+    p->g = t->grads + off, p->m = t->mom + off, p->v = t->vel + off; /* hg: a child of its gradient group */
     p->hm = _tsr_register_floats(p->m, p->n);
     p->hv = _tsr_register_floats(p->v, p->n);
   }
@@ -199,6 +200,15 @@ static tsr_status alloc_io(tsr_trainer *t) {
   return t->pending ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
 }
 
+/* Group size: the API's, else TESSERA_GROUP_BYTES, else the model file's, else the default. */
+static long long group_bytes(const tsr_trainer_opts *o, const tsr_model *m) {
+  if (o->group_bytes) return o->group_bytes;
+  const char *env = getenv("TESSERA_GROUP_BYTES");
+  if (env && *env) return strcmp(env, "layer") == 0 ? -1 : atoll(env);
+  if (m->group_bytes) return m->group_bytes;
+  return TSR_DEFAULT_GROUP_BYTES;
+}
+
 static tsr_status find_io(tsr_trainer *t) {
   tsr_model *m = t->model;
   t->input_layer = -1;
@@ -235,7 +245,14 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (!t) return _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory");
   t->ctx = ctx, t->model = m, t->opt = *opt, t->lr = opt->lr, t->batch = o->batch;
   t->window = o->window ? o->window : 2;
+  t->rank = tsr_context_rank(ctx), t->size = tsr_context_size(ctx);
+  /* Benchmarks only: measure the step without its reductions (results are then wrong). */
+  t->skip_reduce = getenv("TESSERA_SKIP_ALLREDUCE") && atoi(getenv("TESSERA_SKIP_ALLREDUCE")) != 0;
+  if (t->skip_reduce && t->size > 1 && t->rank == 0)
+    _tsr_log(1, "TESSERA_SKIP_ALLREDUCE is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
+  t->check_finite = o->check_finite;
+  _tsr_finite_init(&t->nonfinite);
   int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
   t->slices = o->slices ? o->slices : (nw > 0 ? nw : 1);
   if (t->slices > t->batch) t->slices = t->batch;
@@ -255,6 +272,8 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = layout_tensors(t);
+  if (st == TSR_OK) st = _tsr_groups_build(t, group_bytes(o, m));
+  if (st == TSR_OK && t->size > 1) st = _tsr_fingerprint_check(t);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
@@ -298,16 +317,17 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(t->t[p], (void **)t->tbuf[p], t->slices);
   }
   unreg_slices(t->loss, NULL, t->slices);
+  _tsr_groups_destroy(t);
   for (int i = 0; i < t->ntensors; i++) {
     struct _tsr_ptensor *p = &t->tensors[i];
     if (p->hw) starpu_data_unregister(p->hw);
-    if (p->hg) starpu_data_unregister(p->hg);
     if (p->hm) starpu_data_unregister(p->hm);
     if (p->hv) starpu_data_unregister(p->hv);
   }
   free(t->params), free(t->grads), free(t->mom), free(t->vel), free(t->state);
   free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
   free(t->lossbuf), free(t->pending), free(t->history);
+  pthread_mutex_destroy(&t->nonfinite.lock);
   free(t);
 }
 
@@ -389,5 +409,6 @@ tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updat
   }
   for (int i = 0; i <= t->window; i++) t->pending[i].step = -1;
   t->nsteps = steps, t->nupdates = updates;
+  _tsr_finite_reset(&t->nonfinite);
   return TSR_OK;
 }

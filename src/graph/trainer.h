@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <tessera.h>
 #include "codelets.h"
+#include "check_finite.h"
 #include "graph/model.h"
 
 struct _tsr_ptensor {
@@ -65,6 +66,11 @@ struct tsr_trainer {
   struct _tsr_pending *pending; /* [window + 1] */
   double *history;      /* loss per step, filled when waited */
   int64_t history_cap;
+  /* data parallelism: gradient groups reduced across ranks (src/comm) */
+  int rank, size, ngroups, skip_reduce;
+  struct _tsr_group *groups;
+  int check_finite;             /* scan gradients for NaN/Inf (tsr_trainer_check_finite) */
+  struct _tsr_finite nonfinite;
   atomic_int load_failed;
   char load_error[512];
 };

@@ -2,6 +2,7 @@
  * policy for kernel libraries, and the run-wide seed and determinism flag. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cblas.h>
 #include <starpu.h>
 #include <starpu_mpi.h>
@@ -29,6 +30,30 @@ static int launched_by_mpi(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_STEP_ID");
 }
 
+/* Ranks on this machine, from the launcher's environment (StarPU binds its workers before MPI can
+ * be asked). */
+static int local_ranks(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!v) v = getenv("MPI_LOCALNRANKS");
+  if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
+  int n = v ? atoi(v) : 1;
+  return n > 0 ? n : 1;
+}
+
+/* Several ranks on one machine must not pin their workers to the same cores, and each takes its
+ * share of the cores unless the user chose (STARPU_NCPU, STARPU_WORKERS_CPUID, ncpus). */
+static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
+  int local = local_ranks();
+  if (local < 2 || getenv("STARPU_WORKERS_CPUID")) return;
+  setenv("STARPU_WORKERS_NOBIND", "1", 0);
+  setenv("STARPU_MPI_NOBIND", "1", 0);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpus_opt <= 0 && !getenv("STARPU_NCPU")) {
+    long share = cores / local - 1; /* one core per rank is left to StarPU-MPI's progress thread */
+    conf->ncpus = (int)(share > 0 ? share : 1);
+  }
+}
+
 tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, int *argc, char ***argv) {
   if (!ctx) return _tsr_error(TSR_ERR_ARG, "tsr_context_create: ctx is NULL");
   *ctx = NULL;
@@ -39,6 +64,9 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   if (opts->ncpus == 0 || opts->ncpus < -1)
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: ncpus = %d (use -1 for the default or a positive count)",
                       opts->ncpus);
+  if (opts->precision != TSR_PRECISION_F32 && opts->precision != TSR_PRECISION_BF16)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision = %d (TSR_PRECISION_F32 or TSR_PRECISION_BF16)",
+                      opts->precision);
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
   c->use_mpi = opts->use_mpi < 0 ? launched_by_mpi() : opts->use_mpi;
@@ -47,6 +75,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   c->size = 1;
   _tsr_set_verbosity(opts->verbose);
   _tsr_set_deterministic(opts->deterministic);
+  _tsr_set_precision(opts->precision);
   /* Kernel libraries run one thread per StarPU worker: parallelism comes from the task graph. */
   openblas_set_num_threads(1);
   if (!getenv("STARPU_SILENT") && opts->verbose < 2) setenv("STARPU_SILENT", "1", 0);
@@ -56,6 +85,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   if (opts->ncpus > 0) conf.ncpus = opts->ncpus;
   if (!getenv("STARPU_SCHED")) conf.sched_policy_name = "dmdas";
   int ret;
+  if (c->use_mpi) share_machine(&conf, opts->ncpus);
   if (c->use_mpi) {
     ret = starpu_mpi_init_conf(argc, argv, 1, MPI_COMM_WORLD, &conf);
     if (ret == 0) {

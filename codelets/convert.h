@@ -1,0 +1,43 @@
+/* Reduced-precision storage formats: float32 <-> bf16 and float32 <-> IEEE fp16 (binary16), both
+ * rounding to nearest even with NaN kept NaN and overflow to infinity, on CPUs (convert.c) and on
+ * GPUs (convert_cuda.cu, launchers queued on a stream). Used for half-size gradient reductions
+ * and by the loss scaler's finiteness check. Values are raw uint16_t bit patterns. */
+#ifndef TSR_CONVERT_H
+#define TSR_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+uint16_t _tsr_f32_to_bf16(float f);
+float _tsr_bf16_to_f32(uint16_t h);
+uint16_t _tsr_f32_to_f16(float f);
+float _tsr_f16_to_f32(uint16_t h);
+
+void _tsr_f32_to_bf16_cpu(const float *x, uint16_t *y, size_t n);
+void _tsr_bf16_to_f32_cpu(const uint16_t *x, float *y, size_t n);
+void _tsr_f32_to_f16_cpu(const float *x, uint16_t *y, size_t n);
+void _tsr_f16_to_f32_cpu(const uint16_t *x, float *y, size_t n);
+/* y += x, x in bf16 or fp16 (summing a received half-size buffer into float32) */
+void _tsr_bf16_accumulate_cpu(float *y, const uint16_t *x, size_t n);
+void _tsr_f16_accumulate_cpu(float *y, const uint16_t *x, size_t n);
+/* 1 when every value is finite */
+int _tsr_all_finite_cpu(const float *x, size_t n);
+
+#ifdef TSR_CUDA_STREAM_T
+/* GPU twins (convert_cuda.cu): queued on `stream`; 0, or -1 after printing the failed call.
+ * all_finite writes 1 or 0 to *flag_dev (device int), clearing it first when `reset`. */
+int _tsr_f32_to_bf16_cuda(const float *x, uint16_t *y, size_t n, TSR_CUDA_STREAM_T stream);
+int _tsr_bf16_to_f32_cuda(const uint16_t *x, float *y, size_t n, TSR_CUDA_STREAM_T stream);
+int _tsr_f32_to_f16_cuda(const float *x, uint16_t *y, size_t n, TSR_CUDA_STREAM_T stream);
+int _tsr_f16_to_f32_cuda(const uint16_t *x, float *y, size_t n, TSR_CUDA_STREAM_T stream);
+int _tsr_all_finite_cuda(const float *x, size_t n, int *flag_dev, int reset, TSR_CUDA_STREAM_T stream);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

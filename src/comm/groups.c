@@ -1,0 +1,168 @@
+/* Gradient groups over the contiguous gradient buffer and their ring allreduce as StarPU tasks:
+ * every rank submits the same sends, receives and sums in the same order, so the order of
+ * communication follows from the graph and needs no coordinator. Each group's reduction starts
+ * when its last gradient is final and the group's updates wait only for it. */
+#include <stdlib.h>
+#include <string.h>
+#include <starpu_mpi.h>
+
+#include "comm/groups.h"
+#include "graph/trainer.h"
+#include "runtime/error.h"
+
+int _tsr_group_of(const tsr_trainer *t, int tensor) {
+  for (int g = 0; g < t->ngroups; g++)
+    if (tensor >= t->groups[g].first && tensor < t->groups[g].first + t->groups[g].count) return g;
+  return -1;
+}
+
+static size_t padded(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Trainable tensors in layout order, cut at layer boundaries once a group holds `bytes`. */
+static int cut(tsr_trainer *t, long long bytes, int *starts) {
+  int ng = 0;
+  size_t acc = 0;
+  int prev_layer = -1;
+  for (int i = 0; i < t->ntensors; i++) {
+    const struct _tsr_ptensor *p = &t->tensors[i];
+    if (!p->trainable) continue;
+    int boundary = p->layer != prev_layer && (bytes < 0 || acc >= (size_t)bytes);
+    if (ng == 0 || boundary) {
+      starts[ng++] = i;
+      acc = 0;
+    }
+    acc += padded(p->n) * sizeof(float);
+    prev_layer = p->layer;
+  }
+  return ng;
+}
+
+static int register_group(tsr_trainer *t, struct _tsr_group *g, int last) {
+  g->count = 0;
+  for (int i = g->first; i < last; i++) g->count += t->tensors[i].trainable;
+  g->off = (size_t)(t->tensors[g->first].g - t->grads);
+  g->n = 0;
+  g->tensors = calloc(g->count, sizeof *g->tensors);
+  g->tensor_len = calloc(g->count, sizeof *g->tensor_len);
+  if (!g->tensors || !g->tensor_len) return -1;
+  for (int i = g->first, k = 0; i < last; i++) {
+    if (!t->tensors[i].trainable) continue;
+    g->tensor_len[k++] = (uint32_t)padded(t->tensors[i].n);
+    g->n += padded(t->tensors[i].n);
+  }
+  starpu_vector_data_register(&g->h, STARPU_MAIN_RAM, (uintptr_t)(t->grads + g->off), (uint32_t)g->n, sizeof(float));
+  struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list, .nchildren = (unsigned)g->count,
+                                 .filter_arg_ptr = g->tensor_len};
+  starpu_data_partition_plan(g->h, &f, g->tensors);
+  for (int i = g->first, k = 0; i < last; i++)
+    if (t->tensors[i].trainable) t->tensors[i].hg = g->tensors[k++];
+  if (t->size > 1) {
+    int r = t->size;
+    g->chunks = calloc(r, sizeof *g->chunks);
+    g->chunk_len = calloc(r, sizeof *g->chunk_len);
+    g->tmp = calloc(r, sizeof *g->tmp);
+    g->tmpbuf = calloc(r, sizeof *g->tmpbuf);
+    if (!g->chunks || !g->chunk_len || !g->tmp || !g->tmpbuf) return -1;
+    for (int c = 0; c < r; c++) {
+      g->chunk_len[c] = (uint32_t)(g->n / r + ((size_t)c < g->n % r));
+      g->tmpbuf[c] = malloc(((size_t)g->chunk_len[c] + 1) * sizeof(float));
+      if (!g->tmpbuf[c]) return -1;
+      g->tmp[c] = _tsr_register_floats(g->tmpbuf[c], g->chunk_len[c]);
+    }
+    struct starpu_data_filter fc = {.filter_func = starpu_vector_filter_list, .nchildren = (unsigned)r,
+                                    .filter_arg_ptr = g->chunk_len};
+    starpu_data_partition_plan(g->h, &fc, g->chunks);
+  }
+  starpu_data_partition_submit(g->h, g->count, g->tensors);
+  return 0;
+}
+
+static void log_layout(const tsr_trainer *t, long long bytes) {
+  if (t->rank != 0) return;
+  _tsr_log(1, "gradient groups: %d (%s), reduced over %d rank(s)", t->ngroups,
+           bytes < 0 ? "one per layer" : "layers merged up to the byte threshold", t->size);
+  for (int g = 0; g < t->ngroups; g++) {
+    const struct _tsr_group *gr = &t->groups[g];
+    _tsr_log(1, "  group %d: %6.1f KiB, tensors %s .. %s", g, gr->n * 4 / 1024.0, t->tensors[gr->first].name,
+             t->tensors[gr->first + gr->count - 1].name);
+  }
+}
+
+tsr_status _tsr_groups_build(tsr_trainer *t, long long bytes) {
+  int *starts = calloc(t->ntensors + 1, sizeof(int));
+  if (!starts) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  t->ngroups = cut(t, bytes, starts);
+  t->groups = calloc(t->ngroups ? t->ngroups : 1, sizeof *t->groups);
+  if (!t->groups) {
+    free(starts);
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  }
+  for (int g = 0; g < t->ngroups; g++) {
+    t->groups[g].first = starts[g];
+    int last = g + 1 < t->ngroups ? starts[g + 1] : t->ntensors;
+    if (register_group(t, &t->groups[g], last) != 0) {
+      free(starts);
+      return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for gradient group %d", g);
+    }
+  }
+  free(starts);
+  for (int g = 0; g < t->ngroups; g++)
+    if (t->groups[g].n < (size_t)t->size)
+      return _tsr_error(TSR_ERR_ARG, "gradient group %d has %zu values, fewer than the %d ranks", g, t->groups[g].n,
+                        t->size);
+  log_layout(t, bytes);
+  return TSR_OK;
+}
+
+void _tsr_groups_destroy(tsr_trainer *t) {
+  for (int g = 0; t->groups && g < t->ngroups; g++) {
+    struct _tsr_group *gr = &t->groups[g];
+    if (gr->h) {
+      starpu_data_unpartition_submit(gr->h, gr->count, gr->tensors, STARPU_MAIN_RAM);
+      starpu_data_partition_clean(gr->h, gr->count, gr->tensors);
+      if (gr->chunks) starpu_data_partition_clean(gr->h, t->size, gr->chunks);
+      starpu_data_unregister(gr->h);
+    }
+    for (int c = 0; gr->tmp && c < t->size; c++) {
+      if (gr->tmp[c]) starpu_data_unregister(gr->tmp[c]);
+      free(gr->tmpbuf[c]);
+    }
+    free(gr->tensors), free(gr->tensor_len), free(gr->chunks), free(gr->chunk_len), free(gr->tmp), free(gr->tmpbuf);
+  }
+  free(t->groups);
+  t->groups = NULL;
+  t->ngroups = 0;
+}
+
+/* Tags are unique per (step, group, ring step) among messages in flight. */
+static starpu_mpi_tag_t ring_tag(int64_t step, int g, int k) {
+  return ((((starpu_mpi_tag_t)(step & 0xFFFFF)) * 4096 + g) * 2048) + k;
+}
+
+int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
+  int r = t->size, me = t->rank;
+  if (r < 2 || t->skip_reduce) return 0;
+  struct _tsr_group *gr = &t->groups[g];
+  int next = (me + 1) % r, prev = (me + r - 1) % r, prio = STARPU_MAX_PRIO, ret = 0;
+  starpu_data_unpartition_submit(gr->h, gr->count, gr->tensors, STARPU_MAIN_RAM);
+  starpu_data_partition_submit(gr->h, r, gr->chunks);
+  /* Reduce-scatter: after r-1 rounds this rank holds the full sum of chunk (me + 1) mod r. */
+  for (int k = 0; !ret && k < r - 1; k++) {
+    int send = ((me - k) % r + r) % r, recv = ((me - k - 1) % r + r) % r;
+    ret = starpu_mpi_isend_detached_prio(gr->chunks[send], next, ring_tag(step, g, k), prio, MPI_COMM_WORLD, NULL, NULL);
+    if (!ret) ret = starpu_mpi_irecv_detached(gr->tmp[recv], prev, ring_tag(step, g, k), MPI_COMM_WORLD, NULL, NULL);
+    if (!ret) ret = _tsr_insert_accumulate_prio(gr->chunks[recv], gr->tmp[recv], "allreduce_sum", prio);
+  }
+  /* Allgather: pass the reduced chunks around the ring. */
+  for (int k = 0; !ret && k < r - 1; k++) {
+    int send = ((me + 1 - k) % r + r) % r, recv = ((me - k) % r + r) % r;
+    starpu_mpi_tag_t tag = ring_tag(step, g, r - 1 + k);
+    ret = starpu_mpi_isend_detached_prio(gr->chunks[send], next, tag, prio, MPI_COMM_WORLD, NULL, NULL);
+    if (!ret) ret = starpu_mpi_irecv_detached(gr->chunks[recv], prev, tag, MPI_COMM_WORLD, NULL, NULL);
+  }
+  starpu_data_unpartition_submit(gr->h, r, gr->chunks, STARPU_MAIN_RAM);
+  starpu_data_partition_submit(gr->h, gr->count, gr->tensors);
+  if (ret) _tsr_error(TSR_ERR_RUNTIME, "gradient group %d, step %lld: posting the ring allreduce failed (%d)", g,
+                      (long long)step, ret);
+  return ret;
+}

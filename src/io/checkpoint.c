@@ -1,0 +1,390 @@
+/* Checkpoint files: one HDF5 file with the run's metadata as root attributes, the tensor layout
+ * (/layout/names, /layout/shapes, /layout/trainable, in the trainer's order) and one float32 dataset
+ * per tensor under /params, /moment0 and /moment1. A 64-bit checksum over the metadata, the layout and
+ * every value is stored as the root attribute "checksum"; the reader recomputes it, so a truncated or
+ * corrupted file is rejected before anything of it is used. Folder handling is in checkpoint_dir.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include <tessera/checkpoint.h>
+
+#include "data/hdf5_lock.h"
+#include "io/checkpoint_int.h"
+#include "runtime/error.h"
+
+enum { CK_VERSION = 1, CK_MAX_TENSORS = 1 << 20 };
+static const char *const moment_group[2] = {"moment0", "moment1"};
+
+void _tsr_ck_free(struct _tsr_ck *ck) {
+  for (int i = 0; ck->t && i < ck->n; i++) free(ck->t[i].w), free(ck->t[i].m[0]), free(ck->t[i].m[1]);
+  free(ck->t);
+  ck->t = NULL, ck->n = 0;
+}
+
+/* FNV-1a over 64-bit words with an extra shift-xor so high bits reach low ones; a corruption check,
+ * not a cryptographic one. */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0x100000001B3ull;
+    h ^= h >> 31;
+  }
+  for (; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+  return h;
+}
+
+static uint64_t hash_i64(uint64_t h, int64_t v) { return hash_bytes(h, &v, sizeof v); }
+
+uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
+  const tsr_checkpoint_meta *m = &ck->meta;
+  uint64_t h = 0xCBF29CE484222325ull;
+  h = hash_i64(h, CK_VERSION);
+  h = hash_i64(h, m->step), h = hash_i64(h, m->epoch), h = hash_i64(h, m->position);
+  h = hash_i64(h, (int64_t)m->seed), h = hash_i64(h, m->nranks), h = hash_i64(h, m->batch);
+  h = hash_bytes(h, &m->loss_sum, sizeof m->loss_sum);
+  h = hash_i64(h, m->trainer_steps), h = hash_i64(h, m->trainer_updates);
+  h = hash_i64(h, ck->n);
+  for (int i = 0; i < ck->n; i++) {
+    const struct _tsr_ck_tensor *t = &ck->t[i];
+    size_t bytes = (size_t)tsr_shape_numel(&t->shape) * sizeof(float);
+    h = hash_bytes(h, t->name, strlen(t->name) + 1);
+    h = hash_i64(h, t->shape.ndim);
+    for (int d = 0; d < t->shape.ndim; d++) h = hash_i64(h, t->shape.dims[d]);
+    h = hash_i64(h, t->trainable);
+    h = hash_bytes(h, t->w, bytes);
+    for (int k = 0; t->trainable && k < 2; k++) h = hash_bytes(h, t->m[k], bytes);
+  }
+  return h ^ (h >> 29);
+}
+
+/* ---- writing ---- */
+
+static herr_t attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = a < 0 ? -1 : H5Awrite(a, mtype, v);
+  if (a >= 0 && H5Aclose(a) < 0) e = -1;
+  if (sp >= 0) H5Sclose(sp);
+  return a < 0 ? -1 : e;
+}
+
+static herr_t dset_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
+                         const void *data) {
+  hid_t sp = H5Screate_simple(nd, dims, NULL);
+  hid_t d = sp < 0 ? -1 : H5Dcreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = d < 0 ? -1 : H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (d >= 0 && H5Dclose(d) < 0) e = -1;
+  if (sp >= 0) H5Sclose(sp);
+  return d < 0 ? -1 : e;
+}
+
+static hid_t name_type(void) {
+  hid_t s = H5Tcopy(H5T_C_S1);
+  if (s >= 0 && (H5Tset_size(s, TSR_CK_NAME_MAX) < 0 || H5Tset_strpad(s, H5T_STR_NULLTERM) < 0)) {
+    H5Tclose(s);
+    return -1;
+  }
+  return s;
+}
+
+static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
+  const tsr_checkpoint_meta *m = &ck->meta;
+  int32_t version = CK_VERSION;
+  herr_t e = 0;
+  hid_t str = H5Tcopy(H5T_C_S1);
+  const char *format = "tessera checkpoint";
+  if (str < 0 || H5Tset_size(str, strlen(format) + 1) < 0) e = -1;
+  if (e >= 0) e = attr_write(f, "format", str, str, format);
+  if (str >= 0) H5Tclose(str);
+  struct { const char *name; const int64_t *v; } i64[] = {
+      {"step", &m->step}, {"epoch", &m->epoch}, {"position", &m->position},
+      {"trainer_steps", &m->trainer_steps}, {"trainer_updates", &m->trainer_updates}};
+  for (size_t i = 0; e >= 0 && i < sizeof i64 / sizeof *i64; i++)
+    e = attr_write(f, i64[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, i64[i].v);
+  if (e >= 0) e = attr_write(f, "version", H5T_STD_I32LE, H5T_NATIVE_INT32, &version);
+  if (e >= 0) e = attr_write(f, "nranks", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->nranks);
+  if (e >= 0) e = attr_write(f, "batch", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->batch);
+  if (e >= 0) e = attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->seed);
+  if (e >= 0) e = attr_write(f, "loss_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_sum);
+  if (e >= 0) e = attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
+  return e;
+}
+
+static herr_t write_layout(hid_t f, const struct _tsr_ck *ck) {
+  size_t n = (size_t)ck->n;
+  char *names = calloc(n ? n : 1, TSR_CK_NAME_MAX);
+  int64_t *shapes = calloc(n ? n : 1, sizeof(int64_t) * (TSR_MAX_DIMS + 1));
+  int32_t *trainable = calloc(n ? n : 1, sizeof(int32_t));
+  hid_t g = H5Gcreate2(f, "layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), str = name_type();
+  herr_t e = (!names || !shapes || !trainable || g < 0 || str < 0) ? -1 : 0;
+  for (size_t i = 0; e >= 0 && i < n; i++) {
+    snprintf(names + i * TSR_CK_NAME_MAX, TSR_CK_NAME_MAX, "%s", ck->t[i].name);
+    shapes[i * (TSR_MAX_DIMS + 1)] = ck->t[i].shape.ndim;
+    for (int d = 0; d < ck->t[i].shape.ndim; d++) shapes[i * (TSR_MAX_DIMS + 1) + 1 + d] = ck->t[i].shape.dims[d];
+    trainable[i] = ck->t[i].trainable;
+  }
+  hsize_t d1[1] = {n}, d2[2] = {n, TSR_MAX_DIMS + 1};
+  if (e >= 0) e = dset_write(g, "names", str, str, 1, d1, names);
+  if (e >= 0) e = dset_write(g, "shapes", H5T_STD_I64LE, H5T_NATIVE_INT64, 2, d2, shapes);
+  if (e >= 0) e = dset_write(g, "trainable", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, trainable);
+  if (str >= 0) H5Tclose(str);
+  if (g >= 0 && H5Gclose(g) < 0) e = -1;
+  free(names), free(shapes), free(trainable);
+  return e;
+}
+
+static herr_t write_values(hid_t f, const struct _tsr_ck *ck, const char *group, int which) {
+  hid_t g = H5Gcreate2(f, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = g < 0 ? -1 : 0;
+  for (int i = 0; e >= 0 && i < ck->n; i++) {
+    const struct _tsr_ck_tensor *t = &ck->t[i];
+    if (which >= 0 && !t->trainable) continue;
+    hsize_t dims[TSR_MAX_DIMS];
+    for (int d = 0; d < t->shape.ndim; d++) dims[d] = (hsize_t)t->shape.dims[d];
+    e = dset_write(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->shape.ndim, dims, which < 0 ? t->w : t->m[which]);
+  }
+  if (g >= 0 && H5Gclose(g) < 0) e = -1;
+  return e;
+}
+
+static tsr_status fsync_path(const char *path, int dir) {
+  int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
+  if (fd < 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open to sync: %s", path, strerror(errno));
+  int r = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (r != 0 && !(dir && err == EINVAL)) return _tsr_error(TSR_ERR_IO, "%s: fsync failed: %s", path, strerror(err));
+  return TSR_OK;
+}
+
+/* Writes ck to path through path.tmp, fsync and rename, then syncs the folder so the rename lasts. */
+tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
+  size_t len = strlen(path);
+  char *tmp = malloc(len + 5), *dir = malloc(len + 2), why[256];
+  if (!tmp || !dir) {
+    free(tmp), free(dir);
+    return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  }
+  snprintf(tmp, len + 5, "%s.tmp", path);
+  _tsr_hdf5_lock();
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  tsr_status s = TSR_OK;
+  if (f < 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot create checkpoint file (%s)", tmp, _tsr_hdf5_reason(why));
+  herr_t e = f < 0 ? -1 : write_meta(f, ck);
+  if (e >= 0) e = write_layout(f, ck);
+  if (e >= 0) e = write_values(f, ck, "params", -1);
+  for (int k = 0; e >= 0 && k < 2; k++) e = write_values(f, ck, moment_group[k], k);
+  if (f >= 0 && e < 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot write the checkpoint (%s)", tmp, _tsr_hdf5_reason(why));
+  if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close the checkpoint", tmp);
+  _tsr_hdf5_unlock();
+  if (s == TSR_OK) s = fsync_path(tmp, 0);
+  if (s == TSR_OK && rename(tmp, path) != 0)
+    s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+  if (s != TSR_OK) remove(tmp);
+  if (s == TSR_OK) {
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    s = fsync_path(dir, 1);
+  }
+  free(tmp), free(dir);
+  return s;
+}
+
+/* ---- reading ---- */
+
+/* Reads scalar attribute `name` of the root converted to `mtype`. */
+static tsr_status attr_read(hid_t f, const char *file, const char *name, hid_t mtype, void *v) {
+  if (H5Aexists(f, name) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: not a checkpoint: attribute '%s' is missing", file, name);
+  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  hid_t sp = a < 0 ? -1 : H5Aget_space(a);
+  int ok = sp >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR && H5Aread(a, mtype, v) >= 0;
+  if (sp >= 0) H5Sclose(sp);
+  if (a >= 0) H5Aclose(a);
+  return ok ? TSR_OK : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a readable scalar", file, name);
+}
+
+static tsr_status read_meta(hid_t f, const char *file, struct _tsr_ck *ck) {
+  tsr_checkpoint_meta *m = &ck->meta;
+  int32_t version = 0;
+  TSR_TRY(attr_read(f, file, "version", H5T_NATIVE_INT32, &version));
+  if (version != CK_VERSION)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: checkpoint version %d, this build reads version %d", file, version,
+                      CK_VERSION);
+  TSR_TRY(attr_read(f, file, "step", H5T_NATIVE_INT64, &m->step));
+  TSR_TRY(attr_read(f, file, "epoch", H5T_NATIVE_INT64, &m->epoch));
+  TSR_TRY(attr_read(f, file, "position", H5T_NATIVE_INT64, &m->position));
+  TSR_TRY(attr_read(f, file, "trainer_steps", H5T_NATIVE_INT64, &m->trainer_steps));
+  TSR_TRY(attr_read(f, file, "trainer_updates", H5T_NATIVE_INT64, &m->trainer_updates));
+  TSR_TRY(attr_read(f, file, "nranks", H5T_NATIVE_INT32, &m->nranks));
+  TSR_TRY(attr_read(f, file, "batch", H5T_NATIVE_INT32, &m->batch));
+  TSR_TRY(attr_read(f, file, "seed", H5T_NATIVE_UINT64, &m->seed));
+  TSR_TRY(attr_read(f, file, "loss_sum", H5T_NATIVE_DOUBLE, &m->loss_sum));
+  return attr_read(f, file, "checksum", H5T_NATIVE_UINT64, &ck->checksum);
+}
+
+/* Opens dataset `name` under `loc` and checks it has `nd` dimensions equal to `want` (if not NULL; else
+ * writes them to `got`). */
+static tsr_status dset_open(hid_t loc, const char *file, const char *name, int nd, const hsize_t *want, hsize_t *got,
+                            hid_t *out) {
+  *out = -1;
+  if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' is missing", file, name);
+  hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+  hid_t sp = d < 0 ? -1 : H5Dget_space(d);
+  int rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+  hsize_t dims[TSR_MAX_DIMS + 1] = {0};
+  tsr_status s = TSR_OK;
+  if (rank < 0) s = _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a readable dataset", file, name);
+  else if (rank != nd) s = _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %d dimensions, expected %d", file, name, rank, nd);
+  if (s == TSR_OK) H5Sget_simple_extent_dims(sp, dims, NULL);
+  for (int i = 0; s == TSR_OK && want && i < nd; i++)
+    if (dims[i] != want[i])
+      s = _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has extent %llu in dimension %d, the layout says %llu", file,
+                     name, (unsigned long long)dims[i], i, (unsigned long long)want[i]);
+  for (int i = 0; s == TSR_OK && got && i < nd; i++) got[i] = dims[i];
+  if (sp >= 0) H5Sclose(sp);
+  if (s != TSR_OK) {
+    if (d >= 0) H5Dclose(d);
+    return s;
+  }
+  *out = d;
+  return TSR_OK;
+}
+
+static tsr_status dset_read(hid_t d, const char *file, const char *name, hid_t mtype, void *buf) {
+  herr_t e = H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  H5Dclose(d);
+  char why[256];
+  return e < 0 ? _tsr_error(TSR_ERR_FORMAT, "%s: cannot read dataset '%s' (%s)", file, name, _tsr_hdf5_reason(why))
+               : TSR_OK;
+}
+
+/* Validates one layout row: a name usable as a dataset name and a shape of at most 2^31 values. */
+static tsr_status check_row(const char *file, int i, struct _tsr_ck_tensor *t, const int64_t *row, int32_t trainable) {
+  if (!memchr(t->name, '\0', TSR_CK_NAME_MAX) || !t->name[0] || strchr(t->name, '/') || strcmp(t->name, ".") == 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: layout name %d is empty or invalid", file, i);
+  if (row[0] < 0 || row[0] > TSR_MAX_DIMS)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: tensor '%s' has %lld dimensions in the layout", file, t->name,
+                      (long long)row[0]);
+  t->shape.ndim = (int)row[0];
+  int64_t numel = 1;
+  for (int d = 0; d < t->shape.ndim; d++) {
+    t->shape.dims[d] = row[1 + d];
+    if (row[1 + d] < 0 || row[1 + d] > ((int64_t)1 << 31) || (numel *= row[1 + d]) > ((int64_t)1 << 31))
+      return _tsr_error(TSR_ERR_FORMAT, "%s: tensor '%s' has an invalid shape in the layout", file, t->name);
+  }
+  if (trainable != 0 && trainable != 1)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: tensor '%s': trainable flag %d", file, t->name, (int)trainable);
+  t->trainable = trainable;
+  return TSR_OK;
+}
+
+static tsr_status read_layout(hid_t f, const char *file, struct _tsr_ck *ck) {
+  if (H5Lexists(f, "layout", H5P_DEFAULT) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: group 'layout' is missing", file);
+  hid_t g = H5Gopen2(f, "layout", H5P_DEFAULT);
+  if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'layout' is not a group", file);
+  hsize_t n = 0;
+  hid_t d = -1, str = name_type();
+  tsr_status s = str < 0 ? _tsr_error(TSR_ERR_RUNTIME, "HDF5: cannot make a string type") : TSR_OK;
+  if (s == TSR_OK) s = dset_open(g, file, "names", 1, NULL, &n, &d);
+  if (s == TSR_OK && n > CK_MAX_TENSORS) {
+    H5Dclose(d);
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: layout lists %llu tensors", file, (unsigned long long)n);
+  }
+  char *names = NULL;
+  int64_t *shapes = NULL;
+  int32_t *trainable = NULL;
+  if (s == TSR_OK) {
+    names = calloc(n ? n : 1, TSR_CK_NAME_MAX);
+    shapes = calloc(n ? n : 1, sizeof(int64_t) * (TSR_MAX_DIMS + 1));
+    trainable = calloc(n ? n : 1, sizeof(int32_t));
+    ck->t = calloc(n ? n : 1, sizeof *ck->t);
+    if (!names || !shapes || !trainable || !ck->t) {
+      H5Dclose(d);
+      s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for a layout of %llu tensors", file, (unsigned long long)n);
+    }
+  }
+  if (s == TSR_OK) s = dset_read(d, file, "layout/names", str, names);
+  hsize_t d2[2] = {n, TSR_MAX_DIMS + 1};
+  if (s == TSR_OK) s = dset_open(g, file, "shapes", 2, d2, NULL, &d);
+  if (s == TSR_OK) s = dset_read(d, file, "layout/shapes", H5T_NATIVE_INT64, shapes);
+  if (s == TSR_OK) s = dset_open(g, file, "trainable", 1, &n, NULL, &d);
+  if (s == TSR_OK) s = dset_read(d, file, "layout/trainable", H5T_NATIVE_INT32, trainable);
+  for (hsize_t i = 0; s == TSR_OK && i < n; i++) {
+    memcpy(ck->t[i].name, names + i * TSR_CK_NAME_MAX, TSR_CK_NAME_MAX);
+    ck->n = (int)i + 1;
+    s = check_row(file, (int)i, &ck->t[i], shapes + i * (TSR_MAX_DIMS + 1), trainable[i]);
+  }
+  if (str >= 0) H5Tclose(str);
+  H5Gclose(g);
+  free(names), free(shapes), free(trainable);
+  return s;
+}
+
+static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, const char *group, int which) {
+  if (H5Lexists(f, group, H5P_DEFAULT) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: group '%s' is missing", file, group);
+  hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+  if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a group", file, group);
+  tsr_status s = TSR_OK;
+  for (int i = 0; s == TSR_OK && i < ck->n; i++) {
+    struct _tsr_ck_tensor *t = &ck->t[i];
+    if (which >= 0 && !t->trainable) continue;
+    int64_t numel = tsr_shape_numel(&t->shape);
+    float *buf = malloc(numel > 0 ? (size_t)numel * sizeof(float) : 1);
+    if (!buf) {
+      s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", file, t->name);
+      break;
+    }
+    if (which < 0) t->w = buf;
+    else t->m[which] = buf;
+    hsize_t dims[TSR_MAX_DIMS];
+    for (int d = 0; d < t->shape.ndim; d++) dims[d] = (hsize_t)t->shape.dims[d];
+    hid_t d;
+    char what[TSR_CK_NAME_MAX + 16];
+    snprintf(what, sizeof what, "%s/%s", group, t->name);
+    s = dset_open(g, file, t->name, t->shape.ndim, dims, NULL, &d);
+    if (s == TSR_OK) s = dset_read(d, file, what, H5T_NATIVE_FLOAT, buf);
+  }
+  H5Gclose(g);
+  return s;
+}
+
+tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
+  memset(ck, 0, sizeof *ck);
+  if (access(path, R_OK) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char why[256];
+  _tsr_hdf5_lock();
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  tsr_status s = TSR_OK;
+  if (f < 0) s = _tsr_error(TSR_ERR_FORMAT, "%s: not a readable HDF5 file, truncated or corrupted (%s)", path, _tsr_hdf5_reason(why));
+  if (s == TSR_OK) s = read_meta(f, path, ck);
+  if (s == TSR_OK) s = read_layout(f, path, ck);
+  if (s == TSR_OK) s = read_values(f, path, ck, "params", -1);
+  for (int k = 0; s == TSR_OK && k < 2; k++) s = read_values(f, path, ck, moment_group[k], k);
+  if (f >= 0) H5Fclose(f);
+  _tsr_hdf5_unlock();
+  if (s == TSR_OK) {
+    uint64_t h = _tsr_ck_checksum(ck);
+    if (h != ck->checksum)
+      s = _tsr_error(TSR_ERR_FORMAT, "%s: checksum mismatch (stored %016llx, computed %016llx): the file is corrupted",
+                     path, (unsigned long long)ck->checksum, (unsigned long long)h);
+  }
+  if (s == TSR_OK && (ck->meta.step < 0 || ck->meta.epoch < 1 || ck->meta.position < 0 || ck->meta.trainer_steps < 0 ||
+                      ck->meta.trainer_updates < 0 || ck->meta.trainer_updates > ck->meta.trainer_steps))
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: inconsistent counters (step %lld, epoch %lld, position %lld)", path,
+                   (long long)ck->meta.step, (long long)ck->meta.epoch, (long long)ck->meta.position);
+  if (s != TSR_OK) _tsr_ck_free(ck);
+  return s;
+}

@@ -1,0 +1,32 @@
+/* Internal checkpoint representation shared by the file format (checkpoint.c), the trainer and folder
+ * side (checkpoint_dir.c) and the fuzz target: every tensor's values and moments held in memory. */
+#ifndef TSR_IO_CHECKPOINT_INT_H
+#define TSR_IO_CHECKPOINT_INT_H
+
+#include <tessera/checkpoint.h>
+#include <tessera/tensor.h>
+
+#define TSR_CK_NAME_MAX 128
+
+struct _tsr_ck_tensor {
+  char name[TSR_CK_NAME_MAX];
+  tsr_shape shape;
+  int trainable;
+  float *w, *m[2]; /* m[] only for trainable tensors */
+};
+
+struct _tsr_ck {
+  tsr_checkpoint_meta meta;
+  uint64_t checksum;
+  int n;
+  struct _tsr_ck_tensor *t;
+};
+
+uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck);
+/* Writes through path.tmp + fsync + rename; ck->checksum must be set. */
+tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path);
+/* Reads and verifies everything (checksum included); on failure ck is empty. */
+tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path);
+void _tsr_ck_free(struct _tsr_ck *ck);
+
+#endif

@@ -1,0 +1,249 @@
+/* Checkpoints: a save/load round trip restores parameters, running statistics, moments and counters
+ * so that training continues bitwise as if uninterrupted; rotation keeps the newest K; truncated and
+ * corrupted files are rejected (checksum) and the previous valid checkpoint is found instead; a
+ * checkpoint of another model or seed is refused without touching the trainer. */
+#define _GNU_SOURCE /* memmem */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <tessera.h>
+
+#include "testutil.h"
+
+#define S 8
+
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int p = 0; p < S * S; p++) x[p] = sinf(0.37f * (p + 1) * (index + 1) + 0.1f * (float)(step % 5)) * 0.8f;
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] * x[p] - 0.3f * x[(p + 1) % (S * S)];
+  return 0;
+}
+
+static tsr_context *start(void) {
+  tsr_context_opts o;
+  tsr_context_opts_default(&o);
+  o.ncpus = 2, o.use_mpi = 0, o.deterministic = 1, o.verbose = 0;
+  tsr_context *ctx = NULL;
+  ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  return ctx;
+}
+
+/* conv, batchnorm (running statistics), dropout (depends on the step counter), conv. */
+static tsr_model *model(int width) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "ck"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", width, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "c1"), TSR_OK);
+  tsr_layer_spec dp = tsr_layer_spec_default(TSR_LAYER_DROPOUT);
+  dp.p = 0.2f;
+  const char *bn = "bn1";
+  ck_assert_int_eq(tsr_model_add(m, "drop", &dp, &bn, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_TANH, "drop"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "r1", 1, 3, 1, 1), TSR_OK);
+  return m;
+}
+
+static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, uint64_t seed) {
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  adam.lr = 1e-2f;
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 6, o.slices = 2, o.seed = seed;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &adam, &o) == TSR_OK, "%s", tsr_last_error());
+  return t;
+}
+
+static void train(tsr_trainer *t, int steps, double *loss) {
+  int64_t first = -1, id;
+  for (int i = 0; i < steps; i++) {
+    ck_assert_int_eq(tsr_trainer_step(t, fill, NULL, &id), TSR_OK);
+    if (i == 0) first = id;
+  }
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, first + i, &loss[i]), TSR_OK);
+}
+
+static tsr_checkpoint_meta meta_at(int64_t step) {
+  tsr_checkpoint_meta m = {.step = step, .epoch = 2, .position = step % 7, .nranks = 1, .batch = 6, .loss_sum = 0.25};
+  return m;
+}
+
+START_TEST(resumed_training_continues_bitwise) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_trainer *a = trainer(ctx, m, 11);
+  double la[8], lb[5];
+  train(a, 3, la);
+  char path[256];
+  snprintf(path, sizeof path, "%s/one.h5", tt_tmpdir());
+  tsr_checkpoint_meta meta = meta_at(3);
+  ck_assert_msg(tsr_checkpoint_save(a, path, &meta) == TSR_OK, "%s", tsr_last_error());
+  train(a, 5, la + 3);
+  /* a fresh trainer (same seed) restored from the checkpoint must produce steps 4..8 bitwise */
+  tsr_trainer *b = trainer(ctx, m, 11);
+  tsr_checkpoint_meta got;
+  ck_assert_msg(tsr_checkpoint_load(b, path, &got) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(got.step, 3);
+  ck_assert_int_eq(got.position, 3);
+  ck_assert_int_eq(got.epoch, 2);
+  ck_assert_int_eq(got.seed, 11);
+  ck_assert_int_eq(got.trainer_steps, 3);
+  ck_assert_int_eq(got.trainer_updates, 3);
+  ck_assert(got.loss_sum == 0.25);
+  train(b, 5, lb);
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(memcmp(&la[3 + i], &lb[i], sizeof(double)) == 0, "step %d: uninterrupted loss %.17g, resumed %.17g",
+                  4 + i, la[3 + i], lb[i]);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+static int count_files(const char *dir, int64_t *steps, int cap) {
+  int n = 0;
+  for (int64_t s = 0; s < 100; s++) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/ckpt-%012lld.h5", dir, (long long)s);
+    if (access(p, F_OK) == 0 && n < cap) steps[n++] = s;
+  }
+  return n;
+}
+
+START_TEST(rotation_keeps_the_newest_k) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(2);
+  tsr_trainer *t = trainer(ctx, m, 3);
+  char dir[256], path[512];
+  snprintf(dir, sizeof dir, "%s/sub/ckpts", tt_tmpdir());
+  for (int64_t s = 10; s <= 50; s += 10) {
+    tsr_checkpoint_meta meta = meta_at(s);
+    ck_assert_msg(tsr_checkpoint_save_rotating(t, dir, 2, &meta, path, sizeof path) == TSR_OK, "%s", tsr_last_error());
+  }
+  int64_t steps[8];
+  int n = count_files(dir, steps, 8);
+  ck_assert_msg(n == 2 && steps[0] == 40 && steps[1] == 50, "kept %d files (first step %lld)", n,
+                (long long)(n ? steps[0] : -1));
+  tsr_checkpoint_meta meta;
+  ck_assert_int_eq(tsr_checkpoint_find_latest(dir, path, sizeof path, &meta), TSR_OK);
+  ck_assert_int_eq(meta.step, 50);
+  ck_assert_msg(strstr(path, "ckpt-000000000050.h5") != NULL, "found %s", path);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+static long file_size(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Flips one bit inside the stored values of tensor `vals` (found by content). */
+static void flip_value_bit(const char *path, const float *vals, size_t n) {
+  FILE *f = fopen(path, "r+b");
+  ck_assert_ptr_nonnull(f);
+  long size = file_size(path);
+  unsigned char *buf = malloc(size);
+  ck_assert_int_eq(fread(buf, 1, size, f), size);
+  size_t bytes = n * sizeof(float) < 64 ? n * sizeof(float) : 64;
+  unsigned char *hit = memmem(buf, size, vals, bytes);
+  ck_assert_msg(hit != NULL, "%s: the tensor's bytes are not stored contiguously", path);
+  long off = (long)(hit - buf) + 5;
+  free(buf);
+  fseek(f, off, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, off, SEEK_SET);
+  fputc(c ^ 0x10, f);
+  fclose(f);
+}
+
+START_TEST(truncated_and_corrupted_checkpoints_are_rejected) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_trainer *t = trainer(ctx, m, 5);
+  double loss[2];
+  char dir[256], path[512], p20[512], p30[512];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
+  int i = tsr_trainer_tensor_find(t, "c1.weight");
+  float w20[4 * 9];
+  for (int64_t s = 10; s <= 30; s += 10) {
+    train(t, 2, loss);
+    tsr_checkpoint_meta meta = meta_at(s);
+    ck_assert_msg(tsr_checkpoint_save_rotating(t, dir, 0, &meta, path, sizeof path) == TSR_OK, "%s", tsr_last_error());
+    if (s == 20) ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w20), TSR_OK);
+  }
+  snprintf(p20, sizeof p20, "%s/ckpt-%012d.h5", dir, 20);
+  snprintf(p30, sizeof p30, "%s/ckpt-%012d.h5", dir, 30);
+  /* newest: truncated to 60 % of its size */
+  ck_assert_int_eq(truncate(p30, file_size(p30) * 6 / 10), 0);
+  tsr_checkpoint_meta meta;
+  ck_assert_int_ne(tsr_checkpoint_verify(p30, &meta, NULL), TSR_OK);
+  ck_assert_msg(strstr(tsr_last_error(), "ckpt-000000000030.h5") != NULL, "error does not name the file: %s",
+                tsr_last_error());
+  /* second newest: one bit of c1.weight flipped, so only the checksum can tell */
+  flip_value_bit(p20, w20, 36);
+  tsr_status s = tsr_checkpoint_verify(p20, &meta, NULL);
+  ck_assert_int_eq(s, TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(tsr_last_error(), "checksum") != NULL, "expected a checksum error: %s", tsr_last_error());
+  /* loading a rejected file leaves the trainer unchanged */
+  float before[36], after[36];
+  ck_assert_int_eq(tsr_trainer_tensor_get(t, i, before), TSR_OK);
+  ck_assert_int_ne(tsr_checkpoint_load(t, p20, NULL), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_tensor_get(t, i, after), TSR_OK);
+  ck_assert(memcmp(before, after, sizeof before) == 0);
+  /* the newest valid one is the oldest */
+  ck_assert_int_eq(tsr_checkpoint_find_latest(dir, path, sizeof path, &meta), TSR_OK);
+  ck_assert_int_eq(meta.step, 10);
+  /* garbage with the right name is rejected too */
+  FILE *f = fopen(p30, "wb");
+  fputs("not hdf5", f);
+  fclose(f);
+  ck_assert_int_eq(tsr_checkpoint_find_latest(dir, path, sizeof path, &meta), TSR_OK);
+  ck_assert_int_eq(meta.step, 10);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(other_model_or_seed_is_refused) {
+  tsr_context *ctx = start();
+  tsr_model *m4 = model(4), *m3 = model(3);
+  tsr_trainer *a = trainer(ctx, m4, 9), *b = trainer(ctx, m3, 9), *c = trainer(ctx, m4, 10);
+  char path[256];
+  snprintf(path, sizeof path, "%s/x.h5", tt_tmpdir());
+  tsr_checkpoint_meta meta = meta_at(1);
+  ck_assert_int_eq(tsr_checkpoint_save(a, path, &meta), TSR_OK);
+  ck_assert_int_eq(tsr_checkpoint_load(b, path, NULL), TSR_ERR_MISMATCH);
+  ck_assert_msg(strstr(tsr_last_error(), "out.weight") != NULL, "error does not name the tensor: %s", tsr_last_error());
+  ck_assert_int_eq(tsr_checkpoint_load(c, path, NULL), TSR_ERR_MISMATCH);
+  ck_assert_msg(strstr(tsr_last_error(), "seed") != NULL, "error does not name the seed: %s", tsr_last_error());
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
+  ck_assert_int_eq(tsr_checkpoint_find_latest(dir, path, sizeof path, NULL), TSR_ERR_IO);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_trainer_destroy(c);
+  tsr_model_destroy(m4);
+  tsr_model_destroy(m3);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+static Suite *make_checkpoint_suite(void) {
+  Suite *s = suite_create("checkpoint");
+  TCase *tc = tcase_create("checkpoint");
+  tcase_add_test(tc, resumed_training_continues_bitwise);
+  tcase_add_test(tc, rotation_keeps_the_newest_k);
+  tcase_add_test(tc, truncated_and_corrupted_checkpoints_are_rejected);
+  tcase_add_test(tc, other_model_or_seed_is_refused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+TT_MAIN(make_checkpoint_suite)

@@ -1,0 +1,268 @@
+/* Suite "precision": bf16 conv and transposed conv (all three passes) against float64 references
+ * with a bound derived from bf16 rounding, the oneDNN implementation chosen in bf16 (a bf16 kernel,
+ * not float32 or ref), float32 <-> bf16/fp16 conversions (nearest, ties to even, specials) and the
+ * dynamic loss scaler. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tessera/context.h>
+#include "codelets.h"
+#include "convert.h"
+#include "optim/loss_scale.h"
+#include "testutil.h"
+
+enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
+const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
+
+/* Rounding a value to bf16 (8 significant bits, nearest) moves it by at most 2^-8 of itself, so
+ * rounding both factors moves each product by at most (1 + 2^-8)^2 - 1 < 1.01 2^-7 of its magnitude;
+ * float32 accumulation adds ~K 2^-24. Bound per output: |out - ref| <= BF16_REL sum |products| + 1e-5. */
+#define BF16_REL (1.01 * 0x1p-7)
+
+struct cfg {
+  int deconv, n, ci, h, w, co, k, s, p, op, bias;
+};
+static const struct cfg cfgs[] = {
+    {0, 4, 16, 24, 24, 12, 3, 1, 1, 0, 1}, /* dense-block 3x3 */
+    {0, 4, 24, 16, 16, 24, 1, 1, 0, 0, 0}, /* transition 1x1 */
+    {0, 2, 8, 20, 20, 8, 3, 2, 1, 0, 1},   /* strided */
+    {1, 2, 12, 12, 12, 8, 3, 2, 1, 1, 1},  /* transition up */
+};
+#define NCFG ((int)(sizeof cfgs / sizeof cfgs[0]))
+
+static struct tsr_conv_desc desc_of(const struct cfg *c) {
+  struct tsr_conv_desc d = {.n = c->n, .ci = c->ci, .h = c->h, .w = c->w, .co = c->co, .kh = c->k, .kw = c->k,
+                            .sh = c->s, .sw = c->s, .ph = c->p, .pw = c->p, .dh = 1, .dw = 1, .oph = c->op,
+                            .opw = c->op, .has_bias = c->bias};
+  d.oh = c->deconv ? _tsr_deconv_out(c->h, c->k, c->s, c->p, 1, c->op) : _tsr_conv_out(c->h, c->k, c->s, c->p, 1);
+  d.ow = c->deconv ? _tsr_deconv_out(c->w, c->k, c->s, c->p, 1, c->op) : _tsr_conv_out(c->w, c->k, c->s, c->p, 1);
+  return d;
+}
+
+/* Both ops are sums over (x index, w index, y index) triples: conv gathers y[o, oy] from
+ * x[c, oy s - p + ky], transposed conv scatters x[c, iy] into y[o, iy s - p + ky]. The reference
+ * visits every triple once; `pass` says which product it accumulates where (with its magnitude). */
+static void reference(const struct tsr_conv_desc *d, int deconv, int pass, const float *x, const float *w,
+                      const float *y, double *out, double *mag) {
+  for (int n = 0; n < d->n; n++)
+    for (int o = 0; o < d->co; o++)
+      for (int c = 0; c < d->ci; c++)
+        for (int ky = 0; ky < d->kh; ky++)
+          for (int kx = 0; kx < d->kw; kx++)
+            for (int a = 0; a < (deconv ? d->h : d->oh); a++)
+              for (int b = 0; b < (deconv ? d->w : d->ow); b++) {
+                int iy, ix, oy, ox;
+                if (deconv) iy = a, ix = b, oy = a * d->sh - d->ph + ky, ox = b * d->sw - d->pw + kx;
+                else oy = a, ox = b, iy = a * d->sh - d->ph + ky, ix = b * d->sw - d->pw + kx;
+                if (iy < 0 || ix < 0 || iy >= d->h || ix >= d->w || oy < 0 || ox < 0 || oy >= d->oh || ox >= d->ow)
+                  continue;
+                size_t xi = (((size_t)n * d->ci + c) * d->h + iy) * d->w + ix;
+                size_t yi = (((size_t)n * d->co + o) * d->oh + oy) * d->ow + ox;
+                size_t wi = deconv ? (((size_t)c * d->co + o) * d->kh + ky) * d->kw + kx
+                                   : (((size_t)o * d->ci + c) * d->kh + ky) * d->kw + kx;
+                double v, t;
+                size_t at;
+                if (pass == TSR_CONV_FWD) v = (double)x[xi] * w[wi], at = yi;
+                else if (pass == TSR_CONV_BWD_DATA) v = (double)y[yi] * w[wi], at = xi;
+                else v = (double)x[xi] * y[yi], at = wi;
+                t = fabs(v);
+                out[at] += v;
+                mag[at] += t;
+              }
+}
+
+static void check_bound(const float *got, const double *ref, const double *mag, size_t n, const char *what,
+                        double *max_rel) {
+  for (size_t i = 0; i < n; i++) {
+    double err = fabs(got[i] - ref[i]), bound = BF16_REL * mag[i] + 1e-5;
+    ck_assert_msg(err <= bound, "%s: element %zu is %.8g, float64 reference %.8g (bound %.3g)", what, i,
+                  (double)got[i], ref[i], bound);
+    if (mag[i] > 0 && err / mag[i] > *max_rel) *max_rel = err / mag[i];
+  }
+}
+
+START_TEST(test_bf16_conv_passes_within_bf16_bound) {
+  const struct cfg *c = &cfgs[_i];
+  struct tsr_conv_desc d = desc_of(c);
+  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow;
+  size_t nw = (size_t)d.ci * d.co * d.kh * d.kw;
+  float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(d.co * 4), *y = malloc(ny * 4), *dy = malloc(ny * 4);
+  float *dx = malloc(nx * 4), *dw = calloc(nw, 4), *db = calloc(d.co, 4);
+  double *ref = malloc((nx + ny + nw) * 8), *mag = malloc((nx + ny + nw) * 8);
+  tt_fill_uniform(x, nx, 11 + _i, -1, 1);
+  tt_fill_uniform(w, nw, 12 + _i, -1, 1);
+  tt_fill_uniform(b, d.co, 13 + _i, -1, 1);
+  tt_fill_uniform(dy, ny, 14 + _i, -1, 1);
+  _tsr_set_precision(TSR_PRECISION_BF16);
+  double max_rel = 0;
+  for (int pass = 0; pass < 3; pass++) {
+    const char *impl = _tsr_convlike_impl(&d, c->deconv, pass);
+    ck_assert_msg(impl && strstr(impl, "bf16"), "config %d pass %d: bf16 runs '%s', not a bf16 kernel", _i, pass,
+                  impl ? impl : "?");
+  }
+  void (*fwd)(const struct tsr_conv_desc *, const float *, const float *, const float *, float *) =
+      c->deconv ? _tsr_deconv2d_fwd_cpu : _tsr_conv2d_fwd_cpu;
+  fwd(&d, x, w, c->bias ? b : NULL, y);
+  memset(ref, 0, ny * 8);
+  memset(mag, 0, ny * 8);
+  reference(&d, c->deconv, TSR_CONV_FWD, x, w, NULL, ref, mag);
+  for (size_t i = 0; c->bias && i < ny; i++) ref[i] += b[(i / ((size_t)d.oh * d.ow)) % d.co];
+  check_bound(y, ref, mag, ny, "bf16 forward", &max_rel);
+
+  (c->deconv ? _tsr_deconv2d_bwd_data_cpu : _tsr_conv2d_bwd_data_cpu)(&d, dy, w, dx);
+  memset(ref, 0, nx * 8);
+  memset(mag, 0, nx * 8);
+  reference(&d, c->deconv, TSR_CONV_BWD_DATA, NULL, w, dy, ref, mag);
+  check_bound(dx, ref, mag, nx, "bf16 backward data", &max_rel);
+
+  (c->deconv ? _tsr_deconv2d_bwd_weights_cpu : _tsr_conv2d_bwd_weights_cpu)(&d, x, dy, dw, c->bias ? db : NULL);
+  memset(ref, 0, nw * 8);
+  memset(mag, 0, nw * 8);
+  reference(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, x, NULL, dy, ref, mag);
+  check_bound(dw, ref, mag, nw, "bf16 backward weights", &max_rel);
+  /* db sums the bf16-rounded dy in float32: within 2^-8 sum |dy| */
+  for (int o = 0; c->bias && o < d.co; o++) {
+    double s = 0, m = 0;
+    for (int n = 0; n < d.n; n++)
+      for (int k = 0; k < d.oh * d.ow; k++) {
+        double v = dy[((size_t)n * d.co + o) * d.oh * d.ow + k];
+        s += v;
+        m += fabs(v);
+      }
+    ck_assert_msg(fabs(db[o] - s) <= 0x1p-8 * m + 1e-5, "db[%d] = %g, reference %g", o, db[o], s);
+  }
+  /* The same call in float32 is an order of magnitude closer: bf16 really ran. */
+  ck_assert_msg(max_rel > 1e-4, "config %d: largest relative error %.3g looks like float32 arithmetic", _i, max_rel);
+  _tsr_set_precision(TSR_PRECISION_F32);
+  free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db), free(ref), free(mag);
+}
+END_TEST
+
+START_TEST(test_f32_precision_is_unchanged_by_bf16_plans) {
+  /* Plans are cached per precision: switching back gives float32 results again. */
+  struct tsr_conv_desc d = desc_of(&cfgs[0]);
+  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.ci * d.co * 9;
+  float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = calloc(d.co, 4), *y = malloc(ny * 4);
+  double *ref = calloc(ny, 8), *mag = calloc(ny, 8);
+  tt_fill_uniform(x, nx, 5, -1, 1);
+  tt_fill_uniform(w, nw, 6, -1, 1);
+  _tsr_set_precision(TSR_PRECISION_BF16);
+  _tsr_conv2d_fwd_cpu(&d, x, w, b, y);
+  _tsr_set_precision(TSR_PRECISION_F32);
+  _tsr_conv2d_fwd_cpu(&d, x, w, b, y);
+  reference(&d, 0, TSR_CONV_FWD, x, w, NULL, ref, mag);
+  tt_assert_close(y, ref, ny, 1e-4, 1e-4, "float32 forward after a bf16 one");
+  free(x), free(w), free(b), free(y), free(ref), free(mag);
+}
+END_TEST
+
+/* h is the nearest of its neighbours to v, and on a tie its mantissa is even. */
+static void assert_nearest(float (*dec)(uint16_t), uint16_t h, double v, const char *what) {
+  double got = dec(h), e = fabs(got - v);
+  for (int k = -1; k <= 1; k += 2) {
+    uint16_t nb = (uint16_t)(h + k);
+    if (((h ^ nb) & 0x8000) || isnan(dec(nb))) continue; /* crossed the sign or into NaN */
+    double e2 = fabs((double)dec(nb) - v);
+    if (isinf(dec(nb)) && !isinf(got)) continue;
+    ck_assert_msg(e < e2 || (e == e2 && !(h & 1)), "%s(%.9g) = 0x%04x (%.9g), neighbour 0x%04x (%.9g) is nearer",
+                  what, v, h, got, nb, (double)dec(nb));
+  }
+}
+
+START_TEST(test_conversions_round_to_nearest_even) {
+  float v[20000];
+  tt_fill_uniform(v, 10000, 21, -70000, 70000);
+  tt_fill_uniform(v + 10000, 10000, 22, -1e-3f, 1e-3f); /* fp16 subnormals start at 6.1e-5 */
+  for (int i = 0; i < 20000; i++) {
+    uint16_t b = _tsr_f32_to_bf16(v[i]);
+    assert_nearest(_tsr_bf16_to_f32, b, v[i], "bf16");
+    if (fabsf(v[i]) < 65504) assert_nearest(_tsr_f16_to_f32, _tsr_f32_to_f16(v[i]), v[i], "fp16");
+  }
+  /* ties: 1 + 2^-11 sits halfway between fp16 1 and 1 + 2^-10: to even (1) */
+  ck_assert_uint_eq(_tsr_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+  ck_assert_uint_eq(_tsr_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+  ck_assert_uint_eq(_tsr_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+  ck_assert_uint_eq(_tsr_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+  /* overflow, specials, subnormals */
+  ck_assert_uint_eq(_tsr_f32_to_f16(65504.0f), 0x7bff);
+  ck_assert_uint_eq(_tsr_f32_to_f16(65520.0f), 0x7c00);
+  ck_assert_uint_eq(_tsr_f32_to_f16(-INFINITY), 0xfc00);
+  ck_assert(isnan(_tsr_f16_to_f32(_tsr_f32_to_f16(NAN))));
+  ck_assert(isnan(_tsr_bf16_to_f32(_tsr_f32_to_bf16(NAN))));
+  ck_assert(isinf(_tsr_bf16_to_f32(_tsr_f32_to_bf16(3.4e38f))));
+  ck_assert_uint_eq(_tsr_f32_to_f16(0x1p-24f), 0x0001);
+  ck_assert_uint_eq(_tsr_f32_to_f16(0x1p-25f), 0x0000); /* tie to even: 0 */
+  ck_assert_uint_eq(_tsr_f32_to_f16(0x1p-14f - 0x1p-25f), 0x0400); /* rounds up into the normals */
+  /* every fp16 and every bf16 value survives the round trip */
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = _tsr_f16_to_f32((uint16_t)h), g = _tsr_bf16_to_f32((uint16_t)h);
+    if (!isnan(f)) ck_assert_msg(_tsr_f32_to_f16(f) == h, "fp16 0x%04x does not round-trip", h);
+    if (!isnan(g)) ck_assert_msg(_tsr_f32_to_bf16(g) == h, "bf16 0x%04x does not round-trip", h);
+  }
+}
+END_TEST
+
+START_TEST(test_array_conversions_and_accumulation) {
+  enum { N = 1000 };
+  float x[N], y[N], acc[N];
+  uint16_t h[N];
+  tt_fill_uniform(x, N, 31, -4, 4);
+  _tsr_f32_to_bf16_cpu(x, h, N);
+  _tsr_bf16_to_f32_cpu(h, y, N);
+  for (int i = 0; i < N; i++) ck_assert_msg(fabsf(y[i] - x[i]) <= 0x1p-8f * fabsf(x[i]), "bf16 element %d", i);
+  for (int i = 0; i < N; i++) acc[i] = 1.0f;
+  _tsr_bf16_accumulate_cpu(acc, h, N);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(acc[i], 1.0f + y[i]);
+  _tsr_f32_to_f16_cpu(x, h, N);
+  _tsr_f16_to_f32_cpu(h, y, N);
+  for (int i = 0; i < N; i++) ck_assert_msg(fabsf(y[i] - x[i]) <= 0x1p-11f * fabsf(x[i]), "fp16 element %d", i);
+  for (int i = 0; i < N; i++) acc[i] = 0.0f;
+  _tsr_f16_accumulate_cpu(acc, h, N);
+  for (int i = 0; i < N; i++) ck_assert_float_eq(acc[i], y[i]);
+  ck_assert_int_eq(_tsr_all_finite_cpu(x, N), 1);
+  x[N / 2] = INFINITY;
+  ck_assert_int_eq(_tsr_all_finite_cpu(x, N), 0);
+  x[N / 2] = NAN;
+  ck_assert_int_eq(_tsr_all_finite_cpu(x, N), 0);
+}
+END_TEST
+
+START_TEST(test_loss_scaler_halves_skips_and_grows) {
+  struct _tsr_loss_scaler s;
+  ck_assert_int_eq(_tsr_loss_scaler_init(&s, 0, 10), TSR_ERR_ARG);
+  ck_assert_int_eq(_tsr_loss_scaler_init(&s, 1024, 0), TSR_ERR_ARG);
+  ck_assert_int_eq(_tsr_loss_scaler_init(&s, 1024, 3), TSR_OK);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 0), 0); /* overflow: skip, halve */
+  ck_assert(s.scale == 512);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert(s.scale == 512);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1); /* third good step in a row: double */
+  ck_assert(s.scale == 1024);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 0), 0); /* an overflow restarts the count */
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert(s.scale == 512);
+  ck_assert(s.skipped == 2 && s.steps == 8);
+  ck_assert_float_eq(_tsr_loss_scaler_unscale(&s, 4), 1.0f / 2048);
+  for (int i = 0; i < 200; i++) _tsr_loss_scaler_update(&s, 0);
+  ck_assert(s.scale > 0); /* clamped, never 0 */
+}
+END_TEST
+
+static Suite *make_precision_suite(void) {
+  Suite *s = suite_create("precision");
+  TCase *k = tcase_create("kernels");
+  tcase_set_timeout(k, 120);
+  tcase_add_loop_test(k, test_bf16_conv_passes_within_bf16_bound, 0, NCFG);
+  tcase_add_test(k, test_f32_precision_is_unchanged_by_bf16_plans);
+  tcase_add_test(k, test_conversions_round_to_nearest_even);
+  tcase_add_test(k, test_array_conversions_and_accumulation);
+  tcase_add_test(k, test_loss_scaler_halves_skips_and_grows);
+  suite_add_tcase(s, k);
+  return s;
+}
+
+TT_MAIN(make_precision_suite)

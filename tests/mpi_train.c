@@ -1,0 +1,137 @@
+/* Multi-rank training driver for tests/mpi_train.sh. Each rank trains a small DAG model on its
+ * share of a deterministic global batch (rank r takes samples [r*B, (r+1)*B) of every step's N*B),
+ * then writes its parameters and losses, so the script can compare ranks with each other, with a
+ * 1-rank run of the N-times batch, and repeated runs with each other.
+ *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]
+ *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tessera.h>
+
+#define S 8
+
+struct data {
+  int rank, batch, nranks;
+};
+
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  const struct data *d = user;
+  int64_t g = (step * d->nranks + d->rank) * d->batch + index; /* global sample number */
+  for (int c = 0; c < 2; c++)
+    for (int p = 0; p < S * S; p++) x[c * S * S + p] = sinf(0.37f * (p + 1) * (float)(g % 97 + 1) + c) * 0.8f;
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] * x[p] - 0.3f * x[(p + 1) % (S * S)];
+  return 0;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "mpi_train: %s: %s\n", what, tsr_last_error());
+  exit(1);
+}
+
+static tsr_model *build(int wide) {
+  tsr_model *m;
+  if (tsr_model_create(&m, "mpi") || tsr_model_add_input(m, "in", 2, S, S) ||
+      tsr_model_add_conv2d(m, "a", "in", 4, 3, 1, 1) || tsr_model_add_simple(m, "ra", TSR_LAYER_RELU, "a") ||
+      tsr_model_add_conv2d(m, "b", "ra", wide ? 6 : 4, 3, 1, 1))
+    die("model");
+  const char *cat_in[] = {"ra", "b"};
+  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  if (tsr_model_add(m, "cat", &cat, cat_in, 2) || tsr_model_add_conv2d(m, "out", "cat", 1, 3, 1, 1)) die("model");
+  return m;
+}
+
+static int compare(const char *a, const char *b, double rtol, double atol) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  if (!fa || !fb) {
+    fprintf(stderr, "compare: cannot open %s or %s\n", a, b);
+    return 1;
+  }
+  float x, y;
+  long i = 0, bad = 0;
+  double worst = 0;
+  while (fread(&x, 4, 1, fa) == 1) {
+    if (fread(&y, 4, 1, fb) != 1) {
+      fprintf(stderr, "compare: %s is shorter than %s\n", b, a);
+      return 1;
+    }
+    double e = fabs((double)x - y) / (atol + rtol * fabs((double)x));
+    if (!(e <= 1)) bad++;
+    if (!(e <= worst)) worst = e;
+    i++;
+  }
+  if (fread(&y, 4, 1, fb) == 1) {
+    fprintf(stderr, "compare: %s is longer than %s\n", b, a);
+    return 1;
+  }
+  printf("compare %s %s: %ld values, %ld beyond tolerance, worst %.3g x tolerance\n", a, b, i, bad, worst);
+  return bad != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 6 && strcmp(argv[1], "--compare") == 0) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
+  int batch = 4, steps = 5, det = 0, variant = -1;
+  const char *out = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--deterministic")) det = 1;
+    else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
+                      "       mpi_train --compare A B RTOL ATOL\n");
+      return 2;
+    }
+  }
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.deterministic = det;
+  co.verbose = 0;
+  tsr_context *ctx;
+  if (tsr_context_create(&ctx, &co, &argc, &argv)) die("context");
+  struct data d = {tsr_context_rank(ctx), batch, tsr_context_size(ctx)};
+  tsr_model *m = build(d.rank == variant);
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  adam.lr = 1e-2f;
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = 512; /* several groups */
+  tsr_trainer *t;
+  if (tsr_trainer_create(&t, ctx, m, &adam, &to)) {
+    fprintf(stderr, "mpi_train: rank %d: %s\n", d.rank, tsr_last_error());
+    tsr_model_destroy(m);
+    tsr_context_destroy(ctx);
+    return 3;
+  }
+  for (int i = 0; i < steps; i++)
+    if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
+  if (tsr_trainer_sync(t)) die("sync");
+  char path[4096];
+  snprintf(path, sizeof path, "%s.rank%d.params", out ? out : "mpi_train", d.rank);
+  FILE *f = fopen(path, "wb");
+  if (!f) die(path);
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape s;
+    tsr_trainer_tensor_info(t, i, NULL, &s, NULL);
+    float *buf = malloc(tsr_shape_numel(&s) * sizeof(float));
+    if (!buf || tsr_trainer_tensor_get(t, i, buf)) die("tensor_get");
+    fwrite(buf, sizeof(float), tsr_shape_numel(&s), f);
+    free(buf);
+  }
+  fclose(f);
+  snprintf(path, sizeof path, "%s.rank%d.losses", out ? out : "mpi_train", d.rank);
+  f = fopen(path, "wb");
+  for (int i = 0; f && i < steps; i++) {
+    double l;
+    if (tsr_trainer_loss(t, i, &l)) die("loss");
+    float lf = (float)l;
+    fwrite(&lf, sizeof lf, 1, f);
+  }
+  if (f) fclose(f);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+  return 0;
+}

@@ -1,0 +1,211 @@
+/* tessera-cbed: simulates CBED training data with the multislice method and writes HDF5 (datasets
+ * `cbed` [N, P, H, W] and `potential` [N, 1, H', W']). Samples are StarPU tasks; under mpirun each
+ * rank simulates a disjoint index range and writes its own shard NAME.rankR.h5. Every sample depends
+ * only on (seed, index), so the data are the same for any number of ranks and workers. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tessera.h>
+
+#include "cli.h"
+
+static void usage(void) {
+  tsr_cbed_opts d;
+  tsr_cbed_opts_default(&d);
+  printf("Usage: %s --out FILE.h5 --samples N [options]\n"
+         "Simulates convergent-beam electron diffraction (multislice) of crystals and random atoms.\n"
+         "Each sample: P = probes^2 diffraction patterns [P, H, W] ('cbed') and the projected potential\n"
+         "[1, H', W'] ('potential'). Under mpirun, rank R writes FILE.rankR.h5 with its share of samples.\n\n"
+         "  -o, --out FILE          output HDF5 file\n"
+         "  -n, --samples N         number of samples (over all ranks)\n"
+         "      --seed S            random seed (default %llu)\n"
+         "      --kv E              accelerating voltage, kV (default %g)\n"
+         "      --alpha A           probe convergence semi-angle, mrad (default %g)\n"
+         "      --defocus D         defocus, A, positive = underfocus (default %g)\n"
+         "      --cs C              spherical aberration, mm (default %g)\n"
+         "      --grid N            simulation pixels per side, even (default %d)\n"
+         "      --pattern H         pattern side: centre H x H of the diffraction plane (default %d)\n"
+         "      --target T          target side: centre T x T of the potential (default %d)\n"
+         "      --probes K          probe positions per side, P = K^2 (default %d)\n"
+         "      --fov L             field of view (supercell side), A (default %g)\n"
+         "      --thickness A:B     specimen thickness range, A (default %g:%g)\n"
+         "      --slice DZ          slice thickness, A (default %g)\n"
+         "      --blur B            rms Gaussian blur of the target, A (default %g)\n"
+         "      --structures LIST   of si, srtio3, cu, random (default si,srtio3,cu)\n"
+         "      --zones LIST        zone axes of 001, 110, 111 (default 001,110)\n"
+         "      --no-shift          crystal origin fixed (default: random in-plane origin per sample)\n"
+         "      --atoms A:B         atoms per sample in random mode (default %d:%d)\n"
+         "      --intensity S       log, sqrt or linear (default log: log(1 + I / floor))\n"
+         "      --floor F           intensity floor of the log scaling (default %g)\n"
+         "      --raw-target        keep the potential in V A (default: standardised per sample)\n"
+         "      --half              store float16 (IEEE half; readers convert to float32)\n"
+         "      --first I           index of the first sample (default 0)\n"
+         "      --workers N         CPU workers (default: StarPU's choice)\n"
+         "  -q, --quiet             no progress line or summary\n"
+         "  -h, --help              this text\n",
+         cli_program(), (unsigned long long)d.seed, d.kv, d.alpha_mrad, d.defocus, d.cs_mm, d.grid, d.pattern,
+         d.target, d.probes, d.fov, d.thickness_min, d.thickness_max, d.slice, d.blur, d.random_atoms_min,
+         d.random_atoms_max, d.intensity_floor);
+}
+
+static void parse_range(const char *opt, const char *arg, double *lo, double *hi) {
+  char *end;
+  *lo = strtod(arg, &end);
+  if (*end == ':') *hi = strtod(end + 1, &end);
+  else *hi = *lo;
+  if (*end || !(*lo > 0) || *hi < *lo) cli_usage_error("%s: '%s' is not A or A:B with 0 < A <= B", opt, arg);
+}
+
+static unsigned parse_structures(const char *arg) {
+  unsigned mask = 0;
+  char *copy = strdup(arg), *save = NULL;
+  for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    tsr_cbed_structure s;
+    if (tsr_cbed_structure_parse(t, &s) != TSR_OK) cli_usage_error("--structures: %s", tsr_last_error());
+    mask |= 1u << s;
+  }
+  free(copy);
+  return mask;
+}
+
+static unsigned parse_zones(const char *arg) {
+  unsigned mask = 0;
+  char *copy = strdup(arg), *save = NULL;
+  for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (!strcmp(t, "001") || !strcmp(t, "100")) mask |= 1;
+    else if (!strcmp(t, "110")) mask |= 2;
+    else if (!strcmp(t, "111")) mask |= 4;
+    else cli_usage_error("--zones: unknown zone axis '%s' (known: 001, 110, 111)", t);
+  }
+  free(copy);
+  return mask;
+}
+
+struct prog {
+  cli_progress line;
+  double start;
+  int rank, size;
+};
+
+static void on_progress(void *user, int64_t done, int64_t total) {
+  struct prog *p = user;
+  double el = cli_now() - p->start, rate = done > 0 ? done / el : 0;
+  char eta[32];
+  cli_progress_update(&p->line, done == total, "rank %d/%d: simulated %lld/%lld samples (%.1f%%), %.1f samples/s, ETA %s",
+                      p->rank, p->size, (long long)done, (long long)total, 100.0 * done / total, rate,
+                      cli_duration(rate > 0 ? (total - done) / rate : -1, eta, sizeof eta));
+}
+
+/* NAME.h5 -> NAME.rankR.h5 (or NAME.rankR when there is no .h5 suffix). */
+static char *shard_name(const char *out, int rank) {
+  size_t len = strlen(out), base = len > 3 && !strcmp(out + len - 3, ".h5") ? len - 3 : len;
+  char *s = malloc(len + 32);
+  if (!s) cli_die("out of memory");
+  snprintf(s, len + 32, "%.*s.rank%d%s", (int)base, out, rank, out + base);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  cli_set_program("tessera-cbed");
+  enum { O_SEED = 256, O_KV, O_ALPHA, O_DF, O_CS, O_GRID, O_PAT, O_TGT, O_PROBES, O_FOV, O_THICK, O_SLICE, O_BLUR,
+         O_STRUCT, O_ZONES, O_NOSHIFT, O_ATOMS, O_INT, O_FLOOR, O_RAW, O_HALF, O_FIRST, O_WORKERS };
+  static const struct option longopts[] = {
+      {"out", required_argument, NULL, 'o'}, {"samples", required_argument, NULL, 'n'},
+      {"seed", required_argument, NULL, O_SEED}, {"kv", required_argument, NULL, O_KV},
+      {"alpha", required_argument, NULL, O_ALPHA}, {"defocus", required_argument, NULL, O_DF},
+      {"cs", required_argument, NULL, O_CS}, {"grid", required_argument, NULL, O_GRID},
+      {"pattern", required_argument, NULL, O_PAT}, {"target", required_argument, NULL, O_TGT},
+      {"probes", required_argument, NULL, O_PROBES}, {"fov", required_argument, NULL, O_FOV},
+      {"thickness", required_argument, NULL, O_THICK}, {"slice", required_argument, NULL, O_SLICE},
+      {"blur", required_argument, NULL, O_BLUR}, {"structures", required_argument, NULL, O_STRUCT},
+      {"zones", required_argument, NULL, O_ZONES}, {"no-shift", no_argument, NULL, O_NOSHIFT},
+      {"atoms", required_argument, NULL, O_ATOMS}, {"intensity", required_argument, NULL, O_INT},
+      {"floor", required_argument, NULL, O_FLOOR}, {"raw-target", no_argument, NULL, O_RAW},
+      {"half", no_argument, NULL, O_HALF}, {"first", required_argument, NULL, O_FIRST},
+      {"workers", required_argument, NULL, O_WORKERS}, {"quiet", no_argument, NULL, 'q'},
+      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  tsr_cbed_opts o;
+  tsr_cbed_opts_default(&o);
+  const char *out = NULL;
+  int64_t n = 0, first = 0;
+  int quiet = 0, half = 0, workers = -1, c;
+  double lo, hi;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "o:n:qh", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'o': out = optarg; break;
+    case 'n': n = cli_parse_int64("--samples", optarg, 1, INT64_C(1) << 40); break;
+    case O_SEED: o.seed = cli_parse_u64("--seed", optarg); break;
+    case O_KV: o.kv = cli_parse_float("--kv", optarg, 1, 3000); break;
+    case O_ALPHA: o.alpha_mrad = cli_parse_float("--alpha", optarg, 0.01, 200); break;
+    case O_DF: o.defocus = cli_parse_float("--defocus", optarg, -1e6, 1e6); break;
+    case O_CS: o.cs_mm = cli_parse_float("--cs", optarg, 0, 100); break;
+    case O_GRID: o.grid = cli_parse_int("--grid", optarg, 8, 4096); break;
+    case O_PAT: o.pattern = cli_parse_int("--pattern", optarg, 1, 4096); break;
+    case O_TGT: o.target = cli_parse_int("--target", optarg, 1, 4096); break;
+    case O_PROBES: o.probes = cli_parse_int("--probes", optarg, 1, 64); break;
+    case O_FOV: o.fov = cli_parse_float("--fov", optarg, 2, 1000); break;
+    case O_THICK: parse_range("--thickness", optarg, &o.thickness_min, &o.thickness_max); break;
+    case O_SLICE: o.slice = cli_parse_float("--slice", optarg, 0.11, 100); break;
+    case O_BLUR: o.blur = cli_parse_float("--blur", optarg, 0, 99); break;
+    case O_STRUCT: o.structures = parse_structures(optarg); break;
+    case O_ZONES: o.zones = parse_zones(optarg); break;
+    case O_NOSHIFT: o.shift = 0; break;
+    case O_ATOMS:
+      parse_range("--atoms", optarg, &lo, &hi);
+      o.random_atoms_min = (int)lo, o.random_atoms_max = (int)hi;
+      break;
+    case O_INT:
+      if (!strcmp(optarg, "log")) o.intensity = TSR_CBED_LOG;
+      else if (!strcmp(optarg, "sqrt")) o.intensity = TSR_CBED_SQRT;
+      else if (!strcmp(optarg, "linear")) o.intensity = TSR_CBED_LINEAR;
+      else cli_usage_error("--intensity: '%s' is not log, sqrt or linear", optarg);
+      break;
+    case O_FLOOR: o.intensity_floor = cli_parse_float("--floor", optarg, 1e-30, 1e30); break;
+    case O_RAW: o.standardize_target = 0; break;
+    case O_HALF: half = 1; break;
+    case O_FIRST: first = cli_parse_int64("--first", optarg, 0, INT64_C(1) << 50); break;
+    case O_WORKERS: workers = cli_parse_int("--workers", optarg, 1, 4096); break;
+    case 'q': quiet = 1; break;
+    case 'h': usage(); return 0;
+    default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) cli_usage_error("unexpected argument '%s'", argv[optind]);
+  if (!out) cli_usage_error("--out is required");
+  if (n == 0) cli_usage_error("--samples is required");
+  if (tsr_cbed_opts_check(&o) != TSR_OK) cli_usage_error("%s", tsr_last_error());
+
+  tsr_context_opts copts;
+  tsr_context_opts_default(&copts);
+  copts.ncpus = workers;
+  copts.use_mpi = -1;
+  copts.verbose = 0;
+  tsr_context *ctx;
+  if (tsr_context_create(&ctx, &copts, &argc, &argv) != TSR_OK) cli_die("%s", tsr_last_error());
+  int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx);
+  int64_t lo_i = n * rank / size, hi_i = n * (rank + 1) / size;
+  char *path = size > 1 ? shard_name(out, rank) : strdup(out);
+  struct prog p = {.start = cli_now(), .rank = rank, .size = size};
+  cli_progress_init(&p.line, quiet || (size > 1 && rank != 0));
+  tsr_status s = hi_i > lo_i ? tsr_cbed_write(ctx, &o, first + lo_i, hi_i - lo_i, half, path, on_progress, &p) : TSR_OK;
+  cli_progress_clear(&p.line);
+  int nw = tsr_context_nworkers(ctx);
+  char msg[1100];
+  snprintf(msg, sizeof msg, "%s", s == TSR_OK ? "" : tsr_last_error());
+  tsr_context_destroy(ctx);
+  if (s != TSR_OK) cli_die("%s", msg);
+  if (!quiet) {
+    char el[32];
+    double t = cli_now() - p.start;
+    printf("rank %d/%d wrote %s: samples %lld..%lld, cbed [%d, %d, %d], potential [1, %d, %d], %s, in %s "
+           "(%.2f samples/s on %d workers)\n",
+           rank, size, path, (long long)(first + lo_i), (long long)(first + hi_i - 1), o.probes * o.probes,
+           o.pattern, o.pattern, o.target, o.target, half ? "float16" : "float32", cli_duration(t, el, sizeof el),
+           (hi_i - lo_i) / t, nw);
+  }
+  free(path);
+  return 0;
+}
