@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 
 #ifdef _OPENMP
 #define TSR_SIMD(clause) _Pragma(#clause)
@@ -144,7 +145,7 @@ void _tsr_bn_bwd_data_cpu(const struct tsr_bn_desc *d, const float *x, const flo
 
 #define BN_CODELET(var, fn, sym)                                                                   \
   static struct starpu_perfmodel var##_model = {.type = STARPU_HISTORY_BASED, .symbol = sym};      \
-  static struct starpu_codelet var = {.cpu_funcs = {fn},                                           \
+  static struct starpu_codelet var = {.cpu_funcs = {fn}, TSR_CUDA_FUNCS(fn##_cuda)                 \
                                       .cpu_funcs_name = {#fn},                                     \
                                       .nbuffers = STARPU_VARIABLE_NBUFFERS,                        \
                                       .model = &var##_model,                                       \

@@ -1,6 +1,7 @@
 /* NaN/Inf scan of a gradient tensor. The scan is one pass of OR-ed exponent tests that gcc
  * vectorises; only when it finds something is the record taken under the lock, keeping the lowest
- * step (tasks of consecutive steps may finish out of order across tensors). */
+ * step (tasks of consecutive steps may finish out of order across tensors) and within it the tensor
+ * nearest the output (where a NaN coming from the loss shows first), so the report is reproducible. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,7 @@ size_t _tsr_find_nonfinite(const float *x, size_t n) {
 struct finite_arg {
   struct _tsr_finite *f;
   int64_t step;
+  int index;
   char name[96];
 };
 
@@ -49,8 +51,8 @@ static void check_finite_cpu(void *buffers[], void *cl_arg) {
   if (i == n) return;
   struct _tsr_finite *f = a->f;
   pthread_mutex_lock(&f->lock);
-  if (f->step < 0 || a->step < f->step) {
-    f->step = a->step, f->value = x[i];
+  if (f->step < 0 || a->step < f->step || (a->step == f->step && a->index < f->index)) {
+    f->step = a->step, f->index = a->index, f->value = x[i];
     snprintf(f->name, sizeof f->name, "%s", a->name);
   }
   pthread_mutex_unlock(&f->lock);
@@ -61,8 +63,8 @@ static struct starpu_codelet cl_check_finite = {
     .cpu_funcs = {check_finite_cpu}, .cpu_funcs_name = {"check_finite_cpu"}, .nbuffers = 1,
     .modes = {STARPU_R}, .name = "tsr_check_finite", .model = &check_finite_model};
 
-int _tsr_insert_check_finite(starpu_data_handle_t h, const char *name, struct _tsr_finite *f, int64_t step) {
-  struct finite_arg a = {.f = f, .step = step};
+int _tsr_insert_check_finite(starpu_data_handle_t h, const char *name, int index, struct _tsr_finite *f, int64_t step) {
+  struct finite_arg a = {.f = f, .step = step, .index = index};
   snprintf(a.name, sizeof a.name, "%s", name);
   struct _tsr_buf b = {h, STARPU_R};
   return _tsr_submit(&cl_check_finite, &a, sizeof a, STARPU_DEFAULT_PRIO, "check_finite", 1, &b);

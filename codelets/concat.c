@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "runtime/error.h"
 
 void _tsr_concat_fwd_cpu(const struct tsr_concat_desc *d, const float *const *xs, float *y) {
@@ -84,21 +85,21 @@ static struct starpu_perfmodel concat_bwd_model = {.type = STARPU_HISTORY_BASED,
 static struct starpu_perfmodel add_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_add_fwd"};
 
 static struct starpu_codelet cl_concat_fwd = {
-    .cpu_funcs = {concat_fwd_cpu},
+    .cpu_funcs = {concat_fwd_cpu}, TSR_CUDA_FUNCS(concat_fwd_cpu_cuda)
     .cpu_funcs_name = {"concat_fwd_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_concat_fwd",
     .model = &concat_fwd_model,
 };
 static struct starpu_codelet cl_concat_bwd = {
-    .cpu_funcs = {concat_bwd_cpu},
+    .cpu_funcs = {concat_bwd_cpu}, TSR_CUDA_FUNCS(concat_bwd_cpu_cuda)
     .cpu_funcs_name = {"concat_bwd_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_concat_bwd",
     .model = &concat_bwd_model,
 };
 static struct starpu_codelet cl_add_fwd = {
-    .cpu_funcs = {add_fwd_cpu},
+    .cpu_funcs = {add_fwd_cpu}, TSR_CUDA_FUNCS(add_fwd_cpu_cuda)
     .cpu_funcs_name = {"add_fwd_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_add_fwd",

@@ -8,6 +8,7 @@
 #include <tessera/context.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "kernel_util.h"
 
 /* Prototypes of the helpers conv_transpose2d.c and the tests share with this file. */
@@ -344,21 +345,21 @@ static struct starpu_perfmodel bwd_data_model = {.type = STARPU_HISTORY_BASED, .
 static struct starpu_perfmodel bwd_weights_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv2d_bwd_weights"};
 
 static struct starpu_codelet cl_conv2d_fwd = {
-    .cpu_funcs = {conv2d_fwd_cpu},
+    .cpu_funcs = {conv2d_fwd_cpu}, TSR_CUDA_FUNCS(conv2d_fwd_cpu_cuda)
     .cpu_funcs_name = {"conv2d_fwd_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &fwd_model,
     .name = "tsr_conv2d_fwd",
 };
 static struct starpu_codelet cl_conv2d_bwd_data = {
-    .cpu_funcs = {conv2d_bwd_data_cpu},
+    .cpu_funcs = {conv2d_bwd_data_cpu}, TSR_CUDA_FUNCS(conv2d_bwd_data_cpu_cuda)
     .cpu_funcs_name = {"conv2d_bwd_data_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_data_model,
     .name = "tsr_conv2d_bwd_data",
 };
 static struct starpu_codelet cl_conv2d_bwd_weights = {
-    .cpu_funcs = {conv2d_bwd_weights_cpu},
+    .cpu_funcs = {conv2d_bwd_weights_cpu}, TSR_CUDA_FUNCS(conv2d_bwd_weights_cpu_cuda)
     .cpu_funcs_name = {"conv2d_bwd_weights_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_weights_model,

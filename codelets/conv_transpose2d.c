@@ -3,6 +3,7 @@
  * functions. oneDNN runs IOHW weights in its jit kernels (OIHW would fall back to the reference
  * one); the plan asks for the layout it prefers and reorders. */
 #include "codelets.h"
+#include "cuda_util.h"
 
 /* Shared with conv2d.c, which defines them. */
 enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
@@ -49,21 +50,21 @@ static struct starpu_perfmodel bwd_data_model = {.type = STARPU_HISTORY_BASED, .
 static struct starpu_perfmodel bwd_weights_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_deconv2d_bwd_weights"};
 
 static struct starpu_codelet cl_deconv2d_fwd = {
-    .cpu_funcs = {deconv2d_fwd_cpu},
+    .cpu_funcs = {deconv2d_fwd_cpu}, TSR_CUDA_FUNCS(deconv2d_fwd_cpu_cuda)
     .cpu_funcs_name = {"deconv2d_fwd_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &fwd_model,
     .name = "tsr_deconv2d_fwd",
 };
 static struct starpu_codelet cl_deconv2d_bwd_data = {
-    .cpu_funcs = {deconv2d_bwd_data_cpu},
+    .cpu_funcs = {deconv2d_bwd_data_cpu}, TSR_CUDA_FUNCS(deconv2d_bwd_data_cpu_cuda)
     .cpu_funcs_name = {"deconv2d_bwd_data_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_data_model,
     .name = "tsr_deconv2d_bwd_data",
 };
 static struct starpu_codelet cl_deconv2d_bwd_weights = {
-    .cpu_funcs = {deconv2d_bwd_weights_cpu},
+    .cpu_funcs = {deconv2d_bwd_weights_cpu}, TSR_CUDA_FUNCS(deconv2d_bwd_weights_cpu_cuda)
     .cpu_funcs_name = {"deconv2d_bwd_weights_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_weights_model,

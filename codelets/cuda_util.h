@@ -5,8 +5,26 @@
 #ifndef TSR_CUDA_UTIL_H
 #define TSR_CUDA_UTIL_H
 
-#ifdef STARPU_USE_CUDA
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* TSR_WITH_CUDA */
+#endif
+#include <starpu.h> /* STARPU_USE_CUDA */
+
+/* CUDA implementations exist only when Tessera compiled them and StarPU can run them. */
+#if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
 #define TSR_CUDA_FUNCS(f) .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},
+/* The CUDA functions of the codelets (cuda_codelets.c): <cpu function name>_cuda. */
+#define TSR_CL_CUDA(f) void f##_cuda(void *buffers[], void *cl_arg);
+TSR_CL_CUDA(zero_cpu) TSR_CL_CUDA(accumulate_cpu) TSR_CL_CUDA(copy_cpu)
+TSR_CL_CUDA(conv2d_fwd_cpu) TSR_CL_CUDA(conv2d_bwd_data_cpu) TSR_CL_CUDA(conv2d_bwd_weights_cpu)
+TSR_CL_CUDA(deconv2d_fwd_cpu) TSR_CL_CUDA(deconv2d_bwd_data_cpu) TSR_CL_CUDA(deconv2d_bwd_weights_cpu)
+TSR_CL_CUDA(dense_fwd_cpu) TSR_CL_CUDA(dense_bwd_data_cpu) TSR_CL_CUDA(dense_bwd_weights_cpu)
+TSR_CL_CUDA(act_fwd_cpu) TSR_CL_CUDA(act_bwd_cpu) TSR_CL_CUDA(dropout_fwd_cpu) TSR_CL_CUDA(dropout_bwd_cpu)
+TSR_CL_CUDA(concat_fwd_cpu) TSR_CL_CUDA(concat_bwd_cpu) TSR_CL_CUDA(add_fwd_cpu)
+TSR_CL_CUDA(loss_cpu) TSR_CL_CUDA(opt_update_cpu) TSR_CL_CUDA(zero_doubles_cpu)
+TSR_CL_CUDA(bn_stats_cpu) TSR_CL_CUDA(bn_finalize_cpu) TSR_CL_CUDA(bn_fwd_cpu) TSR_CL_CUDA(bn_fwd_eval_cpu)
+TSR_CL_CUDA(bn_bwd_stats_cpu) TSR_CL_CUDA(bn_bwd_params_cpu) TSR_CL_CUDA(bn_bwd_data_cpu)
+#undef TSR_CL_CUDA
 #else
 #define TSR_CUDA_FUNCS(f)
 #endif

@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "runtime/error.h"
 
 void _tsr_dense_fwd_cpu(const struct tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
@@ -64,21 +65,21 @@ static struct starpu_perfmodel bwd_weights_model = {.type = STARPU_HISTORY_BASED
                                                     .symbol = "tsr_dense_bwd_weights"};
 
 static struct starpu_codelet cl_dense_fwd = {
-    .cpu_funcs = {dense_fwd_cpu},
+    .cpu_funcs = {dense_fwd_cpu}, TSR_CUDA_FUNCS(dense_fwd_cpu_cuda)
     .cpu_funcs_name = {"dense_fwd_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_dense_fwd",
     .model = &fwd_model,
 };
 static struct starpu_codelet cl_dense_bwd_data = {
-    .cpu_funcs = {dense_bwd_data_cpu},
+    .cpu_funcs = {dense_bwd_data_cpu}, TSR_CUDA_FUNCS(dense_bwd_data_cpu_cuda)
     .cpu_funcs_name = {"dense_bwd_data_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_dense_bwd_data",
     .model = &bwd_data_model,
 };
 static struct starpu_codelet cl_dense_bwd_weights = {
-    .cpu_funcs = {dense_bwd_weights_cpu},
+    .cpu_funcs = {dense_bwd_weights_cpu}, TSR_CUDA_FUNCS(dense_bwd_weights_cpu_cuda)
     .cpu_funcs_name = {"dense_bwd_weights_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_dense_bwd_weights",

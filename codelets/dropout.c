@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "runtime/error.h"
 
 #ifdef _OPENMP
@@ -96,12 +97,12 @@ static void dropout_bwd_cpu(void *buffers[], void *cl_arg) {
 static struct starpu_perfmodel dropout_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_fwd"};
 static struct starpu_perfmodel dropout_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_bwd"};
 
-static struct starpu_codelet cl_dropout_fwd = {.cpu_funcs = {dropout_fwd_cpu},
+static struct starpu_codelet cl_dropout_fwd = {.cpu_funcs = {dropout_fwd_cpu}, TSR_CUDA_FUNCS(dropout_fwd_cpu_cuda)
                                                .cpu_funcs_name = {"dropout_fwd_cpu"},
                                                .nbuffers = STARPU_VARIABLE_NBUFFERS,
                                                .model = &dropout_fwd_model,
                                                .name = "tsr_dropout_fwd"};
-static struct starpu_codelet cl_dropout_bwd = {.cpu_funcs = {dropout_bwd_cpu},
+static struct starpu_codelet cl_dropout_bwd = {.cpu_funcs = {dropout_bwd_cpu}, TSR_CUDA_FUNCS(dropout_bwd_cpu_cuda)
                                                .cpu_funcs_name = {"dropout_bwd_cpu"},
                                                .nbuffers = STARPU_VARIABLE_NBUFFERS,
                                                .model = &dropout_bwd_model,

@@ -3,6 +3,7 @@
  * derivative from the output y (no exp to recompute); relu and leaky_relu from the input x, which
  * stays right for any slope. Primitives and memory objects are built once per (thread, descriptor). */
 #include "codelets.h"
+#include "cuda_util.h"
 #include "kernel_util.h"
 
 enum { TAG_ACT_FWD = 0x41434657 /* "ACFW" */, TAG_ACT_BWD = 0x41434257 /* "ACBW" */ };
@@ -119,7 +120,7 @@ static struct starpu_perfmodel act_fwd_model = {.type = STARPU_HISTORY_BASED, .s
 static struct starpu_perfmodel act_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_act_bwd"};
 
 static struct starpu_codelet cl_act_fwd = {
-    .cpu_funcs = {act_fwd_func},
+    .cpu_funcs = {act_fwd_func}, TSR_CUDA_FUNCS(act_fwd_cpu_cuda)
     .cpu_funcs_name = {"act_fwd_func"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &act_fwd_model,
@@ -127,7 +128,7 @@ static struct starpu_codelet cl_act_fwd = {
 };
 
 static struct starpu_codelet cl_act_bwd = {
-    .cpu_funcs = {act_bwd_func},
+    .cpu_funcs = {act_bwd_func}, TSR_CUDA_FUNCS(act_bwd_cpu_cuda)
     .cpu_funcs_name = {"act_bwd_func"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &act_bwd_model,

@@ -3,9 +3,8 @@
  * its forward is the conv's backward-data and so on), dense layers on cuBLAS, activations on cuDNN
  * (leaky ReLU, which cuDNN lacks, in a kernel). Descriptors, the algorithm and its workspace size
  * are chosen once per (worker, shape, pass, precision) and cached. */
-#include <map>
-#include <string>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <tessera/context.h>
@@ -32,7 +31,13 @@ enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS }; /* as enum _tsr_conv_pass in
 static const size_t WORKSPACE_LIMIT = (size_t)512 << 20;
 
 /* In cuDNN's terms: "in" is the conv's input space, "out" its output space. */
+struct conv_key {
+  tsr_conv_desc d;
+  int deconv, pass, precision;
+};
 struct conv_plan {
+  conv_key key;
+  conv_plan *next;
   cudnnTensorDescriptor_t in, out, bias;
   cudnnFilterDescriptor_t filt;
   cudnnConvolutionDescriptor_t conv;
@@ -40,7 +45,8 @@ struct conv_plan {
   size_t ws_bytes;
 };
 
-static std::map<std::string, conv_plan *> conv_plans[1024]; /* per worker */
+/* per worker: a list (a network has a few dozen shapes; no C++ runtime needed to link) */
+static conv_plan *conv_plans[1024];
 
 static int plan_make(cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pass, int precision, conv_plan *p) {
   int cin = deconv ? d->co : d->ci, hin = deconv ? d->oh : d->h, win = deconv ? d->ow : d->w;
@@ -98,17 +104,27 @@ extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_
                               float *out1) {
   cudnnHandle_t h;
   if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;
-  std::string key((const char *)d, sizeof *d);
-  key.append((const char *)&deconv, sizeof deconv).append((const char *)&pass, sizeof pass);
-  key.append((const char *)&precision, sizeof precision);
-  conv_plan *&p = conv_plans[worker][key];
+  conv_key key;
+  memset(&key, 0, sizeof key);
+  key.d = *d;
+  key.deconv = deconv;
+  key.pass = pass;
+  key.precision = precision;
+  conv_plan *p = conv_plans[worker];
+  while (p && memcmp(&p->key, &key, sizeof key)) p = p->next;
   if (!p) {
-    p = new conv_plan();
-    if (plan_make(h, d, deconv, pass, precision, p)) {
-      delete p;
-      conv_plans[worker].erase(key);
+    p = (conv_plan *)calloc(1, sizeof *p);
+    if (!p) {
+      fprintf(stderr, "tessera: out of memory for a cuDNN plan\n");
       return -1;
     }
+    if (plan_make(h, d, deconv, pass, precision, p)) {
+      free(p);
+      return -1;
+    }
+    p->key = key;
+    p->next = conv_plans[worker];
+    conv_plans[worker] = p;
   }
   void *ws = p->ws_bytes ? _tsr_cuda_scratch(worker, p->ws_bytes, s) : NULL;
   if (p->ws_bytes && !ws) return -1;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 
 static double elementwise(const struct tsr_loss_desc *d, size_t len, const float *restrict yhat,
                           const float *restrict y, float *restrict dyhat) {
@@ -112,7 +113,7 @@ static void loss_cpu(void *buffers[], void *cl_arg) {
 static struct starpu_perfmodel loss_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_loss"};
 
 static struct starpu_codelet cl_loss = {
-    .cpu_funcs = {loss_cpu},
+    .cpu_funcs = {loss_cpu}, TSR_CUDA_FUNCS(loss_cpu_cuda)
     .cpu_funcs_name = {"loss_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_loss",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 
 static void sgd(const struct tsr_opt_args *a, size_t n, float *restrict w, const float *restrict g,
                 float *restrict m) {
@@ -83,7 +84,7 @@ static void opt_update_cpu(void *buffers[], void *cl_arg) {
 static struct starpu_perfmodel opt_update_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_update"};
 
 static struct starpu_codelet cl_opt_update = {
-    .cpu_funcs = {opt_update_cpu},
+    .cpu_funcs = {opt_update_cpu}, TSR_CUDA_FUNCS(opt_update_cpu_cuda)
     .cpu_funcs_name = {"opt_update_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_opt_update",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "runtime/error.h"
 #include "trace/trace.h"
 
@@ -57,21 +58,21 @@ static struct starpu_perfmodel copy_model = {.type = STARPU_HISTORY_BASED, .symb
 static struct starpu_perfmodel loss_sum_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_loss_sum"};
 
 static struct starpu_codelet cl_zero = {
-    .cpu_funcs = {zero_cpu},
+    .cpu_funcs = {zero_cpu}, TSR_CUDA_FUNCS(zero_cpu_cuda)
     .cpu_funcs_name = {"zero_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_zero",
     .model = &zero_model,
 };
 static struct starpu_codelet cl_accumulate = {
-    .cpu_funcs = {accumulate_cpu},
+    .cpu_funcs = {accumulate_cpu}, TSR_CUDA_FUNCS(accumulate_cpu_cuda)
     .cpu_funcs_name = {"accumulate_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_accumulate",
     .model = &accumulate_model,
 };
 static struct starpu_codelet cl_copy = {
-    .cpu_funcs = {copy_cpu},
+    .cpu_funcs = {copy_cpu}, TSR_CUDA_FUNCS(copy_cpu_cuda)
     .cpu_funcs_name = {"copy_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_copy",

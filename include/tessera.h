@@ -13,6 +13,7 @@
 #include <tessera/params.h>
 #include <tessera/trace.h>
 #include <tessera/cbed.h>
+#include <tessera/loader.h>
 #include <tessera/checkpoint.h>
 
 #endif

@@ -232,6 +232,40 @@ START_TEST(eval_counts_only_valid_samples) {
 }
 END_TEST
 
+/* Groups tile the trainable tensors in backward order, never split a layer, and follow the size. */
+START_TEST(gradient_groups_follow_the_layout_setting) {
+  tsr_context *ctx = start(1, 2);
+  tsr_model *m = dag_model();
+  long long settings[] = {-1, 1 << 30, 512};
+  int expect_min[] = {5, 1, 2}, expect_max[] = {5, 1, 4};
+  for (int k = 0; k < 3; k++) {
+    tsr_trainer_opts o;
+    tsr_trainer_opts_default(&o);
+    o.batch = 2, o.group_bytes = settings[k];
+    tsr_trainer *t;
+    ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_OK);
+    int ng = tsr_trainer_num_groups(t), next = 0;
+    ck_assert_msg(ng >= expect_min[k] && ng <= expect_max[k], "setting %lld: %d groups", settings[k], ng);
+    for (int g = 0; g < ng; g++) {
+      int first, count;
+      size_t bytes;
+      ck_assert_int_eq(tsr_trainer_group_info(t, g, &first, &count, &bytes), TSR_OK);
+      ck_assert_int_eq(first, next);
+      next = first + count;
+      const char *a;
+      tsr_trainer_tensor_info(t, first, &a, NULL, NULL);
+      /* a layer's weight and bias stay together: a group never starts with a bias */
+      ck_assert_msg(strstr(a, ".bias") == NULL, "group %d starts with %s", g, a);
+    }
+    ck_assert_int_eq(next, tsr_trainer_num_tensors(t));
+    ck_assert_int_eq(tsr_trainer_group_info(t, ng, NULL, NULL, NULL), TSR_ERR_ARG);
+    tsr_trainer_destroy(t);
+  }
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_train_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("graph");
@@ -240,6 +274,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, small_model_overfits_a_small_batch);
   tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
   tcase_add_test(tc, eval_counts_only_valid_samples);
+  tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   suite_add_tcase(s, tc);
   return s;
 }

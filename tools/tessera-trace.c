@@ -3,6 +3,7 @@
  * communication hidden behind computation and the critical path; optionally re-merges the Chrome /
  * Paje files and draws PNG plots (task timeline per worker, loss curves from the CSV log) with gnuplot. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +84,7 @@ static void gnuplot(const char *script, const char *what) {
 }
 
 static void plot_timeline(const struct options *o) {
-  char dat[4200], png[4200], line[8192], ytics[8192] = "", ops[4096] = "";
+  char dat[4200], png[4200], line[8192], ytics[8192] = "", ops[8192] = "";
   int rows = 1;
   snprintf(dat, sizeof dat, "%s/timeline.dat", o->out_dir);
   snprintf(png, sizeof png, "%s/timeline.png", o->out_dir);
@@ -106,7 +107,7 @@ static void plot_timeline(const struct options *o) {
   char *s = malloc(cap);
   if (!s) cli_die("out of memory");
   int n = snprintf(s, cap,
-                   "set terminal png size 1600,%d\nset output '%s'\nset xlabel 'time (ms)'\nset ytics %s\n"
+                   "set terminal png size 1600,%d\nset output '%s'\nset termoption noenhanced\nset xlabel 'time (ms)'\nset ytics %s\n"
                    "set yrange [-0.6:%d]\nset key outside right\nset title 'tasks per worker'\n"
                    "plot '%s' using (($1+$2)/2):3:(($2-$1)/2):(0.4):($4+1) with boxxyerror fs solid 0.85 noborder "
                    "lc variable notitle",
@@ -114,7 +115,28 @@ static void plot_timeline(const struct options *o) {
   int k = 1;
   for (char *tok = strtok(ops, " "); tok; tok = strtok(NULL, " "), k++)
     n += snprintf(s + n, cap - n, ", NaN with boxes fs solid lc %d title '%s'", k, tok);
-  snprintf(s + n, cap - n, "\n");
+  n += snprintf(s + n, cap - n, "\n");
+  /* One distinct colour per operation (golden-ratio hues) instead of gnuplot's 8-colour cycle. */
+  char *types = malloc(64 * (size_t)k + 64);
+  if (!types) cli_die("out of memory");
+  int m = 0;
+  types[0] = 0;
+  for (int i = 1; i < k; i++) {
+    double h = fmod(0.13 + 0.618034 * i, 1.0) * 6, v = 0.85, sat = i % 2 ? 0.75 : 0.5, c = v * sat;
+    double x = c * (1 - fabs(fmod(h, 2) - 1)), r = 0, g = 0, b = 0;
+    int sector = (int)h;
+    if (sector == 0) r = c, g = x; else if (sector == 1) r = x, g = c; else if (sector == 2) g = c, b = x;
+    else if (sector == 3) g = x, b = c; else if (sector == 4) r = x, b = c; else r = c, b = x;
+    m += snprintf(types + m, 64, "set linetype %d lc rgb '#%02x%02x%02x'\n", i, (int)(255 * (r + v - c)),
+                  (int)(255 * (g + v - c)), (int)(255 * (b + v - c)));
+  }
+  char *full = malloc(strlen(types) + strlen(s) + 1);
+  if (!full) cli_die("out of memory");
+  strcpy(full, types);
+  strcat(full, s);
+  free(types);
+  free(s);
+  s = full;
   gnuplot(s, png);
   free(s);
   printf("wrote %s\n", png);
@@ -130,7 +152,7 @@ static void plot_loss(const struct options *o) {
     cli_die("%s: not a tessera-train log (first line should start with epoch,step,train_loss,val_loss)", o->log);
   fclose(f);
   snprintf(s, sizeof s,
-           "set terminal png size 1000,600\nset output '%s'\nset datafile separator ','\nset xlabel 'step'\n"
+           "set terminal png size 1000,600\nset output '%s'\nset termoption noenhanced\nset datafile separator ','\nset xlabel 'step'\n"
            "set ylabel 'loss'\nset logscale y\nset title 'loss'\n"
            "plot '%s' every ::1 using 2:3 with linespoints title 'train', '' every ::1 using 2:4 with linespoints "
            "title 'validation'\n",

@@ -2,6 +2,7 @@
  * submitted ahead (the trainer bounds the window) and losses are read a few steps late, so the host
  * never stalls the task graph; samples are read inside load tasks through the fill callback. */
 #include <getopt.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,27 +11,34 @@
 #include <tessera.h>
 
 #include "cli.h"
+#include "predict_png.h"
+#include "train_ckpt.h"
 
 enum { WINDOW = 2 };                /* steps in flight; losses are read WINDOW submissions late */
 enum { BASELINE_MEAN_SAMPLES = 4096 }; /* training samples averaged for the constant baseline */
 
 struct options {
   const char *model, *data, *val, *log, *export_path, *import_path;
+  const char *input_dataset, *target_dataset, *predict_png; /* data: dataset names; PNG folder */
+  int no_standardize, predict_count;
   double val_fraction; /* < 0: not given */
   int epochs, batch, slices, workers, deterministic, quiet;
   int precision;       /* tsr_precision */
   float lr;            /* < 0: the model file's */
+  int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */
+  int64_t warmup;
   uint64_t seed;
   const char *trace;   /* --trace or TESSERA_TRACE: trace folder */
   int64_t trace_first, trace_last;
+  struct ckpt ck;      /* --checkpoint-dir, --checkpoint-every, --keep, --resume, --on-nan, --step-log */
 };
 
 /* What one submitted step reads: kept alive until its loss has been read, since load tasks run later. */
 struct slot {
-  tsr_dataset *d;
+  tsr_loader *d;
   int64_t *idx;    /* [batch] sample indices in d */
-  int64_t step;
-  int pending, train, nvalid;
+  int64_t step, gstep; /* trainer step id; training step of the run (from 1) */
+  int pending, train, nvalid, epoch;
 };
 
 struct run {
@@ -40,6 +48,7 @@ struct run {
   struct slot *slots;
   double train_sum, val_sum; /* this epoch */
   int64_t train_steps, val_samples;
+  struct ckpt *ck;
 };
 
 /* Everything a failure must release before exiting. */
@@ -47,14 +56,14 @@ static struct {
   tsr_context *ctx;
   tsr_trainer *t;
   tsr_model *m;
-  tsr_dataset *train, *val;
+  tsr_loader *train, *val;
 } live;
 
 static void release(void) {
   tsr_trainer_destroy(live.t);
   tsr_model_destroy(live.m);
-  tsr_dataset_close(live.train);
-  if (live.val != live.train) tsr_dataset_close(live.val);
+  tsr_loader_close(live.train);
+  if (live.val != live.train) tsr_loader_close(live.val);
   tsr_context_destroy(live.ctx);
   live.t = NULL, live.m = NULL, live.train = live.val = NULL, live.ctx = NULL;
 }
@@ -69,7 +78,8 @@ static void check(tsr_status s) {
 
 static void usage(void) {
   printf("Usage: %s --model MODEL.json --data TRAIN.h5 [options]\n"
-         "Trains the model on the HDF5 data set (datasets 'inputs' [N,C,H,W] and 'targets').\n\n"
+         "Trains the model on HDF5 data (datasets 'inputs' [N,C,H,W] and 'targets', or 'cbed' and 'potential';\n"
+         "--data takes one file, a list a.h5,b.h5, a glob, X.npy:Y.npy or a folder of .npy files).\n\n"
          "  -m, --model FILE        model file (layers, loss, optimizer)\n"
          "  -d, --data FILE         training data\n"
          "      --val FILE          validation data\n"
@@ -79,6 +89,8 @@ static void usage(void) {
          "  -b, --batch N           samples per step (default 32); the last partial batch is dropped\n"
          "      --slices N          micro-batch slices per step (default 0 = one per worker)\n"
          "      --lr X              learning rate (overrides the model file)\n"
+         "      --lr-scaling none|linear  multiply the learning rate by the number of ranks (default none)\n"
+         "      --warmup-steps N    with linear scaling, ramp up to it over N steps (default 0)\n"
          "      --seed S            seed of initialisation, dropout and shuffling (default 1)\n"
          "      --deterministic     bitwise-reproducible runs for one seed\n"
          "      --precision P       f32 (default) or bf16: convolutions in bf16, float32 weights\n"
@@ -89,6 +101,21 @@ static void usage(void) {
          "      --trace DIR         record a performance trace into DIR (also TESSERA_TRACE=DIR); read it\n"
          "                          with tessera-trace DIR or open DIR/trace.json in ui.perfetto.dev\n"
          "      --trace-steps A:B   trace only step ids A to B (training and validation steps count)\n"
+         "      --checkpoint-dir D  write checkpoints into folder D (at the start, at every epoch end, every\n"
+         "                          --checkpoint-every steps, and on SIGTERM or SIGUSR1, then exit: status 0\n"
+         "                          after SIGUSR1, 143 after SIGTERM)\n"
+         "      --checkpoint-every N  also checkpoint every N training steps\n"
+         "      --keep K            keep the newest K checkpoints (default 3; 0 = all)\n"
+         "      --resume            continue from the newest valid checkpoint in --checkpoint-dir (a fresh\n"
+         "                          start when there is none)\n"
+         "      --on-nan stop|skip  on a NaN/Inf loss or gradient: stop naming the step and layer (default),\n"
+         "                          or roll back to the last checkpoint and skip that batch\n"
+         "      --step-log FILE     append one CSV row per training step (step, epoch, loss; exact digits)\n"
+         "      --input-dataset N   HDF5 dataset of the inputs (default: inputs, else cbed)\n"
+         "      --target-dataset N  HDF5 dataset of the targets (default: targets, else potential)\n"
+         "      --no-standardize    feed the inputs as stored (default: per-channel mean 0, std 1)\n"
+         "      --predict-png DIR   after training, write true | predicted | difference PNGs of the first\n"
+         "                          validation samples to DIR (--predict-count, default 4)\n"
          "  -q, --quiet             only errors\n"
          "  -h, --help              this text\n",
          cli_program());
@@ -108,6 +135,9 @@ static void parse_trace_steps(const char *arg, struct options *o) {
 static void parse(int argc, char **argv, struct options *o) {
   enum { O_VAL = 256, O_VALF, O_SLICES, O_LR, O_SEED, O_DET, O_WORKERS, O_LOG, O_IMPORT, O_EXPORT, O_PREC };
   enum { O_TRACE = 512, O_TRACE_STEPS };
+  enum { O_INDS = 1536, O_TGDS, O_NOSTD, O_PNG, O_PNGN }; /* data options */
+  enum { O_CKPT_DIR = 1024, O_CKPT_EVERY, O_KEEP, O_RESUME, O_ON_NAN, O_STEP_LOG };
+  enum { O_LRSCALE = 768, O_WARMUP };
   static const struct option longopts[] = {
       {"model", required_argument, NULL, 'm'},     {"data", required_argument, NULL, 'd'},
       {"val", required_argument, NULL, O_VAL},     {"val-fraction", required_argument, NULL, O_VALF},
@@ -118,9 +148,17 @@ static void parse(int argc, char **argv, struct options *o) {
       {"import-params", required_argument, NULL, O_IMPORT}, {"export-params", required_argument, NULL, O_EXPORT},
       {"trace", required_argument, NULL, O_TRACE}, {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
       {"precision", required_argument, NULL, O_PREC},
+      {"input-dataset", required_argument, NULL, O_INDS}, {"target-dataset", required_argument, NULL, O_TGDS},
+      {"no-standardize", no_argument, NULL, O_NOSTD}, {"predict-png", required_argument, NULL, O_PNG},
+      {"predict-count", required_argument, NULL, O_PNGN},
+      {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR}, {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
+      {"keep", required_argument, NULL, O_KEEP},   {"resume", no_argument, NULL, O_RESUME},
+      {"on-nan", required_argument, NULL, O_ON_NAN}, {"step-log", required_argument, NULL, O_STEP_LOG},
+      {"lr-scaling", required_argument, NULL, O_LRSCALE}, {"warmup-steps", required_argument, NULL, O_WARMUP},
       {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   *o = (struct options){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1, .trace_last = -1};
+  ckpt_init(&o->ck);
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "m:d:e:b:qh", longopts, NULL)) != -1) {
@@ -139,12 +177,32 @@ static void parse(int argc, char **argv, struct options *o) {
       if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) cli_usage_error("--precision: '%s' (f32 or bf16)", optarg);
       o->precision = strcmp(optarg, "bf16") ? TSR_PRECISION_F32 : TSR_PRECISION_BF16;
       break;
+    case O_LRSCALE:
+      if (strcmp(optarg, "none") && strcmp(optarg, "linear"))
+        cli_usage_error("--lr-scaling: '%s' (none or linear)", optarg);
+      o->lr_linear = strcmp(optarg, "linear") == 0;
+      break;
+    case O_WARMUP: o->warmup = cli_parse_int64("--warmup-steps", optarg, 0, INT64_C(1) << 40); break;
     case O_WORKERS: o->workers = cli_parse_int("--workers", optarg, 1, 4096); break;
     case O_LOG: o->log = optarg; break;
     case O_IMPORT: o->import_path = optarg; break;
     case O_EXPORT: o->export_path = optarg; break;
     case O_TRACE: o->trace = optarg; break;
+    case O_INDS: o->input_dataset = optarg; break;
+    case O_TGDS: o->target_dataset = optarg; break;
+    case O_NOSTD: o->no_standardize = 1; break;
+    case O_PNG: o->predict_png = optarg; break;
+    case O_PNGN: o->predict_count = cli_parse_int("--predict-count", optarg, 1, 100000); break;
     case O_TRACE_STEPS: parse_trace_steps(optarg, o); break;
+    case O_CKPT_DIR: o->ck.dir = optarg; break;
+    case O_CKPT_EVERY: o->ck.every = cli_parse_int64("--checkpoint-every", optarg, 1, INT64_MAX); break;
+    case O_KEEP: o->ck.keep = cli_parse_int("--keep", optarg, 0, 1 << 20); break;
+    case O_RESUME: o->ck.resume = 1; break;
+    case O_ON_NAN:
+      if (strcmp(optarg, "stop") && strcmp(optarg, "skip")) cli_usage_error("--on-nan: '%s' (stop or skip)", optarg);
+      o->ck.skip_nan = strcmp(optarg, "skip") == 0;
+      break;
+    case O_STEP_LOG: o->ck.step_log_path = optarg; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(); exit(0);
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
@@ -155,18 +213,20 @@ static void parse(int argc, char **argv, struct options *o) {
   if (!o->data) cli_usage_error("--data is required");
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
   if (!o->val && o->val_fraction < 0) o->val_fraction = 0.1;
+  if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan))
+    cli_usage_error("--resume, --checkpoint-every and --on-nan skip need --checkpoint-dir");
   if (!o->trace && getenv("TESSERA_TRACE") && *getenv("TESSERA_TRACE")) o->trace = getenv("TESSERA_TRACE");
 }
 
 /* ---- shapes ---- */
 
-static void check_shapes(const char *path, const tsr_dataset *d, const tsr_trainer *t, const tsr_model *m) {
+static void check_shapes(const char *path, const tsr_loader *d, const tsr_trainer *t, const tsr_model *m) {
   int dc, dh, dw, mc, mh, mw;
-  tsr_dataset_input_shape(d, &dc, &dh, &dw);
+  tsr_loader_input_shape(d, &dc, &dh, &dw);
   tsr_trainer_input_shape(t, &mc, &mh, &mw);
   const char *what = "inputs", *verb = "takes";
   if (dc == mc && dh == mh && dw == mw) {
-    tsr_dataset_target_shape(d, &dc, &dh, &dw);
+    tsr_loader_target_shape(d, &dc, &dh, &dw);
     tsr_trainer_target_shape(t, &mc, &mh, &mw);
     what = "targets", verb = "outputs";
     if (dc == mc && dh == mh && dw == mw) return;
@@ -182,7 +242,7 @@ static void check_shapes(const char *path, const tsr_dataset *d, const tsr_train
 
 static int fill(void *user, int64_t step, int index, float *x, float *y) {
   const struct slot *s = user;
-  return tsr_dataset_read(s->d, s->idx[index], x, y) != TSR_OK; /* the trainer reports the message */
+  return tsr_loader_read(s->d, s->idx[index], x, y) != TSR_OK; /* the trainer reports the message */
 }
 
 static void harvest(struct run *r, struct slot *s) {
@@ -191,6 +251,7 @@ static void harvest(struct run *r, struct slot *s) {
   check(tsr_trainer_loss(r->t, s->step, &loss));
   s->pending = 0;
   if (s->train) {
+    ckpt_step_done(r->ck, r->t, s->step, s->gstep, s->epoch, loss);
     r->train_sum += loss;
     r->train_steps++;
   } else {
@@ -217,52 +278,40 @@ static void harvest_all(struct run *r) {
   for (int i = 0; i < r->nslots; i++) harvest(r, &r->slots[(r->next + i) % r->nslots]);
 }
 
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* Fisher-Yates with a stream depending only on (seed, epoch): every rank draws the same order. */
-static void shuffle(int64_t *perm, int64_t n, uint64_t seed, int epoch) {
-  uint64_t key = mix64(seed ^ mix64(0x5DEECE66Dull + (uint64_t)epoch)), ctr = 0;
-  for (int64_t i = 0; i < n; i++) perm[i] = i;
-  for (int64_t i = n - 1; i > 0; i--) {
-    uint64_t u = mix64(key + ++ctr * 0x9E3779B97F4A7C15ull);
-    int64_t j = (int64_t)(u % (uint64_t)(i + 1));
-    int64_t tmp = perm[i];
-    perm[i] = perm[j];
-    perm[j] = tmp;
-  }
-}
-
 /* ---- mean-target baseline ---- */
 
 /* Loss (MSE) of predicting the mean training target (the per-pixel mean image, a stronger baseline
  * than one constant) for every validation sample. *mean_out is the image's average value. */
-static double baseline_mse(tsr_dataset *train, int64_t ntrain, tsr_dataset *val, int64_t vfirst, int64_t nval,
+static double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, int64_t vfirst, int64_t nval,
                            double *mean_out) {
   int c, h, w;
-  tsr_dataset_target_shape(train, &c, &h, &w);
+  tsr_loader_target_shape(train, &c, &h, &w);
   size_t ye = (size_t)c * h * w;
   float *y = malloc(ye * sizeof *y);
   double *mean = calloc(ye, sizeof *mean);
   if (!y || !mean) cli_die("out of memory");
   int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
   for (int64_t i = 0; i < k; i++) {
-    check(tsr_dataset_read(train, i * ntrain / k, NULL, y));
+    check(tsr_loader_read(train, i * ntrain / k, NULL, y));
     for (size_t j = 0; j < ye; j++) mean[j] += y[j];
   }
   double se = 0, avg = 0;
   for (size_t j = 0; j < ye; j++) mean[j] /= (double)k, avg += mean[j] / ye;
   for (int64_t i = 0; i < nval; i++) {
-    check(tsr_dataset_read(val, vfirst + i, NULL, y));
+    check(tsr_loader_read(val, vfirst + i, NULL, y));
     for (size_t j = 0; j < ye; j++) se += (y[j] - mean[j]) * (y[j] - mean[j]);
   }
   free(y);
   free(mean);
   *mean_out = avg;
   return se / ((double)nval * ye);
+}
+
+/* Linear scaling rule with gradual warm-up: lr grows from the base rate to ranks x base over
+ * `warmup` steps (Goyal et al., 2017). */
+static float scaled_lr(float base, int ranks, int64_t step, int64_t warmup) {
+  if (step >= warmup) return base * ranks;
+  return base * (1.0f + (ranks - 1) * (float)step / (float)warmup);
 }
 
 static FILE *open_log(const char *path) {
@@ -276,17 +325,60 @@ static FILE *open_log(const char *path) {
   return f;
 }
 
+/* ---- checkpoints, signals, NaN/Inf (train_ckpt.c) ---- */
+
+static void stop_on_signal(int sig, const char *path, int64_t gstep) {
+  fprintf(stderr, "%s: %s received: checkpoint %s written after training step %lld; continue with --resume\n",
+          cli_program(), sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", path, (long long)gstep);
+  release();
+  exit(sig == SIGUSR1 ? 0 : 128 + sig);
+}
+
+/* A non-finite loss or gradient was seen (and every step has finished): stop, or roll back to the
+ * newest checkpoint and remember to skip that step's batch. */
+static void on_nonfinite(struct ckpt *ck, int nranks, int batch, int64_t steps, int *ep0, int64_t *pos0, double *sum0) {
+  if (!ck->skip_nan) {
+    release();
+    cli_die("%s; stopping (--on-nan skip rolls back and skips the batch instead)", ck->msg);
+  }
+  if (ck->nskipped == CKPT_MAX_SKIPS) {
+    release();
+    cli_die("%s; %d batches were skipped already, stopping", ck->msg, CKPT_MAX_SKIPS);
+  }
+  fprintf(stderr, "%s: %s; rolling back to the last checkpoint and skipping that batch\n", cli_program(), ck->msg);
+  ck->skipped[ck->nskipped++] = ck->bad;
+  ck->bad = -1;
+  char path[4096];
+  int found = 0;
+  if (ckpt_load_latest(ck, live.t, nranks, batch, steps, &found, ep0, pos0, sum0, path, sizeof path) || !found) {
+    release();
+    cli_die("cannot roll back: %s", found ? ck->msg : "no valid checkpoint");
+  }
+  fprintf(stderr, "%s: rolled back to %s (epoch %d, step %lld of the epoch)\n", cli_program(), path, *ep0,
+          (long long)*pos0);
+}
+
 int main(int argc, char **argv) {
   cli_set_program("tessera-train");
   struct options o;
   parse(argc, argv, &o);
 
-  check(tsr_dataset_open(&live.train, o.data));
-  int64_t nfile = tsr_dataset_size(live.train), ntrain = nfile, nval = 0, vfirst = 0;
+  tsr_loader_opts lopts;
+  tsr_loader_opts_default(&lopts);
+  lopts.input_name = o.input_dataset, lopts.target_name = o.target_dataset;
+  lopts.standardize = !o.no_standardize;
+  check(tsr_loader_open(&live.train, o.data, &lopts));
+  int64_t nfile = tsr_loader_size(live.train), ntrain = nfile, nval = 0, vfirst = 0;
   const char *val_name = o.val;
   if (o.val) {
-    check(tsr_dataset_open(&live.val, o.val));
-    nval = tsr_dataset_size(live.val);
+    lopts.standardize = 0; /* the training data's statistics, below */
+    check(tsr_loader_open(&live.val, o.val, &lopts));
+    nval = tsr_loader_size(live.val);
+    const double *mean, *std;
+    int vc, vh, vw;
+    tsr_loader_stats(live.train, &mean, &std);
+    tsr_loader_input_shape(live.train, &vc, &vh, &vw);
+    if (mean) check(tsr_loader_set_stats(live.val, mean, std, vc));
   } else if (o.val_fraction > 0) {
     live.val = live.train;
     nval = llround(o.val_fraction * nfile);
@@ -315,8 +407,15 @@ int main(int argc, char **argv) {
   topts.batch = o.batch;
   topts.slices = o.slices;
   topts.window = WINDOW;
+  topts.check_finite = 1;
   check(tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
   if (o.trace) check(tsr_trace_start(live.ctx, o.trace, o.trace_first, o.trace_last));
+  /* Every rank's shard must hold samples of the same shapes: checked together, before any rank can
+   * stop alone on its own shapes. */
+  int shapes[6];
+  tsr_loader_input_shape(live.train, &shapes[0], &shapes[1], &shapes[2]);
+  tsr_loader_target_shape(live.train, &shapes[3], &shapes[4], &shapes[5]);
+  check(tsr_context_check_same(live.ctx, "the training data's sample shapes", shapes, sizeof shapes));
   check_shapes(o.data, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path));
@@ -344,26 +443,67 @@ int main(int argc, char **argv) {
   FILE *log = o.log && rank == 0 ? open_log(o.log) : NULL;
   struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2};
   r.slots = calloc(r.nslots, sizeof *r.slots);
-  int64_t *perm = malloc(sizeof *perm * ntrain);
+  int64_t *perm = malloc(sizeof *perm * (tsr_loader_shard_size(ntrain, rank, nranks) + 1));
   for (int i = 0; r.slots && i < r.nslots; i++) r.slots[i].idx = malloc(sizeof(int64_t) * o.batch);
   if (!r.slots || !perm || !r.slots[r.nslots - 1].idx) cli_die("out of memory");
+  struct ckpt *ck = &o.ck;
+  r.ck = ck;
+  if (rank == 0 && ckpt_open_step_log(ck)) {
+    release();
+    cli_die("%s: cannot open the step log: %m", ck->step_log_path);
+  }
+  int ep0 = 1;
+  int64_t pos0 = 0;
+  double sum0 = 0;
+  char ckpath[4096];
+  if (ck->dir) {
+    int found = 0;
+    if (!ck->resume && tsr_checkpoint_find_latest(ck->dir, ckpath, sizeof ckpath, NULL) != TSR_ERR_IO) {
+      release();
+      cli_die("%s already holds checkpoints: continue with --resume, or use another folder", ck->dir);
+    }
+    if (ck->resume && ckpt_load_latest(ck, live.t, nranks, o.batch, steps, &found, &ep0, &pos0, &sum0, ckpath,
+                                       sizeof ckpath)) {
+      release();
+      cli_die("cannot resume: %s", ck->msg);
+    }
+    if (found && talk) printf("resuming from %s: epoch %d, %lld of %lld steps done\n", ckpath, ep0, (long long)pos0, (long long)steps);
+    if (!found) check(ckpt_save(ck, live.t, 1, 0, 0, 0, nranks, o.batch, ckpath, sizeof ckpath));
+    ckpt_signals_install();
+  }
 
   cli_progress line;
   cli_progress_init(&line, !talk);
   double t0 = cli_now(), last_train = NAN, last_val = NAN;
   int64_t total_steps = steps * o.epochs;
-  for (int ep = 1; ep <= o.epochs; ep++) {
+restart:
+  for (int ep = ep0; ep <= o.epochs; ep++) {
     r.train_sum = r.val_sum = 0;
     r.train_steps = r.val_samples = 0;
-    shuffle(perm, ntrain, o.seed, ep);
+    if (ep == ep0) r.train_sum = sum0, r.train_steps = pos0; /* resumed inside this epoch */
+    check(tsr_loader_epoch_indices(ntrain, o.seed, ep, rank, nranks, perm)); /* this rank's shard */
     double te = cli_now();
-    for (int64_t st = 0; st < steps; st++) {
+    for (int64_t st = ep == ep0 ? pos0 : 0; st < steps; st++) {
+      int64_t gstep = (ep - 1) * steps + st + 1;
+      if (ckpt_is_skipped(ck, gstep)) continue;
       struct slot *s = take_slot(&r);
-      const int64_t *src = perm + (st * nranks + rank) * o.batch;
+      const int64_t *src = perm + st * o.batch;
       memcpy(s->idx, src, sizeof(int64_t) * o.batch);
-      s->d = live.train, s->train = 1, s->nvalid = o.batch;
+      s->d = live.train, s->train = 1, s->nvalid = o.batch, s->gstep = gstep, s->epoch = ep;
+      if (o.lr_linear) tsr_trainer_set_lr(live.t, scaled_lr(opt.lr, nranks, (ep - 1) * steps + st, o.warmup));
       check(tsr_trainer_step(live.t, fill, s, &s->step));
+      ckpt_submitted(ck, s->step, gstep);
       submitted(&r, s);
+      if (ck->bad >= 0 || ckpt_due(ck, gstep)) {
+        harvest_all(&r);
+        check(tsr_trainer_sync(live.t));
+        if (ckpt_nonfinite(ck, live.t)) {
+          on_nonfinite(ck, nranks, o.batch, steps, &ep0, &pos0, &sum0);
+          goto restart;
+        }
+        check(ckpt_save(ck, live.t, ep, st + 1, gstep, r.train_sum, nranks, o.batch, ckpath, sizeof ckpath));
+        if (ckpt_signal()) stop_on_signal(ckpt_signal(), ckpath, gstep);
+      }
       double el = cli_now() - te, rate = r.train_steps / el;
       char eta[32], loss[32] = "-";
       if (r.train_steps) snprintf(loss, sizeof loss, "%.5g", r.train_sum / r.train_steps);
@@ -373,6 +513,12 @@ int main(int argc, char **argv) {
                           cli_duration(rate > 0 ? left / rate : -1, eta, sizeof eta));
     }
     harvest_all(&r);
+    if (ck->bad >= 0) {
+      check(tsr_trainer_sync(live.t));
+      ckpt_nonfinite(ck, live.t);
+      on_nonfinite(ck, nranks, o.batch, steps, &ep0, &pos0, &sum0);
+      goto restart;
+    }
     double train_time = cli_now() - te;
     for (int64_t b = 0; b < nval; b += o.batch) {
       struct slot *s = take_slot(&r);
@@ -398,6 +544,10 @@ int main(int argc, char **argv) {
       fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f\n", ep, (long long)(ep * steps), last_train, last_val, sps, elapsed);
       fflush(log);
     }
+    if (ck->dir) {
+      check(ckpt_save(ck, live.t, ep + 1, 0, ep * steps, 0, nranks, o.batch, ckpath, sizeof ckpath));
+      if (ckpt_signal()) stop_on_signal(ckpt_signal(), ckpath, ep * steps);
+    }
     if (!isfinite(last_train)) {
       release();
       cli_die("epoch %d: the training loss is %g; try a lower --lr", ep, last_train);
@@ -419,7 +569,19 @@ int main(int argc, char **argv) {
     check(tsr_params_export(live.t, o.export_path));
     if (talk) printf("parameters written to %s\n", o.export_path);
   }
+  if (o.predict_png && rank == 0) {
+    char err[1100];
+    int count = o.predict_count ? o.predict_count : 4;
+    tsr_loader *pl = nval > 0 ? live.val : live.train;
+    if (predict_png(live.t, pl, nval > 0 ? vfirst : 0, count, o.predict_png, err, sizeof err) != 0) {
+      release();
+      cli_die("--predict-png: %s", err);
+    }
+    if (talk) printf("predicted against true potentials of %d %s samples written to %s/\n", count,
+                     nval > 0 ? "validation" : "training", o.predict_png);
+  }
   if (log && fclose(log) != 0) cli_die("%s: cannot write the log: %m", o.log);
+  if (ck->step_log && fclose(ck->step_log) != 0) cli_die("%s: cannot write the step log: %m", ck->step_log_path);
   for (int i = 0; i < r.nslots; i++) free(r.slots[i].idx);
   free(r.slots);
   free(perm);

@@ -77,7 +77,7 @@ class Builder:
 
 def build(args):
     b = Builder()
-    x = b.add("input", "input", None, shape=[1, args.size, args.size])
+    x = b.add("input", "input", None, shape=[args.in_channels, args.size, args.size])
     x = b.add("conv0", "conv2d", x, out_channels=args.stem, kernel=3, padding=1)
     levels = len(args.layers) - 1          # the last entry is the bottleneck
     skips = []
@@ -95,7 +95,7 @@ def build(args):
         full, new = b.dense_block("db%d" % nb, x, args.layers[lv - 1], args.growth, lv > 1)
     b.add("final", "conv2d", full, out_channels=1, kernel=1)
     model = {
-        "name": "stemdl-fcdensenet",
+        "name": "stemdl-fcdensenet" + ("-cbed%d" % args.in_channels if args.in_channels > 1 else ""),
         "layers": b.layers,
         "output": "final",
         "loss": {"type": "mse"},
@@ -110,6 +110,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--out", default=os.path.join(here, "fcdensenet.json"), help="output file")
     ap.add_argument("--size", type=int, default=64, help="input/output side in pixels (default 64)")
+    ap.add_argument("--in-channels", type=int, default=1,
+                    help="input channels, e.g. 16 for a 4x4 grid of CBED patterns (default 1)")
     ap.add_argument("--stem", type=int, default=16, help="channels of the first conv (default 16)")
     ap.add_argument("--growth", type=int, default=8, help="growth rate k (default 8)")
     ap.add_argument("--layers", default="2,2,2,2",

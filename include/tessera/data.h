@@ -15,6 +15,9 @@ typedef struct tsr_dataset tsr_dataset;
 /* Opens `path`, checks that `inputs` and `targets` exist, are float32 and 4-D with the same N.
  * Errors name the file and the dataset. */
 tsr_status tsr_dataset_open(tsr_dataset **d, const char *path);
+/* The same with the dataset names given; NULL = `inputs` (`targets`) when present, else `cbed`
+ * (`potential`), the names tessera-cbed writes. */
+tsr_status tsr_dataset_open_names(tsr_dataset **d, const char *path, const char *inputs, const char *targets);
 void tsr_dataset_close(tsr_dataset *d);
 int64_t tsr_dataset_size(const tsr_dataset *d);
 void tsr_dataset_input_shape(const tsr_dataset *d, int *c, int *h, int *w);

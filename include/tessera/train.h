@@ -85,6 +85,11 @@ tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int index, float *out);
 tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int index, const float *in);
 int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name);
 
+/* Gradient groups (reduced across ranks as units): their count, and group g's first tensor index,
+ * tensor count and size in bytes. Tensors are in backward order (the output layer's first). */
+int tsr_trainer_num_groups(const tsr_trainer *t);
+tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first_tensor, int *count, size_t *bytes);
+
 /* Optimizer state of trainable tensor `index` (same shape as the tensor): moment 0 is SGD's momentum
  * buffer or Adam's first moment, moment 1 Adam's second moment. Synchronous; for checkpoints. */
 tsr_status tsr_trainer_moment_get(tsr_trainer *t, int index, int moment, float *out);

@@ -7,6 +7,7 @@
 #include <starpu_mpi.h>
 
 #include "comm/groups.h"
+#include "comm/nccl.h"
 #include "graph/trainer.h"
 #include "runtime/error.h"
 
@@ -134,6 +135,17 @@ void _tsr_groups_destroy(tsr_trainer *t) {
   t->ngroups = 0;
 }
 
+int tsr_trainer_num_groups(const tsr_trainer *t) { return t ? t->ngroups : 0; }
+
+tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first, int *count, size_t *bytes) {
+  if (!t || g < 0 || g >= t->ngroups)
+    return _tsr_error(TSR_ERR_ARG, "gradient group %d out of range [0, %d)", g, t ? t->ngroups : 0);
+  if (first) *first = t->groups[g].first;
+  if (count) *count = t->groups[g].count;
+  if (bytes) *bytes = t->groups[g].n * sizeof(float);
+  return TSR_OK;
+}
+
 /* Tags are unique per (step, group, ring step) among messages in flight. */
 static starpu_mpi_tag_t ring_tag(int64_t step, int g, int k) {
   return ((((starpu_mpi_tag_t)(step & 0xFFFFF)) * 4096 + g) * 2048) + k;
@@ -142,6 +154,7 @@ static starpu_mpi_tag_t ring_tag(int64_t step, int g, int k) {
 int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
   int r = t->size, me = t->rank;
   if (r < 2 || t->skip_reduce) return 0;
+  if (t->nccl) return _tsr_nccl_allreduce(t, g);
   struct _tsr_group *gr = &t->groups[g];
   int next = (me + 1) % r, prev = (me + r - 1) % r, prio = STARPU_MAX_PRIO, ret = 0;
   starpu_data_unpartition_submit(gr->h, gr->count, gr->tensors, STARPU_MAIN_RAM);

@@ -1,4 +1,5 @@
-/* HDF5 datasets: `inputs` [N,C,H,W] and `targets` [N,C',H',W'] of any float type, read one sample
+/* HDF5 datasets: `inputs` [N,C,H,W] and `targets` [N,C',H',W'] (or `cbed` and `potential`, or any
+ * names given) of any float type (float16 included), read one sample
  * at a time as float32 through a hyperslab. The serial HDF5 library is not thread-safe and samples
  * are read inside StarPU tasks on several workers, so every HDF5 call after the open checks goes
  * through one process-wide lock (shared with the generator's writer, see _tsr_hdf5_lock). */
@@ -17,7 +18,7 @@
 #include <tessera/data.h>
 
 struct part {
-  const char *name; /* "inputs" or "targets" */
+  char name[256];   /* "inputs", "targets", "cbed", "potential" or the caller's */
   hid_t dset, fspace;
   int c, h, w;
 };
@@ -69,13 +70,31 @@ static const char *class_name(H5T_class_t c) {
   }
 }
 
+static herr_t list_name(hid_t g, const char *name, const H5L_info_t *info, void *out) {
+  char *buf = out;
+  size_t len = strlen(buf);
+  if (len + strlen(name) + 5 < 200) {
+    if (len) memcpy(buf + len, ", ", 2), len += 2;
+    buf[len] = '\'';
+    memcpy(buf + len + 1, name, strlen(name));
+    len += strlen(name) + 1;
+    buf[len] = '\'', buf[len + 1] = '\0';
+  }
+  return 0;
+}
+
 /* Opens one of the two datasets and checks it is 4-D float; *n gets its first dimension. */
 static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, int64_t *n) {
-  p->name = name;
+  snprintf(p->name, sizeof p->name, "%s", name);
   htri_t ex = H5Lexists(d->file, name, H5P_DEFAULT);
-  if (ex <= 0)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' not found (a dataset file holds 'inputs' and 'targets')",
-                      d->path, name);
+  if (ex <= 0) {
+    char names[200] = "";
+    H5Literate(d->file, H5_INDEX_NAME, H5_ITER_INC, NULL, list_name, names);
+    return _tsr_error(TSR_ERR_FORMAT,
+                      "%s: dataset '%s' not found (the file holds %s; expected 'inputs' and 'targets', or 'cbed' "
+                      "and 'potential', or the names given)",
+                      d->path, name, *names ? names : "nothing");
+  }
   p->dset = H5Dopen2(d->file, name, H5P_DEFAULT);
   if (p->dset < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a dataset", d->path, name);
   hid_t type = H5Dget_type(p->dset);
@@ -133,7 +152,15 @@ static tsr_status open_file(tsr_dataset *d) {
   return TSR_OK;
 }
 
-tsr_status tsr_dataset_open(tsr_dataset **out, const char *path) {
+/* `name` if given, else the first of the two defaults that exists (else the first, for the message). */
+static const char *pick(hid_t file, const char *name, const char *a, const char *b) {
+  if (name) return name;
+  return H5Lexists(file, a, H5P_DEFAULT) > 0 || H5Lexists(file, b, H5P_DEFAULT) <= 0 ? a : b;
+}
+
+tsr_status tsr_dataset_open(tsr_dataset **out, const char *path) { return tsr_dataset_open_names(out, path, NULL, NULL); }
+
+tsr_status tsr_dataset_open_names(tsr_dataset **out, const char *path, const char *inputs, const char *targets) {
   if (!out || !path) return _tsr_error(TSR_ERR_ARG, "tsr_dataset_open: %s is NULL", out ? "path" : "d");
   *out = NULL;
   tsr_dataset *d = calloc(1, sizeof *d);
@@ -145,13 +172,14 @@ tsr_status tsr_dataset_open(tsr_dataset **out, const char *path) {
   _tsr_hdf5_lock();
   int64_t nin = 0, ntg = 0;
   tsr_status s = open_file(d);
-  if (s == TSR_OK) s = open_part(d, &d->in, "inputs", &nin);
-  if (s == TSR_OK) s = open_part(d, &d->tg, "targets", &ntg);
+  if (s == TSR_OK) s = open_part(d, &d->in, pick(d->file, inputs, "inputs", "cbed"), &nin);
+  if (s == TSR_OK) s = open_part(d, &d->tg, pick(d->file, targets, "targets", "potential"), &ntg);
   _tsr_hdf5_unlock();
   if (s == TSR_OK && nin != ntg)
-    s = _tsr_error(TSR_ERR_FORMAT, "%s: dataset 'inputs' has %lld samples but 'targets' has %lld", path,
-                   (long long)nin, (long long)ntg);
-  if (s == TSR_OK && nin == 0) s = _tsr_error(TSR_ERR_FORMAT, "%s: datasets 'inputs' and 'targets' are empty", path);
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %lld samples but '%s' has %lld", path, d->in.name,
+                   (long long)nin, d->tg.name, (long long)ntg);
+  if (s == TSR_OK && nin == 0)
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: datasets '%s' and '%s' are empty", path, d->in.name, d->tg.name);
   if (s != TSR_OK) {
     dataset_free(d);
     return s;

@@ -303,6 +303,18 @@ static tsr_status add_layer(jctx *c, tsr_model *m, const json_t *layers, size_t 
   return s;
 }
 
+/* Reads "gradient_groups": "layer" (one group per layer) or a size in bytes. */
+static tsr_status parse_groups(jctx *c, tsr_model *m, const json_t *root) {
+  char got[48];
+  const json_t *jg = json_object_get(root, "gradient_groups");
+  if (!jg) return TSR_OK;
+  enter_section(c, "gradient_groups");
+  c->where[0] = '\0';
+  if (json_is_string(jg) && strcmp(json_string_value(jg), "layer") == 0) return tsr_model_set_group_bytes(m, -1);
+  if (json_is_integer(jg) && json_integer_value(jg) > 0) return tsr_model_set_group_bytes(m, json_integer_value(jg));
+  return fail(c, TSR_ERR_FORMAT, "gradient_groups", "expected \"layer\" or a positive size in bytes, got %s", GOT(jg));
+}
+
 /* Reads "output" and "loss" and sets them on the model. */
 static tsr_status parse_output(jctx *c, tsr_model *m, const json_t *root) {
   char got[48];
@@ -424,13 +436,14 @@ static tsr_status load(jctx *c, const json_t *root, tsr_model **pm, tsr_optim_sp
   const char *key;
   const json_t *v;
   json_object_foreach((json_t *)root, key, v) {
-    static const char *const top[] = {"name", "layers", "output", "loss", "optimizer"};
+    static const char *const top[] = {"name", "layers", "output", "loss", "optimizer", "gradient_groups"};
     size_t i = 0;
-    while (i < 5 && strcmp(key, top[i]) != 0) i++;
-    if (i == 5) {
+    while (i < 6 && strcmp(key, top[i]) != 0) i++;
+    if (i == 6) {
       enter_section(c, key);
       c->where[0] = '\0';
-      return fail(c, TSR_ERR_FORMAT, key, "unknown top-level field (valid fields: name, layers, output, loss, optimizer)");
+      return fail(c, TSR_ERR_FORMAT, key,
+                  "unknown top-level field (valid fields: name, layers, output, loss, optimizer, gradient_groups)");
     }
   }
   const json_t *jname = json_object_get(root, "name");
@@ -457,6 +470,7 @@ static tsr_status load(jctx *c, const json_t *root, tsr_model **pm, tsr_optim_sp
   tsr_status s = TSR_OK;
   for (size_t i = 0; s == TSR_OK && i < json_array_size(layers); i++) s = add_layer(c, m, layers, i);
   if (s == TSR_OK) s = parse_output(c, m, root);
+  if (s == TSR_OK) s = parse_groups(c, m, root);
   tsr_optim_spec o;
   if (s == TSR_OK) s = parse_optimizer(c, root, &o);
   if (s != TSR_OK) {

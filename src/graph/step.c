@@ -126,7 +126,8 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
       SUBMIT(_tsr_group_allreduce(t, g, id));
       for (int i = t->groups[g].first; i < t->groups[g].first + t->groups[g].count; i++)
         if (t->tensors[i].trainable) {
-          if (t->check_finite) SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, &t->nonfinite, id));
+          if (t->check_finite)
+            SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
           SUBMIT(submit_update(t, &t->tensors[i]));
         }
     }

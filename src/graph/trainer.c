@@ -7,6 +7,7 @@
 
 #include "comm/groups.h"
 #include "comm/fingerprint.h"
+#include "comm/nccl.h"
 #include "graph/trainer.h"
 #include "runtime/error.h"
 
@@ -274,6 +275,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_groups_build(t, group_bytes(o, m));
   if (st == TSR_OK && t->size > 1) st = _tsr_fingerprint_check(t);
+  if (st == TSR_OK) st = _tsr_nccl_setup(t);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
@@ -317,6 +319,7 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(t->t[p], (void **)t->tbuf[p], t->slices);
   }
   unreg_slices(t->loss, NULL, t->slices);
+  _tsr_nccl_teardown(t);
   _tsr_groups_destroy(t);
   for (int i = 0; i < t->ntensors; i++) {
     struct _tsr_ptensor *p = &t->tensors[i];

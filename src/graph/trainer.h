@@ -69,6 +69,7 @@ struct tsr_trainer {
   /* data parallelism: gradient groups reduced across ranks (src/comm) */
   int rank, size, ngroups, skip_reduce;
   struct _tsr_group *groups;
+  void *nccl;           /* NCCL state when reductions run on GPUs (src/comm/nccl.c), else NULL */
   int check_finite;             /* scan gradients for NaN/Inf (tsr_trainer_check_finite) */
   struct _tsr_finite nonfinite;
   atomic_int load_failed;

@@ -187,7 +187,10 @@ static void print_breakdown(const struct _tsr_tl *tl, FILE *out, int64_t step, i
   qsort(ops, no, sizeof *ops, cmp_acc);
   qsort(pairs, np, sizeof *pairs, cmp_acc);
   fprintf(out, "  %-24s %10s %6s  %s\n", "layer", "ms", "%", "operations (ms)");
-  for (int i = 0; i < nl; i++) {
+  enum { TOP = 20 }; /* layers shown; the rest are summed on one line */
+  double rest = 0;
+  for (int i = TOP; i < nl; i++) rest += layers[i].v;
+  for (int i = 0; i < nl && i < TOP; i++) {
     fprintf(out, "  %-24s %10.3f %6.1f  ", layers[i].key, layers[i].v / 1e3, 100 * layers[i].v / (busy > 0 ? busy : 1));
     size_t kl = strlen(layers[i].key);
     for (int k = 0, shown = 0; k < np; k++)
@@ -195,6 +198,8 @@ static void print_breakdown(const struct _tsr_tl *tl, FILE *out, int64_t step, i
         fprintf(out, "%s%s %.3f", shown++ ? ", " : "", pairs[k].key + kl + 1, pairs[k].v / 1e3);
     fputc('\n', out);
   }
+  if (nl > TOP)
+    fprintf(out, "  %-24s %10.3f %6.1f\n", "(other layers)", rest / 1e3, 100 * rest / (busy > 0 ? busy : 1));
   fprintf(out, "  %-24s %10s %6s\n", "operation", "ms", "%");
   for (int i = 0; i < no; i++)
     fprintf(out, "  %-24s %10.3f %6.1f\n", ops[i].key, ops[i].v / 1e3, 100 * ops[i].v / (busy > 0 ? busy : 1));

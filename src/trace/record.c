@@ -119,6 +119,27 @@ void _tsr_trace_transfer_step(int64_t step, int peer, size_t bytes, int64_t tag,
   b->xfers[b->nxfers++] = (struct _tsr_xrec){step, tag, peer, is_send, bytes, post_us, done_us};
 }
 
+struct xarg {
+  int64_t step, tag;
+  int peer, is_send;
+  size_t bytes;
+  double post;
+};
+
+void *_tsr_trace_xfer_arg(int64_t step, int peer, size_t bytes, int64_t tag, int is_send) {
+  if (!atomic_load_explicit(&_tsr_trace_active, memory_order_relaxed)) return NULL;
+  struct xarg *a = malloc(sizeof *a);
+  if (a) *a = (struct xarg){step, tag, peer, is_send, bytes, starpu_timing_now()};
+  return a;
+}
+
+void _tsr_trace_xfer_done(void *arg) {
+  struct xarg *a = arg;
+  if (!a) return;
+  _tsr_trace_transfer_step(a->step, a->peer, a->bytes, a->tag, a->post, starpu_timing_now(), a->is_send);
+  free(a);
+}
+
 void _tsr_trace_transfer(int peer, size_t bytes, int64_t tag, double post_us, double done_us, int is_send) {
   _tsr_trace_transfer_step(-1, peer, bytes, tag, post_us, done_us, is_send);
 }

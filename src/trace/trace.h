@@ -26,7 +26,8 @@ static inline void _tsr_trace_task(struct starpu_task *task) {
 /* The step whose tasks are being submitted (set by the graph before submitting a step). */
 void _tsr_trace_set_step(int64_t step);
 int64_t _tsr_trace_get_step(void);
-/* The trace clock (starpu_timing_now(): the clock of StarPU's profiling times), microseconds. */
+/* The trace clock, microseconds: starpu_timing_now(), the clock of StarPU's profiling times, which
+ * counts from starpu_init (so it differs between ranks: tsr_trace_stop measures the offsets). */
 double _tsr_trace_now_us(void);
 /* One MPI transfer: posted at post_us, complete at done_us (both _tsr_trace_now_us()), from any
  * thread. The step is the one being submitted when the transfer was posted by the graph: pass it
@@ -35,6 +36,13 @@ double _tsr_trace_now_us(void);
 void _tsr_trace_transfer(int peer, size_t bytes, int64_t tag, double post_us, double done_us, int is_send);
 void _tsr_trace_transfer_step(int64_t step, int peer, size_t bytes, int64_t tag, double post_us, double done_us,
                               int is_send);
+/* For starpu_mpi_isend/irecv_detached: when tracing, returns a callback argument recording the
+ * post time now (NULL when not tracing: pass NULL callback then); _tsr_trace_xfer_done, used as
+ * the request's callback, records the transfer with the completion time and frees the argument:
+ *   void *a = _tsr_trace_xfer_arg(step, peer, bytes, tag, 1);
+ *   starpu_mpi_isend_detached(h, peer, tag, comm, a ? _tsr_trace_xfer_done : NULL, a); */
+void *_tsr_trace_xfer_arg(int64_t step, int peer, size_t bytes, int64_t tag, int is_send);
+void _tsr_trace_xfer_done(void *arg);
 /* Tasks recorded since tsr_trace_start (tests). */
 uint64_t _tsr_trace_num_hooked(void);
 

@@ -1,0 +1,309 @@
+/* The loader: a concatenation of sources (HDF5 files read one sample at a time through tsr_dataset,
+ * or .npy pairs held in memory), input standardisation with per-channel statistics, and the per-epoch
+ * sharded order. Errors name the file; NaN and Inf are caught on read (HDF5) or at open (.npy). */
+#include <errno.h>
+#include <glob.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/error.h"
+#include <tessera/data.h>
+#include <tessera/loader.h>
+#include <tessera/params.h>
+
+struct source {
+  char *path;          /* for messages */
+  tsr_dataset *d;      /* HDF5, or NULL */
+  float *x, *y;        /* .npy data in memory */
+  int64_t n, first;    /* samples, index of the first in the concatenation */
+};
+
+struct tsr_loader {
+  struct source *src;
+  int nsrc, cap;
+  int64_t n;
+  int c, h, w, tc, th, tw;
+  double *mean, *std; /* [c] or NULL */
+};
+
+void tsr_loader_opts_default(tsr_loader_opts *o) {
+  *o = (tsr_loader_opts){.input_name = NULL, .target_name = NULL, .standardize = 1, .stats_samples = 256};
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static tsr_status add_source(tsr_loader *l, struct source s) {
+  if (l->nsrc == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 8;
+    struct source *ns = realloc(l->src, sizeof *ns * cap);
+    if (!ns) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+    l->src = ns, l->cap = cap;
+  }
+  s.first = l->n;
+  l->src[l->nsrc++] = s;
+  l->n += s.n;
+  return TSR_OK;
+}
+
+static void source_free(struct source *s) {
+  tsr_dataset_close(s->d);
+  free(s->x);
+  free(s->y);
+  free(s->path);
+}
+
+/* Checks one source's per-sample shapes against the first source's. */
+static tsr_status check_shapes(tsr_loader *l, const char *path, int c, int h, int w, int tc, int th, int tw) {
+  if (l->nsrc == 0) {
+    l->c = c, l->h = h, l->w = w, l->tc = tc, l->th = th, l->tw = tw;
+    return TSR_OK;
+  }
+  if (c != l->c || h != l->h || w != l->w || tc != l->tc || th != l->th || tw != l->tw)
+    return _tsr_error(TSR_ERR_SHAPE,
+                      "%s: per-sample shapes inputs [%d, %d, %d], targets [%d, %d, %d] differ from %s's [%d, %d, %d], "
+                      "[%d, %d, %d]",
+                      path, c, h, w, tc, th, tw, l->src[0].path, l->c, l->h, l->w, l->tc, l->th, l->tw);
+  return TSR_OK;
+}
+
+static tsr_status open_h5(tsr_loader *l, const char *path, const tsr_loader_opts *o) {
+  struct source s = {0};
+  TSR_TRY(tsr_dataset_open_names(&s.d, path, o->input_name, o->target_name));
+  int c, h, w, tc, th, tw;
+  tsr_dataset_input_shape(s.d, &c, &h, &w);
+  tsr_dataset_target_shape(s.d, &tc, &th, &tw);
+  s.n = tsr_dataset_size(s.d);
+  s.path = strdup(path);
+  tsr_status st = s.path ? check_shapes(l, path, c, h, w, tc, th, tw) : _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  if (st == TSR_OK) st = add_source(l, s);
+  if (st != TSR_OK) source_free(&s);
+  return st;
+}
+
+static tsr_status finite_npy(const char *path, const float *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(v[i]))
+      return _tsr_error(TSR_ERR_NUMERIC, "%s: holds %s at element %zu", path, isnan(v[i]) ? "NaN" : "Inf", i);
+  return TSR_OK;
+}
+
+static tsr_status open_npy(tsr_loader *l, const char *xpath, const char *ypath) {
+  struct source s = {0};
+  tsr_shape xs, ys;
+  TSR_TRY(tsr_npy_read(xpath, &xs, &s.x));
+  tsr_status st = tsr_npy_read(ypath, &ys, &s.y);
+  if (st == TSR_OK && (xs.ndim != 4 || ys.ndim != 4))
+    st = _tsr_error(TSR_ERR_SHAPE, "%s: has %d dimensions, expected 4 [N, C, H, W]", xs.ndim != 4 ? xpath : ypath,
+                    xs.ndim != 4 ? xs.ndim : ys.ndim);
+  if (st == TSR_OK && xs.dims[0] != ys.dims[0])
+    st = _tsr_error(TSR_ERR_SHAPE, "%s holds %lld samples but %s holds %lld", xpath, (long long)xs.dims[0], ypath,
+                    (long long)ys.dims[0]);
+  if (st == TSR_OK && xs.dims[0] == 0) st = _tsr_error(TSR_ERR_FORMAT, "%s: no samples", xpath);
+  if (st == TSR_OK) st = finite_npy(xpath, s.x, (size_t)xs.dims[0] * xs.dims[1] * xs.dims[2] * xs.dims[3]);
+  if (st == TSR_OK) st = finite_npy(ypath, s.y, (size_t)ys.dims[0] * ys.dims[1] * ys.dims[2] * ys.dims[3]);
+  if (st == TSR_OK)
+    st = check_shapes(l, xpath, (int)xs.dims[1], (int)xs.dims[2], (int)xs.dims[3], (int)ys.dims[1], (int)ys.dims[2],
+                      (int)ys.dims[3]);
+  if (st == TSR_OK) {
+    s.n = xs.dims[0];
+    s.path = strdup(xpath);
+    st = s.path ? add_source(l, s) : _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  }
+  if (st != TSR_OK) source_free(&s);
+  return st;
+}
+
+/* A folder: inputs.npy/targets.npy, or cbed.npy/potential.npy. */
+static tsr_status open_dir(tsr_loader *l, const char *dir) {
+  static const char *pairs[2][2] = {{"inputs.npy", "targets.npy"}, {"cbed.npy", "potential.npy"}};
+  char x[4096], y[4096];
+  struct stat st;
+  for (int i = 0; i < 2; i++) {
+    snprintf(x, sizeof x, "%s/%s", dir, pairs[i][0]);
+    snprintf(y, sizeof y, "%s/%s", dir, pairs[i][1]);
+    if (stat(x, &st) == 0) return open_npy(l, x, y);
+  }
+  return _tsr_error(TSR_ERR_IO, "%s: a data folder needs inputs.npy and targets.npy (or cbed.npy and potential.npy)", dir);
+}
+
+static tsr_status open_item(tsr_loader *l, const char *item, const tsr_loader_opts *o) {
+  const char *colon = strchr(item, ':');
+  if (colon && ends_with(item, ".npy")) {
+    char *x = strndup(item, colon - item);
+    if (!x) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+    tsr_status st = open_npy(l, x, colon + 1);
+    free(x);
+    return st;
+  }
+  if (ends_with(item, ".npy"))
+    return _tsr_error(TSR_ERR_ARG, "%s: a .npy source is a pair X.npy:Y.npy (inputs and targets) or a folder", item);
+  if (strpbrk(item, "*?[")) {
+    glob_t g;
+    int rc = glob(item, 0, NULL, &g);
+    if (rc != 0) {
+      if (rc != GLOB_NOMATCH) globfree(&g);
+      return _tsr_error(TSR_ERR_IO, "%s: no file matches", item);
+    }
+    tsr_status st = TSR_OK;
+    for (size_t i = 0; i < g.gl_pathc && st == TSR_OK; i++) st = open_item(l, g.gl_pathv[i], o);
+    globfree(&g);
+    return st;
+  }
+  struct stat st;
+  if (stat(item, &st) == 0 && S_ISDIR(st.st_mode)) return open_dir(l, item);
+  return open_h5(l, item, o);
+}
+
+/* Per-channel mean and std of the inputs over up to k samples spread evenly (float64 sums). */
+static tsr_status compute_stats(tsr_loader *l, int k) {
+  size_t plane = (size_t)l->h * l->w, xe = plane * l->c;
+  float *x = malloc(sizeof(float) * xe);
+  double *s1 = calloc(l->c, sizeof(double)), *s2 = calloc(l->c, sizeof(double));
+  l->mean = calloc(l->c, sizeof(double)), l->std = calloc(l->c, sizeof(double));
+  if (!x || !s1 || !s2 || !l->mean || !l->std) {
+    free(x), free(s1), free(s2);
+    return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  }
+  if (k > l->n) k = (int)l->n;
+  tsr_status st = TSR_OK;
+  double *keep_mean = l->mean;
+  l->mean = NULL; /* raw reads while the statistics are gathered */
+  for (int i = 0; i < k && st == TSR_OK; i++) {
+    st = tsr_loader_read(l, (int64_t)i * l->n / k, x, NULL);
+    for (int c = 0; c < l->c && st == TSR_OK; c++)
+      for (size_t p = 0; p < plane; p++) {
+        double v = x[c * plane + p];
+        s1[c] += v, s2[c] += v * v;
+      }
+  }
+  l->mean = keep_mean;
+  double cnt = (double)k * plane;
+  for (int c = 0; c < l->c; c++) {
+    l->mean[c] = s1[c] / cnt;
+    double var = s2[c] / cnt - l->mean[c] * l->mean[c];
+    l->std[c] = var > 1e-24 ? sqrt(var) : 1.0;
+  }
+  free(x), free(s1), free(s2);
+  return st;
+}
+
+tsr_status tsr_loader_open(tsr_loader **out, const char *spec, const tsr_loader_opts *opts) {
+  if (!out || !spec || !*spec) return _tsr_error(TSR_ERR_ARG, "tsr_loader_open: %s is missing", out ? "the data spec" : "l");
+  *out = NULL;
+  tsr_loader_opts o;
+  if (opts) o = *opts;
+  else tsr_loader_opts_default(&o);
+  tsr_loader *l = calloc(1, sizeof *l);
+  char *copy = strdup(spec), *save = NULL;
+  if (!l || !copy) {
+    free(l), free(copy);
+    return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  }
+  tsr_status st = TSR_OK;
+  for (char *t = strtok_r(copy, ",", &save); t && st == TSR_OK; t = strtok_r(NULL, ",", &save)) st = open_item(l, t, &o);
+  free(copy);
+  if (st == TSR_OK && l->n == 0) st = _tsr_error(TSR_ERR_ARG, "'%s': no data", spec);
+  if (st == TSR_OK && o.standardize) st = compute_stats(l, o.stats_samples > 0 ? o.stats_samples : 256);
+  if (st != TSR_OK) {
+    tsr_loader_close(l);
+    return st;
+  }
+  *out = l;
+  return TSR_OK;
+}
+
+void tsr_loader_close(tsr_loader *l) {
+  if (!l) return;
+  for (int i = 0; i < l->nsrc; i++) source_free(&l->src[i]);
+  free(l->src);
+  free(l->mean);
+  free(l->std);
+  free(l);
+}
+
+int64_t tsr_loader_size(const tsr_loader *l) { return l->n; }
+int tsr_loader_num_files(const tsr_loader *l) { return l->nsrc; }
+const char *tsr_loader_file(const tsr_loader *l, int i) { return i >= 0 && i < l->nsrc ? l->src[i].path : NULL; }
+
+void tsr_loader_input_shape(const tsr_loader *l, int *c, int *h, int *w) { *c = l->c, *h = l->h, *w = l->w; }
+void tsr_loader_target_shape(const tsr_loader *l, int *c, int *h, int *w) { *c = l->tc, *h = l->th, *w = l->tw; }
+
+void tsr_loader_stats(const tsr_loader *l, const double **mean, const double **std) {
+  *mean = l->mean;
+  *std = l->std;
+}
+
+tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double *std, int channels) {
+  if (!l || !mean || !std) return _tsr_error(TSR_ERR_ARG, "tsr_loader_set_stats: NULL argument");
+  if (channels != l->c)
+    return _tsr_error(TSR_ERR_SHAPE, "%s: inputs have %d channels, the statistics %d", l->src[0].path, l->c, channels);
+  if (!l->mean) l->mean = malloc(sizeof(double) * l->c), l->std = malloc(sizeof(double) * l->c);
+  if (!l->mean || !l->std) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  memcpy(l->mean, mean, sizeof(double) * l->c);
+  memcpy(l->std, std, sizeof(double) * l->c);
+  return TSR_OK;
+}
+
+tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
+  if (!l) return _tsr_error(TSR_ERR_ARG, "tsr_loader_read: loader is NULL");
+  if (index < 0 || index >= l->n)
+    return _tsr_error(TSR_ERR_ARG, "sample %lld is out of range (the data hold %lld)", (long long)index, (long long)l->n);
+  int lo = 0, hi = l->nsrc - 1; /* the last source whose first index is <= index */
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (l->src[mid].first <= index) lo = mid;
+    else hi = mid - 1;
+  }
+  struct source *s = &l->src[lo];
+  int64_t k = index - s->first;
+  size_t plane = (size_t)l->h * l->w, xe = plane * l->c, ye = (size_t)l->tc * l->th * l->tw;
+  if (s->d) {
+    TSR_TRY(tsr_dataset_read(s->d, k, x, y));
+  } else {
+    if (x) memcpy(x, s->x + xe * k, sizeof(float) * xe);
+    if (y) memcpy(y, s->y + ye * k, sizeof(float) * ye);
+  }
+  if (x && l->mean)
+    for (int c = 0; c < l->c; c++) {
+      float m = (float)l->mean[c], r = (float)(1.0 / l->std[c]);
+      for (size_t p = 0; p < plane; p++) x[c * plane + p] = (x[c * plane + p] - m) * r;
+    }
+  return TSR_OK;
+}
+
+/* ---- epoch order ---- */
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int64_t tsr_loader_shard_size(int64_t n, int rank, int size) {
+  if (n <= 0 || size <= 0 || rank < 0 || rank >= size) return 0;
+  return n / size + (rank < n % size ? 1 : 0);
+}
+
+tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int rank, int size, int64_t *out) {
+  if (n <= 0 || size <= 0 || rank < 0 || rank >= size || !out)
+    return _tsr_error(TSR_ERR_ARG, "tsr_loader_epoch_indices: n %lld, rank %d of %d", (long long)n, rank, size);
+  int64_t *perm = malloc(sizeof *perm * n);
+  if (!perm) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory for %lld indices", (long long)n);
+  /* Fisher-Yates with a stream depending only on (seed, epoch) (the same stream tessera-train used) */
+  uint64_t key = mix64(seed ^ mix64(0x5DEECE66Dull + (uint64_t)epoch)), ctr = 0;
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)(mix64(key + ++ctr * 0x9E3779B97F4A7C15ull) % (uint64_t)(i + 1));
+    int64_t t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  for (int64_t i = rank, k = 0; i < n; i += size) out[k++] = perm[i];
+  free(perm);
+  return TSR_OK;
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Kill tests of tessera-train's checkpoints: deterministic training with frequent checkpoints is killed
+# with SIGKILL at random moments and resumed (--resume) until it finishes; every training step's loss,
+# including steps logged twice around a kill, must equal the uninterrupted run's bitwise. Then a
+# truncated newest checkpoint must be rejected (message naming it) and the previous one used, SIGTERM
+# must end a run with a checkpoint and status 143, and a NaN must stop naming the step (or be skipped).
+set -u
+B=${TESSERA_BUILDDIR:-.}
+train=$B/tessera-train gen=$B/tessera-datagen
+TRIALS=${KILL_TRIALS:-5}
+tmp=$(mktemp -d /tmp/tessera-kill-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_NCPU=2
+pass=0 fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
+
+cat >"$tmp/model.json" <<'EOF'
+{"name": "kill", "layers": [
+  {"name": "in", "type": "input", "shape": [1, 16, 16]},
+  {"name": "c1", "type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1},
+  {"name": "bn1", "type": "batchnorm"},
+  {"name": "r1", "type": "relu"},
+  {"name": "d1", "type": "dropout", "p": 0.1},
+  {"name": "c2", "type": "conv2d", "out_channels": 1, "kernel": 3, "padding": 1}],
+ "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
+EOF
+"$gen" --out "$tmp/data.h5" --samples 96 --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 4 --batch 4 --deterministic
+  --seed 5 --workers 2 --slices 2 -q --checkpoint-every 3 --keep 2)
+
+# uninterrupted reference (with the same checkpoints: a checkpoint must not change the numbers)
+"$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
+  { cat "$tmp/ref.log"; echo "FAIL: reference run"; exit 1; }
+nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
+[ "$nsteps" -eq 84 ] && ok "reference run logged $nsteps steps" || ko "reference run logged $nsteps steps, expected 84"
+
+# Compares a step log with the reference: every row (repeated ones too) equal, every step present.
+same_as_ref() {
+  awk -F, 'NR == FNR { if (FNR > 1) ref[$1] = $3; next }
+           FNR > 1 { seen[$1] = 1; if (!($1 in ref) || ref[$1] != $3) { print "step " $1 ": " $3 " vs " ref[$1]; bad = 1 } }
+           END { for (s in ref) if (!(s in seen)) { print "step " s " missing"; bad = 1 } exit bad }' "$tmp/ref.csv" "$1"
+}
+
+# Runs until the run finishes, killing it with SIGKILL after a random delay (at most 8 kills).
+kills_total=0
+for trial in $(seq 1 "$TRIALS"); do
+  d=$tmp/t$trial
+  rm -rf "$d" && mkdir -p "$d"
+  done_ok=0
+  for attempt in $(seq 1 8); do
+    "$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >>"$d/log" 2>&1 &
+    pid=$!
+    # 0.05 .. 1.2 s: start-up, mid-epoch, validation, checkpoint writing
+    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.05 + 1.15 * r / 32767 }')"
+    if kill -KILL "$pid" 2>/dev/null; then
+      wait "$pid" 2>/dev/null
+      kills_total=$((kills_total + 1))
+    else
+      wait "$pid" && { done_ok=1; break; }
+      echo "trial $trial: run failed"; tail -5 "$d/log"; break
+    fi
+  done
+  if [ $done_ok = 0 ]; then
+    "$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >>"$d/log" 2>&1 && done_ok=1
+  fi
+  if [ $done_ok = 1 ] && msg=$(same_as_ref "$d/steps.csv"); then
+    ok "trial $trial: killed $((attempt - 1)) time(s), resumed losses equal the uninterrupted run's bitwise"
+  else
+    ko "trial $trial: resumed run equals the uninterrupted one (finished: $done_ok) $msg"
+    tail -5 "$d/log"
+  fi
+done
+echo "SIGKILLs sent: $kills_total"
+
+# A truncated newest checkpoint is rejected and the previous one is used.
+d=$tmp/trunc
+mkdir -p "$d"
+"$train" "${args[@]}" --epochs 1 --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log1" 2>&1
+newest=$(ls "$d/ck"/ckpt-*.h5 | sort | tail -1)
+prev=$(ls "$d/ck"/ckpt-*.h5 | sort | tail -2 | head -1)
+truncate -s $(($(stat -c %s "$newest") / 2)) "$newest"
+"$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >"$d/log2" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "checkpoint rejected: $newest" "$d/log2" && grep -q "using $prev" "$d/log2" &&
+  same_as_ref "$d/steps.csv" >/dev/null; then
+  ok "a truncated checkpoint is rejected by name, $(basename "$prev") is used, and the losses still match"
+else
+  ko "truncated checkpoint rejected and previous one used (rc $rc)"
+  cat "$d/log2"
+fi
+
+# SIGTERM: checkpoint, message, status 143; the run then resumes to the same losses.
+d=$tmp/term
+mkdir -p "$d"
+"$train" "${args[@]}" --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log" 2>&1 &
+pid=$!
+sleep 1
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+"$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >>"$d/log" 2>&1
+if [ $rc -eq 143 ] && grep -q "SIGTERM received: checkpoint" "$d/log" && same_as_ref "$d/steps.csv" >/dev/null; then
+  ok "SIGTERM writes a checkpoint and exits with 143; the resumed run matches"
+else
+  ko "SIGTERM writes a checkpoint and exits with 143 (rc $rc)"
+  cat "$d/log"
+fi
+
+# NaN: SGD with lr 1000 makes the loss overflow within a few steps; stop names the step and the
+# layer; skip rolls back to the last checkpoint and skips batches (every later batch overflows too;
+# it gives up after 32 skips) and finishes without hanging.
+d=$tmp/nan
+mkdir -p "$d"
+sed 's/"adam", "lr": 0.003/"sgd", "lr": 1000, "momentum": 0.9/' "$tmp/model.json" >"$d/model.json"
+nargs=("${args[@]}")
+nargs[1]=$d/model.json
+timeout 60 "$train" "${nargs[@]}" --epochs 1 --checkpoint-dir "$d/ck0" >"$d/stop" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -qE "training step [0-9]+: .*gradient of '[a-z0-9]+\.(weight|bias)' \(layer" "$d/stop"; then
+  ok "a non-finite loss stops the run naming the step and the layer: $(grep -oE 'training step [0-9]+: [^;]*; [^;]*' "$d/stop" | head -1)"
+else
+  ko "a non-finite loss stops the run naming the step and the layer (rc $rc)"
+  cat "$d/stop"
+fi
+timeout 120 "$train" "${nargs[@]}" --epochs 1 --checkpoint-dir "$d/ck" --on-nan skip >"$d/skip" 2>&1
+rc=$?
+if [ $rc -le 1 ] && [ "$(grep -c "rolled back to" "$d/skip")" -ge 2 ]; then
+  ok "--on-nan skip rolls back and skips the bad batches ($(grep -c 'rolled back' "$d/skip") roll-backs, status $rc)"
+else
+  ko "--on-nan skip rolls back and skips (rc $rc)"
+  tail -5 "$d/skip"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,14 @@
+/* Pictures of a trained model's predictions: for each of the first `count` samples of a loader
+ * range, one PNG with the target, the prediction and their difference side by side (grey scale,
+ * target and prediction on the target's range), written with libpng. */
+#ifndef TSR_PREDICT_PNG_H
+#define TSR_PREDICT_PNG_H
+
+#include <stdint.h>
+#include <tessera.h>
+
+/* Writes DIR/sample_NNNNN.png for samples first .. first + count - 1 of `l` (count is capped by the
+ * data). Returns 0, or -1 with a message in `err`. */
+int predict_png(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *dir, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,129 @@
+/* tessera-train's checkpoint side (see train_ckpt.h). Signals only set a flag: the training loop
+ * looks at it between steps, so a checkpoint is always written from a synchronised trainer. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train_ckpt.h"
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) { got_signal = sig; }
+
+void ckpt_init(struct ckpt *ck) {
+  memset(ck, 0, sizeof *ck);
+  ck->keep = 3;
+  ck->bad = -1;
+  for (int i = 0; i < CKPT_IDMAP; i++) ck->ids[i] = -1;
+}
+
+void ckpt_signals_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+int ckpt_signal(void) { return got_signal; }
+
+int ckpt_due(const struct ckpt *ck, int64_t gstep) {
+  return ck->dir && ((ck->every > 0 && gstep % ck->every == 0) || got_signal);
+}
+
+int ckpt_open_step_log(struct ckpt *ck) {
+  if (!ck->step_log_path) return 0;
+  ck->step_log = fopen(ck->step_log_path, "a");
+  if (!ck->step_log) return 1;
+  fseek(ck->step_log, 0, SEEK_END);
+  if (ftell(ck->step_log) == 0) fprintf(ck->step_log, "step,epoch,train_loss\n");
+  return 0;
+}
+
+void ckpt_submitted(struct ckpt *ck, int64_t id, int64_t gstep) {
+  ck->ids[id % CKPT_IDMAP] = id;
+  ck->gsteps[id % CKPT_IDMAP] = gstep;
+}
+
+static void mark_bad(struct ckpt *ck, int64_t gstep, const char *what) {
+  if (ck->bad >= 0 && ck->bad <= gstep) return;
+  ck->bad = gstep;
+  snprintf(ck->msg, sizeof ck->msg, "training step %lld: %s", (long long)gstep, what);
+}
+
+/* The trainer's report of a non-finite gradient with its step id replaced by the training step. */
+static int64_t gradient_report(const struct ckpt *ck, int64_t bad_id, int64_t fallback, char *out, size_t cap) {
+  int64_t g = ck->ids[bad_id % CKPT_IDMAP] == bad_id ? ck->gsteps[bad_id % CKPT_IDMAP] : fallback;
+  const char *e = tsr_last_error(), *colon = strstr(e, ": ");
+  snprintf(out, cap, "%s (training step %lld)", colon ? colon + 2 : e, (long long)g);
+  return g;
+}
+
+void ckpt_step_done(struct ckpt *ck, tsr_trainer *t, int64_t id, int64_t gstep, int epoch, double loss) {
+  /* %.17g prints a double that reads back bitwise */
+  if (ck->step_log) fprintf(ck->step_log, "%lld,%d,%.17g\n", (long long)gstep, epoch, loss), fflush(ck->step_log);
+  char what[1200];
+  if (!isfinite(loss)) {
+    snprintf(what, sizeof what, "the training loss is %g", loss);
+    mark_bad(ck, gstep, what);
+  }
+  int64_t bad_id;
+  if (tsr_trainer_check_finite(t, &bad_id) != TSR_OK) {
+    int64_t g = gradient_report(ck, bad_id, gstep, what, sizeof what);
+    mark_bad(ck, g, what);
+  }
+}
+
+int ckpt_nonfinite(struct ckpt *ck, tsr_trainer *t) {
+  if (ck->bad < 0) return 0;
+  /* every step up to now has finished: name the layer when a gradient was the first victim */
+  int64_t bad_id;
+  if (tsr_trainer_check_finite(t, &bad_id) != TSR_OK && !strstr(ck->msg, "gradient")) {
+    char what[600];
+    gradient_report(ck, bad_id, ck->bad, what, sizeof what);
+    size_t n = strlen(ck->msg);
+    snprintf(ck->msg + n, sizeof ck->msg - n, "; first non-finite gradient: %s", what);
+  } else if (!strstr(ck->msg, "gradient")) {
+    size_t n = strlen(ck->msg);
+    snprintf(ck->msg + n, sizeof ck->msg - n, "; every gradient was finite (the forward pass or the loss overflowed)");
+  }
+  return 1;
+}
+
+int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep) {
+  for (int i = 0; i < ck->nskipped; i++)
+    if (ck->skipped[i] == gstep) return 1;
+  return 0;
+}
+
+tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
+                     int nranks, int batch, char *path, size_t cap) {
+  tsr_checkpoint_meta m = {.step = gstep, .epoch = epoch, .position = position, .nranks = nranks, .batch = batch,
+                           .loss_sum = loss_sum};
+  return tsr_checkpoint_save_rotating(t, ck->dir, ck->keep, &m, path, cap);
+}
+
+int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int64_t steps_per_epoch, int *found,
+                     int *epoch, int64_t *position, double *loss_sum, char *path, size_t cap) {
+  tsr_checkpoint_meta m;
+  *found = 0;
+  tsr_status s = tsr_checkpoint_find_latest(ck->dir, path, cap, &m);
+  if (s == TSR_ERR_IO) return 0; /* no checkpoint yet (or no folder): a fresh start */
+  if (s == TSR_OK && (m.nranks != nranks || m.batch != batch || m.position > steps_per_epoch)) {
+    snprintf(ck->msg, sizeof ck->msg,
+             "%s: written by a run on %d rank(s) with batch %d (%lld steps done in epoch %lld); this run has %d "
+             "rank(s), batch %d and %lld steps per epoch",
+             path, m.nranks, m.batch, (long long)m.position, (long long)m.epoch, nranks, batch,
+             (long long)steps_per_epoch);
+    return 1;
+  }
+  if (s == TSR_OK) s = tsr_checkpoint_load(t, path, &m);
+  if (s != TSR_OK) {
+    snprintf(ck->msg, sizeof ck->msg, "%s (%s)", tsr_last_error(), tsr_status_name(s));
+    return 1;
+  }
+  *found = 1, *epoch = (int)m.epoch, *position = m.position, *loss_sum = m.loss_sum;
+  return 0;
+}

@@ -1,0 +1,53 @@
+/* tessera-train's checkpoints, resume, signals and NaN/Inf handling: periodic and final checkpoints
+ * in a rotating folder, SIGTERM/SIGUSR1 turned into "checkpoint, then exit", a per-step loss log, and
+ * on a non-finite loss or gradient either a stop naming the step and the layer or a roll-back to the
+ * last checkpoint that then skips the bad batch. */
+#ifndef TSR_TRAIN_CKPT_H
+#define TSR_TRAIN_CKPT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <tessera.h>
+
+enum { CKPT_IDMAP = 64, CKPT_MAX_SKIPS = 32 };
+
+struct ckpt {
+  /* options */
+  const char *dir, *step_log_path;
+  int64_t every;        /* checkpoint every N training steps (0: only at epoch ends) */
+  int keep, resume, skip_nan;
+  /* state */
+  FILE *step_log;
+  int64_t bad;          /* first training step with a non-finite loss or gradient; -1: none */
+  char msg[1400];       /* what was non-finite */
+  int64_t skipped[CKPT_MAX_SKIPS];
+  int nskipped;
+  int64_t ids[CKPT_IDMAP], gsteps[CKPT_IDMAP]; /* trainer step id -> training step */
+};
+
+void ckpt_init(struct ckpt *ck);
+/* Installs the SIGTERM/SIGUSR1 handlers (only with a checkpoint folder). */
+void ckpt_signals_install(void);
+/* The signal received (SIGTERM or SIGUSR1), 0 if none. */
+int ckpt_signal(void);
+/* A checkpoint is due after training step `gstep` (periodic or signal). */
+int ckpt_due(const struct ckpt *ck, int64_t gstep);
+/* Opens the per-step log (rank 0 only); returns nonzero on failure. */
+int ckpt_open_step_log(struct ckpt *ck);
+
+/* Record of a submitted training step and, later, of its loss (logs it and checks it and the
+ * gradients for NaN/Inf). */
+void ckpt_submitted(struct ckpt *ck, int64_t id, int64_t gstep);
+void ckpt_step_done(struct ckpt *ck, tsr_trainer *t, int64_t id, int64_t gstep, int epoch, double loss);
+/* After a sync: 1 (and ck->msg) when a non-finite loss or gradient was seen, else 0. */
+int ckpt_nonfinite(struct ckpt *ck, tsr_trainer *t);
+int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep);
+
+tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
+                     int nranks, int batch, char *path, size_t cap);
+/* Loads the newest valid checkpoint: *found = 0 when the folder has none. Checks that ranks, batch
+ * and steps per epoch agree with this run. Returns nonzero (message in ck->msg) on failure. */
+int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int64_t steps_per_epoch, int *found,
+                     int *epoch, int64_t *position, double *loss_sum, char *path, size_t cap);
+
+#endif
