@@ -8,6 +8,7 @@
 
 #include "comm/groups.h"
 #include "comm/nccl.h"
+#include "trace/trace.h"
 #include "graph/trainer.h"
 #include "runtime/error.h"
 
@@ -146,6 +147,17 @@ tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first, int *
   return TSR_OK;
 }
 
+/* Detached send/receive of one chunk; the trace (when on) records its post and completion. */
+static int send_chunk(starpu_data_handle_t h, int peer, starpu_mpi_tag_t tag, int prio, int64_t step) {
+  void *a = _tsr_trace_xfer_arg(step, peer, starpu_data_get_size(h), tag, 1);
+  return starpu_mpi_isend_detached_prio(h, peer, tag, prio, MPI_COMM_WORLD, a ? _tsr_trace_xfer_done : NULL, a);
+}
+
+static int recv_chunk(starpu_data_handle_t h, int peer, starpu_mpi_tag_t tag, int64_t step) {
+  void *a = _tsr_trace_xfer_arg(step, peer, starpu_data_get_size(h), tag, 0);
+  return starpu_mpi_irecv_detached(h, peer, tag, MPI_COMM_WORLD, a ? _tsr_trace_xfer_done : NULL, a);
+}
+
 /* Tags are unique per (step, group, ring step) among messages in flight. */
 static starpu_mpi_tag_t ring_tag(int64_t step, int g, int k) {
   return ((((starpu_mpi_tag_t)(step & 0xFFFFF)) * 4096 + g) * 2048) + k;
@@ -162,16 +174,16 @@ int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
   /* Reduce-scatter: after r-1 rounds this rank holds the full sum of chunk (me + 1) mod r. */
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = ((me - k) % r + r) % r, recv = ((me - k - 1) % r + r) % r;
-    ret = starpu_mpi_isend_detached_prio(gr->chunks[send], next, ring_tag(step, g, k), prio, MPI_COMM_WORLD, NULL, NULL);
-    if (!ret) ret = starpu_mpi_irecv_detached(gr->tmp[recv], prev, ring_tag(step, g, k), MPI_COMM_WORLD, NULL, NULL);
+    ret = send_chunk(gr->chunks[send], next, ring_tag(step, g, k), prio, step);
+    if (!ret) ret = recv_chunk(gr->tmp[recv], prev, ring_tag(step, g, k), step);
     if (!ret) ret = _tsr_insert_accumulate_prio(gr->chunks[recv], gr->tmp[recv], "allreduce_sum", prio);
   }
   /* Allgather: pass the reduced chunks around the ring. */
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = ((me + 1 - k) % r + r) % r, recv = ((me - k) % r + r) % r;
     starpu_mpi_tag_t tag = ring_tag(step, g, r - 1 + k);
-    ret = starpu_mpi_isend_detached_prio(gr->chunks[send], next, tag, prio, MPI_COMM_WORLD, NULL, NULL);
-    if (!ret) ret = starpu_mpi_irecv_detached(gr->chunks[recv], prev, tag, MPI_COMM_WORLD, NULL, NULL);
+    ret = send_chunk(gr->chunks[send], next, tag, prio, step);
+    if (!ret) ret = recv_chunk(gr->chunks[recv], prev, tag, step);
   }
   starpu_data_unpartition_submit(gr->h, r, gr->chunks, STARPU_MAIN_RAM);
   starpu_data_partition_submit(gr->h, gr->count, gr->tensors);
