@@ -1,12 +1,14 @@
 /* Checkpoints: a save/load round trip restores parameters, running statistics, moments and counters
  * so that training continues bitwise as if uninterrupted; rotation keeps the newest K; truncated and
  * corrupted files are rejected (checksum) and the previous valid checkpoint is found instead; a
- * checkpoint of another model or seed is refused without touching the trainer. */
+ * checkpoint of another model or seed is refused without touching the trainer; a failed allocation
+ * (address-space limit) is an error, not a crash. */
 #define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <tessera.h>
@@ -235,6 +237,43 @@ START_TEST(other_model_or_seed_is_refused) {
 }
 END_TEST
 
+/* Virtual memory of this process in bytes (/proc/self/statm, first field in pages). */
+static long long vm_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long long pages = 0;
+  if (f && fscanf(f, "%lld", &pages) != 1) pages = 0;
+  if (f) fclose(f);
+  return pages * sysconf(_SC_PAGESIZE);
+}
+
+START_TEST(failed_allocation_is_an_error_not_a_crash) {
+#if defined(__SANITIZE_ADDRESS__)
+  return; /* ASan reserves terabytes of shadow memory: an address-space limit cannot be set under it */
+#endif
+  tsr_context *ctx = start();
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "huge"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 1024, 1024), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "wide", "in", 64, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "wide", 1, 3, 1, 1), TSR_OK);
+  /* 64 channels x 1M pixels x 64 samples = 16 GiB of activations; allow 512 MiB more than now.
+   * Check runs this test in its own process, so the limit ends with it. */
+  struct rlimit lim = {.rlim_cur = (rlim_t)(vm_bytes() + (512ll << 20)), .rlim_max = RLIM_INFINITY};
+  ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 64, o.slices = 2;
+  tsr_trainer *t = NULL;
+  tsr_status s = tsr_trainer_create(&t, ctx, m, NULL, &o);
+  ck_assert_msg(s == TSR_ERR_NOMEM, "expected TSR_ERR_NOMEM, got %s: %s", tsr_status_name(s), tsr_last_error());
+  ck_assert_ptr_null(t);
+  ck_assert_msg(strstr(tsr_last_error(), "wide") != NULL || strstr(tsr_last_error(), "allocate") != NULL,
+                "the message says what failed: %s", tsr_last_error());
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_checkpoint_suite(void) {
   Suite *s = suite_create("checkpoint");
   TCase *tc = tcase_create("checkpoint");
@@ -242,6 +281,7 @@ static Suite *make_checkpoint_suite(void) {
   tcase_add_test(tc, rotation_keeps_the_newest_k);
   tcase_add_test(tc, truncated_and_corrupted_checkpoints_are_rejected);
   tcase_add_test(tc, other_model_or_seed_is_refused);
+  tcase_add_test(tc, failed_allocation_is_an_error_not_a_crash);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -2,7 +2,7 @@
  * share of a deterministic global batch (rank r takes samples [r*B, (r+1)*B) of every step's N*B),
  * then writes its parameters and losses, so the script can compare ranks with each other, with a
  * 1-rank run of the N-times batch, and repeated runs with each other.
- *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]
+ *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
  *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance) */
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +72,7 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--compare") == 0) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
   int batch = 4, steps = 5, det = 0, variant = -1;
+  long long group_bytes = 512; /* several groups */
   const char *out = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
@@ -79,6 +80,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--deterministic")) det = 1;
     else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
     else {
       fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
                       "       mpi_train --compare A B RTOL ATOL\n");
@@ -97,7 +99,7 @@ int main(int argc, char **argv) {
   adam.lr = 1e-2f;
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
-  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = 512; /* several groups */
+  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes;
   tsr_trainer *t;
   if (tsr_trainer_create(&t, ctx, m, &adam, &to)) {
     fprintf(stderr, "mpi_train: rank %d: %s\n", d.rank, tsr_last_error());

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Simulates a CBED data set (4x4 probe positions, 64x64 patterns, Si / SrTiO3 / Cu along [001] and
-# [110], random thickness and origin), trains the 16-channel FCDenseNet on it and writes PNGs of
-# predicted against true projected potentials for a few validation samples.
-#   examples/stemdl/run_cbed.sh [OUT_DIR]      (BUILD=build SAMPLES=1536 EPOCHS=8 WORKERS=2 by default)
+# Simulates a CBED data set (Si / SrTiO3 / Cu along [001] and [110], random thickness and in-plane
+# origin; a 4x4 grid of focused 10 mrad probes over a 10 A cell, 32x32 patterns), trains the
+# 16-channel FCDenseNet on it and writes PNGs of predicted against true projected potentials for a
+# few validation samples. The 2.5 A probe spacing is not a lattice period, so the 16 patterns see
+# different places of the unit cell and fix the random origin (README.md, CBED section).
+#   examples/stemdl/run_cbed.sh [OUT_DIR]      (BUILD=build SAMPLES=2048 EPOCHS=12 WORKERS=2 by default)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=${BUILD:-$top/build}
 out=${1:-$top/out/cbed}
-samples=${SAMPLES:-1536}
-epochs=${EPOCHS:-8}
+samples=${SAMPLES:-2048}
+epochs=${EPOCHS:-12}
 workers=${WORKERS:-2}
 mkdir -p "$out"
 for p in tessera-cbed tessera-train; do
   [ -x "$build/$p" ] || { echo "run_cbed.sh: $build/$p not found (build first, or set BUILD=)" >&2; exit 1; }
 done
-"$build/tessera-cbed" --out "$out/cbed.h5" --samples "$samples" --seed 7 --workers "$workers"
+# 200 kV, alpha 10 mrad, in focus; 10 A cell on a 32x32 grid: 0.31 A pixels, 0.1 1/A (2.5 mrad)
+# diffraction pixels, band limit 27 mrad; the whole diffraction plane and the whole cell are kept
+"$build/tessera-cbed" --out "$out/cbed.h5" --samples "$samples" --seed 7 --workers "$workers" \
+  --grid 32 --pattern 32 --target 32 --fov 10
 "$build/tessera-train" --model "$here/fcdensenet_cbed.json" --data "$out/cbed.h5" --val-fraction 0.125 \
   --epochs "$epochs" --batch 16 --workers "$workers" --seed 1 --log "$out/train.csv" \
   --export-params "$out/params.h5" --predict-png "$out/png" --predict-count 6

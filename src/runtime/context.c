@@ -40,18 +40,40 @@ static int local_ranks(void) {
   return n > 0 ? n : 1;
 }
 
-/* Several ranks on one machine must not pin their workers to the same cores, and each takes its
- * share of the cores unless the user chose (STARPU_NCPU, STARPU_WORKERS_CPUID, ncpus). */
+static int local_rank(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!v) v = getenv("MPI_LOCALRANKID");
+  if (!v) v = getenv("SLURM_LOCALID");
+  return v ? atoi(v) : 0;
+}
+
+/* Several ranks on one machine must not pin their workers to the same cores: each rank's workers
+ * are bound to its own block of cores (one core of a block of two or more is left to StarPU-MPI's
+ * progress thread, which is not bound: idle StarPU workers spin, and a progress thread sharing a
+ * core with them answers in milliseconds instead of microseconds). The user's STARPU_NCPU,
+ * STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
 static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
-  int local = local_ranks();
-  if (local < 2 || getenv("STARPU_WORKERS_CPUID")) return;
-  setenv("STARPU_WORKERS_NOBIND", "1", 0);
+  int local = local_ranks(), me = local_rank();
+  if (local < 2 || getenv("STARPU_WORKERS_CPUID") || getenv("STARPU_WORKERS_NOBIND")) return;
   setenv("STARPU_MPI_NOBIND", "1", 0);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (ncpus_opt <= 0 && !getenv("STARPU_NCPU")) {
-    long share = cores / local - 1; /* one core per rank is left to StarPU-MPI's progress thread */
-    conf->ncpus = (int)(share > 0 ? share : 1);
+  long first, count;
+  if (local <= cores) {
+    first = me * cores / local;
+    count = (me + 1) * cores / local - first;
+    if (count > 1) count--; /* the progress thread's core */
+  } else {
+    first = me % cores, count = 1;
   }
+  if (ncpus_opt > 0 || getenv("STARPU_NCPU")) {
+    setenv("STARPU_WORKERS_NOBIND", "1", 0); /* the user sized the workers: do not pin them */
+    return;
+  }
+  char ids[1024];
+  size_t o = 0;
+  for (long c = 0; c < count && o + 16 < sizeof ids; c++) o += snprintf(ids + o, sizeof ids - o, "%ld ", first + c);
+  setenv("STARPU_WORKERS_CPUID", ids, 1);
+  conf->ncpus = (int)count;
 }
 
 tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, int *argc, char ***argv) {

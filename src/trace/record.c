@@ -207,7 +207,7 @@ tsr_status tsr_trace_stop(tsr_context *ctx) {
   } else {
     size_t k = 0, x = 0;
     for (struct _tsr_tbuf *b = list; b; b = b->next) {
-      memcpy(all.xfers + x, b->xfers, b->nxfers * sizeof *b->xfers), x += b->nxfers;
+      if (b->nxfers) memcpy(all.xfers + x, b->xfers, b->nxfers * sizeof *b->xfers), x += b->nxfers;
       for (size_t i = 0; i < b->nrecs; i++, k++) {
         all.recs[k] = b->recs[i];
         all.recs[k].afirst = k; /* index into all.acc after sorting: see below */
