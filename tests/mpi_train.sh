@@ -51,6 +51,33 @@ else
   cat "$tmp/mismatch.log"
 fi
 
+# A rank that dies (SIGKILL) or hangs (SIGSTOP) must not leave the others waiting: the first is the
+# launcher's job (mpirun aborts), the second the trainer's step deadline (TESSERA_STEP_TIMEOUT).
+for sig in KILL STOP; do
+  ( TESSERA_STEP_TIMEOUT=5 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT \
+      -x TESSERA_STEP_TIMEOUT "$bin" --batch 4 --steps 1000000 --out "$tmp/die$sig" >"$tmp/die$sig.log" 2>&1 ) &
+  launcher=$!
+  for i in $(seq 1 100); do
+    victim=$(pgrep -f "^$bin --batch 4 --steps 1000000 --out $tmp/die$sig" | sort -n | tail -1) # a rank, not mpirun
+    [ -n "$victim" ] && [ -e "/proc/$victim" ] && break
+    sleep 0.2
+  done
+  sleep 3 # let it train a few steps
+  start=$(date +%s)
+  kill -$sig "$victim" 2>/dev/null
+  wait $launcher
+  rc=$? end=$(date +%s)
+  if [ $rc -ne 0 ] && [ $((end - start)) -lt 30 ] && [ $rc -ne 124 ]; then
+    ok "a rank stopped with SIG$sig makes the others exit with an error ($((end - start)) s)"
+  else
+    ko "a rank stopped with SIG$sig makes the others exit with an error (rc $rc, $((end - start)) s)"
+    tail -5 "$tmp/die$sig.log"
+  fi
+  pkill -KILL -f "^$bin --batch 4 --steps 1000000 --out $tmp/die$sig" 2>/dev/null
+done
+if grep -q "has probably died or hung" "$tmp/dieSTOP.log"; then ok "the step deadline names the problem"
+else ko "the step deadline names the problem"; fi
+
 TESSERA_SKIP_ALLREDUCE=1 run 2 "$tmp/skip" --deterministic
 if ! same_ranks "$tmp/skip" 2; then ok "without reductions the ranks diverge (the checks above can fail)"
 else ko "without reductions the ranks diverge (the checks above can fail)"; fi

@@ -2,7 +2,9 @@
  * backward in reverse order with each tensor's optimizer update submitted as soon as its layer's
  * backward is submitted (so it runs when that gradient is final), and a non-detached loss-sum
  * task the host waits on later. The host blocks only when `window` steps are in flight. */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/groups.h"
 #include "graph/trainer.h"
@@ -68,10 +70,42 @@ static struct tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) {
   return d;
 }
 
+/* Seconds a rank waits for a step of a multi-rank run before concluding that a peer is gone: the
+ * environment's TESSERA_STEP_TIMEOUT (0 = wait forever), else 30 s plus 20 times the longest step
+ * seen so far. Launchers usually kill the other ranks when one dies (mpirun within a second); this
+ * catches the rest (a hung peer, srun without --kill-on-bad-exit). */
+static double step_timeout(const tsr_trainer *t) {
+  const char *env = getenv("TESSERA_STEP_TIMEOUT");
+  if (env && *env) return atof(env);
+  return 30.0 + 20.0 * t->longest_step;
+}
+
+/* Waits for the loss task of a multi-rank step with a deadline instead of starpu_task_wait's
+ * forever: polls its status (the task is not detached, so it stays valid until waited). */
+static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_t step) {
+  double limit = step_timeout(t);
+  if (limit <= 0) return TSR_OK;
+  double start = starpu_timing_now(), pause = 50;
+  while (task->status != STARPU_TASK_FINISHED) {
+    double waited = (starpu_timing_now() - start) * 1e-6;
+    if (waited > limit)
+      return _tsr_error(TSR_ERR_RUNTIME,
+                        "rank %d: step %lld has not finished after %.0f s: another rank has probably died or hung "
+                        "(TESSERA_STEP_TIMEOUT sets this limit)",
+                        t->rank, (long long)step, waited);
+    usleep((useconds_t)pause);
+    if (pause < 2000) pause *= 1.5;
+  }
+  return TSR_OK;
+}
+
 tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step) {
   struct _tsr_pending *p = &t->pending[step % (t->window + 1)];
   if (p->step != step || !p->task) return TSR_OK;
+  if (t->size > 1) TSR_TRY(wait_deadline(t, p->task, step));
   int ret = starpu_task_wait(p->task);
+  double took = (starpu_timing_now() - p->submitted) * 1e-6;
+  if (took > t->longest_step) t->longest_step = took;
   p->task = NULL;
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "step %lld: waiting for the loss task failed (%d)", (long long)step, ret);
   if (step >= t->history_cap) {
@@ -113,6 +147,7 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   }
   struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
   pend->step = id;
+  pend->submitted = starpu_timing_now();
   SUBMIT(_tsr_insert_loss_sum(t->slices, t->loss, &pend->value, "loss_sum", &pend->task));
   if (!train) return TSR_OK;
   t->nupdates++;

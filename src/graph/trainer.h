@@ -37,6 +37,7 @@ struct _tsr_pending {
   struct starpu_task *task;
   double value;
   int64_t step;
+  double submitted;     /* starpu_timing_now() at submission, in us */
 };
 
 struct tsr_trainer {
@@ -68,6 +69,7 @@ struct tsr_trainer {
   int64_t history_cap;
   /* data parallelism: gradient groups reduced across ranks (src/comm) */
   int rank, size, ngroups, skip_reduce;
+  double longest_step;  /* seconds from submission to loss of the slowest step so far */
   struct _tsr_group *groups;
   void *nccl;           /* NCCL state when reductions run on GPUs (src/comm/nccl.c), else NULL */
   int check_finite;             /* scan gradients for NaN/Inf (tsr_trainer_check_finite) */
