@@ -43,6 +43,7 @@ void _tsr_zero_cpu(float *x, size_t n);
 void _tsr_axpy_cpu(float *y, const float *x, float a, size_t n); /* y += a x */
 void _tsr_copy_cpu(float *y, const float *x, size_t n);
 int _tsr_insert_zero(starpu_data_handle_t x, const char *name);            /* x = 0 (W) */
+int _tsr_insert_fill(starpu_data_handle_t x, float value, const char *name); /* x = 0, x[0] = value (W) */
 int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name); /* y += x */
 int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, const char *name, int prio);
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);  /* y = x */
@@ -236,5 +237,8 @@ int _tsr_insert_opt_update(const struct tsr_opt_args *a, starpu_data_handle_t w,
 /* Sums k double handles into *out (host memory that outlives the task). */
 int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out, const char *name,
                          struct starpu_task **task_out /* non-detached task to wait on */);
+/* The same, and with ctl (a float vector) also copies ctl[0] into *ctl_out (NULL ctl: none). */
+int _tsr_insert_loss_sum_ctl(int k, const starpu_data_handle_t *losses, starpu_data_handle_t ctl, double *ctl_out,
+                             double *out, const char *name, struct starpu_task **task_out);
 
 #endif

@@ -1,5 +1,5 @@
-/* Elementary tensor tasks the graph needs between operations: zeroing, summing gradient
- * contributions of several consumers, copying, and the per-step collection of the slices' losses
+/* Elementary tensor tasks the graph needs between operations: zeroing, filling the control word,
+ * summing gradient contributions of several consumers, copying, and the per-step collection of the slices' losses
  * into host memory (the only task the host waits on). */
 #include <errno.h>
 #include <stdlib.h>
@@ -38,11 +38,23 @@ static void copy_cpu(void *buffers[], void *cl_arg) {
   _tsr_copy_cpu(TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_NX(buffers, 0));
 }
 
+static void fill_cpu(void *buffers[], void *cl_arg) {
+  _tsr_worker_enter();
+  float v;
+  memcpy(&v, cl_arg, sizeof v);
+  float *x = TSR_BUF(buffers, 0);
+  _tsr_zero_cpu(x, TSR_NX(buffers, 0));
+  x[0] = v;
+}
+
+/* cl_arg: {double *out, double *ctl_out}; with ctl_out, the last buffer is the control word. */
 static void loss_sum_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  double *out;
+  double *out, *ctl_out;
   memcpy(&out, cl_arg, sizeof(out));
+  memcpy(&ctl_out, (char *)cl_arg + sizeof(out), sizeof(ctl_out));
   int k = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+  if (ctl_out) *ctl_out = ((const float *)STARPU_VECTOR_GET_PTR(buffers[--k]))[0];
   double s = 0; /* fixed order: the reported loss does not depend on scheduling */
   for (int i = 0; i < k; i++) {
     const double *l = (const double *)STARPU_VECTOR_GET_PTR(buffers[i]);
@@ -55,6 +67,7 @@ static void loss_sum_cpu(void *buffers[], void *cl_arg) {
 static struct starpu_perfmodel zero_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_zero"};
 static struct starpu_perfmodel accumulate_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_accumulate"};
 static struct starpu_perfmodel copy_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_copy"};
+static struct starpu_perfmodel fill_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_fill"};
 static struct starpu_perfmodel loss_sum_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_loss_sum"};
 
 static struct starpu_codelet cl_zero = {
@@ -77,6 +90,13 @@ static struct starpu_codelet cl_copy = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_copy",
     .model = &copy_model,
+};
+static struct starpu_codelet cl_fill = {
+    .cpu_funcs = {fill_cpu},
+    .cpu_funcs_name = {"fill_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_fill",
+    .model = &fill_model,
 };
 static struct starpu_codelet cl_loss_sum = {
     .cpu_funcs = {loss_sum_cpu},
@@ -102,6 +122,11 @@ int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const
   return _tsr_insert_accumulate_prio(y, x, name, STARPU_DEFAULT_PRIO);
 }
 
+int _tsr_insert_fill(starpu_data_handle_t x, float value, const char *name) {
+  struct _tsr_buf b[] = {{x, STARPU_W}};
+  return _tsr_submit(&cl_fill, &value, sizeof value, STARPU_DEFAULT_PRIO, name, 1, b);
+}
+
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name) {
   struct _tsr_buf b[] = {{y, STARPU_W}, {x, STARPU_R}};
   return _tsr_submit(&cl_copy, NULL, 0, STARPU_DEFAULT_PRIO, name, 2, b);
@@ -113,7 +138,13 @@ int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char 
  * starpu_task_wait). starpu_task_wait_for_all() alone would leak it. */
 int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out, const char *name,
                          struct starpu_task **task_out) {
+  return _tsr_insert_loss_sum_ctl(k, losses, NULL, NULL, out, name, task_out);
+}
+
+int _tsr_insert_loss_sum_ctl(int k, const starpu_data_handle_t *losses, starpu_data_handle_t ctl, double *ctl_out,
+                             double *out, const char *name, struct starpu_task **task_out) {
   *task_out = NULL;
+  if (!ctl) ctl_out = NULL;
   if (k < 0) {
     _tsr_error(TSR_ERR_ARG, "task '%s': %d loss handles", name, k);
     return -EINVAL;
@@ -122,10 +153,11 @@ int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out,
   task->cl = &cl_loss_sum;
   task->name = name;
   task->detach = 0;
-  double **arg = malloc(sizeof(*arg));
-  starpu_data_handle_t *dh = k > STARPU_NMAXBUFS ? malloc(k * sizeof(*dh)) : NULL;
-  enum starpu_data_access_mode *dm = k > STARPU_NMAXBUFS ? malloc(k * sizeof(*dm)) : NULL;
-  if (!arg || (k > STARPU_NMAXBUFS && (!dh || !dm))) {
+  int nb = k + (ctl_out != NULL);
+  double **arg = malloc(2 * sizeof(*arg));
+  starpu_data_handle_t *dh = nb > STARPU_NMAXBUFS ? malloc(nb * sizeof(*dh)) : NULL;
+  enum starpu_data_access_mode *dm = nb > STARPU_NMAXBUFS ? malloc(nb * sizeof(*dm)) : NULL;
+  if (!arg || (nb > STARPU_NMAXBUFS && (!dh || !dm))) {
     free(arg);
     free(dh);
     free(dm);
@@ -133,21 +165,22 @@ int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out,
     _tsr_error(TSR_ERR_NOMEM, "task '%s': cannot allocate its arguments", name);
     return -ENOMEM;
   }
-  *arg = out;
+  arg[0] = out, arg[1] = ctl_out;
   task->cl_arg = arg;
-  task->cl_arg_size = sizeof(*arg);
+  task->cl_arg_size = 2 * sizeof(*arg);
   task->cl_arg_free = 1;
-  task->nbuffers = k;
+  task->nbuffers = nb;
   if (dh) {
     task->dyn_handles = dh;
     task->dyn_modes = dm;
   }
-  for (int i = 0; i < k; i++) {
+  for (int i = 0; i < nb; i++) {
+    starpu_data_handle_t h = i < k ? losses[i] : ctl;
     if (dh) {
-      dh[i] = losses[i];
+      dh[i] = h;
       dm[i] = STARPU_R;
     } else {
-      task->handles[i] = losses[i];
+      task->handles[i] = h;
       task->modes[i] = STARPU_R;
     }
   }

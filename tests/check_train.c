@@ -266,6 +266,85 @@ START_TEST(gradient_groups_follow_the_layout_setting) {
 }
 END_TEST
 
+/* The control word on one rank: each training step reports the value set before its submission
+ * (0 before any set), evaluation steps report 0, and unsubmitted steps are refused. */
+START_TEST(control_word_reports_the_value_of_each_step) {
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m = dag_model();
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 2, o.group_bytes = 512; /* several groups: the word rides in group 0 */
+  tsr_trainer *t;
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_OK);
+  int cin = 2;
+  const float set[] = {0, 0, 3, 3, -1, 0.5f}; /* -1: an evaluation step */
+  const double expect[] = {0, 0, 3, 3, 0, 0.5};
+  for (int i = 0; i < 6; i++) {
+    int64_t id;
+    if (set[i] >= 0 && i > 0) tsr_trainer_set_flag(t, set[i]);
+    if (set[i] < 0)
+      ck_assert_int_eq(tsr_trainer_eval(t, fill, &cin, 2, &id), TSR_OK);
+    else
+      ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, &id), TSR_OK);
+    ck_assert_int_eq(id, i);
+  }
+  double sum, loss;
+  ck_assert_int_eq(tsr_trainer_flag(t, 6, &sum), TSR_ERR_ARG);
+  for (int i = 0; i < 6; i++) {
+    ck_assert_int_eq(tsr_trainer_flag(t, i, &sum), TSR_OK);
+    ck_assert_msg(sum == expect[i], "step %d: flag %g, expected %g", i, sum, expect[i]);
+    ck_assert_int_eq(tsr_trainer_loss(t, i, &loss), TSR_OK);
+    ck_assert(isfinite(loss));
+  }
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* One SGD step must move every trainable tensor, whatever the grouping: batch norm's running
+ * statistics sit between trainable tensors in the layout and must not cut a group short. */
+START_TEST(every_trainable_tensor_is_updated_by_a_step) {
+  tsr_context *ctx = start(1, 2);
+  tsr_model *m = small_bn_model();
+  long long settings[] = {-1, 0, 1 << 30, 300};
+  for (int k = 0; k < 4; k++) {
+    tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+    sgd.lr = 0.1f;
+    tsr_trainer_opts o;
+    tsr_trainer_opts_default(&o);
+    o.batch = 4, o.group_bytes = settings[k];
+    tsr_trainer *t;
+    ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, &sgd, &o), TSR_OK);
+    int n = tsr_trainer_num_tensors(t), cin = 1;
+    float *before[16];
+    for (int i = 0; i < n; i++) {
+      tsr_shape s;
+      tsr_trainer_tensor_info(t, i, NULL, &s, NULL);
+      before[i] = malloc(tsr_shape_numel(&s) * sizeof(float));
+      tsr_trainer_tensor_get(t, i, before[i]);
+    }
+    ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, NULL), TSR_OK);
+    ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
+    for (int i = 0; i < n; i++) {
+      const char *name;
+      tsr_shape s;
+      int trainable;
+      tsr_trainer_tensor_info(t, i, &name, &s, &trainable);
+      float *after = malloc(tsr_shape_numel(&s) * sizeof(float));
+      tsr_trainer_tensor_get(t, i, after);
+      int moved = memcmp(after, before[i], tsr_shape_numel(&s) * sizeof(float)) != 0;
+      ck_assert_msg(moved, "group setting %lld: tensor %s did not change in a training step", settings[k], name);
+      free(after);
+      free(before[i]);
+    }
+    tsr_trainer_destroy(t);
+  }
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_train_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("graph");
@@ -275,6 +354,8 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
+  tcase_add_test(tc, every_trainable_tensor_is_updated_by_a_step);
+  tcase_add_test(tc, control_word_reports_the_value_of_each_step);
   suite_add_tcase(s, tc);
   return s;
 }

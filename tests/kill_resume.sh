@@ -95,7 +95,12 @@ d=$tmp/term
 mkdir -p "$d"
 "$train" "${args[@]}" --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log" 2>&1 &
 pid=$!
-sleep 1
+# signal it once it is training (a fixed sleep raced with the whole run on an idle machine)
+for i in $(seq 1 3000); do
+  [ "$(wc -l <"$d/steps.csv" 2>/dev/null || echo 0)" -ge 3 ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.01
+done
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

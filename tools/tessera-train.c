@@ -103,7 +103,8 @@ static void usage(void) {
          "      --trace-steps A:B   trace only step ids A to B (training and validation steps count)\n"
          "      --checkpoint-dir D  write checkpoints into folder D (at the start, at every epoch end, every\n"
          "                          --checkpoint-every steps, and on SIGTERM or SIGUSR1, then exit: status 0\n"
-         "                          after SIGUSR1, 143 after SIGTERM)\n"
+         "                          after SIGUSR1, 143 after SIGTERM; under mpirun every rank stops after the same\n"
+         "                          step, a few steps after the first rank got it: send SIGUSR1 to mpirun)\n"
          "      --checkpoint-every N  also checkpoint every N training steps\n"
          "      --keep K            keep the newest K checkpoints (default 3; 0 = all)\n"
          "      --resume            continue from the newest valid checkpoint in --checkpoint-dir (a fresh\n"
@@ -327,7 +328,10 @@ static FILE *open_log(const char *path) {
 
 /* ---- checkpoints, signals, NaN/Inf (train_ckpt.c) ---- */
 
+/* Every rank gets here after the same step (the control word): a rank that has not seen the signal
+ * itself (yet) exits as for SIGTERM. */
 static void stop_on_signal(int sig, const char *path, int64_t gstep) {
+  if (sig != SIGUSR1) sig = SIGTERM;
   fprintf(stderr, "%s: %s received: checkpoint %s written after training step %lld; continue with --resume\n",
           cli_program(), sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", path, (long long)gstep);
   release();
@@ -341,6 +345,8 @@ static void on_nonfinite(struct ckpt *ck, int nranks, int batch, int64_t steps, 
     release();
     cli_die("%s; stopping (--on-nan skip rolls back and skips the batch instead)", ck->msg);
   }
+  /* the batch skipped must be the same on every rank (a gradient is, a local loss may not be) */
+  check(tsr_context_check_same(live.ctx, "the first training step with a non-finite value", &ck->bad, sizeof ck->bad));
   if (ck->nskipped == CKPT_MAX_SKIPS) {
     release();
     cli_die("%s; %d batches were skipped already, stopping", ck->msg, CKPT_MAX_SKIPS);
@@ -491,10 +497,11 @@ restart:
       memcpy(s->idx, src, sizeof(int64_t) * o.batch);
       s->d = live.train, s->train = 1, s->nvalid = o.batch, s->gstep = gstep, s->epoch = ep;
       if (o.lr_linear) tsr_trainer_set_lr(live.t, scaled_lr(opt.lr, nranks, (ep - 1) * steps + st, o.warmup));
+      tsr_trainer_set_flag(live.t, ckpt_flag_value(ck)); /* signals and NaN: acted on when all ranks know */
       check(tsr_trainer_step(live.t, fill, s, &s->step));
       ckpt_submitted(ck, s->step, gstep);
       submitted(&r, s);
-      if (ck->bad >= 0 || ckpt_due(ck, gstep)) {
+      if (ck->stop_nan || ckpt_due(ck, gstep) || (nranks == 1 && ck->bad >= 0)) {
         harvest_all(&r);
         check(tsr_trainer_sync(live.t));
         if (ckpt_nonfinite(ck, live.t)) {
@@ -502,7 +509,7 @@ restart:
           goto restart;
         }
         check(ckpt_save(ck, live.t, ep, st + 1, gstep, r.train_sum, nranks, o.batch, ckpath, sizeof ckpath));
-        if (ckpt_signal()) stop_on_signal(ckpt_signal(), ckpath, gstep);
+        if (ck->stop) stop_on_signal(ckpt_signal(), ckpath, gstep);
       }
       double el = cli_now() - te, rate = r.train_steps / el;
       char eta[32], loss[32] = "-";
@@ -513,11 +520,15 @@ restart:
                           cli_duration(rate > 0 ? left / rate : -1, eta, sizeof eta));
     }
     harvest_all(&r);
-    if (ck->bad >= 0) {
+    if (ck->bad >= 0 || ck->stop_nan || nranks > 1) {
       check(tsr_trainer_sync(live.t));
-      ckpt_nonfinite(ck, live.t);
-      on_nonfinite(ck, nranks, o.batch, steps, &ep0, &pos0, &sum0);
-      goto restart;
+      int bad = ckpt_nonfinite(ck, live.t);
+      /* a loss of the last steps is only known here: the ranks compare (once per epoch) */
+      check(tsr_context_check_same(live.ctx, "whether this epoch saw a non-finite value", &bad, sizeof bad));
+      if (bad) {
+        on_nonfinite(ck, nranks, o.batch, steps, &ep0, &pos0, &sum0);
+        goto restart;
+      }
     }
     double train_time = cli_now() - te;
     for (int64_t b = 0; b < nval; b += o.batch) {
@@ -546,7 +557,7 @@ restart:
     }
     if (ck->dir) {
       check(ckpt_save(ck, live.t, ep + 1, 0, ep * steps, 0, nranks, o.batch, ckpath, sizeof ckpath));
-      if (ckpt_signal()) stop_on_signal(ckpt_signal(), ckpath, ep * steps);
+      if (ck->stop || (nranks == 1 && ckpt_signal())) stop_on_signal(ckpt_signal(), ckpath, ep * steps);
     }
     if (!isfinite(last_train)) {
       release();

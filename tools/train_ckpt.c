@@ -1,5 +1,6 @@
-/* tessera-train's checkpoint side (see train_ckpt.h). Signals only set a flag: the training loop
- * looks at it between steps, so a checkpoint is always written from a synchronised trainer. */
+/* tessera-train's checkpoint side (see train_ckpt.h). Signals only set a flag; the training loop
+ * sends it with every step through the trainer's control word and acts on the sum over ranks, read
+ * at the same step on every rank, so all ranks stop after the same step from a synchronised trainer. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,8 +30,10 @@ void ckpt_signals_install(void) {
 
 int ckpt_signal(void) { return got_signal; }
 
+float ckpt_flag_value(const struct ckpt *ck) { return (got_signal ? 1.0f : 0.0f) + (ck->bad >= 0 ? CKPT_NAN_UNIT : 0.0f); }
+
 int ckpt_due(const struct ckpt *ck, int64_t gstep) {
-  return ck->dir && ((ck->every > 0 && gstep % ck->every == 0) || got_signal);
+  return ck->dir && ((ck->every > 0 && gstep % ck->every == 0) || ck->stop);
 }
 
 int ckpt_open_step_log(struct ckpt *ck) {
@@ -62,6 +65,11 @@ static int64_t gradient_report(const struct ckpt *ck, int64_t bad_id, int64_t fa
 }
 
 void ckpt_step_done(struct ckpt *ck, tsr_trainer *t, int64_t id, int64_t gstep, int epoch, double loss) {
+  double flags = 0;
+  if (tsr_trainer_flag(t, id, &flags) == TSR_OK) { /* waited already: the loss came with it */
+    ck->stop_nan |= flags >= CKPT_NAN_UNIT;
+    ck->stop |= fmod(flags, CKPT_NAN_UNIT) > 0;
+  }
   /* %.17g prints a double that reads back bitwise */
   if (ck->step_log) fprintf(ck->step_log, "%lld,%d,%.17g\n", (long long)gstep, epoch, loss), fflush(ck->step_log);
   char what[1200];
@@ -77,9 +85,19 @@ void ckpt_step_done(struct ckpt *ck, tsr_trainer *t, int64_t id, int64_t gstep, 
 }
 
 int ckpt_nonfinite(struct ckpt *ck, tsr_trainer *t) {
-  if (ck->bad < 0) return 0;
-  /* every step up to now has finished: name the layer when a gradient was the first victim */
   int64_t bad_id;
+  /* gradients are reduced: every rank finds the same first bad one once every step has finished */
+  if (tsr_trainer_check_finite(t, &bad_id) != TSR_OK && ck->ids[bad_id % CKPT_IDMAP] == bad_id) {
+    char what[600];
+    mark_bad(ck, gradient_report(ck, bad_id, -1, what, sizeof what), what);
+  }
+  if (ck->bad < 0 && !ck->stop_nan) return 0;
+  ck->stop_nan = 0;
+  if (ck->bad < 0) {
+    snprintf(ck->msg, sizeof ck->msg, "another rank saw a non-finite training loss");
+    return 1;
+  }
+  /* every step up to now has finished: name the layer when a gradient was the first victim */
   if (tsr_trainer_check_finite(t, &bad_id) != TSR_OK && !strstr(ck->msg, "gradient")) {
     char what[600];
     gradient_report(ck, bad_id, ck->bad, what, sizeof what);

@@ -23,23 +23,33 @@ struct ckpt {
   int64_t skipped[CKPT_MAX_SKIPS];
   int nskipped;
   int64_t ids[CKPT_IDMAP], gsteps[CKPT_IDMAP]; /* trainer step id -> training step */
+  /* agreed by every rank through the trainer's control word, read at the same step ids */
+  int stop;             /* some rank received SIGTERM/SIGUSR1 */
+  int stop_nan;         /* some rank saw a non-finite loss or gradient */
 };
+
+/* Control value of a rank (tsr_trainer_set_flag): 1 once it received SIGTERM or SIGUSR1, plus
+ * CKPT_NAN_UNIT once it saw a non-finite value; the sum over ranks counts both (< 4096 ranks). */
+#define CKPT_NAN_UNIT 4096.0f
 
 void ckpt_init(struct ckpt *ck);
 /* Installs the SIGTERM/SIGUSR1 handlers (only with a checkpoint folder). */
 void ckpt_signals_install(void);
 /* The signal received (SIGTERM or SIGUSR1), 0 if none. */
 int ckpt_signal(void);
-/* A checkpoint is due after training step `gstep` (periodic or signal). */
+/* This rank's control value for the next training step (see CKPT_NAN_UNIT). */
+float ckpt_flag_value(const struct ckpt *ck);
+/* A checkpoint is due after training step `gstep` (periodic, or a signal agreed by all ranks). */
 int ckpt_due(const struct ckpt *ck, int64_t gstep);
 /* Opens the per-step log (rank 0 only); returns nonzero on failure. */
 int ckpt_open_step_log(struct ckpt *ck);
 
-/* Record of a submitted training step and, later, of its loss (logs it and checks it and the
- * gradients for NaN/Inf). */
+/* Record of a submitted training step and, later, of its loss (logs it, checks it and the
+ * gradients for NaN/Inf, and reads the step's control word sum into stop / stop_nan). */
 void ckpt_submitted(struct ckpt *ck, int64_t id, int64_t gstep);
 void ckpt_step_done(struct ckpt *ck, tsr_trainer *t, int64_t id, int64_t gstep, int epoch, double loss);
-/* After a sync: 1 (and ck->msg) when a non-finite loss or gradient was seen, else 0. */
+/* After a sync: 1 (and ck->msg) when a non-finite loss or gradient was seen here or (stop_nan) on
+ * some rank, else 0. */
 int ckpt_nonfinite(struct ckpt *ck, tsr_trainer *t);
 int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep);
 

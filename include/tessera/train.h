@@ -68,6 +68,14 @@ tsr_status tsr_trainer_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int6
 tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, int64_t *step_id);
 /* Waits for a submitted step's loss (mean over its valid samples). */
 tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step_id, double *loss);
+/* Control word: every training step carries one float per rank, summed over ranks by the step's
+ * gradient reduction (no extra communication); ranks that read it at the same step ids agree on it,
+ * e.g. to stop together. set_flag sets this rank's value for training steps submitted from now on
+ * (default 0); tsr_trainer_flag waits for a step like tsr_trainer_loss and returns the sum over
+ * ranks of that step's values (on one rank, this rank's value; 0 for evaluation steps). Sums are
+ * exact for integers up to 2^24. */
+void tsr_trainer_set_flag(tsr_trainer *t, float value);
+tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step_id, double *sum);
 /* Waits for every submitted step. */
 tsr_status tsr_trainer_sync(tsr_trainer *t);
 
@@ -86,7 +94,7 @@ tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int index, const float *in);
 int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name);
 
 /* Gradient groups (reduced across ranks as units): their count, and group g's first tensor index,
- * tensor count and size in bytes. Tensors are in backward order (the output layer's first). */
+ * tensor count and size in bytes (group 0's includes the 64-byte control word). Tensors are in backward order (the output layer's first). */
 int tsr_trainer_num_groups(const tsr_trainer *t);
 tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first_tensor, int *count, size_t *bytes);
 

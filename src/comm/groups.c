@@ -14,7 +14,7 @@
 
 int _tsr_group_of(const tsr_trainer *t, int tensor) {
   for (int g = 0; g < t->ngroups; g++)
-    if (tensor >= t->groups[g].first && tensor < t->groups[g].first + t->groups[g].count) return g;
+    if (tensor >= t->groups[g].first && tensor < t->groups[g].end) return g;
   return -1;
 }
 
@@ -39,24 +39,29 @@ static int cut(tsr_trainer *t, long long bytes, int *starts) {
   return ng;
 }
 
-static int register_group(tsr_trainer *t, struct _tsr_group *g, int last) {
+/* Group 0 (lead = 1) also holds the control word at the start of the gradient buffer. */
+static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int lead) {
   g->count = 0;
+  g->end = last;
   for (int i = g->first; i < last; i++) g->count += t->tensors[i].trainable;
-  g->off = (size_t)(t->tensors[g->first].g - t->grads);
-  g->n = 0;
-  g->tensors = calloc(g->count, sizeof *g->tensors);
-  g->tensor_len = calloc(g->count, sizeof *g->tensor_len);
+  g->nchild = g->count + lead;
+  g->off = (size_t)(t->tensors[g->first].g - t->grads) - (lead ? TSR_CTL_FLOATS : 0);
+  g->n = lead ? TSR_CTL_FLOATS : 0;
+  g->tensors = calloc(g->nchild, sizeof *g->tensors);
+  g->tensor_len = calloc(g->nchild, sizeof *g->tensor_len);
   if (!g->tensors || !g->tensor_len) return -1;
-  for (int i = g->first, k = 0; i < last; i++) {
+  if (lead) g->tensor_len[0] = TSR_CTL_FLOATS;
+  for (int i = g->first, k = lead; i < last; i++) {
     if (!t->tensors[i].trainable) continue;
     g->tensor_len[k++] = (uint32_t)padded(t->tensors[i].n);
     g->n += padded(t->tensors[i].n);
   }
   starpu_vector_data_register(&g->h, STARPU_MAIN_RAM, (uintptr_t)(t->grads + g->off), (uint32_t)g->n, sizeof(float));
-  struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list, .nchildren = (unsigned)g->count,
+  struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list, .nchildren = (unsigned)g->nchild,
                                  .filter_arg_ptr = g->tensor_len};
   starpu_data_partition_plan(g->h, &f, g->tensors);
-  for (int i = g->first, k = 0; i < last; i++)
+  if (lead) t->ctl = g->tensors[0];
+  for (int i = g->first, k = lead; i < last; i++)
     if (t->tensors[i].trainable) t->tensors[i].hg = g->tensors[k++];
   if (t->size > 1) {
     int r = t->size;
@@ -75,7 +80,7 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last) {
                                     .filter_arg_ptr = g->chunk_len};
     starpu_data_partition_plan(g->h, &fc, g->chunks);
   }
-  starpu_data_partition_submit(g->h, g->count, g->tensors);
+  starpu_data_partition_submit(g->h, g->nchild, g->tensors);
   return 0;
 }
 
@@ -86,7 +91,7 @@ static void log_layout(const tsr_trainer *t, long long bytes) {
   for (int g = 0; g < t->ngroups; g++) {
     const struct _tsr_group *gr = &t->groups[g];
     _tsr_log(1, "  group %d: %6.1f KiB, tensors %s .. %s", g, gr->n * 4 / 1024.0, t->tensors[gr->first].name,
-             t->tensors[gr->first + gr->count - 1].name);
+             t->tensors[gr->end - 1].name);
   }
 }
 
@@ -102,12 +107,13 @@ tsr_status _tsr_groups_build(tsr_trainer *t, long long bytes) {
   for (int g = 0; g < t->ngroups; g++) {
     t->groups[g].first = starts[g];
     int last = g + 1 < t->ngroups ? starts[g + 1] : t->ntensors;
-    if (register_group(t, &t->groups[g], last) != 0) {
+    if (register_group(t, &t->groups[g], last, g == 0) != 0) {
       free(starts);
       return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for gradient group %d", g);
     }
   }
   free(starts);
+  if (t->ngroups == 0) t->ctl = _tsr_register_floats(t->grads, TSR_CTL_FLOATS), t->ctl_own = 1;
   for (int g = 0; g < t->ngroups; g++)
     if (t->groups[g].n < (size_t)t->size)
       return _tsr_error(TSR_ERR_ARG, "gradient group %d has %zu values, fewer than the %d ranks", g, t->groups[g].n,
@@ -120,8 +126,8 @@ void _tsr_groups_destroy(tsr_trainer *t) {
   for (int g = 0; t->groups && g < t->ngroups; g++) {
     struct _tsr_group *gr = &t->groups[g];
     if (gr->h) {
-      starpu_data_unpartition_submit(gr->h, gr->count, gr->tensors, STARPU_MAIN_RAM);
-      starpu_data_partition_clean(gr->h, gr->count, gr->tensors);
+      starpu_data_unpartition_submit(gr->h, gr->nchild, gr->tensors, STARPU_MAIN_RAM);
+      starpu_data_partition_clean(gr->h, gr->nchild, gr->tensors);
       if (gr->chunks) starpu_data_partition_clean(gr->h, t->size, gr->chunks);
       starpu_data_unregister(gr->h);
     }
@@ -132,6 +138,8 @@ void _tsr_groups_destroy(tsr_trainer *t) {
     free(gr->tensors), free(gr->tensor_len), free(gr->chunks), free(gr->chunk_len), free(gr->tmp), free(gr->tmpbuf);
   }
   free(t->groups);
+  if (t->ctl_own && t->ctl) starpu_data_unregister(t->ctl);
+  t->ctl = NULL, t->ctl_own = 0;
   t->groups = NULL;
   t->ngroups = 0;
 }
@@ -142,7 +150,7 @@ tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first, int *
   if (!t || g < 0 || g >= t->ngroups)
     return _tsr_error(TSR_ERR_ARG, "gradient group %d out of range [0, %d)", g, t ? t->ngroups : 0);
   if (first) *first = t->groups[g].first;
-  if (count) *count = t->groups[g].count;
+  if (count) *count = t->groups[g].end - t->groups[g].first;
   if (bytes) *bytes = t->groups[g].n * sizeof(float);
   return TSR_OK;
 }
@@ -169,7 +177,7 @@ int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
   if (t->nccl) return _tsr_nccl_allreduce(t, g);
   struct _tsr_group *gr = &t->groups[g];
   int next = (me + 1) % r, prev = (me + r - 1) % r, prio = STARPU_MAX_PRIO, ret = 0;
-  starpu_data_unpartition_submit(gr->h, gr->count, gr->tensors, STARPU_MAIN_RAM);
+  starpu_data_unpartition_submit(gr->h, gr->nchild, gr->tensors, STARPU_MAIN_RAM);
   starpu_data_partition_submit(gr->h, r, gr->chunks);
   /* Reduce-scatter: after r-1 rounds this rank holds the full sum of chunk (me + 1) mod r. */
   for (int k = 0; !ret && k < r - 1; k++) {
@@ -186,7 +194,7 @@ int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
     if (!ret) ret = recv_chunk(gr->chunks[recv], prev, tag, step);
   }
   starpu_data_unpartition_submit(gr->h, r, gr->chunks, STARPU_MAIN_RAM);
-  starpu_data_partition_submit(gr->h, gr->count, gr->tensors);
+  starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
   if (ret) _tsr_error(TSR_ERR_RUNTIME, "gradient group %d, step %lld: posting the ring allreduce failed (%d)", g,
                       (long long)step, ret);
   return ret;

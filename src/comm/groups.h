@@ -11,10 +11,14 @@
 struct tsr_trainer;
 
 struct _tsr_group {
-  int first, count;             /* tensors [first, first + count) of trainer->tensors */
+  int first, end;               /* tensors [first, end) of trainer->tensors (running statistics
+                                   of batch norm included: they have no gradient) */
+  int count;                    /* trainable tensors among them */
   size_t off, n;                /* range of the gradient buffer, in floats */
   starpu_data_handle_t h;       /* the whole group */
-  starpu_data_handle_t *tensors;/* partition 1: one child per tensor (the tensors' hg) */
+  starpu_data_handle_t *tensors;/* partition 1: one child per tensor (the tensors' hg); group 0
+                                   starts with the control word (trainer->ctl) */
+  int nchild;                   /* children of partition 1: count, plus 1 in group 0 */
   uint32_t *tensor_len;
   starpu_data_handle_t *chunks; /* partition 2: one chunk per rank (ranks > 1 only) */
   uint32_t *chunk_len;

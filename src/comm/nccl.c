@@ -79,7 +79,7 @@ int _tsr_nccl_allreduce(tsr_trainer *t, int g) {
   struct nccl_state *s = t->nccl;
   struct _tsr_group *gr = &t->groups[g];
   if (s->failed) return _tsr_error(TSR_ERR_RUNTIME, "NCCL: an earlier collective failed (see above)"), -1;
-  starpu_data_unpartition_submit(gr->h, gr->count, gr->tensors, STARPU_MAIN_RAM);
+  starpu_data_unpartition_submit(gr->h, gr->nchild, gr->tensors, STARPU_MAIN_RAM);
   struct starpu_task *task = starpu_task_create();
   task->cl = &allreduce_cl;
   task->name = "nccl_allreduce";
@@ -94,7 +94,7 @@ int _tsr_nccl_allreduce(tsr_trainer *t, int g) {
   task->handles[0] = gr->h, task->modes[0] = STARPU_RW;
   task->handles[1] = s->token_h, task->modes[1] = STARPU_RW;
   int ret = starpu_task_submit(task);
-  starpu_data_partition_submit(gr->h, gr->count, gr->tensors);
+  starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
   if (ret) _tsr_error(TSR_ERR_RUNTIME, "NCCL: submitting the allreduce of group %d failed (%d)", g, ret);
   return ret;
 }

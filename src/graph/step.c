@@ -1,7 +1,7 @@
 /* One step as a task graph: load tasks per slice, forward per layer per slice, loss per slice,
  * backward in reverse order with each tensor's optimizer update submitted as soon as its layer's
  * backward is submitted (so it runs when that gradient is final), and a non-detached loss-sum
- * task the host waits on later. The host blocks only when `window` steps are in flight. */
+ * task the host waits on later (it also brings back the control word summed over ranks). The host blocks only when `window` steps are in flight. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -108,14 +108,21 @@ tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step) {
   if (took > t->longest_step) t->longest_step = took;
   p->task = NULL;
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "step %lld: waiting for the loss task failed (%d)", (long long)step, ret);
-  if (step >= t->history_cap) {
-    int64_t cap = t->history_cap;
-    while (cap <= step) cap *= 2;
-    double *h = realloc(t->history, cap * sizeof(double));
-    if (!h) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for the loss history");
-    t->history = h, t->history_cap = cap;
-  }
+  TSR_TRY(_tsr_history_reserve(t, step));
   t->history[step] = p->value;
+  t->flag_history[step] = p->flag;
+  return TSR_OK;
+}
+
+tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step) {
+  if (step < t->history_cap) return TSR_OK;
+  int64_t cap = t->history_cap;
+  while (cap <= step) cap *= 2;
+  double *h = realloc(t->history, cap * sizeof(double));
+  if (h) t->history = h;
+  double *f = h ? realloc(t->flag_history, cap * sizeof(double)) : NULL;
+  if (!f) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for the loss history");
+  t->flag_history = f, t->history_cap = cap;
   return TSR_OK;
 }
 
@@ -135,9 +142,11 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
     struct _tsr_buf b[2] = {{t->x[p][s], STARPU_W}, {t->t[p][s], STARPU_W}};
     SUBMIT(_tsr_submit(&load_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "load", 2, b));
   }
-  if (train)
+  if (train) {
     for (int i = 0; i < t->ntensors; i++)
       if (t->tensors[i].trainable) SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
+    SUBMIT(_tsr_insert_fill(t->ctl, t->flag, "control_word")); /* summed over ranks with group 0 */
+  }
   for (int l = 0; l < m->n; l++)
     for (int s = 0; t->ls[l].live && s < t->slices; s++) SUBMIT(_tsr_layer_forward(t, l, s, p, train, id));
   for (int s = 0; s < t->slices; s++) {
@@ -148,8 +157,9 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
   pend->step = id;
   pend->submitted = starpu_timing_now();
-  SUBMIT(_tsr_insert_loss_sum(t->slices, t->loss, &pend->value, "loss_sum", &pend->task));
-  if (!train) return TSR_OK;
+  pend->flag = 0;
+  if (!train) return _tsr_insert_loss_sum(t->slices, t->loss, &pend->value, "loss_sum", &pend->task) ? TSR_ERR_RUNTIME
+                                                                                                      : TSR_OK;
   t->nupdates++;
   /* Groups are contiguous in backward order: group g is final once the backward of the layer of
    * its last tensor is submitted; its reduction and its updates go in right then. */
@@ -157,9 +167,9 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   for (int l = m->n - 1; l >= 0; l--) {
     if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
     for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
-    for (; g < t->ngroups && t->tensors[t->groups[g].first + t->groups[g].count - 1].layer == l; g++) {
+    for (; g < t->ngroups && t->tensors[t->groups[g].end - 1].layer == l; g++) {
       SUBMIT(_tsr_group_allreduce(t, g, id));
-      for (int i = t->groups[g].first; i < t->groups[g].first + t->groups[g].count; i++)
+      for (int i = t->groups[g].first; i < t->groups[g].end; i++)
         if (t->tensors[i].trainable) {
           if (t->check_finite)
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
@@ -167,7 +177,10 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
         }
     }
   }
-  return TSR_OK;
+  /* Last, so that it also reads the control word after group 0's reduction (host order only). */
+  return _tsr_insert_loss_sum_ctl(t->slices, t->loss, t->ctl, &pend->flag, &pend->value, "loss_sum", &pend->task)
+             ? TSR_ERR_RUNTIME
+             : TSR_OK;
 }
 
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id_out) {
@@ -200,6 +213,15 @@ tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step, double *loss) {
   TSR_TRY(_tsr_wait_step(t, step));
   if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
   *loss = t->history[step];
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step, double *sum) {
+  if (!t || !sum || step < 0 || step >= t->nsteps)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_flag: step %lld was not submitted (%lld submitted)", (long long)step,
+                      t ? (long long)t->nsteps : 0LL);
+  TSR_TRY(_tsr_wait_step(t, step));
+  *sum = t->flag_history[step];
   return TSR_OK;
 }
 

@@ -76,7 +76,9 @@ static tsr_status layout_tensors(tsr_trainer *t) {
     }
   }
   t->nparams = off_p, t->nstate = off_s;
-  t->params = zalloc(off_p * 4), t->grads = zalloc(off_p * 4), t->mom = zalloc(off_p * 4), t->vel = zalloc(off_p * 4);
+  /* the gradient buffer starts with the control word (tsr_trainer_set_flag), then the gradients */
+  t->params = zalloc(off_p * 4), t->grads = zalloc((off_p + TSR_CTL_FLOATS) * 4), t->mom = zalloc(off_p * 4);
+  t->vel = zalloc(off_p * 4);
   t->state = zalloc(off_s * 4);
   if (!t->params || !t->grads || !t->mom || !t->vel || !t->state)
     return _tsr_error(TSR_ERR_NOMEM, "trainer: cannot allocate %zu parameters", off_p);
@@ -87,7 +89,7 @@ static tsr_status layout_tensors(tsr_trainer *t) {
     init_tensor(p, t, t->seed * 1000003u + (uint64_t)i);
     p->hw = _tsr_register_floats(p->w, p->n);
     if (!p->trainable) continue;
-    p->g = t->grads + off, p->m = t->mom + off, p->v = t->vel + off; /* hg: a child of its gradient group */
+    p->g = t->grads + TSR_CTL_FLOATS + off, p->m = t->mom + off, p->v = t->vel + off; /* hg: a child of its gradient group */
     p->hm = _tsr_register_floats(p->m, p->n);
     p->hv = _tsr_register_floats(p->v, p->n);
   }
@@ -262,7 +264,8 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   t->ls = calloc(m->n, sizeof *t->ls);
   t->history_cap = 1024;
   t->history = calloc(t->history_cap, sizeof(double));
-  tsr_status st = (!t->slice_n || !t->slice_off || !t->ls || !t->history)
+  t->flag_history = calloc(t->history_cap, sizeof(double));
+  tsr_status st = (!t->slice_n || !t->slice_off || !t->ls || !t->history || !t->flag_history)
                       ? _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory")
                       : TSR_OK;
   for (int s = 0, off = 0; st == TSR_OK && s < t->slices; s++) {
@@ -329,12 +332,13 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   }
   free(t->params), free(t->grads), free(t->mom), free(t->vel), free(t->state);
   free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
-  free(t->lossbuf), free(t->pending), free(t->history);
+  free(t->lossbuf), free(t->pending), free(t->history), free(t->flag_history);
   pthread_mutex_destroy(&t->nonfinite.lock);
   free(t);
 }
 
 void tsr_trainer_set_lr(tsr_trainer *t, float lr) { if (t) t->lr = lr; }
+void tsr_trainer_set_flag(tsr_trainer *t, float value) { if (t) t->flag = value; }
 int tsr_trainer_batch(const tsr_trainer *t) { return t->batch; }
 
 void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w) {
@@ -403,13 +407,7 @@ tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updat
                       (long long)updates);
   TSR_TRY(tsr_trainer_sync(t));
   /* Earlier steps' losses are no longer addressable by id: the history restarts at `steps`. */
-  int64_t cap = t->history_cap;
-  while (cap <= steps) cap *= 2;
-  if (cap != t->history_cap) {
-    double *h = realloc(t->history, cap * sizeof(double));
-    if (!h) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for the loss history");
-    t->history = h, t->history_cap = cap;
-  }
+  TSR_TRY(_tsr_history_reserve(t, steps));
   for (int i = 0; i <= t->window; i++) t->pending[i].step = -1;
   t->nsteps = steps, t->nupdates = updates;
   _tsr_finite_reset(&t->nonfinite);

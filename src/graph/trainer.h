@@ -38,7 +38,12 @@ struct _tsr_pending {
   double value;
   int64_t step;
   double submitted;     /* starpu_timing_now() at submission, in us */
+  double flag;          /* train steps: the control word's element 0 summed over ranks */
 };
+
+/* The control word: TSR_CTL_FLOATS floats at the start of the gradient buffer, the first child of
+ * gradient group 0, so the allreduce sums it with the gradients (tsr_trainer_set_flag). */
+#define TSR_CTL_FLOATS 16
 
 struct tsr_trainer {
   tsr_context *ctx;
@@ -66,6 +71,10 @@ struct tsr_trainer {
   int64_t nupdates;     /* optimizer steps (Adam's bias correction) */
   struct _tsr_pending *pending; /* [window + 1] */
   double *history;      /* loss per step, filled when waited */
+  double *flag_history; /* control word sum per step (0 for eval steps), same indexing */
+  float flag;           /* this rank's control value for steps submitted from now on */
+  starpu_data_handle_t ctl; /* the control word: a child of group 0 (registered alone without groups) */
+  int ctl_own;          /* ctl registered on its own (no gradient group): unregister it */
   int64_t history_cap;
   /* data parallelism: gradient groups reduced across ranks (src/comm) */
   int rank, size, ngroups, skip_reduce;
@@ -81,6 +90,8 @@ struct tsr_trainer {
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);
 tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step);
+/* Grows the loss and flag histories to hold step `step`. */
+tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step);
 
 /* layers.c: forward and backward of layer l for slice s of step `step` (parity p). */
 int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t step);

@@ -121,7 +121,7 @@ tsr_status _tsr_trace_write_raw(const char *path, const struct _tsr_recs *r, int
     const struct _tsr_rec *e = &r->recs[i];
     deps.n = 0;
     for (int k = 0; k < e->nacc && !oom; k++) oom = access_dep(&m, r->acc[i][k].h, r->acc[i][k].mode, i, &deps);
-    qsort(deps.v, deps.n, sizeof *deps.v, cmp_size);
+    if (deps.n > 1) qsort(deps.v, deps.n, sizeof *deps.v, cmp_size);
     const char *op = strncmp(e->op, "tsr_", 4) == 0 ? e->op + 4 : e->op;
     fprintf(f, "task\t%llu\t%lld\t%d\t%.3f\t%.3f\t%.3f\t%llu\t", (unsigned long long)e->seq, (long long)e->step,
             e->worker, e->submit, e->start, e->end, (unsigned long long)e->bytes);
