@@ -30,8 +30,10 @@ args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epo
   --seed 5 --workers 2 --slices 2 -q --checkpoint-every 3 --keep 2)
 
 # uninterrupted reference (with the same checkpoints: a checkpoint must not change the numbers)
+t0=$(date +%s%N)
 "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
   { cat "$tmp/ref.log"; echo "FAIL: reference run"; exit 1; }
+ref_ms=$((($(date +%s%N) - t0) / 1000000))
 nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
 [ "$nsteps" -eq 84 ] && ok "reference run logged $nsteps steps" || ko "reference run logged $nsteps steps, expected 84"
 
@@ -51,8 +53,9 @@ for trial in $(seq 1 "$TRIALS"); do
   for attempt in $(seq 1 8); do
     "$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >>"$d/log" 2>&1 &
     pid=$!
-    # 0.05 .. 1.2 s: start-up, mid-epoch, validation, checkpoint writing
-    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.05 + 1.15 * r / 32767 }')"
+    # a random moment of a whole run (5% .. 95% of the reference's duration): start-up, mid-epoch,
+    # validation, checkpoint writing; the machine's speed does not decide whether anything is killed
+    sleep "$(awk -v r=$RANDOM -v t=$ref_ms 'BEGIN { printf "%.3f", t / 1000 * (0.05 + 0.9 * r / 32767) }')"
     if kill -KILL "$pid" 2>/dev/null; then
       wait "$pid" 2>/dev/null
       kills_total=$((kills_total + 1))
@@ -71,7 +74,8 @@ for trial in $(seq 1 "$TRIALS"); do
     tail -5 "$d/log"
   fi
 done
-echo "SIGKILLs sent: $kills_total"
+if [ "$kills_total" -ge "$TRIALS" ]; then ok "SIGKILLs sent: $kills_total (reference run ${ref_ms} ms)"
+else ko "SIGKILLs sent: $kills_total, fewer than the $TRIALS trials (reference run ${ref_ms} ms)"; fi
 
 # A truncated newest checkpoint is rejected and the previous one is used.
 d=$tmp/trunc
@@ -97,7 +101,7 @@ mkdir -p "$d"
 pid=$!
 # signal it once it is training (a fixed sleep raced with the whole run on an idle machine)
 for i in $(seq 1 3000); do
-  [ "$(wc -l <"$d/steps.csv" 2>/dev/null || echo 0)" -ge 3 ] && break
+  [ -f "$d/steps.csv" ] && [ "$(wc -l <"$d/steps.csv")" -ge 3 ] && break
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.01
 done
