@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <starpu.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -85,12 +87,17 @@ void tt_starpu_stop(void) {
   starpu_shutdown();
 }
 
+/* Folders live under one root per suite run (TT_TMP_ROOT, inherited by Check's forked tests),
+ * removed when the suite ends. */
 const char *tt_tmpdir(void) {
-  static char path[64];
-  strcpy(path, "/tmp/tessera-test-XXXXXX");
+  static char path[512];
+  const char *root = getenv("TT_TMP_ROOT");
+  snprintf(path, sizeof path, "%s/t-XXXXXX", root ? root : "/tmp");
   if (!mkdtemp(path)) return "/tmp";
   return path;
 }
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
 
 int tt_run_suite(Suite *s) {
   tt_starpu_home();
@@ -98,9 +105,13 @@ int tt_run_suite(Suite *s) {
   /* Raw kernels called from the test thread run single-threaded, as in a StarPU worker. */
   omp_set_num_threads(1);
 #endif
+  char root[] = "/tmp/tessera-test-XXXXXX";
+  int have_root = mkdtemp(root) != NULL;
+  if (have_root) setenv("TT_TMP_ROOT", root, 1);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  if (have_root && !getenv("TT_KEEP_TMP")) nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return failed == 0 ? 0 : 1;
 }

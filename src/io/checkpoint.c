@@ -166,6 +166,63 @@ static tsr_status fsync_path(const char *path, int dir) {
   return TSR_OK;
 }
 
+/* ---- the file's own digest (path.sum) ----
+ * Checked before HDF5 parses the file: fuzzing found corrupted files that crash Debian's libhdf5
+ * (in H5Dread/H5Aexists) before the datasets' checksum above can be computed. */
+
+static tsr_status file_digest(const char *path, uint64_t *h, long long *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  static _Thread_local unsigned char buf[1 << 16];
+  *h = 1469598103934665603ull, *size = 0;
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) *h = hash_bytes(*h, buf, n), *size += (long long)n;
+  int bad = ferror(f);
+  fclose(f);
+  return bad ? _tsr_error(TSR_ERR_IO, "%s: read error", path) : TSR_OK;
+}
+
+/* Writes "<path>.sum" (digest and size of the bytes now in `file`) through a temporary and rename. */
+static tsr_status write_sum(const char *path, const char *file) {
+  uint64_t h;
+  long long size;
+  TSR_TRY(file_digest(file, &h, &size));
+  char sum[4096], tmp[4100];
+  snprintf(sum, sizeof sum, "%s.sum", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", sum);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  int ok = fprintf(f, "tessera-checkpoint-digest 1 %016llx %lld\n", (unsigned long long)h, size) > 0;
+  ok = fclose(f) == 0 && ok;
+  tsr_status s = ok ? fsync_path(tmp, 0) : _tsr_error(TSR_ERR_IO, "%s: cannot write", tmp);
+  if (s == TSR_OK && rename(tmp, sum) != 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot rename: %s", tmp, strerror(errno));
+  if (s != TSR_OK) remove(tmp);
+  return s;
+}
+
+/* Compares path's bytes with path.sum; a checkpoint without one (written by hand) is let through. */
+static tsr_status check_sum(const char *path) {
+  char sum[4096];
+  snprintf(sum, sizeof sum, "%s.sum", path);
+  FILE *f = fopen(sum, "r");
+  if (!f) return TSR_OK;
+  unsigned long long want;
+  long long want_size;
+  int n = fscanf(f, "tessera-checkpoint-digest 1 %llx %lld", &want, &want_size);
+  fclose(f);
+  if (n != 2) return _tsr_error(TSR_ERR_FORMAT, "%s: unreadable digest file", sum);
+  uint64_t h;
+  long long size;
+  TSR_TRY(file_digest(path, &h, &size));
+  if (size != want_size)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: %lld bytes, but %lld were written (truncated or corrupted)", path, size,
+                      want_size);
+  if (h != want)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: the file's digest %016llx differs from the one written, %016llx: the file "
+                      "is corrupted", path, (unsigned long long)h, want);
+  return TSR_OK;
+}
+
 /* Writes ck to path through path.tmp, fsync and rename, then syncs the folder so the rename lasts. */
 tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   size_t len = strlen(path);
@@ -187,6 +244,7 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close the checkpoint", tmp);
   _tsr_hdf5_unlock();
   if (s == TSR_OK) s = fsync_path(tmp, 0);
+  if (s == TSR_OK) s = write_sum(path, tmp); /* before the rename: a final name always has its digest */
   if (s == TSR_OK && rename(tmp, path) != 0)
     s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
   if (s != TSR_OK) remove(tmp);
@@ -364,6 +422,7 @@ static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, con
 tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
   memset(ck, 0, sizeof *ck);
   if (access(path, R_OK) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  TSR_TRY(check_sum(path));
   char why[256];
   _tsr_hdf5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -212,6 +212,9 @@ tsr_status tsr_checkpoint_save_rotating(tsr_trainer *t, const char *dir, int kee
   for (int i = keep > 0 ? keep : n; i < n; i++) {
     ckpt_path(path, sizeof path, dir, steps[i]);
     if (remove(path) != 0) _tsr_log(1, "checkpoint: cannot remove %s: %s", path, strerror(errno));
+    char sum[4200];
+    snprintf(sum, sizeof sum, "%s.sum", path);
+    remove(sum); /* its digest (absent for checkpoints written by hand) */
   }
   free(steps);
   return TSR_OK;
