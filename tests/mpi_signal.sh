@@ -46,7 +46,7 @@ for how in mpirun-USR1 ranks-TERM mpirun-TERM; do
   mkdir -p "$d"
   "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log" 2>&1 &
   launcher=$!
-  for i in $(seq 1 300); do # until training is under way (20 steps logged)
+  for i in $(seq 1 1800); do # until training is under way (20 steps logged; slow under sanitizers and load)
     [ -f "$d/steps.csv" ] && [ "$(wc -l <"$d/steps.csv")" -gt 20 ] && break
     sleep 0.1
   done
