@@ -9,7 +9,7 @@ train=$B/tessera-train gen=$B/tessera-datagen
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 tmp=$(mktemp -d /tmp/tessera-mpisig-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_NCPU=1
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
 pass=0 fail=0
 ok() { echo "PASS: $1"; pass=$((pass + 1)); }
 ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
@@ -27,7 +27,7 @@ EOF
 "$gen" --out "$tmp/data.h5" --samples 576 --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
 args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 4 --batch 4 --deterministic
   --seed 5 --workers 1 --slices 2 -q --checkpoint-every 5 --keep 2)
-mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT -x STARPU_NCPU)
+mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT)
 
 "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
   { cat "$tmp/ref.log"; echo "FAIL: 2-rank reference run"; exit 1; }
