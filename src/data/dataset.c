@@ -240,3 +240,20 @@ tsr_status tsr_dataset_read(tsr_dataset *d, int64_t index, float *x, float *y) {
   if (y) TSR_TRY(read_part(d, &d->tg, index, y));
   return TSR_OK;
 }
+
+int _tsr_h5_attr(hid_t obj, const char *name, hid_t type, const void *value) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+  int ok = a >= 0 && H5Awrite(a, type, value) >= 0;
+  if (a >= 0) H5Aclose(a);
+  H5Sclose(sp);
+  return ok;
+}
+
+int _tsr_h5_attr_str(hid_t obj, const char *name, const char *value) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, strlen(value) + 1);
+  int ok = _tsr_h5_attr(obj, name, t, value);
+  H5Tclose(t);
+  return ok;
+}

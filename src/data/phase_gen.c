@@ -220,37 +220,20 @@ tsr_status tsr_phase_gen_sample(const tsr_phase_gen_opts *o, int64_t index, floa
 
 /* ---- HDF5 writer ---- */
 
-static int attr_write(hid_t obj, const char *name, hid_t type, const void *value) {
-  hid_t sp = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-  int ok = a >= 0 && H5Awrite(a, type, value) >= 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(sp);
-  return ok;
-}
-
-static int attr_string(hid_t obj, const char *name, const char *value) {
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, strlen(value) + 1);
-  int ok = attr_write(obj, name, t, value);
-  H5Tclose(t);
-  return ok;
-}
-
 static int write_attrs(hid_t file, const tsr_phase_gen_opts *o, int64_t n) {
   int version = GEN_VERSION;
   long long samples = n;
-  return attr_string(file, "generator", GEN_NAME) && attr_write(file, "generator_version", H5T_NATIVE_INT, &version) &&
-         attr_write(file, "samples", H5T_NATIVE_LLONG, &samples) &&
-         attr_write(file, "size", H5T_NATIVE_INT, &o->size) &&
-         attr_write(file, "atoms_min", H5T_NATIVE_INT, &o->atoms_min) &&
-         attr_write(file, "atoms_max", H5T_NATIVE_INT, &o->atoms_max) &&
-         attr_write(file, "sigma", H5T_NATIVE_FLOAT, &o->sigma) &&
-         attr_write(file, "width_min", H5T_NATIVE_FLOAT, &o->width_min) &&
-         attr_write(file, "width_max", H5T_NATIVE_FLOAT, &o->width_max) &&
-         attr_write(file, "aperture", H5T_NATIVE_FLOAT, &o->aperture) &&
-         attr_write(file, "magnification", H5T_NATIVE_FLOAT, &o->magnification) &&
-         attr_write(file, "seed", H5T_NATIVE_UINT64, &o->seed);
+  return _tsr_h5_attr_str(file, "generator", GEN_NAME) && _tsr_h5_attr(file, "generator_version", H5T_NATIVE_INT, &version) &&
+         _tsr_h5_attr(file, "samples", H5T_NATIVE_LLONG, &samples) &&
+         _tsr_h5_attr(file, "size", H5T_NATIVE_INT, &o->size) &&
+         _tsr_h5_attr(file, "atoms_min", H5T_NATIVE_INT, &o->atoms_min) &&
+         _tsr_h5_attr(file, "atoms_max", H5T_NATIVE_INT, &o->atoms_max) &&
+         _tsr_h5_attr(file, "sigma", H5T_NATIVE_FLOAT, &o->sigma) &&
+         _tsr_h5_attr(file, "width_min", H5T_NATIVE_FLOAT, &o->width_min) &&
+         _tsr_h5_attr(file, "width_max", H5T_NATIVE_FLOAT, &o->width_max) &&
+         _tsr_h5_attr(file, "aperture", H5T_NATIVE_FLOAT, &o->aperture) &&
+         _tsr_h5_attr(file, "magnification", H5T_NATIVE_FLOAT, &o->magnification) &&
+         _tsr_h5_attr(file, "seed", H5T_NATIVE_UINT64, &o->seed);
 }
 
 /* One [n, 1, s, s] float32 dataset, chunked per sample so a training read touches one chunk. */

@@ -75,23 +75,6 @@ static hid_t half_type(void) {
   return t;
 }
 
-static int attr(hid_t obj, const char *name, hid_t type, const void *value) {
-  hid_t sp = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-  int ok = a >= 0 && H5Awrite(a, type, value) >= 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(sp);
-  return ok;
-}
-
-static int attr_str(hid_t obj, const char *name, const char *value) {
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, strlen(value) + 1);
-  int ok = attr(obj, name, t, value);
-  H5Tclose(t);
-  return ok;
-}
-
 static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n, int half) {
   char structs[128] = "", zones[32] = "";
   for (int s = 0; s < TSR_CBED_NSTRUCT; s++)
@@ -105,25 +88,25 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
   int version = GEN_VERSION, p = o->probes * o->probes;
   long long ff = first, nn = n;
   double lambda = tsr_cbed_wavelength(o->kv), sigma = tsr_cbed_sigma(o->kv);
-  return attr_str(f, "generator", GEN_NAME) && attr(f, "generator_version", H5T_NATIVE_INT, &version) &&
-         attr(f, "first_index", H5T_NATIVE_LLONG, &ff) && attr(f, "samples", H5T_NATIVE_LLONG, &nn) &&
-         attr(f, "seed", H5T_NATIVE_UINT64, &o->seed) && attr(f, "kv", H5T_NATIVE_DOUBLE, &o->kv) &&
-         attr(f, "wavelength_A", H5T_NATIVE_DOUBLE, &lambda) && attr(f, "sigma_rad_per_VA", H5T_NATIVE_DOUBLE, &sigma) &&
-         attr(f, "alpha_mrad", H5T_NATIVE_DOUBLE, &o->alpha_mrad) && attr(f, "defocus_A", H5T_NATIVE_DOUBLE, &o->defocus) &&
-         attr(f, "cs_mm", H5T_NATIVE_DOUBLE, &o->cs_mm) && attr(f, "grid", H5T_NATIVE_INT, &o->grid) &&
-         attr(f, "pattern", H5T_NATIVE_INT, &o->pattern) && attr(f, "target", H5T_NATIVE_INT, &o->target) &&
-         attr(f, "probes_per_side", H5T_NATIVE_INT, &o->probes) && attr(f, "probe_positions", H5T_NATIVE_INT, &p) &&
-         attr(f, "fov_A", H5T_NATIVE_DOUBLE, &o->fov) &&
-         attr(f, "thickness_min_A", H5T_NATIVE_DOUBLE, &o->thickness_min) &&
-         attr(f, "thickness_max_A", H5T_NATIVE_DOUBLE, &o->thickness_max) &&
-         attr(f, "slice_A", H5T_NATIVE_DOUBLE, &o->slice) && attr(f, "blur_A", H5T_NATIVE_DOUBLE, &o->blur) &&
-         attr_str(f, "structures", structs) && attr_str(f, "zones", zones) && attr(f, "shift", H5T_NATIVE_INT, &o->shift) &&
-         attr(f, "random_atoms_min", H5T_NATIVE_INT, &o->random_atoms_min) &&
-         attr(f, "random_atoms_max", H5T_NATIVE_INT, &o->random_atoms_max) &&
-         attr_str(f, "intensity", scal[o->intensity]) &&
-         attr(f, "intensity_floor", H5T_NATIVE_DOUBLE, &o->intensity_floor) &&
-         attr(f, "standardize_target", H5T_NATIVE_INT, &o->standardize_target) &&
-         attr_str(f, "storage", half ? "float16" : "float32");
+  return _tsr_h5_attr_str(f, "generator", GEN_NAME) && _tsr_h5_attr(f, "generator_version", H5T_NATIVE_INT, &version) &&
+         _tsr_h5_attr(f, "first_index", H5T_NATIVE_LLONG, &ff) && _tsr_h5_attr(f, "samples", H5T_NATIVE_LLONG, &nn) &&
+         _tsr_h5_attr(f, "seed", H5T_NATIVE_UINT64, &o->seed) && _tsr_h5_attr(f, "kv", H5T_NATIVE_DOUBLE, &o->kv) &&
+         _tsr_h5_attr(f, "wavelength_A", H5T_NATIVE_DOUBLE, &lambda) && _tsr_h5_attr(f, "sigma_rad_per_VA", H5T_NATIVE_DOUBLE, &sigma) &&
+         _tsr_h5_attr(f, "alpha_mrad", H5T_NATIVE_DOUBLE, &o->alpha_mrad) && _tsr_h5_attr(f, "defocus_A", H5T_NATIVE_DOUBLE, &o->defocus) &&
+         _tsr_h5_attr(f, "cs_mm", H5T_NATIVE_DOUBLE, &o->cs_mm) && _tsr_h5_attr(f, "grid", H5T_NATIVE_INT, &o->grid) &&
+         _tsr_h5_attr(f, "pattern", H5T_NATIVE_INT, &o->pattern) && _tsr_h5_attr(f, "target", H5T_NATIVE_INT, &o->target) &&
+         _tsr_h5_attr(f, "probes_per_side", H5T_NATIVE_INT, &o->probes) && _tsr_h5_attr(f, "probe_positions", H5T_NATIVE_INT, &p) &&
+         _tsr_h5_attr(f, "fov_A", H5T_NATIVE_DOUBLE, &o->fov) &&
+         _tsr_h5_attr(f, "thickness_min_A", H5T_NATIVE_DOUBLE, &o->thickness_min) &&
+         _tsr_h5_attr(f, "thickness_max_A", H5T_NATIVE_DOUBLE, &o->thickness_max) &&
+         _tsr_h5_attr(f, "slice_A", H5T_NATIVE_DOUBLE, &o->slice) && _tsr_h5_attr(f, "blur_A", H5T_NATIVE_DOUBLE, &o->blur) &&
+         _tsr_h5_attr_str(f, "structures", structs) && _tsr_h5_attr_str(f, "zones", zones) && _tsr_h5_attr(f, "shift", H5T_NATIVE_INT, &o->shift) &&
+         _tsr_h5_attr(f, "random_atoms_min", H5T_NATIVE_INT, &o->random_atoms_min) &&
+         _tsr_h5_attr(f, "random_atoms_max", H5T_NATIVE_INT, &o->random_atoms_max) &&
+         _tsr_h5_attr_str(f, "intensity", scal[o->intensity]) &&
+         _tsr_h5_attr(f, "intensity_floor", H5T_NATIVE_DOUBLE, &o->intensity_floor) &&
+         _tsr_h5_attr(f, "standardize_target", H5T_NATIVE_INT, &o->standardize_target) &&
+         _tsr_h5_attr_str(f, "storage", half ? "float16" : "float32");
 }
 
 static hid_t create_dset(hid_t f, const char *name, hid_t type, int64_t n, int c, int side) {
