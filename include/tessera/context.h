@@ -13,8 +13,9 @@ extern "C" {
 typedef struct tsr_context tsr_context;
 
 /* Arithmetic of convolutions and transposed convolutions. BF16: inputs rounded to bf16 (oneDNN's
- * bf16/AMX kernels on CPUs), float32 accumulation, outputs, weights and optimizer state. */
-typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1 } tsr_precision;
+ * bf16/AMX kernels on CPUs), float32 accumulation, outputs, weights and optimizer state. FP16: the
+ * same with IEEE half (cuDNN tensor cores on GPUs), with dynamic loss scaling. */
+typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1, TSR_PRECISION_FP16 = 2 } tsr_precision;
 
 typedef struct tsr_context_opts {
   int ncpus;            /* CPU workers; -1 = StarPU's choice (STARPU_NCPU is honoured) */
