@@ -228,10 +228,23 @@ struct tsr_opt_args {
   int64_t step;         /* 1-based, for Adam's bias correction */
   float grad_scale;     /* gradients are multiplied by this first (1, or 1/ranks) */
 };
+/* Dynamic loss scaler state as tasks see it (one StarPU variable; the policy is in
+ * src/optim/loss_scale.c). The check tasks of a step set `overflow`, the step's decision task turns
+ * it into `apply` and `unscale` for that step's updates and moves `scale` for the next step. */
+struct _tsr_scale_state {
+  double scale;         /* multiplies the loss gradient of the steps submitted after the decision */
+  float unscale;        /* the deciding step's 1 / (scale * ranks) */
+  int apply;            /* the deciding step's gradients were finite */
+  int overflow;         /* set by the check tasks of the step in progress */
+  int good_steps;       /* finite steps in a row since the scale last changed */
+  int64_t steps, skipped;
+};
 /* PyTorch semantics (torch.optim.SGD, Adam, AdamW). SGD uses m only; Adam uses m and v. */
 void _tsr_opt_update_cpu(const struct tsr_opt_args *a, size_t n, float *w, const float *g, float *m, float *v);
+/* scaler: the loss scaler's state (R; the update then skips overflowing steps, see optim.c), or NULL. */
 int _tsr_insert_opt_update(const struct tsr_opt_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
-                           starpu_data_handle_t m, starpu_data_handle_t v, const char *name);
+                           starpu_data_handle_t m, starpu_data_handle_t v, starpu_data_handle_t scaler,
+                           const char *name);
 
 /* ---- per-step loss collection (tensor_ops.c) ---- */
 /* Sums k double handles into *out (host memory that outlives the task). */

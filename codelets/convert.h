@@ -1,7 +1,7 @@
 /* Reduced-precision storage formats: float32 <-> bf16 and float32 <-> IEEE fp16 (binary16), both
  * rounding to nearest even with NaN kept NaN and overflow to infinity, on CPUs (convert.c) and on
  * GPUs (convert_cuda.cu, launchers queued on a stream). Used for half-size gradient reductions
- * and by the loss scaler's finiteness check. Values are raw uint16_t bit patterns. */
+ * (wire.c) and by the loss scaler's finiteness check. Values are raw uint16_t bit patterns. */
 #ifndef TSR_CONVERT_H
 #define TSR_CONVERT_H
 
@@ -26,6 +26,21 @@ void _tsr_bf16_accumulate_cpu(float *y, const uint16_t *x, size_t n);
 void _tsr_f16_accumulate_cpu(float *y, const uint16_t *x, size_t n);
 /* 1 when every value is finite */
 int _tsr_all_finite_cpu(const float *x, size_t n);
+
+/* Half-size wire format of a chunk of n floats (wire.c): its first `keep` values as float32 bit
+ * patterns (2 uint16 each), then n - keep halves; n + keep uint16 in all. */
+enum { TSR_WIRE_BF16 = 1, TSR_WIRE_FP16 = 2 }; /* = TSR_REDUCE_BF16, TSR_REDUCE_FP16 */
+/* round_back (may be x): also writes back the values the wire carries (float32 of the halves) */
+void _tsr_wire_pack_cpu(const float *x, size_t n, size_t keep, int fmt, uint16_t *wire, float *round_back);
+void _tsr_wire_unpack_cpu(float *y, size_t n, size_t keep, int fmt, const uint16_t *wire, int accumulate);
+#ifdef STARPU_MAJOR_VERSION
+/* Tasks: pack chunk (R, or RW with round) into wire (W); unpack wire (R) into chunk (W, or RW when
+ * accumulating: chunk += wire). keep <= 16. */
+int _tsr_insert_wire_pack(starpu_data_handle_t chunk, starpu_data_handle_t wire, int fmt, size_t keep, int round,
+                          int prio);
+int _tsr_insert_wire_unpack(starpu_data_handle_t chunk, starpu_data_handle_t wire, int fmt, size_t keep,
+                            int accumulate, int prio);
+#endif
 
 #ifdef TSR_CUDA_STREAM_T
 /* GPU twins (convert_cuda.cu): queued on `stream`; 0, or -1 after printing the failed call.

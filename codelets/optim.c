@@ -81,7 +81,22 @@ static void opt_update_cpu(void *buffers[], void *cl_arg) {
                       TSR_BUF(buffers, 3));
 }
 
+/* With loss scaling: buffer 4 is the scaler state (R); a skipped step leaves w, m, v untouched and
+ * does not count for Adam's bias correction (as torch.cuda.amp skips optimizer.step()). */
+static void opt_update_gated_cpu(void *buffers[], void *cl_arg) {
+  const struct _tsr_scale_state *s = (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(buffers[4]);
+  if (!s->apply) return;
+  _tsr_worker_enter();
+  struct tsr_opt_args a = *(const struct tsr_opt_args *)cl_arg;
+  a.grad_scale = s->unscale;
+  a.step -= s->skipped;
+  _tsr_opt_update_cpu(&a, TSR_NX(buffers, 0), TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
+                      TSR_BUF(buffers, 3));
+}
+
 static struct starpu_perfmodel opt_update_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_update"};
+static struct starpu_perfmodel opt_update_gated_model = {.type = STARPU_HISTORY_BASED,
+                                                         .symbol = "tsr_opt_update_gated"};
 
 static struct starpu_codelet cl_opt_update = {
     .cpu_funcs = {opt_update_cpu}, TSR_CUDA_FUNCS(opt_update_cpu_cuda)
@@ -91,8 +106,19 @@ static struct starpu_codelet cl_opt_update = {
     .model = &opt_update_model,
 };
 
+/* CPU only: the state is a host value (a GPU variant would read it from device memory). */
+static struct starpu_codelet cl_opt_update_gated = {
+    .cpu_funcs = {opt_update_gated_cpu},
+    .cpu_funcs_name = {"opt_update_gated_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_opt_update_gated",
+    .model = &opt_update_gated_model,
+};
+
 int _tsr_insert_opt_update(const struct tsr_opt_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
-                           starpu_data_handle_t m, starpu_data_handle_t v, const char *name) {
-  struct _tsr_buf bufs[] = {{w, STARPU_RW}, {g, STARPU_R}, {m, STARPU_RW}, {v, STARPU_RW}};
+                           starpu_data_handle_t m, starpu_data_handle_t v, starpu_data_handle_t scaler,
+                           const char *name) {
+  struct _tsr_buf bufs[] = {{w, STARPU_RW}, {g, STARPU_R}, {m, STARPU_RW}, {v, STARPU_RW}, {scaler, STARPU_R}};
+  if (scaler) return _tsr_submit(&cl_opt_update_gated, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 5, bufs);
   return _tsr_submit(&cl_opt_update, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 4, bufs);
 }

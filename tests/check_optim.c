@@ -189,7 +189,7 @@ START_TEST(adam_update_runs_through_starpu) {
                        hm = _tsr_register_floats(m, N), hv = _tsr_register_floats(v, N);
   for (int t = 1; t <= 2; t++) {
     a.step = t; /* the task keeps its own copy of the arguments */
-    ck_assert_int_eq(_tsr_insert_opt_update(&a, hw, hg, hm, hv, "adam"), 0);
+    ck_assert_int_eq(_tsr_insert_opt_update(&a, hw, hg, hm, hv, NULL, "adam"), 0);
   }
   starpu_task_wait_for_all();
   starpu_data_unregister(hw);

@@ -1,12 +1,13 @@
 /* Suite "precision": bf16 conv and transposed conv (all three passes) against float64 references
  * with a bound derived from bf16 rounding, the oneDNN implementation chosen in bf16 (a bf16 kernel,
- * not float32 or ref), float32 <-> bf16/fp16 conversions (nearest, ties to even, specials) and the
- * dynamic loss scaler. */
+ * not float32 or ref), float32 <-> bf16/fp16 conversions (nearest, ties to even, specials), the
+ * half-precision wire format of gradient reductions, and loss scaling in training (power-of-two
+ * scales exact, overflowing steps skipped), fp16 refused on CPUs. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <tessera/context.h>
+#include <tessera.h>
 #include "codelets.h"
 #include "convert.h"
 #include "optim/loss_scale.h"
@@ -229,26 +230,187 @@ START_TEST(test_array_conversions_and_accumulation) {
 END_TEST
 
 START_TEST(test_loss_scaler_halves_skips_and_grows) {
-  struct _tsr_loss_scaler s;
-  ck_assert_int_eq(_tsr_loss_scaler_init(&s, 0, 10), TSR_ERR_ARG);
-  ck_assert_int_eq(_tsr_loss_scaler_init(&s, 1024, 0), TSR_ERR_ARG);
-  ck_assert_int_eq(_tsr_loss_scaler_init(&s, 1024, 3), TSR_OK);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 0), 0); /* overflow: skip, halve */
+  struct _tsr_loss_scaler p;
+  struct _tsr_scale_state s;
+  ck_assert_int_eq(_tsr_loss_scaler_init(&p, &s, 0, 10), TSR_ERR_ARG);
+  ck_assert_int_eq(_tsr_loss_scaler_init(&p, &s, 0x1p128, 10), TSR_ERR_ARG);
+  ck_assert_int_eq(_tsr_loss_scaler_init(&p, &s, 1024, 0), TSR_ERR_ARG);
+  ck_assert_int_eq(_tsr_loss_scaler_init(&p, &s, 1024, 3), TSR_OK);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 0), 0); /* overflow: skip, halve */
   ck_assert(s.scale == 512);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 1), 1);
   ck_assert(s.scale == 512);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1); /* third good step in a row: double */
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 1), 1); /* third good step in a row: double */
   ck_assert(s.scale == 1024);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 0), 0); /* an overflow restarts the count */
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
-  ck_assert_int_eq(_tsr_loss_scaler_update(&s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 0), 0); /* an overflow restarts the count */
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 1), 1);
+  ck_assert_int_eq(_tsr_loss_scaler_update(&p, &s, 1), 1);
   ck_assert(s.scale == 512);
   ck_assert(s.skipped == 2 && s.steps == 8);
-  ck_assert_float_eq(_tsr_loss_scaler_unscale(&s, 4), 1.0f / 2048);
-  for (int i = 0; i < 200; i++) _tsr_loss_scaler_update(&s, 0);
+  ck_assert_float_eq(_tsr_loss_scaler_unscale(s.scale, 4), 1.0f / 2048);
+  for (int i = 0; i < 200; i++) _tsr_loss_scaler_update(&p, &s, 0);
   ck_assert(s.scale > 0); /* clamped, never 0 */
+}
+END_TEST
+
+/* ---- loss scaling wired into training (one rank) ---- */
+
+#define LS_S 8
+/* The same batch every step (the sample index only), so that a run whose first k steps were
+ * skipped must end where a run k steps shorter ends. */
+static int ls_fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int c = 0; c < 2; c++)
+    for (int p = 0; p < LS_S * LS_S; p++) x[c * LS_S * LS_S + p] = sinf(0.37f * (p + 1) * (index + 1) + c) * 0.8f;
+  /* targets of magnitude ~4 make weight gradients of magnitude ~10: times 2^127 they overflow */
+  for (int p = 0; p < LS_S * LS_S; p++) y[p] = 4.0f * x[p] * x[p] - 2.4f * x[(p + 1) % (LS_S * LS_S)];
+  return 0;
+}
+
+struct ls_run {
+  double loss[16];
+  float params[4096];
+  size_t nparams;
+  tsr_loss_scale_state state;
+};
+
+/* Deterministic training of a conv-relu-batchnorm-conv model for `steps` steps with SGD and momentum
+ * (an update left scaled would be `scale` times too big; Adam would hide that) or Adam (its bias
+ * correction counts the steps applied). */
+static void ls_train(tsr_optim_kind kind, double loss_scale, double init, int steps, struct ls_run *r) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 1, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "ls"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, LS_S, LS_S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "a", "in", 4, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "ra", TSR_LAYER_RELU, "a"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn", TSR_LAYER_BATCHNORM, "ra"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "bn", 1, 3, 1, 1), TSR_OK);
+  tsr_optim_spec sgd = tsr_optim_spec_default(kind);
+  sgd.lr = kind == TSR_OPTIM_SGD ? 0.05f : 0.01f;
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 4, o.slices = 2, o.seed = 5, o.loss_scale = loss_scale, o.loss_scale_init = init;
+  o.loss_scale_interval = 1000;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &sgd, &o) == TSR_OK, "%s", tsr_last_error());
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, ls_fill, NULL, NULL), TSR_OK);
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, i, &r->loss[i]), TSR_OK);
+  r->nparams = 0;
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape sh;
+    int trainable;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &sh, &trainable), TSR_OK);
+    if (!trainable) continue; /* running statistics move in skipped steps too, as in PyTorch */
+    ck_assert_int_le(r->nparams + tsr_shape_numel(&sh), 4096);
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, r->params + r->nparams), TSR_OK);
+    r->nparams += tsr_shape_numel(&sh);
+  }
+  memset(&r->state, 0, sizeof r->state);
+  if (loss_scale == TSR_LOSS_SCALE_DYNAMIC) ck_assert_int_eq(tsr_trainer_loss_scale_get(t, &r->state), TSR_OK);
+  else ck_assert_int_eq(tsr_trainer_loss_scale_get(t, &r->state), TSR_ERR_STATE);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+
+/* Multiplying by 2^k and by 2^-k is exact in binary floating point (away from overflow and
+ * subnormals), so a power-of-two loss scale must not change a single bit. */
+START_TEST(test_power_of_two_loss_scale_is_bitwise_exact) {
+  static struct ls_run plain, scaled, dyn;
+  ls_train(TSR_OPTIM_SGD, 0, 0, 6, &plain);
+  ls_train(TSR_OPTIM_SGD, 1024, 0, 6, &scaled);
+  ls_train(TSR_OPTIM_SGD, TSR_LOSS_SCALE_DYNAMIC, 0x1p12, 6, &dyn);
+  ck_assert(plain.loss[5] < plain.loss[0]);
+  for (int i = 0; i < 6; i++) {
+    ck_assert_msg(scaled.loss[i] == plain.loss[i], "step %d: loss %.17g with scale 1024, %.17g without", i,
+                  scaled.loss[i], plain.loss[i]);
+    ck_assert_msg(dyn.loss[i] == plain.loss[i], "step %d: loss %.17g with dynamic scale 2^12, %.17g without", i,
+                  dyn.loss[i], plain.loss[i]);
+  }
+  ck_assert(memcmp(scaled.params, plain.params, plain.nparams * sizeof(float)) == 0);
+  ck_assert(memcmp(dyn.params, plain.params, plain.nparams * sizeof(float)) == 0);
+  ck_assert(dyn.state.skipped == 0 && dyn.state.steps == 6 && dyn.state.scale == 0x1p12);
+}
+END_TEST
+
+/* An initial scale of 2^127 overflows float32 gradients: those steps must be skipped (parameters and
+ * Adam's moments untouched, its step count not advanced) and the scale halved each time; after k
+ * skips the run must equal, bit for bit, an unscaled run k steps shorter on the same batch. */
+START_TEST(test_overflowing_loss_scale_skips_steps_and_halves) {
+  enum { N = 12 };
+  static struct ls_run dyn, plain;
+  ls_train(TSR_OPTIM_ADAM, TSR_LOSS_SCALE_DYNAMIC, 0x1p127, N, &dyn);
+  int64_t k = dyn.state.skipped;
+  ck_assert_msg(k >= 1 && k < N, "%lld of %d steps skipped", (long long)k, N);
+  ck_assert(dyn.state.steps == N);
+  ck_assert_msg(dyn.state.scale == ldexp(1, 127 - (int)k), "scale %g after %lld overflows", dyn.state.scale,
+                (long long)k);
+  for (int i = 1; i < k; i++) ck_assert_msg(dyn.loss[i] == dyn.loss[0], "skipped step %d changed the model", i);
+  ls_train(TSR_OPTIM_ADAM, 0, 0, N - (int)k, &plain);
+  ck_assert(memcmp(dyn.params, plain.params, plain.nparams * sizeof(float)) == 0);
+  ck_assert(dyn.loss[N - 1] == plain.loss[N - 1 - k]);
+  ck_assert(dyn.loss[N - 1] < 0.8 * dyn.loss[0]); /* and it trains */
+}
+END_TEST
+
+START_TEST(test_fp16_refused_on_cpus_and_bad_scales_named) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 1, co.use_mpi = 0, co.verbose = 0, co.precision = TSR_PRECISION_FP16;
+  tsr_context *ctx = NULL;
+  ck_assert_int_eq(tsr_context_create(&ctx, &co, NULL, NULL), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "fp16 needs a CUDA worker"));
+  co.precision = TSR_PRECISION_F32;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "ls"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "in", 1, 3, 1, 1), TSR_OK);
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 2, o.loss_scale = -3;
+  tsr_trainer *t = NULL;
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "loss_scale = -3"));
+  o.loss_scale = 0, o.grad_reduce = 7;
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "grad_reduce = 7"));
+  int p = -1;
+  ck_assert_int_eq(tsr_reduce_precision_parse("bf16", &p), TSR_OK);
+  ck_assert_int_eq(p, TSR_REDUCE_BF16);
+  ck_assert_int_eq(tsr_reduce_precision_parse("half", &p), TSR_ERR_ARG);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* The wire format: halves round to nearest even, the float32 head stays exact (the control word),
+ * unpack-accumulate adds in float32. */
+START_TEST(test_wire_pack_keeps_head_exact_and_rounds_the_rest) {
+  enum { N = 40, KEEP = 16 };
+  float x[N], back[N], y[N];
+  uint16_t w[N + KEEP];
+  for (int i = 0; i < N; i++) x[i] = i < KEEP ? 16777215.0f - (float)i * 3.0f : 1.0f + (float)i / 7.0f;
+  for (int fmt = TSR_WIRE_BF16; fmt <= TSR_WIRE_FP16; fmt++) {
+    memcpy(back, x, sizeof x);
+    _tsr_wire_pack_cpu(x, N, KEEP, fmt, w, back);
+    for (int i = 0; i < N; i++) {
+      float want = i < KEEP ? x[i] : fmt == TSR_WIRE_BF16 ? _tsr_bf16_to_f32(_tsr_f32_to_bf16(x[i]))
+                                                          : _tsr_f16_to_f32(_tsr_f32_to_f16(x[i]));
+      ck_assert_msg(back[i] == want, "fmt %d element %d: %g, want %g", fmt, i, back[i], want);
+      y[i] = 1.0f;
+    }
+    _tsr_wire_unpack_cpu(y, N, KEEP, fmt, w, 1);
+    for (int i = 0; i < N; i++) ck_assert_msg(y[i] == 1.0f + back[i], "fmt %d accumulate %d", fmt, i);
+    _tsr_wire_unpack_cpu(y, N, KEEP, fmt, w, 0);
+    ck_assert(memcmp(y, back, sizeof y) == 0);
+  }
 }
 END_TEST
 
@@ -261,7 +423,14 @@ static Suite *make_precision_suite(void) {
   tcase_add_test(k, test_conversions_round_to_nearest_even);
   tcase_add_test(k, test_array_conversions_and_accumulation);
   tcase_add_test(k, test_loss_scaler_halves_skips_and_grows);
+  tcase_add_test(k, test_wire_pack_keeps_head_exact_and_rounds_the_rest);
   suite_add_tcase(s, k);
+  TCase *tr = tcase_create("training");
+  tcase_set_timeout(tr, 120);
+  tcase_add_test(tr, test_power_of_two_loss_scale_is_bitwise_exact);
+  tcase_add_test(tr, test_overflowing_loss_scale_skips_steps_and_halves);
+  tcase_add_test(tr, test_fp16_refused_on_cpus_and_bad_scales_named);
+  suite_add_tcase(s, tr);
   return s;
 }
 

@@ -3,7 +3,9 @@
  * then writes its parameters and losses, so the script can compare ranks with each other, with a
  * 1-rank run of the N-times batch, and repeated runs with each other.
  *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
- *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance) */
+ *             [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S] [--loss-scale-init S]
+ *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance)
+ * PREFIX.rankR.stats gets the bytes this rank sent for reductions and the loss scaler's state. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,8 @@ int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--compare") == 0) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
   int batch = 4, steps = 5, det = 0, variant = -1;
   long long group_bytes = 512; /* several groups */
+  int grad_reduce = TSR_REDUCE_F32;
+  double loss_scale = 0, loss_scale_init = 0;
   const char *out = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
@@ -81,8 +85,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--deterministic")) det = 1;
     else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--grad-reduce") && i + 1 < argc) {
+      if (tsr_reduce_precision_parse(argv[++i], &grad_reduce)) die("--grad-reduce");
+    } else if (!strcmp(argv[i], "--loss-scale") && i + 1 < argc) {
+      i++;
+      loss_scale = !strcmp(argv[i], "dynamic") ? TSR_LOSS_SCALE_DYNAMIC : atof(argv[i]);
+    } else if (!strcmp(argv[i], "--loss-scale-init") && i + 1 < argc) loss_scale_init = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
+                      "         [--group-bytes N] [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S]\n"
+                      "         [--loss-scale-init S]\n"
                       "       mpi_train --compare A B RTOL ATOL\n");
       return 2;
     }
@@ -99,7 +111,8 @@ int main(int argc, char **argv) {
   adam.lr = 1e-2f;
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
-  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes;
+  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes, to.grad_reduce = grad_reduce;
+  to.loss_scale = loss_scale, to.loss_scale_init = loss_scale_init, to.loss_scale_interval = 1000;
   tsr_trainer *t;
   if (tsr_trainer_create(&t, ctx, m, &adam, &to)) {
     fprintf(stderr, "mpi_train: rank %d: %s\n", d.rank, tsr_last_error());
@@ -132,6 +145,16 @@ int main(int argc, char **argv) {
     fwrite(&lf, sizeof lf, 1, f);
   }
   if (f) fclose(f);
+  snprintf(path, sizeof path, "%s.rank%d.stats", out ? out : "mpi_train", d.rank);
+  f = fopen(path, "w");
+  if (!f) die(path);
+  fprintf(f, "reduce_bytes %lld\n", (long long)tsr_trainer_reduce_bytes(t));
+  tsr_loss_scale_state ls;
+  if (loss_scale == TSR_LOSS_SCALE_DYNAMIC) {
+    if (tsr_trainer_loss_scale_get(t, &ls)) die("loss_scale_get");
+    fprintf(f, "scale %g\nskipped %lld\nsteps %lld\n", ls.scale, (long long)ls.skipped, (long long)ls.steps);
+  }
+  fclose(f);
   tsr_trainer_destroy(t);
   tsr_model_destroy(m);
   tsr_context_destroy(ctx);

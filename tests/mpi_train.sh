@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Multi-rank training under mpirun (2 and 4 ranks, oversubscribed): every rank ends with identical
 # parameters, equal (relative 1e-4) to a 1-rank run of the N-times batch; deterministic runs repeat
-# bitwise; a model that differs on one rank stops every rank with an error naming the layer in
+# bitwise; bf16/fp16 reductions keep ranks identical, stay within a stated tolerance of float32 ones
+# and send half the bytes; fp16 reductions with dynamic loss scaling skip overflowing steps alike on
+# all ranks; a model that differs on one rank stops every rank with an error naming the layer in
 # seconds; and, as a check of the checks, skipping the reductions breaks the equality.
 set -u
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
@@ -39,6 +41,44 @@ for n in 2 4; do
     ok "$n ranks: deterministic runs are bitwise identical"
   else ko "$n ranks: deterministic runs are bitwise identical"; fi
 done
+
+# Gradient chunks on the wire in bf16/fp16, summed in float32 (2 ranks, deterministic, against the
+# float32 run det2 above). Each of 6 Adam steps (lr 1e-2) moves a parameter by at most ~lr, and a
+# relative gradient error e (two roundings: 2^-8 bf16, 2^-11 fp16) moves it by ~2 e lr more, so the
+# parameters must agree within 6 * 2 * e * lr: 4.7e-4 (bf16), 5.9e-5 (fp16).
+bytes() { awk '$1 == "reduce_bytes" { print $2 }' "$1"; }
+for fmt in bf16:4.7e-4 fp16:5.9e-5; do
+  tol=${fmt#*:} fmt=${fmt%:*}
+  if run 2 "$tmp/$fmt" --deterministic --grad-reduce $fmt; then ok "2 ranks, $fmt reductions ran"
+  else ko "2 ranks, $fmt reductions ran"; cat "$tmp/$fmt.log"; fi
+  if same_ranks "$tmp/$fmt" 2; then ok "$fmt reductions: every rank holds identical parameters"
+  else ko "$fmt reductions: every rank holds identical parameters"; fi
+  if "$bin" --compare "$tmp/det22.rank0.params" "$tmp/$fmt.rank0.params" 0 "$tol"; then
+    ok "$fmt reductions: parameters within $tol of the float32 reduction's"
+  else ko "$fmt reductions: parameters within $tol of the float32 reduction's"; fi
+  if ! cmp -s "$tmp/det22.rank0.params" "$tmp/$fmt.rank0.params"; then ok "$fmt reductions differ from float32 ones"
+  else ko "$fmt reductions differ from float32 ones (they ran in float32?)"; fi
+  b32=$(bytes "$tmp/det22.rank0.stats") b16=$(bytes "$tmp/$fmt.rank0.stats")
+  # half the bytes, plus the float32 control word (16 floats: 32 bytes more per step and rank here)
+  if [ -n "$b16" ] && [ -n "$b32" ] && [ $((2 * b16)) -le $((b32 + 6 * 64)) ] && [ $((2 * b16)) -ge "$b32" ]; then
+    ok "$fmt reductions send half the bytes ($b16 against $b32)"
+  else ko "$fmt reductions send half the bytes ($b16 against $b32)"; fi
+done
+
+# fp16 on the wire overflows beyond 65504: with a dynamic loss scale starting at 2^24 the first
+# steps overflow on the wire and are skipped on every rank, the scale halves each time, and the run
+# still trains.
+if run 2 "$tmp/ls" --deterministic --grad-reduce fp16 --loss-scale dynamic --loss-scale-init 16777216 --steps 20; then
+  ok "fp16 reductions with dynamic loss scaling ran"
+else ko "fp16 reductions with dynamic loss scaling ran"; cat "$tmp/ls.log"; fi
+skipped=$(awk '$1 == "skipped" { print $2 }' "$tmp/ls.rank0.stats") scale=$(awk '$1 == "scale" { print $2 }' "$tmp/ls.rank0.stats")
+if same_ranks "$tmp/ls" 2 && cmp -s "$tmp/ls.rank0.stats" "$tmp/ls.rank1.stats" && [ "${skipped:-0}" -ge 1 ] &&
+  [ "$skipped" -lt 20 ] && awk -v s="$scale" -v k="$skipped" 'BEGIN { exit !(s == 2^(24 - k)) }'; then
+  ok "overflowing steps skipped alike on both ranks ($skipped of 20), scale halved to $scale"
+else ko "overflowing steps skipped alike on both ranks (skipped ${skipped:-?}, scale ${scale:-?})"; fi
+if od -An -v -tf4 "$tmp/ls.rank0.losses" | awk '{ for (i = 1; i <= NF; i++) l[n++] = $i } END { exit !(n == 20 && l[n - 1] < 0.5 * l[0]) }'; then
+  ok "fp16 reductions with loss scaling train (last loss below half the first)"
+else ko "fp16 reductions with loss scaling train (last loss below half the first)"; fi
 
 start=$(date +%s)
 run 2 "$tmp/mismatch" --variant-rank 1

@@ -30,6 +30,18 @@ tsr_status tsr_optim_kind_parse(const char *name, tsr_optim_kind *kind);
 
 typedef struct tsr_trainer tsr_trainer;
 
+/* Number format of gradient chunks on the wire in reductions across ranks: bf16 and fp16 send half
+ * the bytes; received chunks are summed in float32, and every rank ends with the same values (the
+ * reduced chunk is rounded once and shared). The control word stays float32. */
+typedef enum tsr_reduce_precision { TSR_REDUCE_F32 = 0, TSR_REDUCE_BF16 = 1, TSR_REDUCE_FP16 = 2 } tsr_reduce_precision;
+const char *tsr_reduce_precision_name(int p); /* "f32", "bf16", "fp16" */
+tsr_status tsr_reduce_precision_parse(const char *name, int *p);
+
+/* tsr_trainer_opts.loss_scale: multiply the loss gradient by a scale adjusted from step to step:
+ * halved when a step's reduced gradients hold an Inf or NaN (the step's updates are skipped on
+ * every rank), doubled after loss_scale_interval finite steps in a row. */
+#define TSR_LOSS_SCALE_DYNAMIC (-1.0)
+
 typedef struct tsr_trainer_opts {
   int batch;        /* samples per step on this rank */
   int slices;       /* micro-batch slices per step; 0 = one per CPU worker (at most batch) */
@@ -39,6 +51,10 @@ typedef struct tsr_trainer_opts {
   long long group_bytes; /* gradient group size in bytes for the reductions across ranks: 0 = the
                             environment's TESSERA_GROUP_BYTES ("layer" = one group per layer), else
                             the model file's, else 256 KiB; -1 = one group per layer */
+  int grad_reduce;  /* tsr_reduce_precision of the reductions across ranks; default f32 */
+  double loss_scale;       /* 0 = off, > 0 = static scale, TSR_LOSS_SCALE_DYNAMIC */
+  double loss_scale_init;  /* dynamic: first scale (0 = 65536) */
+  int loss_scale_interval; /* dynamic: finite steps before the scale doubles (0 = 2000) */
 } tsr_trainer_opts;
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);
@@ -107,6 +123,21 @@ tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const f
  * flight (after tsr_trainer_sync). */
 void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates);
 tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates);
+
+/* Bytes this rank has posted to MPI for gradient reductions so far (the ring's sends; 0 on one
+ * rank and with NCCL). Counted at submission. */
+int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t);
+
+/* Loss scaler state (opts.loss_scale): the scale the next step's loss gradient is multiplied by,
+ * finite steps in a row since the last change, and steps decided and skipped (overflow). Get and
+ * set synchronously (they wait for the steps in flight); set only restores a saved state. */
+typedef struct tsr_loss_scale_state {
+  double scale;
+  int64_t good_steps, steps, skipped;
+} tsr_loss_scale_state;
+/* TSR_ERR_STATE when the trainer has no dynamic loss scaling. */
+tsr_status tsr_trainer_loss_scale_get(tsr_trainer *t, tsr_loss_scale_state *s);
+tsr_status tsr_trainer_loss_scale_set(tsr_trainer *t, const tsr_loss_scale_state *s);
 
 /* With opts.check_finite: TSR_ERR_NUMERIC, naming the step, the tensor and its layer, when a gradient
  * of a completed step held a NaN or Inf (the lowest such step; *step set if not NULL); TSR_OK

@@ -7,6 +7,7 @@
 #include <starpu_mpi.h>
 
 #include "comm/groups.h"
+#include "convert.h"
 #include "comm/nccl.h"
 #include "trace/trace.h"
 #include "graph/trainer.h"
@@ -69,12 +70,29 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int le
     g->chunk_len = calloc(r, sizeof *g->chunk_len);
     g->tmp = calloc(r, sizeof *g->tmp);
     g->tmpbuf = calloc(r, sizeof *g->tmpbuf);
-    if (!g->chunks || !g->chunk_len || !g->tmp || !g->tmpbuf) return -1;
+    g->wire = calloc(r, sizeof *g->wire);
+    g->wirebuf = calloc(r, sizeof *g->wirebuf);
+    g->chunk_keep = calloc(r, sizeof *g->chunk_keep);
+    if (!g->chunks || !g->chunk_len || !g->tmp || !g->tmpbuf || !g->wire || !g->wirebuf || !g->chunk_keep) return -1;
+    size_t start = 0;
     for (int c = 0; c < r; c++) {
-      g->chunk_len[c] = (uint32_t)(g->n / r + ((size_t)c < g->n % r));
-      g->tmpbuf[c] = malloc(((size_t)g->chunk_len[c] + 1) * sizeof(float));
-      if (!g->tmpbuf[c]) return -1;
-      g->tmp[c] = _tsr_register_floats(g->tmpbuf[c], g->chunk_len[c]);
+      uint32_t len = (uint32_t)(g->n / r + ((size_t)c < g->n % r));
+      g->chunk_len[c] = len;
+      if (lead && start < TSR_CTL_FLOATS) g->chunk_keep[c] = (uint32_t)(TSR_CTL_FLOATS - start < len ? TSR_CTL_FLOATS - start : len);
+      start += len;
+      if (t->grad_reduce == TSR_REDUCE_F32) {
+        g->tmpbuf[c] = malloc(((size_t)len + 1) * sizeof(float));
+        if (!g->tmpbuf[c]) return -1;
+        g->tmp[c] = _tsr_register_floats(g->tmpbuf[c], len);
+        continue;
+      }
+      size_t wn = (size_t)len + g->chunk_keep[c];
+      g->tmpbuf[c] = malloc((wn + 2) * sizeof(uint16_t));
+      g->wirebuf[c] = malloc((wn + 2) * sizeof(uint16_t));
+      if (!g->tmpbuf[c] || !g->wirebuf[c]) return -1;
+      starpu_vector_data_register(&g->tmp[c], STARPU_MAIN_RAM, (uintptr_t)g->tmpbuf[c], (uint32_t)wn, sizeof(uint16_t));
+      starpu_vector_data_register(&g->wire[c], STARPU_MAIN_RAM, (uintptr_t)g->wirebuf[c], (uint32_t)wn,
+                                  sizeof(uint16_t));
     }
     struct starpu_data_filter fc = {.filter_func = starpu_vector_filter_list, .nchildren = (unsigned)r,
                                     .filter_arg_ptr = g->chunk_len};
@@ -86,8 +104,9 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int le
 
 static void log_layout(const tsr_trainer *t, long long bytes) {
   if (t->rank != 0) return;
-  _tsr_log(1, "gradient groups: %d (%s), reduced over %d rank(s)", t->ngroups,
-           bytes < 0 ? "one per layer" : "layers merged up to the byte threshold", t->size);
+  _tsr_log(1, "gradient groups: %d (%s), reduced over %d rank(s) in %s", t->ngroups,
+           bytes < 0 ? "one per layer" : "layers merged up to the byte threshold", t->size,
+           tsr_reduce_precision_name(t->grad_reduce));
   for (int g = 0; g < t->ngroups; g++) {
     const struct _tsr_group *gr = &t->groups[g];
     _tsr_log(1, "  group %d: %6.1f KiB, tensors %s .. %s", g, gr->n * 4 / 1024.0, t->tensors[gr->first].name,
@@ -133,9 +152,12 @@ void _tsr_groups_destroy(tsr_trainer *t) {
     }
     for (int c = 0; gr->tmp && c < t->size; c++) {
       if (gr->tmp[c]) starpu_data_unregister(gr->tmp[c]);
+      if (gr->wire && gr->wire[c]) starpu_data_unregister(gr->wire[c]);
       free(gr->tmpbuf[c]);
+      if (gr->wirebuf) free(gr->wirebuf[c]);
     }
     free(gr->tensors), free(gr->tensor_len), free(gr->chunks), free(gr->chunk_len), free(gr->tmp), free(gr->tmpbuf);
+    free(gr->wire), free(gr->wirebuf), free(gr->chunk_keep);
   }
   free(t->groups);
   if (t->ctl_own && t->ctl) starpu_data_unregister(t->ctl);
@@ -171,20 +193,22 @@ static starpu_mpi_tag_t ring_tag(int64_t step, int g, int k) {
   return ((((starpu_mpi_tag_t)(step & 0xFFFFF)) * 4096 + g) * 2048) + k;
 }
 
-int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
-  int r = t->size, me = t->rank;
-  if (r < 2 || t->skip_reduce) return 0;
-  if (t->nccl) return _tsr_nccl_allreduce(t, g);
-  struct _tsr_group *gr = &t->groups[g];
-  int next = (me + 1) % r, prev = (me + r - 1) % r, prio = STARPU_MAX_PRIO, ret = 0;
-  starpu_data_unpartition_submit(gr->h, gr->nchild, gr->tensors, STARPU_MAIN_RAM);
-  starpu_data_partition_submit(gr->h, r, gr->chunks);
+/* Bytes chunk c takes on the wire. */
+static int64_t wire_bytes(const tsr_trainer *t, const struct _tsr_group *gr, int c) {
+  if (t->grad_reduce == TSR_REDUCE_F32) return (int64_t)gr->chunk_len[c] * 4;
+  return ((int64_t)gr->chunk_len[c] + gr->chunk_keep[c]) * 2;
+}
+
+/* The ring in float32: chunks travel as they are. */
+static int ring_f32(tsr_trainer *t, struct _tsr_group *gr, int g, int64_t step) {
+  int r = t->size, me = t->rank, next = (me + 1) % r, prev = (me + r - 1) % r, prio = STARPU_MAX_PRIO, ret = 0;
   /* Reduce-scatter: after r-1 rounds this rank holds the full sum of chunk (me + 1) mod r. */
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = ((me - k) % r + r) % r, recv = ((me - k - 1) % r + r) % r;
     ret = send_chunk(gr->chunks[send], next, ring_tag(step, g, k), prio, step);
     if (!ret) ret = recv_chunk(gr->tmp[recv], prev, ring_tag(step, g, k), step);
     if (!ret) ret = _tsr_insert_accumulate_prio(gr->chunks[recv], gr->tmp[recv], "allreduce_sum", prio);
+    t->reduce_bytes += wire_bytes(t, gr, send);
   }
   /* Allgather: pass the reduced chunks around the ring. */
   for (int k = 0; !ret && k < r - 1; k++) {
@@ -192,10 +216,66 @@ int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
     starpu_mpi_tag_t tag = ring_tag(step, g, r - 1 + k);
     ret = send_chunk(gr->chunks[send], next, tag, prio, step);
     if (!ret) ret = recv_chunk(gr->chunks[recv], prev, tag, step);
+    t->reduce_bytes += wire_bytes(t, gr, send);
   }
-  starpu_data_unpartition_submit(gr->h, r, gr->chunks, STARPU_MAIN_RAM);
+  return ret;
+}
+
+/* The same ring with chunks packed to bf16/fp16 for each hop and summed in float32 on receipt. In
+ * the allgather the owner rounds its reduced chunk as it packs it and the others unpack the same
+ * halves, then forward what they received unchanged: every rank ends with identical values. */
+static int ring_half(tsr_trainer *t, struct _tsr_group *gr, int g, int64_t step) {
+  int r = t->size, me = t->rank, next = (me + 1) % r, prev = (me + r - 1) % r, prio = STARPU_MAX_PRIO, ret = 0;
+  int fmt = t->grad_reduce;
+  for (int k = 0; !ret && k < r - 1; k++) {
+    int send = ((me - k) % r + r) % r, recv = ((me - k - 1) % r + r) % r;
+    ret = _tsr_insert_wire_pack(gr->chunks[send], gr->wire[send], fmt, gr->chunk_keep[send], 0, prio);
+    if (!ret) ret = send_chunk(gr->wire[send], next, ring_tag(step, g, k), prio, step);
+    if (!ret) ret = recv_chunk(gr->tmp[recv], prev, ring_tag(step, g, k), step);
+    if (!ret) ret = _tsr_insert_wire_unpack(gr->chunks[recv], gr->tmp[recv], fmt, gr->chunk_keep[recv], 1, prio);
+    t->reduce_bytes += wire_bytes(t, gr, send);
+  }
+  for (int k = 0; !ret && k < r - 1; k++) {
+    int send = ((me + 1 - k) % r + r) % r, recv = ((me - k) % r + r) % r;
+    starpu_mpi_tag_t tag = ring_tag(step, g, r - 1 + k);
+    if (k == 0) {
+      ret = _tsr_insert_wire_pack(gr->chunks[send], gr->wire[send], fmt, gr->chunk_keep[send], 1, prio);
+      if (!ret) ret = send_chunk(gr->wire[send], next, tag, prio, step);
+    } else {
+      ret = send_chunk(gr->tmp[send], next, tag, prio, step); /* received in round k - 1 */
+    }
+    if (!ret) ret = recv_chunk(gr->tmp[recv], prev, tag, step);
+    if (!ret) ret = _tsr_insert_wire_unpack(gr->chunks[recv], gr->tmp[recv], fmt, gr->chunk_keep[recv], 0, prio);
+    t->reduce_bytes += wire_bytes(t, gr, send);
+  }
+  return ret;
+}
+
+int _tsr_group_allreduce(tsr_trainer *t, int g, int64_t step) {
+  if (t->size < 2 || t->skip_reduce) return 0;
+  if (t->nccl) return _tsr_nccl_allreduce(t, g);
+  struct _tsr_group *gr = &t->groups[g];
+  starpu_data_unpartition_submit(gr->h, gr->nchild, gr->tensors, STARPU_MAIN_RAM);
+  starpu_data_partition_submit(gr->h, t->size, gr->chunks);
+  int ret = t->grad_reduce == TSR_REDUCE_F32 ? ring_f32(t, gr, g, step) : ring_half(t, gr, g, step);
+  starpu_data_unpartition_submit(gr->h, t->size, gr->chunks, STARPU_MAIN_RAM);
   starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
   if (ret) _tsr_error(TSR_ERR_RUNTIME, "gradient group %d, step %lld: posting the ring allreduce failed (%d)", g,
                       (long long)step, ret);
   return ret;
+}
+
+int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t) { return t ? t->reduce_bytes : 0; }
+
+static const char *const reduce_names[] = {[TSR_REDUCE_F32] = "f32", [TSR_REDUCE_BF16] = "bf16",
+                                           [TSR_REDUCE_FP16] = "fp16"};
+
+const char *tsr_reduce_precision_name(int p) {
+  return p >= 0 && p <= TSR_REDUCE_FP16 ? reduce_names[p] : "unknown";
+}
+
+tsr_status tsr_reduce_precision_parse(const char *name, int *p) {
+  for (int i = 0; name && p && i <= TSR_REDUCE_FP16; i++)
+    if (strcmp(name, reduce_names[i]) == 0) return *p = i, TSR_OK;
+  return _tsr_error(TSR_ERR_ARG, "gradient reduction precision '%s' (f32, bf16 or fp16)", name ? name : "(null)");
 }

@@ -22,8 +22,13 @@ struct _tsr_group {
   uint32_t *tensor_len;
   starpu_data_handle_t *chunks; /* partition 2: one chunk per rank (ranks > 1 only) */
   uint32_t *chunk_len;
-  starpu_data_handle_t *tmp;    /* receive buffers, one per chunk */
-  float **tmpbuf;
+  starpu_data_handle_t *tmp;    /* receive buffers, one per chunk (wire format with half reductions) */
+  void **tmpbuf;
+  /* half-precision reductions (trainer->grad_reduce): send buffers in the wire format of
+   * codelets/convert.h, and per chunk the values at its start that stay float32 (control word) */
+  starpu_data_handle_t *wire;
+  void **wirebuf;
+  uint32_t *chunk_keep;
 };
 
 /* Default group size when neither the API, TESSERA_GROUP_BYTES nor the model file sets one. */
@@ -35,7 +40,9 @@ struct _tsr_group {
 tsr_status _tsr_groups_build(struct tsr_trainer *t, long long bytes);
 void _tsr_groups_destroy(struct tsr_trainer *t);
 /* Submits the allreduce (sum, ring reduce-scatter + allgather over chunks) of group g for step
- * `step`; the tensors' gradients are usable again by tasks submitted after it. No-op on 1 rank. */
+ * `step`; the tensors' gradients are usable again by tasks submitted after it. No-op on 1 rank.
+ * With trainer->grad_reduce bf16/fp16 chunks travel in half precision and are summed in float32;
+ * the owner of a reduced chunk rounds it as it sends it, so every rank ends with the same values. */
 int _tsr_group_allreduce(struct tsr_trainer *t, int g, int64_t step);
 /* Index of the group holding tensor i. */
 int _tsr_group_of(const struct tsr_trainer *t, int tensor);

@@ -47,14 +47,26 @@ static struct starpu_codelet load_cl = {
     .cpu_funcs = {load_cpu}, .cpu_funcs_name = {"load_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_load", .model = &load_model};
 
+static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->size; }
+
 static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
   static const enum tsr_opt kinds[] = {[TSR_OPTIM_SGD] = TSR_OPT_SGD, [TSR_OPTIM_ADAM] = TSR_OPT_ADAM,
                                        [TSR_OPTIM_ADAMW] = TSR_OPT_ADAMW};
   struct tsr_opt_args a = {.kind = kinds[t->opt.kind], .lr = t->lr, .momentum = t->opt.momentum,
                            .weight_decay = t->opt.weight_decay, .beta1 = t->opt.beta1, .beta2 = t->opt.beta2,
                            .eps = t->opt.eps, .nesterov = t->opt.nesterov, .step = t->nupdates,
-                           .grad_scale = t->skip_reduce ? 1.0f : 1.0f / t->size};
-  return _tsr_insert_opt_update(&a, p->hw, p->hg, p->hm, p->hv, p->name);
+                           .grad_scale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, ranks(t))};
+  return _tsr_insert_opt_update(&a, p->hw, p->hg, p->hm, p->hv, t->scaler_h, p->name);
+}
+
+/* Dynamic loss scaling: every finite-check of the step, then the decision, then the updates that
+ * read it (so they wait for the last group's reduction: a skipped step must skip every tensor). */
+static int submit_check(tsr_trainer *t, const struct _tsr_group *gr) {
+  starpu_data_handle_t h[gr->end - gr->first + 1];
+  int n = 0;
+  for (int i = gr->first; i < gr->end; i++)
+    if (t->tensors[i].trainable) h[n++] = t->tensors[i].hg;
+  return n ? _tsr_insert_scale_check(t->scaler_h, n, h, "loss_scale_check") : 0;
 }
 
 static struct tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) {
@@ -153,6 +165,8 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
     struct tsr_loss_desc d = loss_desc(t, s, nvalid);
     SUBMIT(_tsr_insert_loss(&d, t->ls[t->output_layer].y[s], t->t[p][s], t->ls[t->output_layer].g[s], t->loss[s],
                             "loss"));
+    if (train && t->loss_scale != 0)
+      SUBMIT(_tsr_insert_scale_grad(t->ls[t->output_layer].g[s], t->scaler_h, t->loss_scale, "loss_scale"));
   }
   struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
   pend->step = id;
@@ -169,13 +183,19 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
     for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
     for (; g < t->ngroups && t->tensors[t->groups[g].end - 1].layer == l; g++) {
       SUBMIT(_tsr_group_allreduce(t, g, id));
+      if (t->scaler_h) SUBMIT(submit_check(t, &t->groups[g]));
       for (int i = t->groups[g].first; i < t->groups[g].end; i++)
         if (t->tensors[i].trainable) {
           if (t->check_finite)
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
-          SUBMIT(submit_update(t, &t->tensors[i]));
+          if (!t->scaler_h) SUBMIT(submit_update(t, &t->tensors[i]));
         }
     }
+  }
+  if (t->scaler_h) {
+    SUBMIT(_tsr_insert_scale_decide(t->scaler_h, &t->scaler, ranks(t)));
+    for (int i = 0; i < t->ntensors; i++)
+      if (t->tensors[i].trainable) SUBMIT(submit_update(t, &t->tensors[i]));
   }
   /* Last, so that it also reads the control word after group 0's reduction (host order only). */
   return _tsr_insert_loss_sum_ctl(t->slices, t->loss, t->ctl, &pend->flag, &pend->value, "loss_sum", &pend->task)

@@ -229,6 +229,50 @@ static tsr_status find_io(tsr_trainer *t) {
   return TSR_OK;
 }
 
+/* Static: a fixed multiplier. Dynamic: the scaler state in a handle that the step's tasks read and
+ * write (src/optim/loss_scale.c). */
+static tsr_status setup_loss_scale(tsr_trainer *t, const tsr_trainer_opts *o) {
+  if (t->loss_scale == 0) return TSR_OK;
+  if (t->loss_scale > 0 && t->loss_scale <= 0x1p127) return TSR_OK;
+  if (t->loss_scale != TSR_LOSS_SCALE_DYNAMIC)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: loss_scale = %g (0 off, a scale in (0, 2^127], or "
+                      "TSR_LOSS_SCALE_DYNAMIC)", t->loss_scale);
+  t->scaler_state = calloc(1, sizeof *t->scaler_state);
+  if (!t->scaler_state) return _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory");
+  TSR_TRY(_tsr_loss_scaler_init(&t->scaler, t->scaler_state, o->loss_scale_init ? o->loss_scale_init : 65536.0,
+                                o->loss_scale_interval ? o->loss_scale_interval : 2000));
+  starpu_variable_data_register(&t->scaler_h, STARPU_MAIN_RAM, (uintptr_t)t->scaler_state, sizeof *t->scaler_state);
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_loss_scale_get(tsr_trainer *t, tsr_loss_scale_state *out) {
+  if (!t || !out) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_loss_scale_get: trainer and state are required");
+  if (!t->scaler_h) return _tsr_error(TSR_ERR_STATE, "tsr_trainer_loss_scale_get: no dynamic loss scaling");
+  int ret = starpu_data_acquire(t->scaler_h, STARPU_R);
+  if (ret) return _tsr_error(TSR_ERR_RUNTIME, "loss scaler: starpu_data_acquire failed (%d)", ret);
+  const struct _tsr_scale_state *s = t->scaler_state;
+  *out = (tsr_loss_scale_state){.scale = s->scale, .good_steps = s->good_steps, .steps = s->steps,
+                                .skipped = s->skipped};
+  starpu_data_release(t->scaler_h);
+  return TSR_OK;
+}
+
+tsr_status tsr_trainer_loss_scale_set(tsr_trainer *t, const tsr_loss_scale_state *in) {
+  if (!t || !in) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_loss_scale_set: trainer and state are required");
+  if (!t->scaler_h) return _tsr_error(TSR_ERR_STATE, "tsr_trainer_loss_scale_set: no dynamic loss scaling");
+  if (!(in->scale > 0) || in->scale > 0x1p127 || in->good_steps < 0 || in->steps < 0 || in->skipped < 0 ||
+      in->skipped > in->steps || in->good_steps > in->steps)
+    return _tsr_error(TSR_ERR_ARG, "loss scaler state: scale %g, good steps %lld, steps %lld, skipped %lld", in->scale,
+                      (long long)in->good_steps, (long long)in->steps, (long long)in->skipped);
+  int ret = starpu_data_acquire(t->scaler_h, STARPU_W);
+  if (ret) return _tsr_error(TSR_ERR_RUNTIME, "loss scaler: starpu_data_acquire failed (%d)", ret);
+  struct _tsr_scale_state *s = t->scaler_state;
+  *s = (struct _tsr_scale_state){.scale = in->scale, .unscale = 1.0f, .apply = 1, .good_steps = (int)in->good_steps,
+                                 .steps = in->steps, .skipped = in->skipped};
+  starpu_data_release(t->scaler_h);
+  return TSR_OK;
+}
+
 tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m, const tsr_optim_spec *opt,
                               const tsr_trainer_opts *o) {
   if (!out || !ctx || !m) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: trainer, context and model are required");
@@ -237,6 +281,9 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   tsr_trainer_opts_default(&def);
   if (!o) o = &def;
   if (o->batch <= 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: batch = %d must be positive", o->batch);
+  if (o->grad_reduce < TSR_REDUCE_F32 || o->grad_reduce > TSR_REDUCE_FP16)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: grad_reduce = %d (TSR_REDUCE_F32, _BF16 or _FP16)",
+                      o->grad_reduce);
   if (o->slices < 0 || o->window < 0)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: slices %d and window %d must not be negative", o->slices, o->window);
   if (m->n == 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: model '%s' has no layers", m->name);
@@ -255,6 +302,8 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     _tsr_log(1, "TESSERA_SKIP_ALLREDUCE is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
+  t->grad_reduce = o->grad_reduce;
+  t->loss_scale = o->loss_scale;
   _tsr_finite_init(&t->nonfinite);
   int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
   t->slices = o->slices ? o->slices : (nw > 0 ? nw : 1);
@@ -273,12 +322,16 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     t->slice_off[s] = off;
     off += t->slice_n[s];
   }
+  if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_groups_build(t, group_bytes(o, m));
   if (st == TSR_OK && t->size > 1) st = _tsr_fingerprint_check(t);
   if (st == TSR_OK) st = _tsr_nccl_setup(t);
+  if (st == TSR_OK && t->nccl && t->grad_reduce != TSR_REDUCE_F32)
+    st = _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: %s gradient reductions over NCCL are not implemented (use f32)",
+                    tsr_reduce_precision_name(t->grad_reduce));
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
@@ -324,6 +377,8 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   unreg_slices(t->loss, NULL, t->slices);
   _tsr_nccl_teardown(t);
   _tsr_groups_destroy(t);
+  if (t->scaler_h) starpu_data_unregister(t->scaler_h);
+  free(t->scaler_state);
   for (int i = 0; i < t->ntensors; i++) {
     struct _tsr_ptensor *p = &t->tensors[i];
     if (p->hw) starpu_data_unregister(p->hw);

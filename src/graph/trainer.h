@@ -8,6 +8,7 @@
 #include "codelets.h"
 #include "check_finite.h"
 #include "graph/model.h"
+#include "optim/loss_scale.h"
 
 struct _tsr_ptensor {
   char name[TSR_NAME_MAX + 16];
@@ -81,6 +82,13 @@ struct tsr_trainer {
   double longest_step;  /* seconds from submission to loss of the slowest step so far */
   struct _tsr_group *groups;
   void *nccl;           /* NCCL state when reductions run on GPUs (src/comm/nccl.c), else NULL */
+  int grad_reduce;      /* tsr_reduce_precision of the ring's chunks */
+  int64_t reduce_bytes; /* bytes posted by this rank's ring sends (tsr_trainer_reduce_bytes) */
+  /* loss scaling: a fixed scale, or the dynamic scaler's state in a handle read by the step's tasks */
+  double loss_scale;    /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC */
+  struct _tsr_loss_scaler scaler;
+  struct _tsr_scale_state *scaler_state;
+  starpu_data_handle_t scaler_h;
   int check_finite;             /* scan gradients for NaN/Inf (tsr_trainer_check_finite) */
   struct _tsr_finite nonfinite;
   atomic_int load_failed;

@@ -86,8 +86,9 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   if (opts->ncpus == 0 || opts->ncpus < -1)
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: ncpus = %d (use -1 for the default or a positive count)",
                       opts->ncpus);
-  if (opts->precision != TSR_PRECISION_F32 && opts->precision != TSR_PRECISION_BF16)
-    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision = %d (TSR_PRECISION_F32 or TSR_PRECISION_BF16)",
+  if (opts->precision != TSR_PRECISION_F32 && opts->precision != TSR_PRECISION_BF16 &&
+      opts->precision != TSR_PRECISION_FP16)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision = %d (TSR_PRECISION_F32, _BF16 or _FP16)",
                       opts->precision);
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
@@ -127,6 +128,14 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
     c->use_mpi ? starpu_mpi_shutdown() : starpu_shutdown();
     free(c);
     return _tsr_error(TSR_ERR_RUNTIME, "StarPU started with no worker (STARPU_NCPU=0?)");
+  }
+  /* fp16 convolutions exist only on GPUs (cuDNN): oneDNN 2.6 creates no f16 convolution on CPUs, even
+   * with AVX512-FP16, and running float32 instead would be a silent lie. */
+  if (opts->precision == TSR_PRECISION_FP16 && starpu_cuda_worker_get_count() == 0) {
+    c->use_mpi ? starpu_mpi_shutdown() : starpu_shutdown();
+    free(c);
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision fp16 needs a CUDA worker (CPU convolutions have "
+                                   "no fp16 path: oneDNN here creates no f16 convolution); use bf16 on CPUs");
   }
   context_alive = 1;
   _tsr_log(2, "context: rank %d/%d, %u CPU workers, %u CUDA workers, %s", c->rank, c->size,

@@ -96,7 +96,7 @@ START_TEST(test_dense_dropout_loss_adam_match_cpu) {
   float *cw = malloc(400), *cm = malloc(400), *cv = malloc(400);
   memcpy(cw, pw, 400), memcpy(cm, pm, 400), memcpy(cv, pv, 400);
   starpu_data_handle_t hpw = REG(pw, 100), hpg = REG(pg, 100), hpm = REG(pm, 100), hpv = REG(pv, 100);
-  ck_assert_int_eq(_tsr_insert_opt_update(&oa, hpw, hpg, hpm, hpv, "adam"), 0);
+  ck_assert_int_eq(_tsr_insert_opt_update(&oa, hpw, hpg, hpm, hpv, NULL, "adam"), 0);
   starpu_task_wait_for_all();
   starpu_data_handle_t hs[] = {hx, hw, hb, hy, hdx, hdy, hyh, ht, hg, hl, hpw, hpg, hpm, hpv};
   for (int i = 0; i < 14; i++) starpu_data_unregister(hs[i]);
