@@ -445,6 +445,90 @@ START_TEST(dataset_nan_in_sample_is_reported) {
 }
 END_TEST
 
+/* Rewrites the chunk index record (B-tree v1 key: size, filter mask, 5 offsets; then the chunk's
+ * address) of chunk `i` of a 4-D dataset: its stored size and its address. Corruptions of this
+ * kind, found by fuzzing, made H5Dread copy past its buffers. */
+static void patch_chunk_record(const char *path, const char *name, int i, uint32_t size, uint64_t addr) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t ds = H5Dopen2(f, name, H5P_DEFAULT), sp = H5Dget_space(ds);
+  hsize_t off[4], csize;
+  unsigned mask;
+  haddr_t caddr;
+  ck_assert(H5Dget_chunk_info(ds, sp, i, off, &mask, &caddr, &csize) >= 0);
+  H5Sclose(sp), H5Dclose(ds), H5Fclose(f);
+  FILE *fp = fopen(path, "r+b");
+  static unsigned char buf[4 << 20];
+  size_t n = fread(buf, 1, sizeof buf, fp);
+  int patched = 0;
+  for (size_t p = 48; p + 8 <= n && !patched; p++) {
+    uint64_t a, o0;
+    uint32_t s;
+    memcpy(&a, buf + p, 8), memcpy(&s, buf + p - 48, 4), memcpy(&o0, buf + p - 40, 8);
+    if (a != caddr || s != csize || o0 != off[0]) continue;
+    memcpy(buf + p - 48, &size, 4), memcpy(buf + p, &addr, 8);
+    patched = 1;
+  }
+  ck_assert_msg(patched, "%s: no index record of chunk %d of '%s' found", path, i, name);
+  rewind(fp);
+  ck_assert(fwrite(buf, 1, n, fp) == n);
+  fclose(fp);
+}
+
+/* Opening or reading every sample must fail with TSR_ERR_FORMAT, naming the file and `what`. */
+static void expect_open_or_read_error(const char *path, const char *what) {
+  tsr_dataset *d = NULL;
+  tsr_status s = tsr_dataset_open(&d, path);
+  float x[256], y[256];
+  for (int64_t i = 0; s == TSR_OK && i < tsr_dataset_size(d); i++) s = tsr_dataset_read(d, i, x, y);
+  const char *msg = tsr_last_error();
+  ck_assert_msg(s == TSR_ERR_FORMAT, "%s: status %d, expected TSR_ERR_FORMAT (%s)", path, s, msg);
+  ck_assert_msg(strstr(msg, strrchr(path, '/') + 1) && strstr(msg, what), "message lacks the file or '%s': %s", what,
+                msg);
+  tsr_dataset_close(d);
+}
+
+/* The generator's file of n samples (one chunk each, 1024 bytes) with chunk records rewritten. */
+static char *corrupt_gen_file(int64_t n, int nbad, const int *which, const uint32_t *sizes, const int64_t *back) {
+  tsr_phase_gen_opts o = small_opts(16);
+  char *q = write_gen_file("chunks-bad.h5", &o, n);
+  for (int k = 0; k < nbad; k++) {
+    hid_t f = H5Fopen(q, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "inputs", H5P_DEFAULT), sp = H5Dget_space(ds);
+    hsize_t off[4], csize, fsize;
+    unsigned mask;
+    haddr_t caddr;
+    ck_assert(H5Dget_chunk_info(ds, sp, which[k], off, &mask, &caddr, &csize) >= 0 && H5Fget_filesize(f, &fsize) >= 0);
+    H5Sclose(sp), H5Dclose(ds), H5Fclose(f);
+    patch_chunk_record(q, "inputs", which[k], sizes[k], back[k] ? fsize - back[k] : caddr);
+  }
+  return q;
+}
+
+START_TEST(dataset_corrupt_chunk_index_is_reported) {
+  /* small index (every record checked at open): chunk 1's stored size 8; its address 16 bytes
+   * before the end of the file; its size 2 GiB */
+  const uint32_t sizes[] = {8, 1024, 0x7fffff00u};
+  const int64_t back[] = {0, 16, 0};
+  const char *what[] = {"4 unfiltered chunks holding 3080 bytes", "chunk record 1 of the index is corrupt", "in all"};
+  for (int k = 0; k < 3; k++) {
+    int one = 1;
+    char *q = corrupt_gen_file(4, 1, &one, &sizes[k], &back[k]);
+    expect_open_or_read_error(q, "'inputs'");
+    ck_assert_msg(strstr(tsr_last_error(), what[k]), "case %d: %s", k, tsr_last_error());
+    free(q);
+  }
+  /* large index (records checked when read): sizes 8 and 2040 keep the sum of 1100 chunks right */
+  int which[] = {1000, 1001};
+  uint32_t big[] = {8, 2040};
+  int64_t none[] = {0, 0};
+  char *q = corrupt_gen_file(1100, 2, which, big, none);
+  expect_open_or_read_error(q, "'inputs'");
+  ck_assert_msg(strstr(tsr_last_error(), "chunk at [1000, 0, 0, 0] has stored size 8, expected 1024"), "%s",
+                tsr_last_error());
+  free(q);
+}
+END_TEST
+
 static Suite *make_data_suite(void) {
   Suite *s = suite_create("data");
   TCase *g = tcase_create("generator");
@@ -469,6 +553,7 @@ static Suite *make_data_suite(void) {
   tcase_add_test(d, dataset_garbage_file_is_reported);
   tcase_add_test(d, dataset_truncated_file_is_reported);
   tcase_add_test(d, dataset_nan_in_sample_is_reported);
+  tcase_add_test(d, dataset_corrupt_chunk_index_is_reported);
   suite_add_tcase(s, d);
   return s;
 }

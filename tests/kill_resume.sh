@@ -3,7 +3,8 @@
 # with SIGKILL at random moments and resumed (--resume) until it finishes; every training step's loss,
 # including steps logged twice around a kill, must equal the uninterrupted run's bitwise. Then a
 # truncated newest checkpoint must be rejected (message naming it) and the previous one used, SIGTERM
-# must end a run with a checkpoint and status 143, and a NaN must stop naming the step (or be skipped).
+# must end a run with a checkpoint and status 143 (during training and during validation), and a
+# NaN must stop naming the step (or be skipped).
 set -u
 B=${TESSERA_BUILDDIR:-.}
 train=$B/tessera-train gen=$B/tessera-datagen
@@ -115,6 +116,37 @@ if [ $rc -eq 143 ] && grep -q "SIGTERM received: checkpoint" "$d/log" && same_as
 else
   ko "SIGTERM writes a checkpoint and exits with 143 (rc $rc)"
   cat "$d/log"
+fi
+
+# SIGTERM during validation (a large validation set, so the pass is long): the run stops inside it
+# (the epoch's line is not logged yet) with a checkpoint and status 143, and --resume repeats the
+# pass and then trains on to the same losses, validation ones included, as an uninterrupted run.
+d=$tmp/vterm
+mkdir -p "$d"
+"$gen" --out "$d/val.h5" --samples 3000 --size 16 --seed 4 -q || ko "tessera-datagen (validation set)"
+vargs=("${args[@]}")
+vargs[4]=--val vargs[5]=$d/val.h5 vargs[7]=2
+"$train" "${vargs[@]}" --checkpoint-dir "$d/ref" --step-log "$d/ref.csv" --log "$d/ref.log" >"$d/out" 2>&1 ||
+  ko "reference run with a validation set"
+"$train" "${vargs[@]}" --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" --log "$d/run.log" >>"$d/out" 2>&1 &
+pid=$!
+# the last training step of epoch 1 is logged just before its validation pass starts
+for i in $(seq 1 3000); do
+  [ -f "$d/steps.csv" ] && [ "$(wc -l <"$d/steps.csv")" -ge 25 ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.01
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+logged=$(($(wc -l <"$d/run.log") - 1))
+"$train" "${vargs[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" --log "$d/run.log" >>"$d/out" 2>&1
+if [ $rc -eq 143 ] && [ $logged -eq 0 ] && grep -q "SIGTERM received: checkpoint" "$d/out" &&
+  cmp -s "$d/ref.csv" "$d/steps.csv" && [ "$(cut -d, -f1-4 "$d/ref.log")" = "$(cut -d, -f1-4 "$d/run.log")" ]; then
+  ok "SIGTERM during validation: checkpoint and status 143 before the pass ends; the resumed run matches"
+else
+  ko "SIGTERM during validation: checkpoint, status 143 (rc $rc), stopped inside the pass (epochs logged: $logged)"
+  cat "$d/out" "$d/ref.log" "$d/run.log"
 fi
 
 # NaN: SGD with lr 1000 makes the loss overflow within a few steps; stop names the step and the

@@ -531,7 +531,20 @@ restart:
       }
     }
     double train_time = cli_now() - te;
+    int64_t ran = steps - (ep == ep0 ? pos0 : 0); /* training steps of this epoch run by this process */
+    int64_t tsteps, tupdates;
+    tsr_trainer_counters(live.t, &tsteps, &tupdates);
     for (int64_t b = 0; b < nval; b += o.batch) {
+      /* A validation pass can take long: one rank stops inside it, and --resume repeats it from a
+       * checkpoint taken after the epoch's last training step, with the step counter rewound to
+       * it (dropout masks follow the counter). Ranks cannot agree inside a validation pass (no
+       * control word), so several ranks act on a signal after it, as before. */
+      if (nranks == 1 && ck->dir && ckpt_signal()) {
+        harvest_all(&r);
+        check(tsr_trainer_set_counters(live.t, tsteps, tupdates));
+        check(ckpt_save(ck, live.t, ep, steps, ep * steps, r.train_sum, nranks, o.batch, ckpath, sizeof ckpath));
+        stop_on_signal(ckpt_signal(), ckpath, ep * steps);
+      }
       struct slot *s = take_slot(&r);
       s->nvalid = nval - b < o.batch ? (int)(nval - b) : o.batch;
       for (int i = 0; i < o.batch; i++) s->idx[i] = vfirst + b + (i < s->nvalid ? i : 0);
@@ -543,7 +556,7 @@ restart:
     cli_progress_clear(&line);
     last_train = r.train_sum / r.train_steps;
     last_val = nval > 0 ? r.val_sum / r.val_samples : NAN;
-    double sps = (double)steps * o.batch * nranks / train_time, elapsed = cli_now() - t0;
+    double sps = (double)ran * o.batch * nranks / train_time, elapsed = cli_now() - t0;
     char el[32];
     if (talk) {
       printf("epoch %d/%d: train loss %.6g", ep, o.epochs, last_train);

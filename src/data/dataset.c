@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,14 @@ struct part {
   char name[256];   /* "inputs", "targets", "cbed", "potential" or the caller's */
   hid_t dset, fspace;
   int c, h, w;
+  hsize_t chunk[4];  /* chunk dimensions; chunk[0] == 0: not chunked */
+  hsize_t chunk_bytes;
+  int nfilters;      /* filters in the chunks' pipeline: their stored size then varies */
 };
 
 struct tsr_dataset {
   char *path;
+  hsize_t bytes;     /* file size: no stored data may lie past it */
   hid_t file;
   int64_t n;
   struct part in, tg;
@@ -83,6 +88,175 @@ static herr_t list_name(hid_t g, const char *name, const H5L_info_t *info, void 
   return 0;
 }
 
+/* ---- storage checks. HDF5 trusts the type, layout and chunk index it reads from the file, and
+ * corrupted ones (found by fuzzing: chunk records with sizes and addresses that mean nothing) make
+ * H5Dread copy past its own buffers. What its API shows is checked against the file size and the
+ * data space before anything is read. ---- */
+
+/* Floats laid out as IEEE ones are (mantissa from bit 0, then exponent, then sign in the top bit):
+ * float16, bfloat16, float32, float64 pass; HDF5 converts other layouts unreliably. */
+static tsr_status check_float_type(const tsr_dataset *d, const struct part *p, hid_t type, size_t *size) {
+  size_t sz = H5Tget_size(type), spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  int ok = (sz == 2 || sz == 4 || sz == 8) && H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) >= 0 &&
+           H5Tget_offset(type) == 0 && H5Tget_precision(type) == 8 * sz && mpos == 0 && epos == msize &&
+           spos == epos + esize && spos == 8 * sz - 1 && esize >= 2 && esize <= 15 &&
+           H5Tget_ebias(type) == ((size_t)1 << (esize - 1)) - 1;
+  if (!ok)
+    return _tsr_error(TSR_ERR_FORMAT,
+                      "%s: dataset '%s' has a %zu-byte float type with an unusual layout (sign bit %zu, %zu exponent "
+                      "bits at %zu, %zu mantissa bits at %zu); expected float16, bfloat16, float32 or float64",
+                      d->path, p->name, sz, spos, esize, epos, msize, mpos);
+  *size = sz;
+  return TSR_OK;
+}
+
+static const char *layout_name(H5D_layout_t l) {
+  switch (l) {
+  case H5D_COMPACT: return "compact";
+  case H5D_CONTIGUOUS: return "contiguous";
+  case H5D_CHUNKED: return "chunked";
+  case H5D_VIRTUAL: return "virtual";
+  default: return "unknown";
+  }
+}
+
+enum { FULL_SCAN_CHUNKS = 1024 }; /* HDF5 1.10 finds the i-th chunk record in O(i): scan small indexes only */
+
+/* The chunk index as a whole: as many records as the data space has room for, unfiltered ones
+ * adding up to whole chunks, and (small indexes) each record inside the file, of a chunk's size,
+ * at a chunk's offset in increasing order. A fuzzed file whose records disagreed only in this
+ * way (sizes 0 at address 0 next to a valid one) still made H5Dread copy past a 0-byte buffer. */
+static tsr_status check_chunk_index(const tsr_dataset *d, const struct part *p, const hsize_t dims[4],
+                                    hsize_t stored) {
+  hsize_t room = 1, n = 0;
+  for (int i = 0; i < 4; i++) room *= (dims[i] + p->chunk[i] - 1) / p->chunk[i];
+  char why[256];
+  if (H5Dget_num_chunks(p->dset, p->fspace, &n) < 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot read its chunk index (%s)", d->path, p->name,
+                      _tsr_hdf5_reason(why));
+  if (n > room)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': its chunk index lists %llu chunks where %llu fit", d->path,
+                      p->name, (unsigned long long)n, (unsigned long long)room);
+  if (p->nfilters == 0 && stored != n * p->chunk_bytes)
+    return _tsr_error(TSR_ERR_FORMAT,
+                      "%s: dataset '%s': its chunk index lists %llu unfiltered chunks holding %llu bytes, not %llu "
+                      "bytes each",
+                      d->path, p->name, (unsigned long long)n, (unsigned long long)stored,
+                      (unsigned long long)p->chunk_bytes);
+  hsize_t prev = 0;
+  for (hsize_t k = 0; n <= FULL_SCAN_CHUNKS && k < n; k++) {
+    hsize_t o[4], size = 0, linear = 0;
+    unsigned mask = 0;
+    haddr_t at = HADDR_UNDEF;
+    int ok = H5Dget_chunk_info(p->dset, p->fspace, k, o, &mask, &at, &size) >= 0 && at != HADDR_UNDEF && at > 0 &&
+             at < d->bytes && size > 0 && size <= d->bytes - at && (p->nfilters > 0 || size == p->chunk_bytes);
+    for (int i = 0; ok && i < 4; i++) {
+      ok = o[i] % p->chunk[i] == 0 && o[i] < dims[i];
+      linear = linear * ((dims[i] + p->chunk[i] - 1) / p->chunk[i]) + o[i] / p->chunk[i];
+    }
+    if (!ok || (k > 0 && linear <= prev))
+      return _tsr_error(TSR_ERR_FORMAT,
+                        "%s: dataset '%s': chunk record %llu of the index is corrupt (%llu bytes at byte %llu, "
+                        "offset [%llu, %llu, %llu, %llu])",
+                        d->path, p->name, (unsigned long long)k, (unsigned long long)size, (unsigned long long)at,
+                        (unsigned long long)o[0], (unsigned long long)o[1], (unsigned long long)o[2],
+                        (unsigned long long)o[3]);
+    prev = linear;
+  }
+  return TSR_OK;
+}
+
+/* The layout's storage against the data's size (`bytes`) and the file's; notes chunking in p. */
+static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl, const hsize_t dims[4], hsize_t bytes,
+                               size_t tsize) {
+  H5D_layout_t layout = H5Pget_layout(dcpl);
+  hsize_t stored = H5Dget_storage_size(p->dset);
+  if (layout == H5D_COMPACT) {
+    if (stored != bytes)
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' stores %llu bytes of compact data for %llu bytes of values",
+                        d->path, p->name, (unsigned long long)stored, (unsigned long long)bytes);
+    return TSR_OK;
+  }
+  if (layout == H5D_CONTIGUOUS) {
+    if (H5Pget_external_count(dcpl) != 0)
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' keeps its values in external files (not supported)",
+                        d->path, p->name);
+    haddr_t at = H5Dget_offset(p->dset);
+    if (stored != 0 && stored != bytes)
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' stores %llu bytes for %llu bytes of values", d->path,
+                        p->name, (unsigned long long)stored, (unsigned long long)bytes);
+    if (stored != 0 && (at == HADDR_UNDEF || at > d->bytes || stored > d->bytes - at))
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': %llu bytes at byte %llu reach past the end of the file (%llu bytes)",
+                        d->path, p->name, (unsigned long long)stored, (unsigned long long)at,
+                        (unsigned long long)d->bytes);
+    return TSR_OK;
+  }
+  if (layout != H5D_CHUNKED)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %s layout; expected compact, contiguous or chunked",
+                      d->path, p->name, layout_name(layout));
+  if (H5Pget_chunk(dcpl, 4, p->chunk) != 4)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': chunks without 4 dimensions", d->path, p->name);
+  p->chunk_bytes = tsize;
+  for (int i = 0; i < 4; i++) {
+    if (p->chunk[i] == 0 || p->chunk[i] > (1u << 30))
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': chunk dimension %d is %llu", d->path, p->name, i,
+                        (unsigned long long)p->chunk[i]);
+    p->chunk_bytes *= p->chunk[i];
+    if (p->chunk_bytes > UINT32_MAX) /* HDF5's own limit */
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': chunks of more than 4 GiB", d->path, p->name);
+  }
+  if (stored > d->bytes)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': its chunk index lists %llu bytes in all, past the end of the "
+                      "file (%llu bytes)", d->path, p->name, (unsigned long long)stored, (unsigned long long)d->bytes);
+  p->nfilters = H5Pget_nfilters(dcpl);
+  for (int i = 0; i < p->nfilters; i++) {
+    unsigned flags, conf;
+    size_t nv = 0;
+    char fname[64] = "";
+    H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nv, NULL, sizeof fname, fname, &conf);
+    if (id < 0 || H5Zfilter_avail(id) <= 0)
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' needs HDF5 filter %d ('%s'), which is not available",
+                        d->path, p->name, (int)id, fname);
+  }
+  return check_chunk_index(d, p, dims, stored);
+}
+
+/* Every written chunk a sample touches must lie inside the file and, unless a filter changed it,
+ * hold exactly one chunk's bytes (H5Dread copies a chunk's bytes trusting that). Lock held. */
+static tsr_status check_chunks(const tsr_dataset *d, const struct part *p, int64_t index) {
+  if (!p->chunk[0]) return TSR_OK;
+  const hsize_t *cd = p->chunk, dims[4] = {0, (hsize_t)p->c, (hsize_t)p->h, (hsize_t)p->w};
+  unsigned all = p->nfilters >= 32 ? ~0u : (1u << p->nfilters) - 1;
+  hsize_t o[4] = {(hsize_t)index / cd[0] * cd[0], 0, 0, 0};
+  for (o[1] = 0; o[1] < dims[1]; o[1] += cd[1])
+    for (o[2] = 0; o[2] < dims[2]; o[2] += cd[2])
+      for (o[3] = 0; o[3] < dims[3]; o[3] += cd[3]) {
+        unsigned mask = 0;
+        haddr_t at = HADDR_UNDEF;
+        hsize_t size = 0;
+        char why[256];
+        if (H5Dget_chunk_info_by_coord(p->dset, o, &mask, &at, &size) < 0)
+          return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot look up the chunk of sample %lld (%s)", d->path,
+                            p->name, (long long)index, _tsr_hdf5_reason(why));
+        if (at == HADDR_UNDEF) continue; /* never written: HDF5 reads the fill value */
+        if (at > d->bytes || size > d->bytes - at)
+          return _tsr_error(TSR_ERR_FORMAT,
+                            "%s: dataset '%s': the chunk at [%llu, %llu, %llu, %llu] (%llu bytes at byte %llu) lies "
+                            "past the end of the file (%llu bytes)",
+                            d->path, p->name, (unsigned long long)o[0], (unsigned long long)o[1],
+                            (unsigned long long)o[2], (unsigned long long)o[3], (unsigned long long)size,
+                            (unsigned long long)at, (unsigned long long)d->bytes);
+        if ((p->nfilters == 0 || (mask & all) == all) && size != p->chunk_bytes)
+          return _tsr_error(TSR_ERR_FORMAT,
+                            "%s: dataset '%s': the unfiltered chunk at [%llu, %llu, %llu, %llu] has stored size %llu, "
+                            "expected %llu",
+                            d->path, p->name, (unsigned long long)o[0], (unsigned long long)o[1],
+                            (unsigned long long)o[2], (unsigned long long)o[3], (unsigned long long)size,
+                            (unsigned long long)p->chunk_bytes);
+      }
+  return TSR_OK;
+}
+
 /* Opens one of the two datasets and checks it is 4-D float; *n gets its first dimension. */
 static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, int64_t *n) {
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -99,10 +273,13 @@ static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, in
   if (p->dset < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a dataset", d->path, name);
   hid_t type = H5Dget_type(p->dset);
   H5T_class_t cls = type < 0 ? H5T_NO_CLASS : H5Tget_class(type);
+  size_t tsize = 0;
+  tsr_status s = cls == H5T_FLOAT ? check_float_type(d, p, type, &tsize) : TSR_OK;
   if (type >= 0) H5Tclose(type);
   if (cls != H5T_FLOAT)
     return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %s values, expected float", d->path, name,
                       class_name(cls));
+  TSR_TRY(s);
   p->fspace = H5Dget_space(p->dset);
   int nd = p->fspace < 0 ? -1 : H5Sget_simple_extent_ndims(p->fspace);
   if (nd != 4)
@@ -118,7 +295,16 @@ static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, in
   p->h = (int)dims[2];
   p->w = (int)dims[3];
   *n = (int64_t)dims[0];
-  return TSR_OK;
+  hsize_t bytes = tsize;
+  for (int i = 0; i < 4; i++)
+    if (__builtin_mul_overflow(bytes, dims[i], &bytes) || bytes > ((hsize_t)1 << 62))
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' of %llu samples would hold more than 2^62 bytes", d->path,
+                        name, (unsigned long long)dims[0]);
+  hid_t dcpl = H5Dget_create_plist(p->dset);
+  if (dcpl < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot read its storage layout", d->path, name);
+  s = check_layout(d, p, dcpl, dims, bytes, tsize);
+  H5Pclose(dcpl);
+  return s;
 }
 
 static void close_part(struct part *p) {
@@ -141,6 +327,7 @@ static tsr_status open_file(tsr_dataset *d) {
   struct stat st;
   if (stat(d->path, &st) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", d->path, strerror(errno));
   if (!S_ISREG(st.st_mode)) return _tsr_error(TSR_ERR_IO, "%s: not a regular file", d->path);
+  d->bytes = (hsize_t)st.st_size;
   htri_t is = H5Fis_hdf5(d->path);
   if (is == 0) return _tsr_error(TSR_ERR_FORMAT, "%s: not an HDF5 file", d->path);
   char why[256];
@@ -215,11 +402,13 @@ static tsr_status read_part(tsr_dataset *d, struct part *p, int64_t index, float
   _tsr_hdf5_lock();
   /* memory space of the selection's own shape: HDF5 then maps chunks without visiting each element */
   hid_t mspace = H5Screate_simple(4, count, NULL);
-  herr_t e = mspace < 0 ? -1 : H5Sselect_hyperslab(p->fspace, H5S_SELECT_SET, start, NULL, count, NULL);
+  tsr_status s = check_chunks(d, p, index);
+  herr_t e = s != TSR_OK || mspace < 0 ? -1 : H5Sselect_hyperslab(p->fspace, H5S_SELECT_SET, start, NULL, count, NULL);
   if (e >= 0) e = H5Dread(p->dset, H5T_NATIVE_FLOAT, mspace, p->fspace, H5P_DEFAULT, out);
   if (e < 0) _tsr_hdf5_reason(why);
   if (mspace >= 0) H5Sclose(mspace);
   _tsr_hdf5_unlock();
+  if (s != TSR_OK) return s;
   if (e < 0)
     return _tsr_error(TSR_ERR_IO, "%s: dataset '%s': cannot read sample %lld (%s)", d->path, p->name,
                       (long long)index, why);
