@@ -359,6 +359,78 @@ START_TEST(test_overflowing_loss_scale_skips_steps_and_halves) {
 }
 END_TEST
 
+static tsr_trainer *ls_trainer(tsr_context *ctx, tsr_model *m, double loss_scale, double init) {
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 4, o.slices = 2, o.seed = 5, o.loss_scale = loss_scale, o.loss_scale_init = init;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &adam, &o) == TSR_OK, "%s", tsr_last_error());
+  return t;
+}
+
+static void ls_steps(tsr_trainer *t, int n, double *loss) {
+  int64_t id[8];
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_step(t, ls_fill, NULL, &id[i]), TSR_OK);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_loss(t, id[i], &loss[i]), TSR_OK);
+}
+
+/* A run resumed from a checkpoint continues bit for bit only if the scaler's state (scale, good
+ * steps, skipped steps, which Adam's step count depends on) comes back too. */
+START_TEST(test_loss_scaler_state_travels_in_checkpoints) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 1, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "ls"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, LS_S, LS_S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "a", "in", 4, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "ra", TSR_LAYER_RELU, "a"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "ra", 1, 3, 1, 1), TSR_OK);
+  char path[4096], plain[4096];
+  snprintf(path, sizeof path, "%s/scaled.h5", tt_tmpdir());
+  snprintf(plain, sizeof plain, "%s/plain.h5", tt_tmpdir());
+  tsr_checkpoint_meta meta = {.step = 6, .epoch = 1, .position = 6}, got;
+  double before[3], after[3], tmp[6];
+  tsr_loss_scale_state s1, s2;
+
+  tsr_trainer *t = ls_trainer(ctx, m, TSR_LOSS_SCALE_DYNAMIC, 0x1p127);
+  ls_steps(t, 6, tmp);
+  ck_assert_int_eq(tsr_trainer_loss_scale_get(t, &s1), TSR_OK);
+  ck_assert_msg(s1.skipped >= 1 && s1.steps == 6, "skipped %lld of %lld", (long long)s1.skipped, (long long)s1.steps);
+  ck_assert_msg(tsr_checkpoint_save(t, path, &meta) == TSR_OK, "%s", tsr_last_error());
+  ls_steps(t, 3, before);
+  tsr_trainer_destroy(t);
+
+  ck_assert_int_eq(tsr_checkpoint_verify(path, &got, NULL), TSR_OK);
+  ck_assert(got.loss_scale == s1.scale && got.loss_scale_skipped == s1.skipped && got.loss_scale_steps == 6);
+  t = ls_trainer(ctx, m, TSR_LOSS_SCALE_DYNAMIC, 1024);
+  ck_assert_msg(tsr_checkpoint_load(t, path, NULL) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_trainer_loss_scale_get(t, &s2), TSR_OK);
+  ck_assert(memcmp(&s1, &s2, sizeof s1) == 0);
+  ls_steps(t, 3, after);
+  for (int i = 0; i < 3; i++) ck_assert_msg(after[i] == before[i], "resumed step %d: %.17g, %.17g", i, after[i], before[i]);
+  tsr_trainer_destroy(t);
+
+  /* without loss scaling: nothing written, and the file loads into either kind of run */
+  t = ls_trainer(ctx, m, 0, 0);
+  ck_assert_msg(tsr_checkpoint_load(t, path, NULL) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_checkpoint_save(t, plain, &meta) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_destroy(t);
+  ck_assert_int_eq(tsr_checkpoint_verify(plain, &got, NULL), TSR_OK);
+  ck_assert(got.loss_scale == 0);
+  t = ls_trainer(ctx, m, TSR_LOSS_SCALE_DYNAMIC, 1024);
+  ck_assert_msg(tsr_checkpoint_load(t, plain, NULL) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_trainer_loss_scale_get(t, &s2), TSR_OK);
+  ck_assert(s2.scale == 1024 && s2.steps == 0);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_fp16_refused_on_cpus_and_bad_scales_named) {
   tsr_context_opts co;
   tsr_context_opts_default(&co);
@@ -429,6 +501,7 @@ static Suite *make_precision_suite(void) {
   tcase_set_timeout(tr, 120);
   tcase_add_test(tr, test_power_of_two_loss_scale_is_bitwise_exact);
   tcase_add_test(tr, test_overflowing_loss_scale_skips_steps_and_halves);
+  tcase_add_test(tr, test_loss_scaler_state_travels_in_checkpoints);
   tcase_add_test(tr, test_fp16_refused_on_cpus_and_bad_scales_named);
   suite_add_tcase(s, tr);
   return s;

@@ -24,6 +24,8 @@ struct options {
   double val_fraction; /* < 0: not given */
   int epochs, batch, slices, workers, deterministic, quiet;
   int precision;       /* tsr_precision */
+  int grad_reduce;     /* tsr_reduce_precision of the gradient reductions across ranks */
+  double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */
   float lr;            /* < 0: the model file's */
   int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */
   int64_t warmup;
@@ -93,7 +95,12 @@ static void usage(void) {
          "      --warmup-steps N    with linear scaling, ramp up to it over N steps (default 0)\n"
          "      --seed S            seed of initialisation, dropout and shuffling (default 1)\n"
          "      --deterministic     bitwise-reproducible runs for one seed\n"
-         "      --precision P       f32 (default) or bf16: convolutions in bf16, float32 weights\n"
+         "      --precision P       f32 (default) or bf16: convolutions in bf16, float32 weights; fp16 on\n"
+         "                          GPUs only (cuDNN; refused without a CUDA worker)\n"
+         "      --grad-reduce P     f32 (default), bf16 or fp16: gradients cross ranks in that format (half\n"
+         "                          the bytes), summed in float32\n"
+         "      --loss-scale S      off, dynamic (halve and skip the step on overflow, double after 2000\n"
+         "                          good steps; default with fp16) or a fixed scale\n"
          "      --workers N         CPU workers (default: StarPU's choice)\n"
          "      --log FILE          append one CSV row per epoch\n"
          "      --import-params P   start from parameters (.h5 file or folder of .npy files)\n"
@@ -139,6 +146,7 @@ static void parse(int argc, char **argv, struct options *o) {
   enum { O_INDS = 1536, O_TGDS, O_NOSTD, O_PNG, O_PNGN }; /* data options */
   enum { O_CKPT_DIR = 1024, O_CKPT_EVERY, O_KEEP, O_RESUME, O_ON_NAN, O_STEP_LOG };
   enum { O_LRSCALE = 768, O_WARMUP };
+  enum { O_GRADRED = 1792, O_LOSS_SCALE };
   static const struct option longopts[] = {
       {"model", required_argument, NULL, 'm'},     {"data", required_argument, NULL, 'd'},
       {"val", required_argument, NULL, O_VAL},     {"val-fraction", required_argument, NULL, O_VALF},
@@ -149,6 +157,7 @@ static void parse(int argc, char **argv, struct options *o) {
       {"import-params", required_argument, NULL, O_IMPORT}, {"export-params", required_argument, NULL, O_EXPORT},
       {"trace", required_argument, NULL, O_TRACE}, {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
       {"precision", required_argument, NULL, O_PREC},
+      {"grad-reduce", required_argument, NULL, O_GRADRED}, {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
       {"input-dataset", required_argument, NULL, O_INDS}, {"target-dataset", required_argument, NULL, O_TGDS},
       {"no-standardize", no_argument, NULL, O_NOSTD}, {"predict-png", required_argument, NULL, O_PNG},
       {"predict-count", required_argument, NULL, O_PNGN},
@@ -158,7 +167,8 @@ static void parse(int argc, char **argv, struct options *o) {
       {"lr-scaling", required_argument, NULL, O_LRSCALE}, {"warmup-steps", required_argument, NULL, O_WARMUP},
       {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  *o = (struct options){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1, .trace_last = -1};
+  *o = (struct options){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1, .trace_last = -1,
+                        .loss_scale = NAN};
   ckpt_init(&o->ck);
   opterr = 0;
   int c;
@@ -175,8 +185,18 @@ static void parse(int argc, char **argv, struct options *o) {
     case O_SEED: o->seed = cli_parse_u64("--seed", optarg); break;
     case O_DET: o->deterministic = 1; break;
     case O_PREC:
-      if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) cli_usage_error("--precision: '%s' (f32 or bf16)", optarg);
-      o->precision = strcmp(optarg, "bf16") ? TSR_PRECISION_F32 : TSR_PRECISION_BF16;
+      if (strcmp(optarg, "f32") && strcmp(optarg, "bf16") && strcmp(optarg, "fp16"))
+        cli_usage_error("--precision: '%s' (f32, bf16 or fp16)", optarg);
+      o->precision = !strcmp(optarg, "bf16") ? TSR_PRECISION_BF16 : !strcmp(optarg, "fp16") ? TSR_PRECISION_FP16
+                                                                                            : TSR_PRECISION_F32;
+      break;
+    case O_GRADRED:
+      if (tsr_reduce_precision_parse(optarg, &o->grad_reduce)) cli_usage_error("--grad-reduce: '%s' (f32, bf16 or fp16)", optarg);
+      break;
+    case O_LOSS_SCALE:
+      o->loss_scale = !strcmp(optarg, "off") ? 0
+                      : !strcmp(optarg, "dynamic") ? TSR_LOSS_SCALE_DYNAMIC
+                                                   : cli_parse_float("--loss-scale", optarg, 1e-30, 1.7e38);
       break;
     case O_LRSCALE:
       if (strcmp(optarg, "none") && strcmp(optarg, "linear"))
@@ -413,7 +433,9 @@ int main(int argc, char **argv) {
   topts.batch = o.batch;
   topts.slices = o.slices;
   topts.window = WINDOW;
-  topts.check_finite = 1;
+  topts.check_finite = 1; /* with dynamic loss scaling, overflowing steps are skipped instead */
+  topts.grad_reduce = o.grad_reduce;
+  topts.loss_scale = !isnan(o.loss_scale) ? o.loss_scale : o.precision == TSR_PRECISION_FP16 ? TSR_LOSS_SCALE_DYNAMIC : 0;
   check(tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
   if (o.trace) check(tsr_trace_start(live.ctx, o.trace, o.trace_first, o.trace_last));
   /* Every rank's shard must hold samples of the same shapes: checked together, before any rank can
@@ -578,6 +600,13 @@ restart:
     }
   }
   check(tsr_trainer_sync(live.t));
+  tsr_loss_scale_state ls;
+  if (talk && topts.loss_scale == TSR_LOSS_SCALE_DYNAMIC && tsr_trainer_loss_scale_get(live.t, &ls) == TSR_OK)
+    printf("loss scale: %g after %lld steps, %lld skipped (gradient overflow)\n", ls.scale, (long long)ls.steps,
+           (long long)ls.skipped);
+  if (talk && nranks > 1)
+    printf("gradient reductions (%s): %.3g MB sent by rank 0\n", tsr_reduce_precision_name(o.grad_reduce),
+           tsr_trainer_reduce_bytes(live.t) / 1e6);
   if (o.trace) {
     check(tsr_trace_stop(live.ctx));
     if (talk) printf("trace written to %s (tessera-trace %s; %s/trace.json opens in ui.perfetto.dev)\n", o.trace, o.trace, o.trace);

@@ -24,6 +24,10 @@ typedef struct tsr_checkpoint_meta {
   int32_t batch;      /* samples per step on each rank */
   double loss_sum;    /* sum of this epoch's training losses so far (to report the epoch's mean) */
   int64_t trainer_steps, trainer_updates; /* tsr_trainer_counters; filled by tsr_checkpoint_save */
+  /* the dynamic loss scaler's state (tsr_trainer_loss_scale_get), filled by tsr_checkpoint_save;
+   * loss_scale 0: the run had none (a run with dynamic scaling that loads it keeps its own scaler) */
+  double loss_scale;
+  int64_t loss_scale_good_steps, loss_scale_steps, loss_scale_skipped;
 } tsr_checkpoint_meta;
 
 /* Writes the trainer's state and *meta to `path` (through `path`.tmp, fsync, rename). Waits for

@@ -47,7 +47,8 @@ typedef struct tsr_trainer_opts {
   int slices;       /* micro-batch slices per step; 0 = one per CPU worker (at most batch) */
   int window;       /* steps in flight before tsr_trainer_step blocks; default 2 */
   uint64_t seed;    /* parameter initialisation and dropout; 0 = the context's seed */
-  int check_finite; /* 1 = scan every gradient for NaN/Inf before its update (tsr_trainer_check_finite) */
+  int check_finite; /* 1 = scan every gradient for NaN/Inf before its update (tsr_trainer_check_finite);
+                       ignored with dynamic loss scaling, which skips such steps instead */
   long long group_bytes; /* gradient group size in bytes for the reductions across ranks: 0 = the
                             environment's TESSERA_GROUP_BYTES ("layer" = one group per layer), else
                             the model file's, else 256 KiB; -1 = one group per layer */

@@ -186,7 +186,7 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
       if (t->scaler_h) SUBMIT(submit_check(t, &t->groups[g]));
       for (int i = t->groups[g].first; i < t->groups[g].end; i++)
         if (t->tensors[i].trainable) {
-          if (t->check_finite)
+          if (t->check_finite && !t->scaler_h) /* with dynamic scaling an overflow skips the step */
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
           if (!t->scaler_h) SUBMIT(submit_update(t, &t->tensors[i]));
         }

@@ -52,6 +52,11 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
   h = hash_i64(h, (int64_t)m->seed), h = hash_i64(h, m->nranks), h = hash_i64(h, m->batch);
   h = hash_bytes(h, &m->loss_sum, sizeof m->loss_sum);
   h = hash_i64(h, m->trainer_steps), h = hash_i64(h, m->trainer_updates);
+  if (m->loss_scale != 0) { /* absent from files without loss scaling (and older ones) */
+    h = hash_bytes(h, &m->loss_scale, sizeof m->loss_scale);
+    h = hash_i64(h, m->loss_scale_good_steps), h = hash_i64(h, m->loss_scale_steps);
+    h = hash_i64(h, m->loss_scale_skipped);
+  }
   h = hash_i64(h, ck->n);
   for (int i = 0; i < ck->n; i++) {
     const struct _tsr_ck_tensor *t = &ck->t[i];
@@ -115,6 +120,11 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
   if (e >= 0) e = attr_write(f, "batch", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->batch);
   if (e >= 0) e = attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->seed);
   if (e >= 0) e = attr_write(f, "loss_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_sum);
+  struct { const char *name; const int64_t *v; } ls[] = {{"loss_scale_good_steps", &m->loss_scale_good_steps},
+      {"loss_scale_steps", &m->loss_scale_steps}, {"loss_scale_skipped", &m->loss_scale_skipped}};
+  if (e >= 0 && m->loss_scale != 0) e = attr_write(f, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale);
+  for (size_t i = 0; e >= 0 && m->loss_scale != 0 && i < sizeof ls / sizeof *ls; i++)
+    e = attr_write(f, ls[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, ls[i].v);
   if (e >= 0) e = attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
   return e;
 }
@@ -289,6 +299,12 @@ static tsr_status read_meta(hid_t f, const char *file, struct _tsr_ck *ck) {
   TSR_TRY(attr_read(f, file, "batch", H5T_NATIVE_INT32, &m->batch));
   TSR_TRY(attr_read(f, file, "seed", H5T_NATIVE_UINT64, &m->seed));
   TSR_TRY(attr_read(f, file, "loss_sum", H5T_NATIVE_DOUBLE, &m->loss_sum));
+  if (H5Aexists(f, "loss_scale") > 0) { /* only runs with dynamic loss scaling write these */
+    TSR_TRY(attr_read(f, file, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale));
+    TSR_TRY(attr_read(f, file, "loss_scale_good_steps", H5T_NATIVE_INT64, &m->loss_scale_good_steps));
+    TSR_TRY(attr_read(f, file, "loss_scale_steps", H5T_NATIVE_INT64, &m->loss_scale_steps));
+    TSR_TRY(attr_read(f, file, "loss_scale_skipped", H5T_NATIVE_INT64, &m->loss_scale_skipped));
+  }
   return attr_read(f, file, "checksum", H5T_NATIVE_UINT64, &ck->checksum);
 }
 

@@ -45,6 +45,13 @@ tsr_status tsr_checkpoint_save(tsr_trainer *t, const char *path, const tsr_check
   struct _tsr_ck ck = {.meta = *meta};
   ck.meta.seed = t->seed;
   tsr_trainer_counters(t, &ck.meta.trainer_steps, &ck.meta.trainer_updates);
+  tsr_loss_scale_state ls = {0};
+  ck.meta.loss_scale = 0;
+  if (t->scaler_h) {
+    TSR_TRY(tsr_trainer_loss_scale_get(t, &ls));
+    ck.meta.loss_scale = ls.scale, ck.meta.loss_scale_good_steps = ls.good_steps;
+    ck.meta.loss_scale_steps = ls.steps, ck.meta.loss_scale_skipped = ls.skipped;
+  }
   tsr_status s = gather(t, &ck);
   if (s == TSR_OK) {
     ck.checksum = _tsr_ck_checksum(&ck);
@@ -93,6 +100,12 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
     for (int k = 0; s == TSR_OK && ck.t[i].trainable && k < 2; k++) s = tsr_trainer_moment_set(t, i, k, ck.t[i].m[k]);
   }
   if (s == TSR_OK) s = tsr_trainer_set_counters(t, ck.meta.trainer_steps, ck.meta.trainer_updates);
+  if (s == TSR_OK && t->scaler_h && ck.meta.loss_scale != 0) {
+    tsr_loss_scale_state ls = {.scale = ck.meta.loss_scale, .good_steps = ck.meta.loss_scale_good_steps,
+                               .steps = ck.meta.loss_scale_steps, .skipped = ck.meta.loss_scale_skipped};
+    s = tsr_trainer_loss_scale_set(t, &ls);
+    if (s != TSR_OK) s = _tsr_error(TSR_ERR_FORMAT, "%s: loss scaler state: %s", path, tsr_last_error());
+  }
   if (s == TSR_OK && meta) *meta = ck.meta;
   _tsr_ck_free(&ck);
   return s;
