@@ -245,11 +245,6 @@ static struct plan *plan_get(const struct tsr_conv_desc *d, int deconv, int pass
   return p;
 }
 
-const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
-  const char *s = NULL;
-  TSR_DNNL_CHECK(dnnl_primitive_desc_query(plan_get(d, deconv, pass)->pd, dnnl_query_impl_info_str, 0, &s));
-  return s;
-}
 
 static void run_reorder(struct plan_arg *a) {
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->is_out ? a->inner : a->user},
@@ -259,8 +254,8 @@ static void run_reorder(struct plan_arg *a) {
 
 /* Inputs and outputs in the order the plan declared them (fwd: x, w, [b] -> y; bwd_data:
  * dy, w -> dx; bwd_weights: x, dy -> dw, [db]); absent bias pointers are skipped. */
-void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
-                       const float *in1, const float *in2, float *out0, float *out1) {
+static void convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                         const float *in1, const float *in2, float *out0, float *out1) {
   struct plan *p = plan_get(d, deconv, pass);
   void *ptr[NROLE];
   int k = 0;
@@ -295,6 +290,46 @@ void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv
   _tsr_dnnl_run(p->prim, nargs, args);
   for (int i = 0; i < p->nargs; i++)
     if (p->a[i].inner && p->a[i].is_out) run_reorder(&p->a[i]);
+}
+
+/* ---- entry points, each under a kernel guard ---- */
+
+struct convlike_call {
+  const struct tsr_conv_desc *d;
+  int deconv;
+  enum _tsr_conv_pass pass;
+  const float *in[3];
+  float *out[2];
+  const char *impl;
+};
+
+static const char *convlike_op(int deconv, enum _tsr_conv_pass pass) {
+  static const char *ops[2][3] = {{"conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weights"},
+                                  {"deconv2d_fwd", "deconv2d_bwd_data", "deconv2d_bwd_weights"}};
+  return ops[deconv != 0][pass];
+}
+
+static void convlike_impl_body(void *arg) {
+  struct convlike_call *c = arg;
+  TSR_DNNL_CHECK(dnnl_primitive_desc_query(plan_get(c->d, c->deconv, c->pass)->pd, dnnl_query_impl_info_str, 0,
+                                           &c->impl));
+}
+
+/* NULL when the plan could not be made (the failure is recorded, see _tsr_kernel_error). */
+const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
+  struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass};
+  return _tsr_kernel_guard(convlike_op(deconv, pass), convlike_impl_body, &c) ? c.impl : NULL;
+}
+
+static void convlike_run_body(void *arg) {
+  struct convlike_call *c = arg;
+  convlike_run(c->d, c->deconv, c->pass, c->in[0], c->in[1], c->in[2], c->out[0], c->out[1]);
+}
+
+void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                       const float *in1, const float *in2, float *out0, float *out1) {
+  struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
+  _tsr_kernel_guard(convlike_op(deconv, pass), convlike_run_body, &c);
 }
 
 /* PyTorch's formulas, with floor division also for sizes that come out non-positive. */

@@ -95,13 +95,33 @@ static void act_run(struct act_prim *ap, const void *const *ptrs) {
   _tsr_dnnl_run(ap->prim, ap->nargs, args);
 }
 
+/* ---- entry points, each under a kernel guard ---- */
+
+struct act_call {
+  const struct tsr_act_desc *d;
+  const float *x, *y, *dy;
+  float *out;
+};
+
+static void act_fwd_body(void *arg) {
+  struct act_call *c = arg;
+  act_run(act_get(c->d, 0), (const void *[]){c->x, c->out});
+}
+
+static void act_bwd_body(void *arg) {
+  struct act_call *c = arg;
+  struct act_prim *ap = act_get(c->d, 1);
+  act_run(ap, (const void *[]){ap->arg[0] == DNNL_ARG_DST ? c->y : c->x, c->dy, c->out});
+}
+
 void _tsr_act_fwd_cpu(const struct tsr_act_desc *d, const float *x, float *y) {
-  act_run(act_get(d, 0), (const void *[]){x, y});
+  struct act_call c = {.d = d, .x = x, .out = y};
+  _tsr_kernel_guard("act_fwd", act_fwd_body, &c);
 }
 
 void _tsr_act_bwd_cpu(const struct tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx) {
-  struct act_prim *ap = act_get(d, 1);
-  act_run(ap, (const void *[]){ap->arg[0] == DNNL_ARG_DST ? y : x, dy, dx});
+  struct act_call c = {.d = d, .x = x, .y = y, .dy = dy, .out = dx};
+  _tsr_kernel_guard("act_bwd", act_bwd_body, &c);
 }
 
 /* Buffers: x, y */

@@ -1,6 +1,12 @@
-/* Per-thread oneDNN engine/stream, object cache and scratch memory for the CPU kernels. */
+/* Per-thread oneDNN engine/stream, object cache and scratch memory for the CPU kernels, and the
+ * guard that turns a failure inside a kernel into a recorded error instead of an abort. */
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
 #include <string.h>
+
+#include <dnnl_debug.h>
+#include <starpu.h>
 
 #include "kernel_util.h"
 
@@ -51,9 +57,66 @@ static struct thread_state *state(void) {
   return s;
 }
 
+/* ---- failures ---- */
+
+struct guard {
+  jmp_buf jump;
+  const char *op;
+  struct guard *outer;
+};
+
+static _Thread_local struct guard *guard_top;
+static atomic_int failed; /* 0, 1 while the message is written, 2 once it is readable */
+static char failure[512];
+
 void _tsr_kernel_fail(const char *file, int line, const char *call, int status) {
-  fprintf(stderr, "tessera: kernel failure at %s:%d: %s returned %d\n", file, line, call, status);
-  abort();
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&failed, &expected, 1)) {
+    const char *why = status == -1 ? "out of memory" : dnnl_status2str((dnnl_status_t)status);
+    snprintf(failure, sizeof failure, "kernel '%s': %s failed (%s) at %s:%d", guard_top ? guard_top->op : "?", call,
+             why, file, line);
+    atomic_store(&failed, 2);
+  }
+  /* Every entry point runs under a guard; without one (a bug in this library, not bad input) the
+   * failure stays recorded and the caller goes on. */
+  if (guard_top) longjmp(guard_top->jump, 1);
+}
+
+/* Zeroes the write-only buffers of the task this worker runs, if any. */
+static void zero_task_outputs(void) {
+  struct starpu_task *task = starpu_task_get_current();
+  if (!task) return;
+  for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++) {
+    starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, i);
+    if (STARPU_TASK_GET_MODE(task, i) != STARPU_W || starpu_data_get_interface_id(h) != STARPU_VECTOR_INTERFACE_ID)
+      continue;
+    struct starpu_vector_interface *v = starpu_data_get_interface_on_node(h, STARPU_MAIN_RAM);
+    if (v && v->ptr) memset((void *)v->ptr, 0, (size_t)v->nx * v->elemsize);
+  }
+}
+
+int _tsr_kernel_guard(const char *op, void (*body)(void *), void *arg) {
+  struct guard g = {.op = op, .outer = guard_top};
+  guard_top = &g;
+  if (setjmp(g.jump) != 0) {
+    guard_top = g.outer;
+    zero_task_outputs();
+    return 0;
+  }
+  body(arg);
+  guard_top = g.outer;
+  return 1;
+}
+
+int _tsr_kernel_error(char *msg, size_t cap) {
+  if (atomic_load(&failed) != 2) return 0;
+  if (msg && cap) snprintf(msg, cap, "%s", failure);
+  return 1;
+}
+
+void _tsr_kernel_error_clear(void) {
+  int expected = 2;
+  atomic_compare_exchange_strong(&failed, &expected, 0);
 }
 
 dnnl_engine_t _tsr_dnnl_engine(void) {

@@ -9,15 +9,26 @@
 #include <stdlib.h>
 #include <dnnl.h>
 
-/* oneDNN failures inside a kernel are programming errors (shapes are validated by the graph
- * before any task runs): report the call and abort the task's process with a clear message. */
+/* oneDNN failures inside a kernel should not happen (the graph validates shapes before any task
+ * runs), but one must not end the process either: the failed call ends the kernel early (a jump
+ * back to its _tsr_kernel_guard), the first failure is kept process-wide with the op, call and
+ * oneDNN status, and the trainer returns it as a tsr_status from its next call. */
 #define TSR_DNNL_CHECK(call)                                                                       \
   do {                                                                                             \
     dnnl_status_t _st = (call);                                                                    \
     if (_st != dnnl_success) _tsr_kernel_fail(__FILE__, __LINE__, #call, (int)_st);                \
   } while (0)
 
-void _tsr_kernel_fail(const char *file, int line, const char *call, int status) __attribute__((noreturn));
+/* status: a dnnl_status_t, or -1 for a failed allocation. Jumps to the innermost guard. */
+void _tsr_kernel_fail(const char *file, int line, const char *call, int status);
+
+/* Runs body(arg); every entry point into the kernels below runs under one. Returns 1 when the
+ * body completed, 0 when it failed: then the failure is recorded and, inside a StarPU task, the
+ * task's write-only buffers are zeroed so that nothing downstream reads garbage. */
+int _tsr_kernel_guard(const char *op, void (*body)(void *), void *arg);
+/* 1 and the message of the first kernel failure since the last clear, else 0. */
+int _tsr_kernel_error(char *msg, size_t cap);
+void _tsr_kernel_error_clear(void);
 
 dnnl_engine_t _tsr_dnnl_engine(void);
 dnnl_stream_t _tsr_dnnl_stream(void);

@@ -120,21 +120,48 @@ static void pool_run(struct pool_prim *pp, int in_arg, const void *in, int out_a
   _tsr_dnnl_run(pp->prim, nargs, args);
 }
 
-/* Asks oneDNN rather than assuming its layout (u8 or s32 indices depending on the window size). */
-size_t _tsr_pool_ws_bytes(const struct tsr_pool_desc *d) {
-  if (!d->is_max) return 0;
-  dnnl_primitive_desc_t pd = pool_fwd_pd(d);
-  size_t bytes = md_bytes(pd, dnnl_query_workspace_md);
+/* ---- entry points, each under a kernel guard ---- */
+
+struct pool_call {
+  const struct tsr_pool_desc *d;
+  const void *in;
+  void *out, *ws;
+  size_t bytes;
+};
+
+static void ws_bytes_body(void *arg) {
+  struct pool_call *c = arg;
+  dnnl_primitive_desc_t pd = pool_fwd_pd(c->d);
+  c->bytes = md_bytes(pd, dnnl_query_workspace_md);
   dnnl_primitive_desc_destroy(pd);
-  return bytes;
+}
+
+/* Asks oneDNN rather than assuming its layout (u8 or s32 indices depending on the window size).
+ * 0 also when oneDNN failed (recorded, see _tsr_kernel_error). */
+size_t _tsr_pool_ws_bytes(const struct tsr_pool_desc *d) {
+  struct pool_call c = {.d = d};
+  if (d->is_max) _tsr_kernel_guard("pool_fwd", ws_bytes_body, &c);
+  return c.bytes;
+}
+
+static void pool_fwd_body(void *arg) {
+  struct pool_call *c = arg;
+  pool_run(pool_get(c->d, 0), DNNL_ARG_SRC, c->in, DNNL_ARG_DST, c->out, c->ws);
+}
+
+static void pool_bwd_body(void *arg) {
+  struct pool_call *c = arg;
+  pool_run(pool_get(c->d, 1), DNNL_ARG_DIFF_DST, c->in, DNNL_ARG_DIFF_SRC, c->out, c->ws);
 }
 
 void _tsr_pool_fwd_cpu(const struct tsr_pool_desc *d, const float *x, float *y, void *ws) {
-  pool_run(pool_get(d, 0), DNNL_ARG_SRC, x, DNNL_ARG_DST, y, ws);
+  struct pool_call c = {.d = d, .in = x, .out = y, .ws = ws};
+  _tsr_kernel_guard("pool_fwd", pool_fwd_body, &c);
 }
 
 void _tsr_pool_bwd_cpu(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
-  pool_run(pool_get(d, 1), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, (void *)ws);
+  struct pool_call c = {.d = d, .in = dy, .out = dx, .ws = (void *)ws};
+  _tsr_kernel_guard("pool_bwd", pool_bwd_body, &c);
 }
 
 /* Buffers: x, y[, ws] */

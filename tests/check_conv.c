@@ -1,12 +1,14 @@
 /* Suite "conv": conv2d and conv_transpose2d kernels against a float64 direct convolution,
  * gradients against finite differences of sum(y * r), weight-gradient accumulation, the
  * transposed conv as the adjoint of the conv, the size formulas, the oneDNN implementation
- * chosen for the FCDenseNet shapes, and each pass run as a StarPU task. */
+ * chosen for the FCDenseNet shapes, each pass run as a StarPU task, and a oneDNN failure inside a
+ * kernel recorded as an error (output zeroed) instead of ending the process. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codelets.h"
+#include "kernel_util.h"
 #include "testutil.h"
 
 /* Defined in codelets/conv2d.c. */
@@ -367,6 +369,52 @@ END_TEST
 START_TEST(test_deconv2d_bwd_weights_task_matches_kernel) { check_task(1, TSR_CONV_BWD_WEIGHTS); }
 END_TEST
 
+/* A descriptor oneDNN rejects (output height inconsistent with the input and kernel): the graph
+ * never makes one, so this is the clean way to see a oneDNN failure inside a kernel. */
+static struct tsr_conv_desc rejected_desc(void) {
+  struct cfg c = {1, 2, 6, 6, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+  struct tsr_conv_desc d = make_desc(&c, 0);
+  d.oh += 5;
+  return d;
+}
+
+/* The kernel returns instead of aborting, and the failure is kept with the op and oneDNN's status. */
+START_TEST(test_onednn_failure_is_recorded_not_fatal) {
+  _tsr_kernel_error_clear();
+  struct tsr_conv_desc d = rejected_desc();
+  float x[72] = {0}, w[54] = {0}, b[3] = {0}, y[3 * 11 * 6];
+  char msg[512];
+  ck_assert(!_tsr_kernel_error(msg, sizeof msg));
+  _tsr_conv2d_fwd_cpu(&d, x, w, b, y);
+  ck_assert_msg(_tsr_kernel_error(msg, sizeof msg), "no failure recorded");
+  ck_assert_msg(strstr(msg, "conv2d_fwd") && strstr(msg, "invalid_arguments"), "message: %s", msg);
+  ck_assert_msg(_tsr_convlike_impl(&d, 0, TSR_CONV_FWD) == NULL, "a rejected plan has an implementation");
+  _tsr_kernel_error_clear();
+  ck_assert(!_tsr_kernel_error(msg, sizeof msg));
+}
+END_TEST
+
+/* As a StarPU task: the task completes, its write-only output is zeroed, the failure is recorded. */
+START_TEST(test_onednn_failure_in_task_zeroes_output) {
+  _tsr_kernel_error_clear();
+  struct tsr_conv_desc d = rejected_desc();
+  size_t ny = (size_t)d.n * d.co * d.oh * d.ow;
+  float x[72], w[54], b[3], *y = malloc(ny * sizeof *y);
+  tt_fill_uniform(y, ny, 7, 1, 2);
+  starpu_data_handle_t hx = _tsr_register_floats(x, 72), hw = _tsr_register_floats(w, 54);
+  starpu_data_handle_t hb = _tsr_register_floats(b, 3), hy = _tsr_register_floats(y, ny);
+  ck_assert_int_eq(_tsr_insert_conv2d_fwd(&d, hx, hw, hb, hy, "rejected"), 0);
+  starpu_task_wait_for_all();
+  starpu_data_handle_t hs[] = {hx, hw, hb, hy};
+  for (int k = 0; k < 4; k++) starpu_data_unregister(hs[k]);
+  char msg[512];
+  ck_assert_msg(_tsr_kernel_error(msg, sizeof msg) && strstr(msg, "conv2d_fwd"), "no failure recorded");
+  for (size_t i = 0; i < ny; i++) ck_assert_msg(y[i] == 0.0f, "output %zu is %g, not zeroed", i, y[i]);
+  _tsr_kernel_error_clear();
+  free(y);
+}
+END_TEST
+
 static Suite *make_conv_suite(void) {
   Suite *s = suite_create("conv");
   TCase *k = tcase_create("kernels");
@@ -380,6 +428,7 @@ static Suite *make_conv_suite(void) {
   tcase_add_loop_test(k, test_deconv2d_bwd_weights_matches_fd_and_accumulates, 0, NDECONV);
   tcase_add_test(k, test_deconv2d_is_adjoint_of_conv2d);
   tcase_add_test(k, test_fcdensenet_shapes_avoid_reference_kernels);
+  tcase_add_test(k, test_onednn_failure_is_recorded_not_fatal);
   suite_add_tcase(s, k);
 
   TCase *t = tcase_create("tasks");
@@ -391,6 +440,7 @@ static Suite *make_conv_suite(void) {
   tcase_add_test(t, test_deconv2d_fwd_task_matches_kernel);
   tcase_add_test(t, test_deconv2d_bwd_data_task_matches_kernel);
   tcase_add_test(t, test_deconv2d_bwd_weights_task_matches_kernel);
+  tcase_add_test(t, test_onednn_failure_in_task_zeroes_output);
   suite_add_tcase(s, t);
   return s;
 }

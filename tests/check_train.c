@@ -1,11 +1,12 @@
 /* Training as a task graph: the whole-graph gradient (DAG with skip connections, several
- * consumers per layer, slices) against finite differences, overfitting a small batch, and
- * bitwise reproducibility in deterministic mode. */
+ * consumers per layer, slices) against finite differences, overfitting a small batch, bitwise
+ * reproducibility in deterministic mode, and a kernel failure returned as a status. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tessera.h>
 
+#include "codelets.h"
 #include "testutil.h"
 
 #define S 8 /* image side */
@@ -345,6 +346,41 @@ START_TEST(every_trainable_tensor_is_updated_by_a_step) {
 }
 END_TEST
 
+/* A kernel that fails inside a task (oneDNN rejecting a call) records the failure; the trainer
+ * returns it from its next call as TSR_ERR_RUNTIME naming the kernel, and a new trainer starts
+ * clean. The failure is provoked by running the conv kernel on a descriptor oneDNN rejects (the
+ * graph never submits one) in this process, as a worker would. */
+START_TEST(kernel_failure_is_returned_by_the_trainer) {
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m = dag_model();
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 2;
+  tsr_trainer *t;
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_OK);
+  int cin = 2;
+  int64_t id;
+  double loss;
+  ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
+  struct tsr_conv_desc d = {.n = 1, .ci = 1, .h = 4, .w = 4, .co = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+                            .dh = 1, .dw = 1, .oh = 9, .ow = 2}; /* 4x4 input, 3x3 kernel: not 9x2 */
+  float x[16] = {0}, w[9] = {0}, y[18];
+  _tsr_conv2d_fwd_cpu(&d, x, w, NULL, y);
+  ck_assert_int_eq(tsr_trainer_sync(t), TSR_ERR_RUNTIME);
+  ck_assert_msg(strstr(tsr_last_error(), "kernel 'conv2d_fwd'"), "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_trainer_loss(t, 0, &loss), TSR_ERR_RUNTIME);
+  ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, &id), TSR_ERR_RUNTIME);
+  tsr_trainer_destroy(t);
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_train_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("graph");
@@ -356,6 +392,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   tcase_add_test(tc, every_trainable_tensor_is_updated_by_a_step);
   tcase_add_test(tc, control_word_reports_the_value_of_each_step);
+  tcase_add_test(tc, kernel_failure_is_returned_by_the_trainer);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "comm/groups.h"
+#include "kernel_util.h"
 #include "graph/trainer.h"
 #include "runtime/error.h"
 #include "trace/trace.h"
@@ -203,11 +204,20 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
              : TSR_OK;
 }
 
+/* A failure inside a task (a sample that did not load, a kernel error) as the status of the next
+ * call: the tasks themselves cannot return one. */
+static tsr_status task_failure(tsr_trainer *t) {
+  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  char msg[512];
+  if (_tsr_kernel_error(msg, sizeof msg)) return _tsr_error(TSR_ERR_RUNTIME, "%s", msg);
+  return TSR_OK;
+}
+
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id_out) {
   if (!t || !fill) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_step: trainer and fill function are required");
   if (nvalid <= 0 || nvalid > t->batch)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_eval: nvalid = %d must be in [1, %d]", nvalid, t->batch);
-  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  TSR_TRY(task_failure(t));
   int64_t id = t->nsteps;
   /* Bound the steps in flight: wait for the loss of step id - window (and free its ring slot). */
   if (id >= t->window) TSR_TRY(_tsr_wait_step(t, id - t->window));
@@ -231,7 +241,7 @@ tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step, double *loss) {
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_loss: step %lld was not submitted (%lld submitted)", (long long)step,
                       t ? (long long)t->nsteps : 0LL);
   TSR_TRY(_tsr_wait_step(t, step));
-  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  TSR_TRY(task_failure(t));
   *loss = t->history[step];
   return TSR_OK;
 }
@@ -251,7 +261,7 @@ tsr_status tsr_trainer_sync(tsr_trainer *t) {
     if (s >= 0) TSR_TRY(_tsr_wait_step(t, s));
   int ret = starpu_task_wait_for_all();
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "starpu_task_wait_for_all failed (%d)", ret);
-  if (atomic_load(&t->load_failed)) return _tsr_error(TSR_ERR_IO, "%s", t->load_error);
+  TSR_TRY(task_failure(t));
   return TSR_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "comm/fingerprint.h"
 #include "comm/nccl.h"
 #include "graph/trainer.h"
+#include "kernel_util.h"
 #include "runtime/error.h"
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o) {
@@ -165,6 +166,9 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
                                 .sh = L->spec.stride_h, .sw = L->spec.stride_w, .ph = L->spec.pad_h,
                                 .pw = L->spec.pad_w, .is_max = 1};
       size_t bytes = _tsr_pool_ws_bytes(&d);
+      char why[512];
+      if (bytes == 0 && _tsr_kernel_error(why, sizeof why))
+        return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %s", L->name, why);
       if (!(st->wsbuf[s] = zalloc(bytes))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
       starpu_vector_data_register(&st->ws[s], STARPU_MAIN_RAM, (uintptr_t)st->wsbuf[s], (uint32_t)bytes, 1);
     }
@@ -281,6 +285,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   tsr_trainer_opts_default(&def);
   if (!o) o = &def;
   if (o->batch <= 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: batch = %d must be positive", o->batch);
+  _tsr_kernel_error_clear(); /* an earlier trainer's kernel failure is not this one's */
   if (o->grad_reduce < TSR_REDUCE_F32 || o->grad_reduce > TSR_REDUCE_FP16)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: grad_reduce = %d (TSR_REDUCE_F32, _BF16 or _FP16)",
                       o->grad_reduce);
