@@ -503,7 +503,7 @@ int main(int argc, char **argv) {
   cli_progress line;
   cli_progress_init(&line, !talk);
   double t0 = cli_now(), last_train = NAN, last_val = NAN;
-  int64_t total_steps = steps * o.epochs;
+  int64_t total_steps = steps * o.epochs, steps_run = 0; /* training steps this process completed */
 restart:
   for (int ep = ep0; ep <= o.epochs; ep++) {
     r.train_sum = r.val_sum = 0;
@@ -554,6 +554,7 @@ restart:
     }
     double train_time = cli_now() - te;
     int64_t ran = steps - (ep == ep0 ? pos0 : 0); /* training steps of this epoch run by this process */
+    steps_run += ran;
     int64_t tsteps, tupdates;
     tsr_trainer_counters(live.t, &tsteps, &tupdates);
     for (int64_t b = 0; b < nval; b += o.batch) {
@@ -604,9 +605,9 @@ restart:
   if (talk && topts.loss_scale == TSR_LOSS_SCALE_DYNAMIC && tsr_trainer_loss_scale_get(live.t, &ls) == TSR_OK)
     printf("loss scale: %g after %lld steps, %lld skipped (gradient overflow)\n", ls.scale, (long long)ls.steps,
            (long long)ls.skipped);
-  if (talk && nranks > 1)
-    printf("gradient reductions (%s): %.3g MB sent by rank 0\n", tsr_reduce_precision_name(o.grad_reduce),
-           tsr_trainer_reduce_bytes(live.t) / 1e6);
+  if (talk && nranks > 1 && steps_run > 0)
+    printf("gradient reductions (%s): %.6g KB sent by rank 0 per training step\n",
+           tsr_reduce_precision_name(o.grad_reduce), tsr_trainer_reduce_bytes(live.t) / 1e3 / steps_run);
   if (o.trace) {
     check(tsr_trace_stop(live.ctx));
     if (talk) printf("trace written to %s (tessera-trace %s; %s/trace.json opens in ui.perfetto.dev)\n", o.trace, o.trace, o.trace);
