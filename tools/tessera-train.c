@@ -3,10 +3,12 @@
  * never stalls the task graph; samples are read inside load tasks through the fill callback. */
 #include <getopt.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tessera.h>
 
@@ -70,12 +72,30 @@ static void release(void) {
   live.t = NULL, live.m = NULL, live.train = live.val = NULL, live.ctx = NULL;
 }
 
-static void check(tsr_status s) {
-  if (s == TSR_OK) return;
-  char msg[1100];
-  snprintf(msg, sizeof msg, "%s", tsr_last_error());
+/* Ends the run after an error. One rank cannot shut StarPU-MPI down alone (the shutdown is a barrier,
+ * and tasks waiting for a peer's data never end), so a rank of a multi-rank run exits at once and the
+ * launcher stops the others (mpirun within seconds; a rank left alone stops at its step deadline). */
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (live.ctx && tsr_context_size(live.ctx) > 1) {
+    if (strncmp(msg, "rank ", 5) == 0) /* the library named the rank already */
+      fprintf(stderr, "%s: %s\n", cli_program(), msg);
+    else
+      fprintf(stderr, "%s: rank %d: %s\n", cli_program(), tsr_context_rank(live.ctx), msg);
+    fflush(NULL);
+    _exit(1);
+  }
   release();
-  cli_die("%s (%s)", msg, tsr_status_name(s));
+  cli_die("%s", msg);
+}
+
+static void check(tsr_status s) {
+  if (s != TSR_OK) fail("%s (%s)", tsr_last_error(), tsr_status_name(s));
 }
 
 static void usage(void) {
@@ -252,11 +272,8 @@ static void check_shapes(const char *path, const tsr_loader *d, const tsr_traine
     what = "targets", verb = "outputs";
     if (dc == mc && dh == mh && dw == mw) return;
   }
-  char msg[600];
-  snprintf(msg, sizeof msg, "%s: %s have per-sample shape [%d, %d, %d] but model '%s' %s [%d, %d, %d]", path, what, dc,
-           dh, dw, tsr_model_name(m), verb, mc, mh, mw);
-  release();
-  cli_die("%s", msg);
+  fail("%s: %s have per-sample shape [%d, %d, %d] but model '%s' %s [%d, %d, %d]", path, what, dc, dh, dw,
+       tsr_model_name(m), verb, mc, mh, mw);
 }
 
 /* ---- steps ---- */
@@ -310,7 +327,7 @@ static double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, i
   size_t ye = (size_t)c * h * w;
   float *y = malloc(ye * sizeof *y);
   double *mean = calloc(ye, sizeof *mean);
-  if (!y || !mean) cli_die("out of memory");
+  if (!y || !mean) fail("out of memory");
   int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
   for (int64_t i = 0; i < k; i++) {
     check(tsr_loader_read(train, i * ntrain / k, NULL, y));
@@ -338,8 +355,7 @@ static float scaled_lr(float base, int ranks, int64_t step, int64_t warmup) {
 static FILE *open_log(const char *path) {
   FILE *f = fopen(path, "a");
   if (!f) {
-    release();
-    cli_die("%s: cannot open the log: %m", path);
+    fail("%s: cannot open the log: %m", path);
   }
   fseek(f, 0, SEEK_END);
   if (ftell(f) == 0) fprintf(f, "epoch,step,train_loss,val_loss,samples_per_s,elapsed_s\n");
@@ -362,14 +378,12 @@ static void stop_on_signal(int sig, const char *path, int64_t gstep) {
  * newest checkpoint and remember to skip that step's batch. */
 static void on_nonfinite(struct ckpt *ck, int nranks, int batch, int64_t steps, int *ep0, int64_t *pos0, double *sum0) {
   if (!ck->skip_nan) {
-    release();
-    cli_die("%s; stopping (--on-nan skip rolls back and skips the batch instead)", ck->msg);
+    fail("%s; stopping (--on-nan skip rolls back and skips the batch instead)", ck->msg);
   }
   /* the batch skipped must be the same on every rank (a gradient is, a local loss may not be) */
   check(tsr_context_check_same(live.ctx, "the first training step with a non-finite value", &ck->bad, sizeof ck->bad));
   if (ck->nskipped == CKPT_MAX_SKIPS) {
-    release();
-    cli_die("%s; %d batches were skipped already, stopping", ck->msg, CKPT_MAX_SKIPS);
+    fail("%s; %d batches were skipped already, stopping", ck->msg, CKPT_MAX_SKIPS);
   }
   fprintf(stderr, "%s: %s; rolling back to the last checkpoint and skipping that batch\n", cli_program(), ck->msg);
   ck->skipped[ck->nskipped++] = ck->bad;
@@ -377,8 +391,7 @@ static void on_nonfinite(struct ckpt *ck, int nranks, int batch, int64_t steps, 
   char path[4096];
   int found = 0;
   if (ckpt_load_latest(ck, live.t, nranks, batch, steps, &found, ep0, pos0, sum0, path, sizeof path) || !found) {
-    release();
-    cli_die("cannot roll back: %s", found ? ck->msg : "no valid checkpoint");
+    fail("cannot roll back: %s", found ? ck->msg : "no valid checkpoint");
   }
   fprintf(stderr, "%s: rolled back to %s (epoch %d, step %lld of the epoch)\n", cli_program(), path, *ep0,
           (long long)*pos0);
@@ -388,6 +401,8 @@ int main(int argc, char **argv) {
   cli_set_program("tessera-train");
   struct options o;
   parse(argc, argv, &o);
+  /* before the start-up work (data, StarPU, MPI): a signal then stops the run after its first steps */
+  if (o.ck.dir) ckpt_signals_install();
 
   tsr_loader_opts lopts;
   tsr_loader_opts_default(&lopts);
@@ -450,8 +465,7 @@ int main(int argc, char **argv) {
 
   int64_t steps = ntrain / ((int64_t)o.batch * nranks);
   if (steps == 0) {
-    release();
-    cli_die("%s: %lld training samples make no full batch of %d x %d rank(s)", o.data, (long long)ntrain, o.batch,
+    fail("%s: %lld training samples make no full batch of %d x %d rank(s)", o.data, (long long)ntrain, o.batch,
             nranks);
   }
   double base_mean = 0, base = nval > 0 ? baseline_mse(live.train, ntrain, live.val, vfirst, nval, &base_mean)
@@ -473,12 +487,11 @@ int main(int argc, char **argv) {
   r.slots = calloc(r.nslots, sizeof *r.slots);
   int64_t *perm = malloc(sizeof *perm * (tsr_loader_shard_size(ntrain, rank, nranks) + 1));
   for (int i = 0; r.slots && i < r.nslots; i++) r.slots[i].idx = malloc(sizeof(int64_t) * o.batch);
-  if (!r.slots || !perm || !r.slots[r.nslots - 1].idx) cli_die("out of memory");
+  if (!r.slots || !perm || !r.slots[r.nslots - 1].idx) fail("out of memory");
   struct ckpt *ck = &o.ck;
   r.ck = ck;
   if (rank == 0 && ckpt_open_step_log(ck)) {
-    release();
-    cli_die("%s: cannot open the step log: %m", ck->step_log_path);
+    fail("%s: cannot open the step log: %m", ck->step_log_path);
   }
   int ep0 = 1;
   int64_t pos0 = 0;
@@ -486,18 +499,18 @@ int main(int argc, char **argv) {
   char ckpath[4096];
   if (ck->dir) {
     int found = 0;
-    if (!ck->resume && tsr_checkpoint_find_latest(ck->dir, ckpath, sizeof ckpath, NULL) != TSR_ERR_IO) {
-      release();
-      cli_die("%s already holds checkpoints: continue with --resume, or use another folder", ck->dir);
-    }
+    if (!ck->resume && tsr_checkpoint_find_latest(ck->dir, ckpath, sizeof ckpath, NULL) != TSR_ERR_IO)
+      fail("%s already holds checkpoints: continue with --resume, or use another folder", ck->dir);
     if (ck->resume && ckpt_load_latest(ck, live.t, nranks, o.batch, steps, &found, &ep0, &pos0, &sum0, ckpath,
-                                       sizeof ckpath)) {
-      release();
-      cli_die("cannot resume: %s", ck->msg);
-    }
+                                       sizeof ckpath))
+      fail("cannot resume: %s", ck->msg);
+    /* Every rank has looked into the folder before rank 0 writes into it (a slower rank once found the
+     * fresh run's first checkpoint and stopped), and all ranks start from the same checkpoint. */
+    char what[4200];
+    snprintf(what, sizeof what, "the checkpoint to resume from (%s)", found ? ckpath : "none");
+    check(tsr_context_check_same(live.ctx, what, found ? ckpath : "", found ? strlen(ckpath) : 0));
     if (found && talk) printf("resuming from %s: epoch %d, %lld of %lld steps done\n", ckpath, ep0, (long long)pos0, (long long)steps);
     if (!found) check(ckpt_save(ck, live.t, 1, 0, 0, 0, nranks, o.batch, ckpath, sizeof ckpath));
-    ckpt_signals_install();
   }
 
   cli_progress line;
@@ -596,8 +609,7 @@ restart:
       if (ck->stop || (nranks == 1 && ckpt_signal())) stop_on_signal(ckpt_signal(), ckpath, ep * steps);
     }
     if (!isfinite(last_train)) {
-      release();
-      cli_die("epoch %d: the training loss is %g; try a lower --lr", ep, last_train);
+      fail("epoch %d: the training loss is %g; try a lower --lr", ep, last_train);
     }
   }
   check(tsr_trainer_sync(live.t));
@@ -628,14 +640,13 @@ restart:
     int count = o.predict_count ? o.predict_count : 4;
     tsr_loader *pl = nval > 0 ? live.val : live.train;
     if (predict_png(live.t, pl, nval > 0 ? vfirst : 0, count, o.predict_png, err, sizeof err) != 0) {
-      release();
-      cli_die("--predict-png: %s", err);
+      fail("--predict-png: %s", err);
     }
     if (talk) printf("predicted against true potentials of %d %s samples written to %s/\n", count,
                      nval > 0 ? "validation" : "training", o.predict_png);
   }
-  if (log && fclose(log) != 0) cli_die("%s: cannot write the log: %m", o.log);
-  if (ck->step_log && fclose(ck->step_log) != 0) cli_die("%s: cannot write the step log: %m", ck->step_log_path);
+  if (log && fclose(log) != 0) fail("%s: cannot write the log: %m", o.log);
+  if (ck->step_log && fclose(ck->step_log) != 0) fail("%s: cannot write the step log: %m", ck->step_log_path);
   for (int i = 0; i < r.nslots; i++) free(r.slots[i].idx);
   free(r.slots);
   free(perm);

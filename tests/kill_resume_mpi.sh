@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Kill tests under mpirun -np 2: deterministic 2-rank training with frequent checkpoints is killed
+# with SIGKILL at random moments (rank 1, mpirun, rank 0 in turn) and resumed (--resume) until it
+# finishes. After every kill no rank may outlive the run by 30 s; every resume must start from the
+# newest complete checkpoint (named in its log), ignoring a planted newer temporary file; and every
+# step's loss, rows logged twice around a kill included, must equal the uninterrupted run's bitwise.
+# Then a rank that hangs (SIGSTOP) must make the other end the job with an error within 30 s.
+# KILL_TRIALS (default 3) sets the number of trials, each with up to 2 kills.
+set -u
+B=${TESSERA_BUILDDIR:-.}
+train=$B/tessera-train gen=$B/tessera-datagen
+TRIALS=${KILL_TRIALS:-3}
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+tmp=$(mktemp -d /tmp/tessera-killmpi-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
+pass=0 fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
+
+cat >"$tmp/model.json" <<'EOF'
+{"name": "killmpi", "layers": [
+  {"name": "in", "type": "input", "shape": [1, 16, 16]},
+  {"name": "c1", "type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1},
+  {"name": "bn1", "type": "batchnorm"},
+  {"name": "r1", "type": "relu"},
+  {"name": "d1", "type": "dropout", "p": 0.1},
+  {"name": "c2", "type": "conv2d", "out_channels": 1, "kernel": 3, "padding": 1}],
+ "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
+EOF
+"$gen" --out "$tmp/data.h5" --samples 320 --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+# not -q: a resumed run names the checkpoint it starts from
+args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 3 --batch 4 --deterministic
+  --seed 5 --workers 1 --slices 2 --checkpoint-every 4 --keep 2)
+mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT)
+
+t0=$(date +%s%N)
+"${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
+  { cat "$tmp/ref.log"; echo "FAIL: 2-rank reference run"; exit 1; }
+ref_ms=$((($(date +%s%N) - t0) / 1000000))
+nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
+[ "$nsteps" -eq 105 ] && ok "2-rank reference run logged $nsteps steps (${ref_ms} ms)" ||
+  ko "reference run logged $nsteps steps, expected 105"
+
+same_as_ref() { # step log: every row (repeated ones too) equal to the reference's, every step present
+  awk -F, 'NR == FNR { if (FNR > 1) ref[$1] = $3; next }
+           FNR > 1 { seen[$1] = 1; if (!($1 in ref) || ref[$1] != $3) { print "step " $1 ": " $3 " vs " ref[$1]; bad = 1 } }
+           END { for (s in ref) if (!(s in seen)) { print "step " s " missing"; bad = 1 } exit bad }' "$tmp/ref.csv" "$1"
+}
+ranks_of() { pgrep -f "^[^ ]*tessera-train .*--checkpoint-dir $1 " || true; } # libtool may run .libs/lt-tessera-train
+rank_pid() { # folder rank
+  local p
+  for p in $(ranks_of "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
+
+# One run of a trial: starts (or resumes) the run, kills `victim` after a random part of the
+# reference's duration; status 0 = killed, 1 = finished, 2 = failed. Checks the resume message.
+victims=(rank1 mpirun rank0)
+kills_total=0
+attempt() { # folder attempt victim
+  local d=$1 a=$2 victim=$3 newest used step p= i start r
+  newest=$(ls "$d/ck"/ckpt-*.h5 2>/dev/null | sort | tail -1)
+  if [ -n "$newest" ]; then # a partial checkpoint newer than every complete one (as a kill mid-write leaves)
+    step=$(basename "$newest" .h5)
+    step=$((10#${step#ckpt-} + 1))
+    head -c 2000 "$newest" >"$(printf '%s/ck/ckpt-%012d.h5.tmp' "$d" "$step")"
+  fi
+  "${mpi[@]}" "$train" "${args[@]}" --resume --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log.$a" 2>&1 &
+  local launcher=$!
+  sleep "$(awk -v r=$RANDOM -v t=$ref_ms 'BEGIN { printf "%.3f", t / 1000 * (0.05 + 0.6 * r / 32767) }')"
+  case $victim in
+  mpirun) p=$launcher ;;
+  rank*) for i in $(seq 1 100); do p=$(rank_pid "$d/ck" "${victim#rank}"); [ -n "$p" ] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.05; done ;;
+  esac
+  start=$(date +%s)
+  if [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; then
+    kills_total=$((kills_total + 1))
+    wait $launcher 2>/dev/null
+    for i in $(seq 1 300); do [ -z "$(ranks_of "$d/ck")" ] && break; sleep 0.1; done
+    local left=$(ranks_of "$d/ck")
+    if [ -n "$left" ]; then
+      ko "$(basename "$d"): ranks $left still running 30 s after $victim was killed"
+      kill -KILL $left 2>/dev/null
+    fi
+    echo "$(basename "$d") run $a: SIGKILL to $victim; every process gone after $(($(date +%s) - start)) s" >>"$tmp/kills"
+    r=0
+  else
+    wait $launcher && r=1 || r=2
+  fi
+  used=$(grep -m1 "^resuming from" "$d/log.$a")
+  if [ -n "$newest" ] && [ -n "$used" ]; then
+    if [[ $used == "resuming from $newest:"* ]]; then echo "$(basename "$d") run $a: $used" >>"$tmp/resumes"
+    else ko "$(basename "$d") run $a resumes from the newest complete checkpoint $(basename "$newest"): $used"; fi
+  elif [ -n "$newest" ] && [ $r -ne 0 ]; then
+    ko "$(basename "$d") run $a names the checkpoint it resumes from ($(basename "$newest"))"
+  elif [ -z "$newest" ] && [ -n "$used" ]; then
+    ko "$(basename "$d") run $a: no checkpoint was there, yet: $used"
+  fi
+  return $r
+}
+
+for trial in $(seq 1 "$TRIALS"); do
+  d=$tmp/t$trial
+  mkdir -p "$d"
+  status=0 a=0
+  for k in 0 1; do
+    a=$((a + 1))
+    attempt "$d" $a "${victims[$(((trial - 1 + k) % 3))]}"
+    status=$?
+    [ $status -ne 0 ] && break
+  done
+  while [ $status -eq 0 ] && [ $a -lt 4 ]; do # to the end (a kill can not happen again)
+    a=$((a + 1))
+    attempt "$d" $a none
+    status=$?
+  done
+  if [ $status -eq 1 ] && msg=$(same_as_ref "$d/steps.csv"); then
+    ok "trial $trial: $(grep -c "^t$trial " "$tmp/kills" 2>/dev/null) kill(s), $(grep -c "^t$trial " "$tmp/resumes" 2>/dev/null) resume(s) from the newest checkpoint; losses equal the uninterrupted run's bitwise ($(($(wc -l <"$d/steps.csv") - 1)) rows)"
+  else
+    ko "trial $trial: resumed run finishes and equals the uninterrupted one (last status $status) ${msg:-}"
+    tail -5 "$d/log.$a"
+  fi
+done
+cat "$tmp/kills" "$tmp/resumes" 2>/dev/null
+if [ $((2 * kills_total)) -ge "$TRIALS" ] && [ -s "$tmp/resumes" ]; then
+  ok "SIGKILLs sent: $kills_total, resumes checked: $(wc -l <"$tmp/resumes")"
+else
+  ko "SIGKILLs sent: $kills_total (fewer than half the $TRIALS trials) or no resume checked"
+fi
+
+# A rank that hangs (SIGSTOP) must not leave the other waiting: it stops at its step deadline
+# (TESSERA_STEP_TIMEOUT) with an error naming the problem, and the job ends.
+d=$tmp/hang
+mkdir -p "$d"
+TESSERA_STEP_TIMEOUT=5 "${mpi[@]}" -x TESSERA_STEP_TIMEOUT "$train" "${args[@]}" --epochs 50 --checkpoint-dir "$d/ck" \
+  --step-log "$d/steps.csv" >"$d/log" 2>&1 &
+launcher=$!
+for i in $(seq 1 600); do [ "$(wc -l <"$d/steps.csv" 2>/dev/null || echo 0)" -gt 5 ] && break; sleep 0.1; done
+p=$(rank_pid "$d/ck" 1)
+start=$(date +%s)
+kill -STOP $p
+for i in $(seq 1 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+took=$(($(date +%s) - start))
+left=$(ranks_of "$d/ck")
+[ -n "$left" ] && kill -KILL $left $launcher 2>/dev/null
+wait $launcher 2>/dev/null
+rc=$?
+if [ -z "$left" ] && [ $rc -ne 0 ] && [ $took -lt 30 ] && grep -q "rank 0: .*another rank has probably died or hung" "$d/log"; then
+  ok "a hung rank (SIGSTOP) ends the job with an error naming the problem after $took s (status $rc)"
+else
+  ko "a hung rank (SIGSTOP) ends the job with an error (status $rc, $took s, ranks left: ${left:-none})"
+  tail -5 "$d/log"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
