@@ -82,8 +82,18 @@ void _tsr_kernel_fail(const char *file, int line, const char *call, int status) 
   if (guard_top) longjmp(guard_top->jump, 1);
 }
 
-/* Zeroes the write-only buffers of the task this worker runs, if any. */
+void _tsr_kernel_record(const char *op, const char *what) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&failed, &expected, 1)) {
+    snprintf(failure, sizeof failure, "kernel '%s': %s", op, what);
+    atomic_store(&failed, 2);
+  }
+}
+
+/* Zeroes the write-only buffers of the task this worker runs, if any (StarPU's per-thread task
+ * key exists only once StarPU runs: a kernel called directly, as by the tests, has no task). */
 static void zero_task_outputs(void) {
+  if (!starpu_is_initialized() || starpu_worker_get_id() < 0) return;
   struct starpu_task *task = starpu_task_get_current();
   if (!task) return;
   for (unsigned i = 0; i < STARPU_TASK_GET_NBUFFERS(task); i++) {

@@ -25,6 +25,7 @@ struct part {
   hsize_t chunk[4];  /* chunk dimensions; chunk[0] == 0: not chunked */
   hsize_t chunk_bytes;
   int nfilters;      /* filters in the chunks' pipeline: their stored size then varies */
+  int scanned;       /* every record of the chunk index was checked at open */
 };
 
 struct tsr_dataset {
@@ -126,8 +127,7 @@ enum { FULL_SCAN_CHUNKS = 1024 }; /* HDF5 1.10 finds the i-th chunk record in O(
  * adding up to whole chunks, and (small indexes) each record inside the file, of a chunk's size,
  * at a chunk's offset in increasing order. A fuzzed file whose records disagreed only in this
  * way (sizes 0 at address 0 next to a valid one) still made H5Dread copy past a 0-byte buffer. */
-static tsr_status check_chunk_index(const tsr_dataset *d, const struct part *p, const hsize_t dims[4],
-                                    hsize_t stored) {
+static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const hsize_t dims[4], hsize_t stored) {
   hsize_t room = 1, n = 0;
   for (int i = 0; i < 4; i++) room *= (dims[i] + p->chunk[i] - 1) / p->chunk[i];
   char why[256];
@@ -163,6 +163,7 @@ static tsr_status check_chunk_index(const tsr_dataset *d, const struct part *p, 
                         (unsigned long long)o[3]);
     prev = linear;
   }
+  p->scanned = n <= FULL_SCAN_CHUNKS;
   return TSR_OK;
 }
 
@@ -222,9 +223,10 @@ static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl,
 }
 
 /* Every written chunk a sample touches must lie inside the file and, unless a filter changed it,
- * hold exactly one chunk's bytes (H5Dread copies a chunk's bytes trusting that). Lock held. */
+ * hold exactly one chunk's bytes (H5Dread copies a chunk's bytes trusting that). Indexes too
+ * large to scan at open only. Lock held. */
 static tsr_status check_chunks(const tsr_dataset *d, const struct part *p, int64_t index) {
-  if (!p->chunk[0]) return TSR_OK;
+  if (!p->chunk[0] || p->scanned) return TSR_OK;
   const hsize_t *cd = p->chunk, dims[4] = {0, (hsize_t)p->c, (hsize_t)p->h, (hsize_t)p->w};
   unsigned all = p->nfilters >= 32 ? ~0u : (1u << p->nfilters) - 1;
   hsize_t o[4] = {(hsize_t)index / cd[0] * cd[0], 0, 0, 0};
