@@ -5,7 +5,8 @@
  *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
  *             [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S] [--loss-scale-init S]
  *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance)
- * PREFIX.rankR.stats gets the bytes this rank sent for reductions and the loss scaler's state. */
+ * PREFIX.rankR.stats gets the bytes this rank sent for reductions, whether the control word summed
+ * exactly at every step, and the loss scaler's state. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,8 @@ int main(int argc, char **argv) {
     tsr_context_destroy(ctx);
     return 3;
   }
+  /* 257 + rank: not a bf16 or fp16 value, so a control word reduced in half precision would show */
+  tsr_trainer_set_flag(t, 257.0f + d.rank);
   for (int i = 0; i < steps; i++)
     if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
   if (tsr_trainer_sync(t)) die("sync");
@@ -149,6 +152,13 @@ int main(int argc, char **argv) {
   f = fopen(path, "w");
   if (!f) die(path);
   fprintf(f, "reduce_bytes %lld\n", (long long)tsr_trainer_reduce_bytes(t));
+  int exact = 1;
+  for (int i = 0; i < steps; i++) {
+    double sum;
+    if (tsr_trainer_flag(t, i, &sum)) die("flag");
+    exact &= sum == 257.0 * d.nranks + d.nranks * (d.nranks - 1) / 2;
+  }
+  fprintf(f, "control_word_exact %d\n", exact);
   tsr_loss_scale_state ls;
   if (loss_scale == TSR_LOSS_SCALE_DYNAMIC) {
     if (tsr_trainer_loss_scale_get(t, &ls)) die("loss_scale_get");

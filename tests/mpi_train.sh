@@ -56,6 +56,9 @@ for fmt in bf16:4.7e-4 fp16:5.9e-5; do
   if "$bin" --compare "$tmp/det22.rank0.params" "$tmp/$fmt.rank0.params" 0 "$tol"; then
     ok "$fmt reductions: parameters within $tol of the float32 reduction's"
   else ko "$fmt reductions: parameters within $tol of the float32 reduction's"; fi
+  if grep -q "control_word_exact 1" "$tmp/$fmt.rank0.stats" && grep -q "control_word_exact 1" "$tmp/$fmt.rank1.stats"; then
+    ok "$fmt reductions: the control word sums exactly (257 + 258 at every step)"
+  else ko "$fmt reductions: the control word sums exactly (257 + 258 at every step)"; fi
   if ! cmp -s "$tmp/det22.rank0.params" "$tmp/$fmt.rank0.params"; then ok "$fmt reductions differ from float32 ones"
   else ko "$fmt reductions differ from float32 ones (they ran in float32?)"; fi
   b32=$(bytes "$tmp/det22.rank0.stats") b16=$(bytes "$tmp/$fmt.rank0.stats")
