@@ -11,6 +11,10 @@
 #include <stdint.h>
 #include <starpu.h>
 
+#ifdef __cplusplus /* the CUDA launchers (*.cu) use these declarations too */
+extern "C" {
+#endif
+
 /* ---- submission (submit.c) ----
  * Every Tessera codelet declares .nbuffers = STARPU_VARIABLE_NBUFFERS and no .modes: access modes
  * come from the task (gradient accumulations switch between RW and RW|COMMUTE at run time). */
@@ -29,6 +33,10 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
  * deterministic mode (fixed order = submission order). */
 enum starpu_data_access_mode _tsr_accum_mode(void);
 void _tsr_set_deterministic(int on);
+int _tsr_get_deterministic(void); /* the CUDA side picks deterministic cuDNN algorithms then */
+/* Tests: tasks whose codelet has an implementation for `where` (STARPU_CPU or STARPU_CUDA) run
+ * only there, the others wherever they can; 0 (the default) restricts nothing. */
+void _tsr_set_where(uint32_t where);
 /* Called at the start of every CPU codelet: makes OpenMP (oneDNN) and OpenBLAS use one thread in
  * this worker, once per thread. */
 void _tsr_worker_enter(void);
@@ -254,4 +262,7 @@ int _tsr_insert_loss_sum(int k, const starpu_data_handle_t *losses, double *out,
 int _tsr_insert_loss_sum_ctl(int k, const starpu_data_handle_t *losses, starpu_data_handle_t ctl, double *ctl_out,
                              double *out, const char *name, struct starpu_task **task_out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,20 +1,20 @@
 /* GPU twins of codelets/convert.c: float32 <-> bf16 / fp16 with CUDA's round-to-nearest-even
- * intrinsics (same results as the CPU's portable code), the half-size accumulation used when a
- * reduced-precision gradient buffer is received, and the loss scaler's finiteness flag. */
+ * intrinsics (same results as the CPU's portable code), the loss scaler's finiteness flag, and the
+ * conversions around the reduced-precision cuDNN convolutions (layers_cuda.cu). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdio.h>
 
 #define TSR_CUDA_STREAM_T cudaStream_t
+#include <tessera/context.h>
 #include "convert.h"
+#include "cuda_util.h"
 
 #define CUDA_OK(call)                                                                                \
   do {                                                                                               \
     cudaError_t _e = (call);                                                                         \
-    if (_e != cudaSuccess) {                                                                         \
-      fprintf(stderr, "tessera: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(_e), __FILE__, __LINE__); \
-      return -1;                                                                                     \
-    }                                                                                                \
+    if (_e != cudaSuccess)                                                                           \
+      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudaGetErrorString(_e), __FILE__, __LINE__); \
   } while (0)
 
 static unsigned blocks(size_t n) {
@@ -23,17 +23,41 @@ static unsigned blocks(size_t n) {
 }
 #define GRID_LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+/* NaN: CUDA's conversions return a canonical NaN; the CPU's keep sign and payload (quietened), and
+ * so do these, so that both give the same bits. */
+__device__ static uint16_t nan_bf16(uint32_t b) { return (uint16_t)((b >> 16) | 0x40); }
+__device__ static uint16_t nan_f16(uint32_t b) {
+  return (uint16_t)(((b >> 16) & 0x8000u) | 0x7e00u | (((b & 0x7fffffffu) >> 13) & 0x3ffu));
+}
+/* half -> float is exact; NaN keeps its payload, as on the CPU */
+__device__ static float f16_to_f32(uint16_t h) {
+  if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+    return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7f800000u | ((uint32_t)(h & 0x3ffu) << 13));
+  return __half2float(__ushort_as_half(h));
+}
 __global__ static void to_bf16_k(const float *x, uint16_t *y, size_t n) {
-  GRID_LOOP(i, n) y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+  GRID_LOOP(i, n) {
+    uint32_t b = __float_as_uint(x[i]);
+    y[i] = (b & 0x7fffffffu) > 0x7f800000u ? nan_bf16(b) : __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+  }
 }
 __global__ static void from_bf16_k(const uint16_t *x, float *y, size_t n) {
   GRID_LOOP(i, n) y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
 }
 __global__ static void to_f16_k(const float *x, uint16_t *y, size_t n) {
-  GRID_LOOP(i, n) y[i] = __half_as_ushort(__float2half_rn(x[i]));
+  GRID_LOOP(i, n) {
+    uint32_t b = __float_as_uint(x[i]);
+    y[i] = (b & 0x7fffffffu) > 0x7f800000u ? nan_f16(b) : __half_as_ushort(__float2half_rn(x[i]));
+  }
 }
 __global__ static void from_f16_k(const uint16_t *x, float *y, size_t n) {
-  GRID_LOOP(i, n) y[i] = __half2float(__ushort_as_half(x[i]));
+  GRID_LOOP(i, n) y[i] = f16_to_f32(x[i]);
+}
+__global__ static void widen_k(const uint16_t *x, float *y, size_t n, int bf16, int accumulate) {
+  GRID_LOOP(i, n) {
+    float v = bf16 ? __bfloat162float(__ushort_as_bfloat16(x[i])) : f16_to_f32(x[i]);
+    y[i] = accumulate ? y[i] + v : v;
+  }
 }
 __global__ static void finite_k(const float *x, size_t n, int *flag) {
   GRID_LOOP(i, n) if (!isfinite(x[i])) *flag = 0; /* racing writers all write 0 */
@@ -63,6 +87,19 @@ extern "C" int _tsr_all_finite_cuda(const float *x, size_t n, int *flag_dev, int
   static const int one = 1;
   if (reset) CUDA_OK(cudaMemcpyAsync(flag_dev, &one, sizeof one, cudaMemcpyHostToDevice, s));
   finite_k<<<blocks(n), 256, 0, s>>>(x, n, flag_dev);
+  CUDA_OK(cudaGetLastError());
+  return 0;
+}
+
+extern "C" int _tsr_narrow_cuda(const float *x, uint16_t *y, size_t n, int precision, cudaStream_t s) {
+  if (precision == TSR_PRECISION_BF16) return _tsr_f32_to_bf16_cuda(x, y, n, s);
+  if (precision == TSR_PRECISION_FP16) return _tsr_f32_to_f16_cuda(x, y, n, s);
+  return _tsr_cuda_report("no reduced-precision format for precision %d", precision);
+}
+extern "C" int _tsr_widen_cuda(const uint16_t *x, float *y, size_t n, int precision, int accumulate, cudaStream_t s) {
+  if (precision != TSR_PRECISION_BF16 && precision != TSR_PRECISION_FP16)
+    return _tsr_cuda_report("no reduced-precision format for precision %d", precision);
+  widen_k<<<blocks(n), 256, 0, s>>>(x, y, n, precision == TSR_PRECISION_BF16, accumulate);
   CUDA_OK(cudaGetLastError());
   return 0;
 }

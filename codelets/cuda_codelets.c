@@ -1,13 +1,15 @@
 /* The CUDA functions of the codelets (only when StarPU has CUDA): each reads its buffers in the
- * order of the CPU function, queues work on StarPU's local stream (codelets are STARPU_CUDA_ASYNC)
- * with the worker's handles, and stops the process with the failed call named when a launch fails
- * (shapes were validated by the graph: a failure here is a broken device or a bug). */
+ * order of the CPU function and queues work on StarPU's local stream (codelets are
+ * STARPU_CUDA_ASYNC) with the worker's handles. A failed call is printed and recorded as the
+ * kernels' first failure (kernel_util.c), which the trainer returns from its next call; the task's
+ * write-only outputs are zeroed, as after a failed CPU kernel, and the process goes on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codelets.h"
 #include "cuda_util.h"
+#include "kernel_util.h"
 
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
 #include <starpu_cuda.h>
@@ -17,17 +19,31 @@
 #define DBUF(buffers, i) ((double *)STARPU_VECTOR_GET_PTR((buffers)[i]))
 #define RUN(call)                                                                                  \
   do {                                                                                             \
-    if ((call) != 0) {                                                                             \
-      fprintf(stderr, "tessera: CUDA codelet %s: %s failed\n", __func__, #call);                   \
-      abort();                                                                                     \
-    }                                                                                              \
+    if ((call) != 0) failed(__func__, b);                                                          \
   } while (0)
+
+static void failed(const char *codelet, void *buffers[]) {
+  _tsr_kernel_record(codelet, _tsr_cuda_last_report());
+  struct starpu_task *task = starpu_task_get_current();
+  for (unsigned i = 0; task && i < STARPU_TASK_GET_NBUFFERS(task); i++)
+    if (STARPU_TASK_GET_MODE(task, i) == STARPU_W &&
+        starpu_data_get_interface_id(STARPU_TASK_GET_HANDLE(task, i)) == STARPU_VECTOR_INTERFACE_ID)
+      /* a failure here is printed; the first one is already recorded */
+      (void)_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[i]),
+                                 (size_t)STARPU_VECTOR_GET_NX(buffers[i]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[i]),
+                                 STREAM);
+}
 
 enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS };
 
 void zero_cpu_cuda(void *b[], void *a) { RUN(_tsr_zero_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), STREAM)); }
 void accumulate_cpu_cuda(void *b[], void *a) { RUN(_tsr_axpy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), 1.0f, TSR_NX(b, 0), STREAM)); }
 void copy_cpu_cuda(void *b[], void *a) { RUN(_tsr_copy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_NX(b, 0), STREAM)); }
+void fill_cpu_cuda(void *b[], void *a) {
+  float v;
+  memcpy(&v, a, sizeof v);
+  RUN(_tsr_fill_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), v, STREAM));
+}
 void zero_doubles_cpu_cuda(void *b[], void *a) {
   RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
                            (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), STREAM));
@@ -105,7 +121,11 @@ struct add_desc {
 void add_fwd_cpu_cuda(void *b[], void *a) {
   const struct add_desc *d = a;
   const float **xs = malloc((size_t)d->k * sizeof *xs);
-  if (!xs) abort();
+  if (!xs) {
+    _tsr_cuda_report("out of host memory for %d input pointers", d->k);
+    failed(__func__, b);
+    return;
+  }
   for (int i = 0; i < d->k; i++) xs[i] = TSR_BUF(b, i);
   RUN(_tsr_add_cuda(STREAM, d->len, d->k, xs, TSR_BUF(b, d->k)));
   free(xs);
@@ -115,7 +135,33 @@ void loss_cpu_cuda(void *b[], void *a) {
   RUN(_tsr_loss_cuda(WORKER, STREAM, a, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), DBUF(b, 3)));
 }
 void opt_update_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_opt_update_cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
+  RUN(_tsr_opt_update_cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL));
+}
+/* buffer 4: the loss scaler's state (a StarPU variable), read on the device */
+void opt_update_gated_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_opt_update_cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
+                           (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(b[4])));
+}
+
+/* Buffers as pool.c: fwd x, y[, ws]; bwd dy[, ws], dx. The workspace must have oneDNN's size,
+ * since CPU workers read and write the same handle. */
+static int pool_ws_ok(const struct tsr_pool_desc *d, void *ws_buf) {
+  size_t want = _tsr_pool_cuda_ws_bytes(d);
+  size_t got = (size_t)STARPU_VECTOR_GET_NX(ws_buf) * STARPU_VECTOR_GET_ELEMSIZE(ws_buf);
+  if (got == want) return 0;
+  return _tsr_cuda_report("max pooling workspace has %zu bytes, the CUDA kernels write %zu (oneDNN's layout changed?)",
+                          got, want);
+}
+void pool_fwd_func_cuda(void *b[], void *a) {
+  const struct tsr_pool_desc *d = a;
+  void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[2]) : NULL;
+  RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(WORKER, STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
+}
+void pool_bwd_func_cuda(void *b[], void *a) {
+  const struct tsr_pool_desc *d = a;
+  void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[1]) : NULL;
+  RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
+      _tsr_pool_cuda(WORKER, STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
 }
 
 void bn_stats_cpu_cuda(void *b[], void *a) {

@@ -1,7 +1,8 @@
 /* Shared by the CUDA side of the codelets: per-worker cuDNN/cuBLAS handles bound to the worker's
- * stream, per-worker device scratch, checks that print the failed call, the launcher prototypes
- * (plain functions on device pointers + stream, compiled whenever --with-cuda), and
- * TSR_CUDA_FUNCS(f) which adds a CUDA implementation to a codelet only when StarPU has CUDA. */
+ * stream, per-worker device scratch, the failure report of the last failed CUDA/cuDNN/cuBLAS call,
+ * the launcher prototypes (plain functions on device pointers + stream, compiled whenever
+ * --with-cuda), and TSR_CUDA_FUNCS(f) which adds a CUDA implementation to a codelet only when
+ * StarPU has CUDA. */
 #ifndef TSR_CUDA_UTIL_H
 #define TSR_CUDA_UTIL_H
 
@@ -21,9 +22,11 @@ TSR_CL_CUDA(deconv2d_fwd_cpu) TSR_CL_CUDA(deconv2d_bwd_data_cpu) TSR_CL_CUDA(dec
 TSR_CL_CUDA(dense_fwd_cpu) TSR_CL_CUDA(dense_bwd_data_cpu) TSR_CL_CUDA(dense_bwd_weights_cpu)
 TSR_CL_CUDA(act_fwd_cpu) TSR_CL_CUDA(act_bwd_cpu) TSR_CL_CUDA(dropout_fwd_cpu) TSR_CL_CUDA(dropout_bwd_cpu)
 TSR_CL_CUDA(concat_fwd_cpu) TSR_CL_CUDA(concat_bwd_cpu) TSR_CL_CUDA(add_fwd_cpu)
-TSR_CL_CUDA(loss_cpu) TSR_CL_CUDA(opt_update_cpu) TSR_CL_CUDA(zero_doubles_cpu)
+TSR_CL_CUDA(loss_cpu) TSR_CL_CUDA(opt_update_cpu) TSR_CL_CUDA(opt_update_gated_cpu) TSR_CL_CUDA(zero_doubles_cpu)
+TSR_CL_CUDA(fill_cpu)
 TSR_CL_CUDA(bn_stats_cpu) TSR_CL_CUDA(bn_finalize_cpu) TSR_CL_CUDA(bn_fwd_cpu) TSR_CL_CUDA(bn_fwd_eval_cpu)
 TSR_CL_CUDA(bn_bwd_stats_cpu) TSR_CL_CUDA(bn_bwd_params_cpu) TSR_CL_CUDA(bn_bwd_data_cpu)
+TSR_CL_CUDA(pool_fwd_func) TSR_CL_CUDA(pool_bwd_func)
 #undef TSR_CL_CUDA
 #else
 #define TSR_CUDA_FUNCS(f)
@@ -42,18 +45,34 @@ TSR_CL_CUDA(bn_bwd_stats_cpu) TSR_CL_CUDA(bn_bwd_params_cpu) TSR_CL_CUDA(bn_bwd_
 extern "C" {
 #endif
 
-/* Handles of worker `worker` (created at its first call), bound to `stream`. 0, or -1 after
- * printing the failed call. */
+/* Reports a failed call: prints "tessera: <message>" to stderr and keeps the message as this
+ * thread's last CUDA failure (the codelet records it for the trainer: _tsr_kernel_record). -1. */
+int _tsr_cuda_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* This thread's last report ("" when none). */
+const char *_tsr_cuda_last_report(void);
+
+/* Handles of worker `worker` (created at its first call), bound to `stream`; in deterministic
+ * mode cuBLAS is told not to use atomics. 0, or -1 after reporting the failed call. */
 int _tsr_cuda_handles(int worker, cudaStream_t stream, cudnnHandle_t *dnn, cublasHandle_t *blas);
 /* Device scratch of worker `worker`, at least `bytes` (grown after synchronising `stream`); NULL
- * after printing the failure. */
+ * after reporting the failure. */
 void *_tsr_cuda_scratch(int worker, size_t bytes, cudaStream_t stream);
 
-/* ---- launchers: 0, or -1 after printing the failed call; `worker` keys handles and caches ---- */
+/* ---- launchers: 0, or -1 after reporting the failed call; `worker` keys handles and caches ---- */
 int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_desc *d, int deconv, int pass, int precision,
                    const float *in0, const float *in1, const float *in2, float *out0, float *out1);
 int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dense_desc *d, int pass, const float *in0,
                     const float *in1, const float *in2, float *out0, float *out1);
+/* Pooling (pool_cuda.cu): fwd in = x, out = y, ws written for max pooling; bwd in = dy, ws read
+ * for max pooling, out = dx. ws is oneDNN's workspace layout (see pool_cuda.cu). */
+int _tsr_pool_cuda(int worker, cudaStream_t s, const struct tsr_pool_desc *d, int bwd, const float *in, void *ws,
+                   float *out);
+/* Bytes of the max-pooling workspace in oneDNN's layout (what _tsr_pool_ws_bytes returns). */
+size_t _tsr_pool_cuda_ws_bytes(const struct tsr_pool_desc *d);
+/* The pooling kernels' per-element code run on the host (tests compare it with oneDNN without a
+ * GPU): max forward (y and ws) and the backward of either kind. */
+void _tsr_pool_max_fwd_host(const struct tsr_pool_desc *d, const float *x, float *y, void *ws);
+void _tsr_pool_bwd_host(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
 int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *y,
                   const float *dy, float *out);
 int _tsr_bn_cuda(cudaStream_t s, const struct tsr_bn_desc *d, int op, const float *x, const float *f0,
@@ -65,12 +84,18 @@ int _tsr_concat_cuda(cudaStream_t s, const struct tsr_concat_desc *d, int bwd, f
 int _tsr_add_cuda(cudaStream_t s, size_t len, int k, const float *const *xs, float *y);
 int _tsr_loss_cuda(int worker, cudaStream_t s, const struct tsr_loss_desc *d, const float *yhat, const float *y,
                    float *dyhat, double *loss);
+/* gate: the loss scaler's state in device memory (the update is skipped unless it says apply), or NULL */
 int _tsr_opt_update_cuda(cudaStream_t s, const struct tsr_opt_args *a, size_t n, float *w, const float *g, float *m,
-                         float *v);
+                         float *v, const struct _tsr_scale_state *gate);
+/* float32 <-> bf16 / fp16 (precision TSR_PRECISION_BF16 or _FP16; convert_cuda.cu) for the
+ * reduced-precision cuDNN calls; widen adds into y when `accumulate`. */
+int _tsr_narrow_cuda(const float *x, uint16_t *y, size_t n, int precision, cudaStream_t stream);
+int _tsr_widen_cuda(const uint16_t *x, float *y, size_t n, int precision, int accumulate, cudaStream_t stream);
 int _tsr_zero_bytes_cuda(void *x, size_t bytes, cudaStream_t stream);
 int _tsr_zero_cuda(float *x, size_t n, cudaStream_t stream);
 int _tsr_axpy_cuda(float *y, const float *x, float a, size_t n, cudaStream_t stream);
 int _tsr_copy_cuda(float *y, const float *x, size_t n, cudaStream_t stream);
+int _tsr_fill_cuda(float *x, size_t n, float first, cudaStream_t stream); /* x = 0, x[0] = first */
 
 /* Batch-norm operations of _tsr_bn_cuda, with the buffers each one reads (f0..f3) and writes. */
 enum _tsr_bn_op {

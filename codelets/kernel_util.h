@@ -26,6 +26,9 @@ void _tsr_kernel_fail(const char *file, int line, const char *call, int status);
  * body completed, 0 when it failed: then the failure is recorded and, inside a StarPU task, the
  * task's write-only buffers are zeroed so that nothing downstream reads garbage. */
 int _tsr_kernel_guard(const char *op, void (*body)(void *), void *arg);
+/* Records a failure found outside oneDNN (the CUDA codelets: `what` names the failed call) as the
+ * same first failure; no jump. */
+void _tsr_kernel_record(const char *op, const char *what);
 /* 1 and the message of the first kernel failure since the last clear, else 0. */
 int _tsr_kernel_error(char *msg, size_t cap);
 void _tsr_kernel_error_clear(void);

@@ -2,7 +2,19 @@
  * conv is the conv from its output space to its input space with the same IOHW = KCRS filter:
  * its forward is the conv's backward-data and so on), dense layers on cuBLAS, activations on cuDNN
  * (leaky ReLU, which cuDNN lacks, in a kernel). Descriptors, the algorithm and its workspace size
- * are chosen once per (worker, shape, pass, precision) and cached. */
+ * are chosen once per (worker, shape, pass, precision, deterministic mode) and cached.
+ *
+ * Precision of the convolutions (tessera/context.h):
+ * - float32: float32 tensors and CUDNN_FMA_MATH, so no TF32 and no down-conversion.
+ * - bf16 / fp16: the call's two operands are converted (round to nearest even) into bf16 / fp16
+ *   copies and cuDNN runs on those with a float32 compute type (PSEUDO_BFLOAT16 / PSEUDO_HALF
+ *   configurations, tensor cores where the algorithm uses them). cuDNN's legacy API wants x, w and
+ *   y of one type, so the result is also rounded to bf16 / fp16 once before it is widened into the
+ *   float32 output (weight gradients: widened and added). The CPU keeps that result in float32:
+ *   the GPU rounds once more. CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION on float32 tensors is not used
+ *   because it converts to fp16 whatever was asked (bf16 would silently run as fp16, with fp16's
+ *   range), and only where the chosen algorithm wants to. Bias and its gradient stay float32.
+ *   Shapes with no reduced-precision algorithm run in float32 (reported once), as on CPUs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,88 +25,228 @@
 #define CUDNN_OK(call)                                                                               \
   do {                                                                                               \
     cudnnStatus_t _s = (call);                                                                       \
-    if (_s != CUDNN_STATUS_SUCCESS) {                                                                \
-      fprintf(stderr, "tessera: %s failed: %s (%s:%d)\n", #call, cudnnGetErrorString(_s), __FILE__, __LINE__); \
-      return -1;                                                                                     \
-    }                                                                                                \
+    if (_s != CUDNN_STATUS_SUCCESS)                                                                  \
+      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudnnGetErrorString(_s), __FILE__, __LINE__); \
   } while (0)
 #define CUBLAS_OK(call)                                                                              \
   do {                                                                                               \
     cublasStatus_t _s = (call);                                                                      \
-    if (_s != CUBLAS_STATUS_SUCCESS) {                                                               \
-      fprintf(stderr, "tessera: %s failed: %s (%s:%d)\n", #call, cublasGetStatusString(_s), __FILE__, __LINE__); \
-      return -1;                                                                                     \
-    }                                                                                                \
+    if (_s != CUBLAS_STATUS_SUCCESS)                                                                 \
+      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cublasGetStatusString(_s), __FILE__, __LINE__); \
+  } while (0)
+/* reduced precision: a failure here means no support for the data type, and float32 is tried */
+#define GET_OK(call)                                                                                 \
+  do {                                                                                               \
+    cudnnStatus_t _s = (call);                                                                       \
+    if (_s != CUDNN_STATUS_SUCCESS)                                                                  \
+      return precision != TSR_PRECISION_F32 ? 1 : _tsr_cuda_report("%s failed: %s", #call, cudnnGetErrorString(_s)); \
+  } while (0)
+#define LAUNCHED(what)                                                                               \
+  do {                                                                                               \
+    cudaError_t _e = cudaGetLastError();                                                             \
+    if (_e != cudaSuccess) return _tsr_cuda_report("%s launch failed: %s", what, cudaGetErrorString(_e)); \
   } while (0)
 
 enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS }; /* as enum _tsr_conv_pass in conv2d.c */
+/* cuDNN calls (the transposed conv swaps forward and backward data) */
+enum { CALL_FWD, CALL_BWD_DATA, CALL_BWD_FILTER };
 static const size_t WORKSPACE_LIMIT = (size_t)512 << 20;
+
+static unsigned grid(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b > 8192 ? 8192 : b ? b : 1);
+}
 
 /* In cuDNN's terms: "in" is the conv's input space, "out" its output space. */
 struct conv_key {
   tsr_conv_desc d;
-  int deconv, pass, precision;
+  int deconv, pass, precision, deterministic;
 };
 struct conv_plan {
   conv_key key;
   conv_plan *next;
-  cudnnTensorDescriptor_t in, out, bias;
+  int precision; /* what runs: the key's, or float32 where cuDNN had no reduced-precision algorithm */
+  int call;
+  cudnnTensorDescriptor_t in, out;     /* in the data type of `precision` */
+  cudnnTensorDescriptor_t in32, out32; /* float32: bias add and bias gradient on the caller's buffers */
+  cudnnTensorDescriptor_t bias;
   cudnnFilterDescriptor_t filt;
   cudnnConvolutionDescriptor_t conv;
-  int algo; /* of the cuDNN call this pass makes */
+  int algo;
   size_t ws_bytes;
+  size_t nin, nout, nfilt; /* elements of each operand */
 };
 
 /* per worker: a list (a network has a few dozen shapes; no C++ runtime needed to link) */
 static conv_plan *conv_plans[1024];
 
-static int plan_make(cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pass, int precision, conv_plan *p) {
+static void plan_destroy(conv_plan *p) {
+  if (p->in) cudnnDestroyTensorDescriptor(p->in);
+  if (p->out) cudnnDestroyTensorDescriptor(p->out);
+  if (p->in32) cudnnDestroyTensorDescriptor(p->in32);
+  if (p->out32) cudnnDestroyTensorDescriptor(p->out32);
+  if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
+  if (p->filt) cudnnDestroyFilterDescriptor(p->filt);
+  if (p->conv) cudnnDestroyConvolutionDescriptor(p->conv);
+  free(p);
+}
+
+static cudnnDataType_t data_type(int precision) {
+  return precision == TSR_PRECISION_BF16 ? CUDNN_DATA_BFLOAT16
+         : precision == TSR_PRECISION_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+/* The first algorithm of cuDNN's ranked list that fits: it succeeded, its workspace is bounded,
+ * it is deterministic when asked (cuDNN says so per algorithm: backward algorithms that add with
+ * atomics are not), and in float32 it uses FMA math (no TF32 tensor cores). */
+template <typename Perf>
+static int pick(const Perf *perf, int got, int precision, int deterministic, conv_plan *p) {
+  for (int i = 0; i < got; i++) {
+    const Perf &q = perf[i];
+    if (q.status != CUDNN_STATUS_SUCCESS || q.memory > WORKSPACE_LIMIT) continue;
+    if (deterministic && q.determinism != CUDNN_DETERMINISTIC) continue;
+    if (precision == TSR_PRECISION_F32 && q.mathType != CUDNN_FMA_MATH && q.mathType != CUDNN_DEFAULT_MATH) continue;
+    p->algo = (int)q.algo;
+    p->ws_bytes = q.memory;
+    /* float32 keeps FMA math; reduced precision runs with the math type the algorithm was ranked for */
+    if (precision != TSR_PRECISION_F32) CUDNN_OK(cudnnSetConvolutionMathType(p->conv, q.mathType));
+    return 0;
+  }
+  return 1;
+}
+
+/* 0, 1 when cuDNN has no algorithm that fits (or no support for the data type), -1 on failure. */
+static int plan_make(cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pass, int precision, int deterministic,
+                     conv_plan *p) {
   int cin = deconv ? d->co : d->ci, hin = deconv ? d->oh : d->h, win = deconv ? d->ow : d->w;
   int cout = deconv ? d->ci : d->co, hout = deconv ? d->h : d->oh, wout = deconv ? d->w : d->ow;
+  cudnnDataType_t dt = data_type(precision);
+  p->precision = precision;
+  p->nin = (size_t)d->n * cin * hin * win;
+  p->nout = (size_t)d->n * cout * hout * wout;
+  p->nfilt = (size_t)cout * cin * d->kh * d->kw;
   CUDNN_OK(cudnnCreateTensorDescriptor(&p->in));
   CUDNN_OK(cudnnCreateTensorDescriptor(&p->out));
+  CUDNN_OK(cudnnCreateTensorDescriptor(&p->in32));
+  CUDNN_OK(cudnnCreateTensorDescriptor(&p->out32));
   CUDNN_OK(cudnnCreateTensorDescriptor(&p->bias));
   CUDNN_OK(cudnnCreateFilterDescriptor(&p->filt));
   CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->conv));
-  CUDNN_OK(cudnnSetTensor4dDescriptor(p->in, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cin, hin, win));
-  CUDNN_OK(cudnnSetTensor4dDescriptor(p->out, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cout, hout, wout));
+  CUDNN_OK(cudnnSetTensor4dDescriptor(p->in32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cin, hin, win));
+  CUDNN_OK(cudnnSetTensor4dDescriptor(p->out32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cout, hout, wout));
   CUDNN_OK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d->co, 1, 1));
-  CUDNN_OK(cudnnSetFilter4dDescriptor(p->filt, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, cout, cin, d->kh, d->kw));
+  if (cudnnSetTensor4dDescriptor(p->in, CUDNN_TENSOR_NCHW, dt, d->n, cin, hin, win) != CUDNN_STATUS_SUCCESS ||
+      cudnnSetTensor4dDescriptor(p->out, CUDNN_TENSOR_NCHW, dt, d->n, cout, hout, wout) != CUDNN_STATUS_SUCCESS ||
+      cudnnSetFilter4dDescriptor(p->filt, dt, CUDNN_TENSOR_NCHW, cout, cin, d->kh, d->kw) != CUDNN_STATUS_SUCCESS)
+    return precision == TSR_PRECISION_F32 ? _tsr_cuda_report("cuDNN rejects the float32 descriptors of a conv") : 1;
+  /* float32 compute in every precision (PSEUDO_* configurations for bf16 / fp16 data) */
   CUDNN_OK(cudnnSetConvolution2dDescriptor(p->conv, d->ph, d->pw, d->sh, d->sw, d->dh, d->dw,
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  /* float32: FMA only (no TF32), as the CPU; reduced precision: tensor cores with down-conversion */
-  CUDNN_OK(cudnnSetConvolutionMathType(p->conv, precision == TSR_PRECISION_F32 ? CUDNN_FMA_MATH
-                                                                               : CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
-  /* which cuDNN call: conv fwd / bwd data / bwd filter, swapped for the transposed conv */
-  int call = !deconv ? pass : pass == PASS_FWD ? PASS_BWD_DATA : pass == PASS_BWD_DATA ? PASS_FWD : PASS_BWD_WEIGHTS;
+  GET_OK(cudnnSetConvolutionMathType(p->conv, precision == TSR_PRECISION_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  p->call = !deconv ? pass : pass == PASS_FWD ? CALL_BWD_DATA : pass == PASS_BWD_DATA ? CALL_FWD : CALL_BWD_FILTER;
   enum { MAXALGO = 16 };
-  int got = 0;
-  p->algo = -1;
-  if (call == PASS_FWD) {
+  int got = 0, rc;
+  if (p->call == CALL_FWD) {
     cudnnConvolutionFwdAlgoPerf_t perf[MAXALGO];
-    CUDNN_OK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->in, p->filt, p->conv, p->out, MAXALGO, &got, perf));
-    for (int i = 0; i < got && p->algo < 0; i++)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= WORKSPACE_LIMIT)
-        p->algo = perf[i].algo, p->ws_bytes = perf[i].memory;
-  } else if (call == PASS_BWD_DATA) {
+    GET_OK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->in, p->filt, p->conv, p->out, MAXALGO, &got, perf));
+    rc = pick(perf, got, precision, deterministic, p);
+  } else if (p->call == CALL_BWD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[MAXALGO];
-    CUDNN_OK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->filt, p->out, p->conv, p->in, MAXALGO, &got, perf));
-    for (int i = 0; i < got && p->algo < 0; i++)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= WORKSPACE_LIMIT)
-        p->algo = perf[i].algo, p->ws_bytes = perf[i].memory;
+    GET_OK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->filt, p->out, p->conv, p->in, MAXALGO, &got, perf));
+    rc = pick(perf, got, precision, deterministic, p);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[MAXALGO];
-    CUDNN_OK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->in, p->out, p->conv, p->filt, MAXALGO, &got, perf));
-    for (int i = 0; i < got && p->algo < 0; i++)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= WORKSPACE_LIMIT)
-        p->algo = perf[i].algo, p->ws_bytes = perf[i].memory;
+    GET_OK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->in, p->out, p->conv, p->filt, MAXALGO, &got, perf));
+    rc = pick(perf, got, precision, deterministic, p);
   }
-  if (p->algo < 0) {
-    fprintf(stderr, "tessera: cuDNN has no algorithm for %s pass %d of %dx%dx%dx%d (k %dx%d s %d p %d)\n",
-            deconv ? "transposed conv" : "conv", pass, d->n, d->ci, d->h, d->w, d->kh, d->kw, d->sh, d->ph);
-    return -1;
+  if (rc > 0 && precision == TSR_PRECISION_F32)
+    return _tsr_cuda_report("cuDNN has no %salgorithm for %s pass %d of %dx%dx%dx%d (k %dx%d s %d p %d)",
+                            deterministic ? "deterministic " : "", deconv ? "transposed conv" : "conv", pass, d->n,
+                            d->ci, d->h, d->w, d->kh, d->kw, d->sh, d->ph);
+  return rc;
+}
+
+static conv_plan *plan_get(int worker, cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pass, int precision) {
+  conv_key key;
+  memset(&key, 0, sizeof key);
+  key.d = *d;
+  key.deconv = deconv;
+  key.pass = pass;
+  key.precision = precision;
+  key.deterministic = _tsr_get_deterministic();
+  conv_plan *p = conv_plans[worker];
+  while (p && memcmp(&p->key, &key, sizeof key)) p = p->next;
+  if (p) return p;
+  for (int prec = precision;; prec = TSR_PRECISION_F32) {
+    p = (conv_plan *)calloc(1, sizeof *p);
+    if (!p) {
+      _tsr_cuda_report("out of host memory for a cuDNN plan");
+      return NULL;
+    }
+    int rc = plan_make(h, d, deconv, pass, prec, key.deterministic, p);
+    if (rc == 0) break;
+    plan_destroy(p);
+    if (rc < 0 || prec == TSR_PRECISION_F32) return NULL;
+    fprintf(stderr, "tessera: cuDNN has no %s algorithm for %s pass %d of %dx%dx%dx%d: float32 on this worker\n",
+            prec == TSR_PRECISION_BF16 ? "bf16" : "fp16", deconv ? "transposed conv" : "conv", pass, d->n, d->ci, d->h,
+            d->w);
   }
-  return 0;
+  p->key = key;
+  p->next = conv_plans[worker];
+  conv_plans[worker] = p;
+  return p;
+}
+
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* Runs the plan's cuDNN call on in-space, out-space and filter operands (the one the call writes
+ * is non-const in spirit); beta 1 accumulates (backward filter). Reduced precision converts. */
+static int conv_call(int worker, cudaStream_t s, cudnnHandle_t h, conv_plan *p, const float *in, const float *out,
+                     const float *filt, float *result, float beta) {
+  const float one = 1.0f;
+  if (p->precision == TSR_PRECISION_F32) {
+    void *ws = p->ws_bytes ? _tsr_cuda_scratch(worker, p->ws_bytes, s) : NULL;
+    if (p->ws_bytes && !ws) return -1;
+    if (p->call == CALL_FWD)
+      CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, in, p->filt, filt, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                       ws, p->ws_bytes, &beta, p->out, result));
+    else if (p->call == CALL_BWD_DATA)
+      CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, filt, p->out, out, p->conv,
+                                            (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes, &beta, p->in,
+                                            result));
+    else
+      CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, in, p->out, out, p->conv,
+                                              (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws_bytes, &beta, p->filt,
+                                              result));
+    return 0;
+  }
+  /* scratch: cuDNN workspace, then bf16 / fp16 copies of the in-space, out-space and filter operands */
+  size_t off_in = align256(p->ws_bytes), off_out = off_in + align256(2 * p->nin),
+         off_filt = off_out + align256(2 * p->nout), total = off_filt + align256(2 * p->nfilt);
+  char *scratch = (char *)_tsr_cuda_scratch(worker, total, s);
+  if (!scratch) return -1;
+  void *ws = p->ws_bytes ? scratch : NULL;
+  uint16_t *hin = (uint16_t *)(scratch + off_in), *hout = (uint16_t *)(scratch + off_out),
+           *hfilt = (uint16_t *)(scratch + off_filt);
+  const float zero = 0.0f;
+  int prec = p->precision;
+  if (p->call != CALL_BWD_DATA && _tsr_narrow_cuda(in, hin, p->nin, prec, s)) return -1;
+  if (p->call != CALL_FWD && _tsr_narrow_cuda(out, hout, p->nout, prec, s)) return -1;
+  if (p->call != CALL_BWD_FILTER && _tsr_narrow_cuda(filt, hfilt, p->nfilt, prec, s)) return -1;
+  if (p->call == CALL_FWD) {
+    CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, hin, p->filt, hfilt, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                     ws, p->ws_bytes, &zero, p->out, hout));
+    return _tsr_widen_cuda(hout, result, p->nout, prec, beta != 0.0f, s);
+  }
+  if (p->call == CALL_BWD_DATA) {
+    CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, hfilt, p->out, hout, p->conv,
+                                          (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes, &zero, p->in, hin));
+    return _tsr_widen_cuda(hin, result, p->nin, prec, beta != 0.0f, s);
+  }
+  CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, hin, p->out, hout, p->conv,
+                                          (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws_bytes, &zero, p->filt,
+                                          hfilt));
+  return _tsr_widen_cuda(hfilt, result, p->nfilt, prec, beta != 0.0f, s);
 }
 
 /* Inputs/outputs in the order of _tsr_convlike_run: fwd x, w, b -> y; bwd_data dy, w -> dx;
@@ -104,58 +256,25 @@ extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_
                               float *out1) {
   cudnnHandle_t h;
   if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;
-  conv_key key;
-  memset(&key, 0, sizeof key);
-  key.d = *d;
-  key.deconv = deconv;
-  key.pass = pass;
-  key.precision = precision;
-  conv_plan *p = conv_plans[worker];
-  while (p && memcmp(&p->key, &key, sizeof key)) p = p->next;
-  if (!p) {
-    p = (conv_plan *)calloc(1, sizeof *p);
-    if (!p) {
-      fprintf(stderr, "tessera: out of memory for a cuDNN plan\n");
-      return -1;
-    }
-    if (plan_make(h, d, deconv, pass, precision, p)) {
-      free(p);
-      return -1;
-    }
-    p->key = key;
-    p->next = conv_plans[worker];
-    conv_plans[worker] = p;
-  }
-  void *ws = p->ws_bytes ? _tsr_cuda_scratch(worker, p->ws_bytes, s) : NULL;
-  if (p->ws_bytes && !ws) return -1;
-  const float one = 1.0f, zero = 0.0f;
-  if (pass == PASS_FWD) {
+  conv_plan *p = plan_get(worker, h, d, deconv, pass, precision);
+  if (!p) return -1;
+  const float one = 1.0f;
+  if (pass == PASS_FWD) { /* conv: in-space x -> out-space y; transposed: out-space x -> in-space y */
     const float *x = in0, *w = in1, *b = in2;
     float *y = out0;
-    if (!deconv)
-      CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, x, p->filt, w, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
-                                       ws, p->ws_bytes, &zero, p->out, y));
-    else
-      CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, w, p->out, x, p->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes, &zero, p->in, y));
-    if (d->has_bias) CUDNN_OK(cudnnAddTensor(h, &one, p->bias, b, &one, deconv ? p->in : p->out, y));
+    if (conv_call(worker, s, h, p, deconv ? NULL : x, deconv ? x : NULL, w, y, 0.0f)) return -1;
+    if (d->has_bias) CUDNN_OK(cudnnAddTensor(h, &one, p->bias, b, &one, deconv ? p->in32 : p->out32, y));
   } else if (pass == PASS_BWD_DATA) {
     const float *dy = in0, *w = in1;
     float *dx = out0;
-    if (!deconv)
-      CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, w, p->out, dy, p->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes, &zero, p->in, dx));
-    else
-      CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, dy, p->filt, w, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
-                                       ws, p->ws_bytes, &zero, p->out, dx));
+    if (conv_call(worker, s, h, p, deconv ? dy : NULL, deconv ? NULL : dy, w, dx, 0.0f)) return -1;
   } else {
     const float *x = in0, *dy = in1;
     float *dw = out0, *db = out1;
     /* the conv's input space holds x (conv) or dy (transposed conv) */
-    CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, deconv ? dy : x, p->out, deconv ? x : dy, p->conv,
-                                            (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws_bytes, &one, p->filt,
-                                            dw));
-    if (d->has_bias && db) CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in : p->out, dy, &one, p->bias, db));
+    if (conv_call(worker, s, h, p, deconv ? dy : x, deconv ? x : dy, NULL, dw, 1.0f)) return -1;
+    if (d->has_bias && db)
+      CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in32 : p->out32, dy, &one, p->bias, db));
   }
   return 0;
 }
@@ -179,12 +298,8 @@ extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dens
     float beta = 0.0f;
     if (d->has_bias) {
       size_t len = (size_t)d->n * d->out;
-      bias_rows_k<<<(unsigned)((len + 255) / 256 > 4096 ? 4096 : (len + 255) / 256), 256, 0, s>>>(d->n, d->out, in2, out0);
-      cudaError_t e = cudaGetLastError();
-      if (e != cudaSuccess) {
-        fprintf(stderr, "tessera: dense bias kernel launch failed: %s\n", cudaGetErrorString(e));
-        return -1;
-      }
+      bias_rows_k<<<grid(len), 256, 0, s>>>(d->n, d->out, in2, out0);
+      LAUNCHED("dense bias kernel");
       beta = 1.0f;
     }
     CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, in1, d->in, in0, d->in, &beta, out0,
@@ -199,6 +314,7 @@ extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dens
       float *ones = (float *)_tsr_cuda_scratch(worker, (size_t)d->n * sizeof(float), s);
       if (!ones) return -1;
       fill_k<<<1, 256, 0, s>>>(d->n, 1.0f, ones);
+      LAUNCHED("dense ones kernel");
       CUBLAS_OK(cublasSgemv(h, CUBLAS_OP_N, d->out, d->n, &one, in1, d->out, ones, 1, &one, out1, 1));
     }
   }
@@ -215,13 +331,8 @@ __global__ static void leaky_k(size_t n, float alpha, int bwd, const float *x, c
 extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x,
                              const float *y, const float *dy, float *out) {
   if (d->kind == TSR_ACT_LEAKY_RELU) {
-    size_t b = (d->len + 255) / 256;
-    leaky_k<<<(unsigned)(b > 8192 ? 8192 : b ? b : 1), 256, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-      fprintf(stderr, "tessera: leaky relu kernel launch failed: %s\n", cudaGetErrorString(e));
-      return -1;
-    }
+    leaky_k<<<grid(d->len), 256, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
+    LAUNCHED("leaky relu kernel");
     return 0;
   }
   cudnnHandle_t h;
@@ -243,10 +354,9 @@ extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_de
     if (st == CUDNN_STATUS_SUCCESS)
       st = bwd ? cudnnActivationBackward(h, ad, &one, td, y + off, td, dy + off, td, x + off, &zero, td, out + off)
                : cudnnActivationForward(h, ad, &one, td, x + off, &zero, td, out + off);
-    if (st != CUDNN_STATUS_SUCCESS) {
-      fprintf(stderr, "tessera: cudnnActivation%s failed: %s\n", bwd ? "Backward" : "Forward", cudnnGetErrorString(st));
-      rc = -1;
-    }
+    if (st != CUDNN_STATUS_SUCCESS)
+      rc = _tsr_cuda_report("cudnnActivation%s (or its descriptor) failed: %s", bwd ? "Backward" : "Forward",
+                            cudnnGetErrorString(st));
   }
   cudnnDestroyTensorDescriptor(td);
   cudnnDestroyActivationDescriptor(ad);

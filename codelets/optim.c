@@ -106,9 +106,9 @@ static struct starpu_codelet cl_opt_update = {
     .model = &opt_update_model,
 };
 
-/* CPU only: the state is a host value (a GPU variant would read it from device memory). */
+/* The CUDA variant reads the scaler's state where StarPU put it, in device memory. */
 static struct starpu_codelet cl_opt_update_gated = {
-    .cpu_funcs = {opt_update_gated_cpu},
+    .cpu_funcs = {opt_update_gated_cpu}, TSR_CUDA_FUNCS(opt_update_gated_cpu_cuda)
     .cpu_funcs_name = {"opt_update_gated_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_opt_update_gated",

@@ -6,6 +6,7 @@
 #include <errno.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
 
@@ -184,7 +185,7 @@ static struct starpu_perfmodel pool_fwd_model = {.type = STARPU_HISTORY_BASED, .
 static struct starpu_perfmodel pool_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_pool_bwd"};
 
 static struct starpu_codelet cl_pool_fwd = {
-    .cpu_funcs = {pool_fwd_func},
+    .cpu_funcs = {pool_fwd_func}, TSR_CUDA_FUNCS(pool_fwd_func_cuda)
     .cpu_funcs_name = {"pool_fwd_func"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &pool_fwd_model,
@@ -192,7 +193,7 @@ static struct starpu_codelet cl_pool_fwd = {
 };
 
 static struct starpu_codelet cl_pool_bwd = {
-    .cpu_funcs = {pool_bwd_func},
+    .cpu_funcs = {pool_bwd_func}, TSR_CUDA_FUNCS(pool_bwd_func_cuda)
     .cpu_funcs_name = {"pool_bwd_func"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &pool_bwd_model,

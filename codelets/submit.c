@@ -12,8 +12,11 @@
 #include "trace/trace.h"
 
 static int deterministic;
+static uint32_t only_where; /* see _tsr_set_where */
 
 void _tsr_set_deterministic(int on) { deterministic = on; }
+int _tsr_get_deterministic(void) { return deterministic; }
+void _tsr_set_where(uint32_t where) { only_where = where; }
 
 enum starpu_data_access_mode _tsr_accum_mode(void) {
   return deterministic ? STARPU_RW : (enum starpu_data_access_mode)(STARPU_RW | STARPU_COMMUTE);
@@ -38,6 +41,8 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
                 const char *name, int nbufs, const struct _tsr_buf *bufs) {
   struct starpu_task *task = starpu_task_create();
   task->cl = cl;
+  if ((only_where == STARPU_CUDA && cl->cuda_funcs[0]) || (only_where == STARPU_CPU && cl->cpu_funcs[0]))
+    task->where = only_where;
   task->name = name;
   task->priority = priority;
   if (arg_size) {

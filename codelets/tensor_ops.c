@@ -92,7 +92,7 @@ static struct starpu_codelet cl_copy = {
     .model = &copy_model,
 };
 static struct starpu_codelet cl_fill = {
-    .cpu_funcs = {fill_cpu},
+    .cpu_funcs = {fill_cpu}, TSR_CUDA_FUNCS(fill_cpu_cuda)
     .cpu_funcs_name = {"fill_cpu"},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_fill",

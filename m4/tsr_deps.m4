@@ -61,7 +61,9 @@ AC_DEFUN([TSR_CHECK_CUDA], [
     AC_PATH_PROG([NVCC], [nvcc], [], [$with_cuda/bin])
     AS_IF([test -z "$NVCC"], [AC_MSG_ERROR([--with-cuda: nvcc not found under $with_cuda/bin])])
     CUDA_CFLAGS="-I$with_cuda/include"
-    CUDA_LIBS="-L$with_cuda/lib64 -Wl,-rpath,$with_cuda/lib64 -lcudart -lcublas -lcudnn -lnccl"
+    dnl the .cu objects are C++ (kernel launch stubs use guarded statics, exception tables): a C
+    dnl link of the static library needs the C++ runtime named
+    CUDA_LIBS="-L$with_cuda/lib64 -Wl,-rpath,$with_cuda/lib64 -lcudart -lcublas -lcudnn -lnccl -lstdc++"
     tsr_with_cuda="yes ($with_cuda)"
     AC_DEFINE([TSR_WITH_CUDA], [1], [CUDA codelets compiled])
     AS_IF([test "$tsr_starpu_cuda" = no],

@@ -1,0 +1,24 @@
+/* Shared by the parts of tests/gpu/check_gpu: the suites and the helpers that compare a GPU result
+ * with its CPU twin (widened to float64) under a stated tolerance. */
+#ifndef TSR_GPU_TEST_H
+#define TSR_GPU_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../testutil.h"
+
+/* Runs on the host in every CUDA build: the pooling kernels' per-element code against oneDNN. */
+Suite *make_gpu_host_suite(void);
+/* Need a StarPU with CUDA and a GPU. */
+Suite *make_gpu_ops_suite(void);
+Suite *make_gpu_train_suite(void);
+
+float *gt_rand(size_t n, uint64_t seed);
+/* Asserts |gpu - cpu| <= atol + rtol |cpu| element by element, naming `what`. */
+void gt_close(const float *gpu, const float *cpu, size_t n, double atol, double rtol, const char *what);
+void gt_close_d(const double *gpu, const double *cpu, size_t n, double rtol, const char *what);
+/* Bitwise equality of n bytes, naming `what` and the first differing byte. */
+void gt_same(const void *gpu, const void *cpu, size_t bytes, const char *what);
+
+#endif
