@@ -143,6 +143,21 @@ void opt_update_gated_cpu_cuda(void *b[], void *a) {
                            (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(b[4])));
 }
 
+/* Loss scaling (src/optim/loss_scale.c). scale_grad: x[, state]; cl_arg the fixed scale.
+ * scale_check: state, then the gradients. */
+void scale_grad_cpu_cuda(void *b[], void *a) {
+  double fixed;
+  memcpy(&fixed, a, sizeof fixed);
+  const struct _tsr_scale_state *state =
+      STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 1 ? (const void *)STARPU_VARIABLE_GET_PTR(b[1]) : NULL;
+  RUN(_tsr_scale_grad_cuda(STREAM, TSR_NX(b, 0), TSR_BUF(b, 0), state, fixed));
+}
+void scale_check_cpu_cuda(void *b[], void *a) {
+  struct _tsr_scale_state *state = (void *)STARPU_VARIABLE_GET_PTR(b[0]);
+  int n = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+  for (int i = 1; i < n; i++) RUN(_tsr_scale_check_cuda(STREAM, TSR_NX(b, i), TSR_BUF(b, i), state));
+}
+
 /* Buffers as pool.c: fwd x, y[, ws]; bwd dy[, ws], dx. The workspace must have oneDNN's size,
  * since CPU workers read and write the same handle. */
 static int pool_ws_ok(const struct tsr_pool_desc *d, void *ws_buf) {

@@ -23,7 +23,7 @@ TSR_CL_CUDA(dense_fwd_cpu) TSR_CL_CUDA(dense_bwd_data_cpu) TSR_CL_CUDA(dense_bwd
 TSR_CL_CUDA(act_fwd_cpu) TSR_CL_CUDA(act_bwd_cpu) TSR_CL_CUDA(dropout_fwd_cpu) TSR_CL_CUDA(dropout_bwd_cpu)
 TSR_CL_CUDA(concat_fwd_cpu) TSR_CL_CUDA(concat_bwd_cpu) TSR_CL_CUDA(add_fwd_cpu)
 TSR_CL_CUDA(loss_cpu) TSR_CL_CUDA(opt_update_cpu) TSR_CL_CUDA(opt_update_gated_cpu) TSR_CL_CUDA(zero_doubles_cpu)
-TSR_CL_CUDA(fill_cpu)
+TSR_CL_CUDA(fill_cpu) TSR_CL_CUDA(scale_grad_cpu) TSR_CL_CUDA(scale_check_cpu)
 TSR_CL_CUDA(bn_stats_cpu) TSR_CL_CUDA(bn_finalize_cpu) TSR_CL_CUDA(bn_fwd_cpu) TSR_CL_CUDA(bn_fwd_eval_cpu)
 TSR_CL_CUDA(bn_bwd_stats_cpu) TSR_CL_CUDA(bn_bwd_params_cpu) TSR_CL_CUDA(bn_bwd_data_cpu)
 TSR_CL_CUDA(pool_fwd_func) TSR_CL_CUDA(pool_bwd_func)
@@ -91,6 +91,10 @@ int _tsr_opt_update_cuda(cudaStream_t s, const struct tsr_opt_args *a, size_t n,
  * reduced-precision cuDNN calls; widen adds into y when `accumulate`. */
 int _tsr_narrow_cuda(const float *x, uint16_t *y, size_t n, int precision, cudaStream_t stream);
 int _tsr_widen_cuda(const uint16_t *x, float *y, size_t n, int precision, int accumulate, cudaStream_t stream);
+/* Loss scaling: x *= state->scale (state in device memory) or `fixed` when state is NULL; and
+ * state->overflow = 1 when some x is not finite. */
+int _tsr_scale_grad_cuda(cudaStream_t s, size_t n, float *x, const struct _tsr_scale_state *state, double fixed);
+int _tsr_scale_check_cuda(cudaStream_t s, size_t n, const float *x, struct _tsr_scale_state *state);
 int _tsr_zero_bytes_cuda(void *x, size_t bytes, cudaStream_t stream);
 int _tsr_zero_cuda(float *x, size_t n, cudaStream_t stream);
 int _tsr_axpy_cuda(float *y, const float *x, float a, size_t n, cudaStream_t stream);

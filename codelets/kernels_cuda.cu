@@ -2,7 +2,7 @@
  * statistics across slices (double accumulation, fixed reduction order per channel), dropout with
  * the CPU's counter hash (bitwise the same masks), channel concat/split and sums, losses (double,
  * two-pass fixed-order reduction) and the optimizer updates (PyTorch semantics, optionally gated by
- * the loss scaler). */
+ * the loss scaler), and the loss scaler's scaling and overflow check. */
 #include <math.h>
 #include <stdio.h>
 
@@ -344,6 +344,31 @@ extern "C" int _tsr_opt_update_cuda(cudaStream_t s, const struct tsr_opt_args *a
     adam_k<<<blocks(n), THREADS, 0, s>>>(*a, host, gate, l2, decay, n, w, g, m, v);
   }
   LAUNCHED("optimizer kernel");
+  return 0;
+}
+
+/* ---- loss scaling (src/optim/loss_scale.c): the scale and the overflow flag are read and written
+ * in the scaler's state where StarPU put it, in device memory ---- */
+
+__global__ static void scale_k(size_t n, float fixed, const _tsr_scale_state *state, float *x) {
+  const float s = state ? (float)state->scale : fixed;
+  GRID_LOOP(i, n) x[i] *= s;
+}
+
+__global__ static void overflow_k(size_t n, const float *x, _tsr_scale_state *state) {
+  GRID_LOOP(i, n) if (!isfinite(x[i])) state->overflow = 1; /* racing writers all write 1 */
+}
+
+extern "C" int _tsr_scale_grad_cuda(cudaStream_t s, size_t n, float *x, const struct _tsr_scale_state *state,
+                                    double fixed) {
+  scale_k<<<blocks(n), THREADS, 0, s>>>(n, (float)fixed, state, x);
+  LAUNCHED("loss scale kernel");
+  return 0;
+}
+
+extern "C" int _tsr_scale_check_cuda(cudaStream_t s, size_t n, const float *x, struct _tsr_scale_state *state) {
+  overflow_k<<<blocks(n), THREADS, 0, s>>>(n, x, state);
+  LAUNCHED("overflow check kernel");
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "convert.h"
+#include "cuda_util.h"
 #include "optim/loss_scale.h"
 #include "runtime/error.h"
 
@@ -74,10 +75,12 @@ static void scale_decide_cpu(void *buffers[], void *cl_arg) {
 static struct starpu_perfmodel scale_grad_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_scale_grad"};
 static struct starpu_perfmodel scale_check_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_scale_check"};
 static struct starpu_perfmodel scale_decide_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_scale_decide"};
-static struct starpu_codelet cl_scale_grad = {.cpu_funcs = {scale_grad_cpu}, .cpu_funcs_name = {"scale_grad_cpu"},
+static struct starpu_codelet cl_scale_grad = {.cpu_funcs = {scale_grad_cpu}, TSR_CUDA_FUNCS(scale_grad_cpu_cuda)
+                                              .cpu_funcs_name = {"scale_grad_cpu"},
                                               .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_scale_grad",
                                               .model = &scale_grad_model};
-static struct starpu_codelet cl_scale_check = {.cpu_funcs = {scale_check_cpu}, .cpu_funcs_name = {"scale_check_cpu"},
+static struct starpu_codelet cl_scale_check = {.cpu_funcs = {scale_check_cpu}, TSR_CUDA_FUNCS(scale_check_cpu_cuda)
+                                               .cpu_funcs_name = {"scale_check_cpu"},
                                                .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_scale_check",
                                                .model = &scale_check_model};
 static struct starpu_codelet cl_scale_decide = {.cpu_funcs = {scale_decide_cpu},

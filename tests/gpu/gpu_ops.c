@@ -18,6 +18,7 @@
 #include "convert.h"
 #include "gpu_test.h"
 #include "kernel_util.h"
+#include "optim/loss_scale.h"
 
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
 
@@ -455,6 +456,35 @@ START_TEST(test_optimizers_match_cpu) {
 }
 END_TEST
 
+/* ---- loss scaling: the scale multiplies exactly; the overflow flag is set by a NaN or an Inf only ---- */
+
+START_TEST(test_loss_scaling_matches_cpu) {
+  const size_t n = 500;
+  float *x = gt_rand(n, 190), *y = gt_rand(n, 191), *xc = copy_of(x, n), *yc = copy_of(y, n);
+  float *ok1 = gt_rand(n, 192), *ok2 = gt_rand(n, 193), *bad = gt_rand(n, 194);
+  bad[n - 3] = INFINITY;
+  struct _tsr_scale_state st = {.scale = 1024, .unscale = 1, .apply = 1}, clean = st, dirty = st;
+  starpu_data_handle_t hs[7] = {REG(x, n), REG(y, n), REG(ok1, n), REG(ok2, n), REG(bad, n)};
+  starpu_variable_data_register(&hs[5], STARPU_MAIN_RAM, (uintptr_t)&clean, sizeof clean);
+  starpu_variable_data_register(&hs[6], STARPU_MAIN_RAM, (uintptr_t)&dirty, sizeof dirty);
+  starpu_data_handle_t hst;
+  starpu_variable_data_register(&hst, STARPU_MAIN_RAM, (uintptr_t)&st, sizeof st);
+  ck_assert_int_eq(_tsr_insert_scale_grad(hs[0], hst, 0, "scale by state"), 0);
+  ck_assert_int_eq(_tsr_insert_scale_grad(hs[1], NULL, 0.125, "scale by a fixed factor"), 0);
+  starpu_data_handle_t finite[2] = {hs[2], hs[3]}, mixed[3] = {hs[2], hs[4], hs[3]};
+  ck_assert_int_eq(_tsr_insert_scale_check(hs[5], 2, finite, "check finite"), 0);
+  ck_assert_int_eq(_tsr_insert_scale_check(hs[6], 3, mixed, "check with an inf"), 0);
+  finish(hs, 7);
+  starpu_data_unregister(hst);
+  for (size_t i = 0; i < n; i++) xc[i] *= 1024.0f, yc[i] *= 0.125f;
+  gt_same(x, xc, n * 4, "gradient scaled by the state's scale");
+  gt_same(y, yc, n * 4, "gradient scaled by a fixed factor");
+  ck_assert_msg(clean.overflow == 0, "finite gradients set the overflow flag");
+  ck_assert_msg(dirty.overflow == 1, "an infinite gradient did not set the overflow flag");
+  free(x), free(y), free(xc), free(yc), free(ok1), free(ok2), free(bad);
+}
+END_TEST
+
 /* ---- conversions (launchers called directly on device buffers): bitwise as the CPU ---- */
 
 #define CU(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
@@ -519,6 +549,7 @@ Suite *make_gpu_ops_suite(void) {
   tcase_add_test(t, test_dropout_concat_add_tensor_ops_match_cpu);
   tcase_add_test(t, test_losses_match_cpu);
   tcase_add_test(t, test_optimizers_match_cpu);
+  tcase_add_test(t, test_loss_scaling_matches_cpu);
   tcase_add_test(t, test_conversions_match_cpu);
   suite_add_tcase(s, t);
   return s;
