@@ -41,8 +41,10 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
                 const char *name, int nbufs, const struct _tsr_buf *bufs) {
   struct starpu_task *task = starpu_task_create();
   task->cl = cl;
-  if ((only_where == STARPU_CUDA && cl->cuda_funcs[0]) || (only_where == STARPU_CPU && cl->cpu_funcs[0]))
-    task->where = only_where;
+  /* Deterministic mode with GPUs: a task that can run on a GPU always does, since a CPU kernel and
+   * its CUDA twin round differently and the scheduler's choice would show in the results. */
+  uint32_t where = only_where ? only_where : deterministic && starpu_cuda_worker_get_count() ? STARPU_CUDA : 0;
+  if ((where == STARPU_CUDA && cl->cuda_funcs[0]) || (where == STARPU_CPU && cl->cpu_funcs[0])) task->where = where;
   task->name = name;
   task->priority = priority;
   if (arg_size) {

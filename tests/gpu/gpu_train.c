@@ -3,7 +3,8 @@
  * worker) against the same steps with every task that has a CUDA implementation restricted to
  * the CUDA worker (the rest: sample loading and loss collection, on one CPU worker). Compared:
  * both losses (1e-4 relative) and each parameter's change over the two steps (1e-6 + 1e-3
- * relative: the change, not the parameter, so a wrong gradient cannot hide under the weights). */
+ * relative: the change, not the parameter, so a wrong gradient cannot hide under the weights).
+ * And deterministic mode with both kinds of workers, twice: bitwise equal. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,10 +75,12 @@ static float *all_params(tsr_trainer *t, size_t *n) {
   return p;
 }
 
-/* on_gpu: one CUDA worker takes every task it can run, one CPU worker the others */
-static void run(int on_gpu, double *loss, float **before, float **after, size_t *n) {
-  setenv("STARPU_NCUDA", on_gpu ? "1" : "0", 1);
-  _tsr_set_where(on_gpu ? STARPU_CUDA : 0);
+enum { ON_CPU, ON_GPU, ON_BOTH };
+/* ON_CPU: one CPU worker. ON_GPU: one CUDA worker takes every task it can run, one CPU worker the
+ * others. ON_BOTH: both workers and no restriction but deterministic mode's. */
+static void run(int where, double *loss, float **before, float **after, size_t *n) {
+  setenv("STARPU_NCUDA", where == ON_CPU ? "0" : "1", 1);
+  _tsr_set_where(where == ON_GPU ? STARPU_CUDA : 0);
   tsr_context_opts co;
   tsr_context_opts_default(&co);
   co.ncpus = 1, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
@@ -109,8 +112,8 @@ START_TEST(test_training_steps_on_gpu_match_cpu) {
   double lc[STEPS], lg[STEPS];
   float *bc, *ac, *bg, *ag;
   size_t nc, ng;
-  run(0, lc, &bc, &ac, &nc);
-  run(1, lg, &bg, &ag, &ng);
+  run(ON_CPU, lc, &bc, &ac, &nc);
+  run(ON_GPU, lg, &bg, &ag, &ng);
   ck_assert_uint_eq(nc, ng);
   gt_same(bg, bc, nc * sizeof(float), "initial parameters (same seed)");
   for (int i = 0; i < STEPS; i++)
@@ -124,11 +127,27 @@ START_TEST(test_training_steps_on_gpu_match_cpu) {
 }
 END_TEST
 
+/* Deterministic mode with CPU and CUDA workers: tasks with a CUDA twin always run on the GPU, so
+ * two runs agree bitwise whatever the scheduler does with the rest. */
+START_TEST(test_deterministic_mixed_workers_repeat_bitwise) {
+  double l1[STEPS], l2[STEPS];
+  float *b1, *a1, *b2, *a2;
+  size_t n1, n2;
+  run(ON_BOTH, l1, &b1, &a1, &n1);
+  run(ON_BOTH, l2, &b2, &a2, &n2);
+  ck_assert_uint_eq(n1, n2);
+  for (int i = 0; i < STEPS; i++) ck_assert_msg(l1[i] == l2[i], "step %d loss: %.17g then %.17g", i, l1[i], l2[i]);
+  gt_same(a2, a1, n1 * sizeof(float), "parameters after two deterministic runs with CPU and CUDA workers");
+  free(b1), free(a1), free(b2), free(a2);
+}
+END_TEST
+
 Suite *make_gpu_train_suite(void) {
   Suite *s = suite_create("gpu_train");
   TCase *t = tcase_create("step");
   tcase_set_timeout(t, 120);
   tcase_add_test(t, test_training_steps_on_gpu_match_cpu);
+  tcase_add_test(t, test_deterministic_mixed_workers_repeat_bitwise);
   suite_add_tcase(s, t);
   return s;
 }
