@@ -337,10 +337,27 @@ static tsr_status dset_open(hid_t loc, const char *file, const char *name, int n
   return TSR_OK;
 }
 
+/* The file's values must be of the memory type's class and at most 8 bytes wide (names: fixed-size
+ * strings of at most TSR_CK_NAME_MAX): H5Dread sizes its conversion buffer by the file's type, and
+ * a fuzzed checkpoint (without a .sum) had it allocate 4 GiB. */
+static tsr_status check_file_type(hid_t d, const char *file, const char *name, hid_t mtype) {
+  hid_t ft = H5Dget_type(d);
+  H5T_class_t fc = ft < 0 ? H5T_NO_CLASS : H5Tget_class(ft), mc = H5Tget_class(mtype);
+  size_t fs = ft < 0 ? 0 : H5Tget_size(ft), limit = mc == H5T_STRING ? H5Tget_size(mtype) : 8;
+  int vlen = ft >= 0 && fc == H5T_STRING && H5Tis_variable_str(ft) > 0;
+  if (ft >= 0) H5Tclose(ft);
+  if (fc != mc || fs == 0 || fs > limit || vlen)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' holds %zu-byte values of type class %d, expected class %d of "
+                      "at most %zu bytes", file, name, fs, (int)fc, (int)mc, limit);
+  return TSR_OK;
+}
+
 static tsr_status dset_read(hid_t d, const char *file, const char *name, hid_t mtype, void *buf) {
-  herr_t e = H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+  tsr_status s = check_file_type(d, file, name, mtype);
+  herr_t e = s == TSR_OK ? H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : 0;
   H5Dclose(d);
   char why[256];
+  if (s != TSR_OK) return s;
   return e < 0 ? _tsr_error(TSR_ERR_FORMAT, "%s: cannot read dataset '%s' (%s)", file, name, _tsr_hdf5_reason(why))
                : TSR_OK;
 }
