@@ -411,7 +411,8 @@ START_TEST(test_loss_scaler_state_travels_in_checkpoints) {
   ck_assert_int_eq(tsr_trainer_loss_scale_get(t, &s2), TSR_OK);
   ck_assert(memcmp(&s1, &s2, sizeof s1) == 0);
   ls_steps(t, 3, after);
-  for (int i = 0; i < 3; i++) ck_assert_msg(after[i] == before[i], "resumed step %d: %.17g, %.17g", i, after[i], before[i]);
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg(after[i] == before[i], "resumed step %d: %.17g, uninterrupted %.17g", i, after[i], before[i]);
   tsr_trainer_destroy(t);
 
   /* without loss scaling: nothing written, and the file loads into either kind of run */

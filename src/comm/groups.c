@@ -78,7 +78,8 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int le
     for (int c = 0; c < r; c++) {
       uint32_t len = (uint32_t)(g->n / r + ((size_t)c < g->n % r));
       g->chunk_len[c] = len;
-      if (lead && start < TSR_CTL_FLOATS) g->chunk_keep[c] = (uint32_t)(TSR_CTL_FLOATS - start < len ? TSR_CTL_FLOATS - start : len);
+      if (lead && start < TSR_CTL_FLOATS) /* the control word's part of this chunk stays float32 */
+        g->chunk_keep[c] = (uint32_t)(TSR_CTL_FLOATS - start < len ? TSR_CTL_FLOATS - start : len);
       start += len;
       if (t->grad_reduce == TSR_REDUCE_F32) {
         g->tmpbuf[c] = malloc(((size_t)len + 1) * sizeof(float));

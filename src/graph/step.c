@@ -1,7 +1,9 @@
 /* One step as a task graph: load tasks per slice, forward per layer per slice, loss per slice,
  * backward in reverse order with each tensor's optimizer update submitted as soon as its layer's
- * backward is submitted (so it runs when that gradient is final), and a non-detached loss-sum
- * task the host waits on later (it also brings back the control word summed over ranks). The host blocks only when `window` steps are in flight. */
+ * backward is submitted (so it runs when that gradient is final; with dynamic loss scaling after
+ * the step's overflow decision instead), and a non-detached loss-sum task the host waits on later
+ * (it also brings back the control word summed over ranks). The host blocks only when `window`
+ * steps are in flight. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
