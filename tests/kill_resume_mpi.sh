@@ -98,6 +98,8 @@ attempt() { # folder attempt victim
   elif [ -z "$newest" ] && [ -n "$used" ]; then
     ko "$(basename "$d") run $a: no checkpoint was there, yet: $used"
   fi
+  # files appear under their final name only once complete: none may be found invalid
+  grep -q "checkpoint rejected" "$d/log.$a" && ko "$(basename "$d") run $a: $(grep -m1 'checkpoint rejected' "$d/log.$a")"
   return $r
 }
 
