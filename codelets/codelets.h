@@ -75,6 +75,8 @@ void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, 
  * set by the context before any task runs; cached oneDNN plans are keyed by it. */
 void _tsr_set_precision(int precision);
 int _tsr_get_precision(void);
+/* StarPU's can_execute of the conv and transposed-conv codelets: in fp16 only non-CPU workers. */
+int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
 int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                            starpu_data_handle_t b /* NULL if no bias */, starpu_data_handle_t y, const char *name);
 int _tsr_insert_conv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,

@@ -58,6 +58,12 @@ static int conv_precision;
 void _tsr_set_precision(int precision) { conv_precision = precision; }
 int _tsr_get_precision(void) { return conv_precision; }
 
+/* fp16 convolutions exist on GPUs only (the context refuses fp16 without a CUDA worker): CPU
+ * workers must not take them, or they would silently run in float32. */
+int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl) {
+  return conv_precision != TSR_PRECISION_FP16 || starpu_worker_get_type((int)workerid) != STARPU_CPU_WORKER;
+}
+
 /* bf16: the pass's inputs are asked for in bf16, so the reorders from the caller's float32 round
  * them; outputs and bias stay float32 (float32 accumulation, float32 master weights). */
 static int bf16_roles(int pass) {
@@ -385,6 +391,7 @@ static struct starpu_codelet cl_conv2d_fwd = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &fwd_model,
     .name = "tsr_conv2d_fwd",
+    .can_execute = _tsr_conv_can_execute,
 };
 static struct starpu_codelet cl_conv2d_bwd_data = {
     .cpu_funcs = {conv2d_bwd_data_cpu}, TSR_CUDA_FUNCS(conv2d_bwd_data_cpu_cuda)
@@ -392,6 +399,7 @@ static struct starpu_codelet cl_conv2d_bwd_data = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_data_model,
     .name = "tsr_conv2d_bwd_data",
+    .can_execute = _tsr_conv_can_execute,
 };
 static struct starpu_codelet cl_conv2d_bwd_weights = {
     .cpu_funcs = {conv2d_bwd_weights_cpu}, TSR_CUDA_FUNCS(conv2d_bwd_weights_cpu_cuda)
@@ -399,6 +407,7 @@ static struct starpu_codelet cl_conv2d_bwd_weights = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_weights_model,
     .name = "tsr_conv2d_bwd_weights",
+    .can_execute = _tsr_conv_can_execute,
 };
 
 int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,

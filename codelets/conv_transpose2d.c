@@ -55,6 +55,7 @@ static struct starpu_codelet cl_deconv2d_fwd = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &fwd_model,
     .name = "tsr_deconv2d_fwd",
+    .can_execute = _tsr_conv_can_execute,
 };
 static struct starpu_codelet cl_deconv2d_bwd_data = {
     .cpu_funcs = {deconv2d_bwd_data_cpu}, TSR_CUDA_FUNCS(deconv2d_bwd_data_cpu_cuda)
@@ -62,6 +63,7 @@ static struct starpu_codelet cl_deconv2d_bwd_data = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_data_model,
     .name = "tsr_deconv2d_bwd_data",
+    .can_execute = _tsr_conv_can_execute,
 };
 static struct starpu_codelet cl_deconv2d_bwd_weights = {
     .cpu_funcs = {deconv2d_bwd_weights_cpu}, TSR_CUDA_FUNCS(deconv2d_bwd_weights_cpu_cuda)
@@ -69,6 +71,7 @@ static struct starpu_codelet cl_deconv2d_bwd_weights = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .model = &bwd_weights_model,
     .name = "tsr_deconv2d_bwd_weights",
+    .can_execute = _tsr_conv_can_execute,
 };
 
 int _tsr_insert_deconv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,

@@ -1,14 +1,17 @@
 /* tests/gpu/check_gpu: every CUDA codelet against its CPU twin on random inputs with stated
  * tolerances (gpu_ops.c), one training step on CUDA workers against the same step on CPU workers
  * (gpu_train.c), and, in every CUDA build even without a GPU, the pooling kernels' element code run
- * on the host against oneDNN (whose workspace layout they must write). The GPU part exits 77 (SKIP
+ * on the host against oneDNN (whose workspace layout they must write) and the refusal of fp16
+ * convolutions by CPU workers. The GPU part exits 77 (SKIP
  * for automake) with the reason when Tessera has no CUDA codelets, StarPU was built without CUDA,
  * or no GPU is visible. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <tessera/context.h>
 #include "codelets.h"
 #include "cuda_util.h"
 #include "gpu_test.h"
@@ -89,12 +92,50 @@ START_TEST(test_pool_kernel_code_matches_onednn) {
 }
 END_TEST
 
+/* fp16 convolutions exist on GPUs only: a CPU worker must refuse them rather than run float32
+ * (StarPU then finds no worker for the task on a CPU-only machine: -ENODEV at submission). */
+static void cpu_up(void) { tt_starpu_start(1); }
+static void cpu_down(void) {
+  _tsr_set_precision(TSR_PRECISION_F32);
+  tt_starpu_stop();
+}
+
+START_TEST(test_fp16_convolutions_never_run_on_cpu_workers) {
+  struct tsr_conv_desc d = {.n = 1, .ci = 2, .h = 5, .w = 5, .co = 3, .oh = 5, .ow = 5, .kh = 3, .kw = 3, .sh = 1,
+                            .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1};
+  struct tsr_conv_desc t = d; /* transposed: 3 -> 2 channels */
+  t.ci = 3, t.co = 2;
+  float *x = gt_rand(50, 1), *w = gt_rand(54, 2), *y = calloc(75, 4), *x3 = gt_rand(75, 3), *y2 = calloc(50, 4);
+  starpu_data_handle_t hx = _tsr_register_floats(x, 50), hw = _tsr_register_floats(w, 54),
+                       hy = _tsr_register_floats(y, 75), hx3 = _tsr_register_floats(x3, 75), hy2 = _tsr_register_floats(y2, 50);
+  _tsr_set_precision(TSR_PRECISION_FP16);
+  ck_assert_int_eq(_tsr_insert_conv2d_fwd(&d, hx, hw, NULL, hy, "fp16 conv"), -ENODEV);
+  ck_assert_int_eq(_tsr_insert_conv2d_bwd_data(&d, hy, hw, hx, "fp16 conv bwd data"), -ENODEV);
+  ck_assert_int_eq(_tsr_insert_conv2d_bwd_weights(&d, hx, hy, hw, NULL, "fp16 conv bwd weights"), -ENODEV);
+  ck_assert_int_eq(_tsr_insert_deconv2d_fwd(&t, hx3, hw, NULL, hy2, "fp16 transposed conv"), -ENODEV);
+  ck_assert_int_eq(_tsr_insert_deconv2d_bwd_data(&t, hy2, hw, hx3, "fp16 transposed conv bwd data"), -ENODEV);
+  ck_assert_int_eq(_tsr_insert_deconv2d_bwd_weights(&t, hx3, hy2, hw, NULL, "fp16 transposed conv bwd weights"),
+                   -ENODEV);
+  _tsr_set_precision(TSR_PRECISION_BF16); /* bf16 has a CPU path */
+  ck_assert_int_eq(_tsr_insert_conv2d_fwd(&d, hx, hw, NULL, hy, "bf16 conv"), 0);
+  ck_assert_int_eq(starpu_task_wait_for_all(), 0);
+  starpu_data_handle_t hs[] = {hx, hw, hy, hx3, hy2};
+  for (int i = 0; i < 5; i++) starpu_data_unregister(hs[i]);
+  free(x), free(w), free(y), free(x3), free(y2);
+}
+END_TEST
+
 Suite *make_gpu_host_suite(void) {
   Suite *s = suite_create("gpu_host");
   TCase *t = tcase_create("pool_kernel_code");
   tcase_set_timeout(t, 60);
   tcase_add_test(t, test_pool_kernel_code_matches_onednn);
   suite_add_tcase(s, t);
+  TCase *c = tcase_create("cpu_workers");
+  tcase_set_timeout(c, 60);
+  tcase_add_checked_fixture(c, cpu_up, cpu_down);
+  tcase_add_test(c, test_fp16_convolutions_never_run_on_cpu_workers);
+  suite_add_tcase(s, c);
   return s;
 }
 #endif
