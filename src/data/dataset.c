@@ -123,10 +123,16 @@ static const char *layout_name(H5D_layout_t l) {
 
 enum { FULL_SCAN_CHUNKS = 1024 }; /* HDF5 1.10 finds the i-th chunk record in O(i): scan small indexes only */
 
+static int cmp_hsize(const void *a, const void *b) {
+  hsize_t x = *(const hsize_t *)a, y = *(const hsize_t *)b;
+  return (x > y) - (x < y);
+}
+
 /* The chunk index as a whole: as many records as the data space has room for, unfiltered ones
  * adding up to whole chunks, and (small indexes) each record inside the file, of a chunk's size,
- * at a chunk's offset in increasing order. A fuzzed file whose records disagreed only in this
- * way (sizes 0 at address 0 next to a valid one) still made H5Dread copy past a 0-byte buffer. */
+ * at a chunk's offset, no chunk twice. A fuzzed file whose records were wrong only in these ways
+ * (sizes 0 at address 0 beside a valid one) made H5Dread copy past a 0-byte buffer, although
+ * H5Dget_chunk_info_by_coord found the valid record for the sample read. */
 static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const hsize_t dims[4], hsize_t stored) {
   hsize_t room = 1, n = 0;
   for (int i = 0; i < 4; i++) room *= (dims[i] + p->chunk[i] - 1) / p->chunk[i];
@@ -143,7 +149,7 @@ static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const 
                       "bytes each",
                       d->path, p->name, (unsigned long long)n, (unsigned long long)stored,
                       (unsigned long long)p->chunk_bytes);
-  hsize_t prev = 0;
+  hsize_t seen[FULL_SCAN_CHUNKS]; /* linear chunk numbers: no chunk may be listed twice */
   for (hsize_t k = 0; n <= FULL_SCAN_CHUNKS && k < n; k++) {
     hsize_t o[4], size = 0, linear = 0;
     unsigned mask = 0;
@@ -154,14 +160,21 @@ static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const 
       ok = o[i] % p->chunk[i] == 0 && o[i] < dims[i];
       linear = linear * ((dims[i] + p->chunk[i] - 1) / p->chunk[i]) + o[i] / p->chunk[i];
     }
-    if (!ok || (k > 0 && linear <= prev))
+    if (!ok)
       return _tsr_error(TSR_ERR_FORMAT,
                         "%s: dataset '%s': chunk record %llu of the index is corrupt (%llu bytes at byte %llu, "
                         "offset [%llu, %llu, %llu, %llu])",
                         d->path, p->name, (unsigned long long)k, (unsigned long long)size, (unsigned long long)at,
                         (unsigned long long)o[0], (unsigned long long)o[1], (unsigned long long)o[2],
                         (unsigned long long)o[3]);
-    prev = linear;
+    seen[k] = linear;
+  }
+  if (n <= FULL_SCAN_CHUNKS) {
+    qsort(seen, n, sizeof *seen, cmp_hsize);
+    for (hsize_t k = 1; k < n; k++)
+      if (seen[k] == seen[k - 1])
+        return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': its chunk index lists chunk %llu twice", d->path, p->name,
+                          (unsigned long long)seen[k]);
   }
   p->scanned = n <= FULL_SCAN_CHUNKS;
   return TSR_OK;
