@@ -445,6 +445,37 @@ START_TEST(dataset_nan_in_sample_is_reported) {
 }
 END_TEST
 
+/* Valid files in the other storage layouts pass the storage checks: compact, and chunked with
+ * shuffle and deflate filters (stored chunk sizes then vary). */
+START_TEST(dataset_compact_and_compressed_layouts_are_read) {
+  char *p = tmp_path("layouts.h5");
+  hsize_t dims[4] = {3, 1, 4, 4}, chunk[4] = {1, 1, 2, 4};
+  double buf[48];
+  for (int i = 0; i < 48; i++) buf[i] = 0.25 * (double)(i % 17);
+  hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t sp = H5Screate_simple(4, dims, NULL);
+  hid_t compact = H5Pcreate(H5P_DATASET_CREATE), zipped = H5Pcreate(H5P_DATASET_CREATE);
+  ck_assert(H5Pset_layout(compact, H5D_COMPACT) >= 0);
+  ck_assert(H5Pset_chunk(zipped, 4, chunk) >= 0 && H5Pset_shuffle(zipped) >= 0 && H5Pset_deflate(zipped, 6) >= 0);
+  hid_t a = H5Dcreate2(f, "inputs", H5T_IEEE_F32LE, sp, H5P_DEFAULT, compact, H5P_DEFAULT);
+  hid_t b = H5Dcreate2(f, "targets", H5T_IEEE_F64LE, sp, H5P_DEFAULT, zipped, H5P_DEFAULT);
+  ck_assert(H5Dwrite(a, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+  ck_assert(H5Dwrite(b, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+  H5Dclose(a), H5Dclose(b), H5Pclose(compact), H5Pclose(zipped), H5Sclose(sp), H5Fclose(f);
+  tsr_dataset *d;
+  ck_assert_msg(tsr_dataset_open(&d, p) == TSR_OK, "%s", tsr_last_error());
+  float x[16], y[16];
+  for (int64_t k = 0; k < 3; k++) {
+    ck_assert_msg(tsr_dataset_read(d, k, x, y) == TSR_OK, "%s", tsr_last_error());
+    for (int i = 0; i < 16; i++)
+      ck_assert_msg(x[i] == (float)buf[16 * k + i] && y[i] == (float)buf[16 * k + i], "sample %lld element %d",
+                    (long long)k, i);
+  }
+  tsr_dataset_close(d);
+  free(p);
+}
+END_TEST
+
 /* Rewrites the chunk index record (B-tree v1 key: size, filter mask, 5 offsets; then the chunk's
  * address) of chunk `i` of a 4-D dataset: its stored size and its address. Corruptions of this
  * kind, found by fuzzing, made H5Dread copy past its buffers. */
@@ -554,6 +585,7 @@ static Suite *make_data_suite(void) {
   tcase_add_test(d, dataset_truncated_file_is_reported);
   tcase_add_test(d, dataset_nan_in_sample_is_reported);
   tcase_add_test(d, dataset_corrupt_chunk_index_is_reported);
+  tcase_add_test(d, dataset_compact_and_compressed_layouts_are_read);
   suite_add_tcase(s, d);
   return s;
 }
