@@ -14,6 +14,7 @@
 #include <tessera.h>
 
 #include "testutil.h"
+#include "io/checkpoint_int.h"
 
 #define S 8
 
@@ -188,7 +189,8 @@ START_TEST(truncated_and_corrupted_checkpoints_are_rejected) {
   ck_assert_msg(strstr(tsr_last_error(), "ckpt-000000000030.h5") != NULL, "error does not name the file: %s",
                 tsr_last_error());
   /* second newest: one bit of c1.weight flipped, so only a checksum can tell: first the file's digest
-   * (checked before HDF5 reads the file), then, without the digest file, the datasets' checksum */
+   * (checked before HDF5 reads the file), then its absence, then (with a digest of the damaged bytes)
+   * the datasets' checksum */
   flip_value_bit(p20, w20, 36);
   tsr_status s = tsr_checkpoint_verify(p20, &meta, NULL);
   ck_assert_int_eq(s, TSR_ERR_FORMAT);
@@ -196,6 +198,11 @@ START_TEST(truncated_and_corrupted_checkpoints_are_rejected) {
   char sum[600];
   snprintf(sum, sizeof sum, "%s.sum", p20);
   ck_assert_int_eq(remove(sum), 0);
+  s = tsr_checkpoint_verify(p20, &meta, NULL);
+  ck_assert_int_eq(s, TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(tsr_last_error(), "no digest file") != NULL, "expected a missing-digest error: %s",
+                tsr_last_error());
+  ck_assert_int_eq(_tsr_ck_write_sum(p20), TSR_OK); /* a digest of the damaged bytes: the datasets' checksum */
   s = tsr_checkpoint_verify(p20, &meta, NULL);
   ck_assert_int_eq(s, TSR_ERR_FORMAT);
   ck_assert_msg(strstr(tsr_last_error(), "checksum") != NULL, "expected a checksum error: %s", tsr_last_error());

@@ -34,7 +34,8 @@ typedef struct tsr_checkpoint_meta {
  * every submitted step first. */
 tsr_status tsr_checkpoint_save(tsr_trainer *t, const char *path, const tsr_checkpoint_meta *meta);
 
-/* Reads a checkpoint, verifies its checksum and that its tensors match the trainer's (names, shapes,
+/* Reads a checkpoint, verifies its digest file (`path`.sum, written by tsr_checkpoint_save; a file
+ * without one is refused, before HDF5 parses it), its checksum and that its tensors match the trainer's (names, shapes,
  * order), then sets the trainer's tensors, moments and counters and fills *meta. A file that fails
  * any check leaves the trainer unchanged; the error names the file and what is wrong. */
 tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_meta *meta);

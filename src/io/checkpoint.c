@@ -210,12 +210,18 @@ static tsr_status write_sum(const char *path, const char *file) {
   return s;
 }
 
-/* Compares path's bytes with path.sum; a checkpoint without one (written by hand) is let through. */
+tsr_status _tsr_ck_write_sum(const char *path) { return write_sum(path, path); }
+
+/* Compares path's bytes with path.sum. A checkpoint without one is refused: every checkpoint Tessera
+ * writes has one, and HDF5 must not parse a file whose bytes nothing vouches for. */
 static tsr_status check_sum(const char *path) {
   char sum[4096];
   snprintf(sum, sizeof sum, "%s.sum", path);
   FILE *f = fopen(sum, "r");
-  if (!f) return TSR_OK;
+  if (!f)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: no digest file %s (%s): Tessera writes one beside every checkpoint; "
+                      "without it the file is not read, since a damaged HDF5 file can crash libhdf5",
+                      path, sum, strerror(errno));
   unsigned long long want;
   long long want_size;
   int n = fscanf(f, "tessera-checkpoint-digest 1 %llx %lld", &want, &want_size);
