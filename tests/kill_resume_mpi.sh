@@ -34,6 +34,9 @@ args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epo
   --seed 5 --workers 1 --slices 2 --checkpoint-every 4 --keep 2)
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT)
 
+# StarPU measures the bus once per STARPU_HOME; two ranks measuring at once have read each other's
+# half-written files (a crash in _starpu_load_bus_performance_files): one rank measures first.
+"$train" "${args[@]}" --epochs 1 --checkpoint-dir "$tmp/warm" -q >"$tmp/warm.log" 2>&1 || { cat "$tmp/warm.log"; echo "FAIL: 1-rank run"; exit 1; }
 t0=$(date +%s%N)
 "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
   { cat "$tmp/ref.log"; echo "FAIL: 2-rank reference run"; exit 1; }
