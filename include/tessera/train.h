@@ -125,8 +125,9 @@ tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const f
 void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates);
 tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates);
 
-/* Bytes this rank has posted to MPI for gradient reductions so far (the ring's sends; 0 on one
- * rank and with NCCL). Counted at submission. */
+/* Bytes this rank has sent for gradient reductions so far: the StarPU-MPI ring's sends, or, with
+ * NCCL, 2 (N - 1) / N of each collective's payload (what NCCL's ring algorithm sends); 0 on one
+ * rank. Counted at submission. */
 int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t);
 
 /* Loss scaler state (opts.loss_scale): the scale the next step's loss gradient is multiplied by,

@@ -2,7 +2,8 @@
  * ncclAllReduce on StarPU's stream for that worker (STARPU_CUDA_ASYNC). Every collective task also
  * accesses one token handle in RW, so collectives run in submission order on every rank — the
  * same order everywhere, since every rank submits the same graph. The tasks are pinned to one CUDA
- * worker per rank, the one owning the communicator. */
+ * worker per rank, the one owning the communicator. With bf16/fp16 reductions a per-group scratch
+ * handle holds the narrowed gradients on the device; the control word stays float32. */
 #ifdef HAVE_CONFIG_H
 #include <config.h>
 #endif
@@ -18,10 +19,6 @@
 
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
 
-int _tsr_nccl_unique_id(void *id, size_t len);
-int _tsr_nccl_comm_init(void **comm, int nranks, const void *id, int rank);
-int _tsr_nccl_allreduce_sum(float *buf, size_t n, void *comm, cudaStream_t stream);
-void _tsr_nccl_comm_destroy(void *comm);
 
 struct nccl_state {
   void *comm;
@@ -29,17 +26,30 @@ struct nccl_state {
   char id[128];
   float token;
   starpu_data_handle_t token_h;
+  starpu_data_handle_t *wire; /* per group, n halves (bf16/fp16 reductions only) */
+  int ngroups, fmt;           /* tsr_reduce_precision */
   int rank, size, failed;
 };
 
+struct nccl_arg {
+  struct nccl_state *s;
+  size_t keep; /* leading floats reduced in float32: the control word of group 0 */
+};
+
 static void allreduce_cuda(void *buffers[], void *cl_arg) {
-  struct nccl_state *s = *(struct nccl_state **)cl_arg;
+  struct nccl_arg *a = cl_arg;
+  struct nccl_state *s = a->s;
   if (!s->comm && _tsr_nccl_comm_init(&s->comm, s->size, s->id, s->rank) != 0) {
     s->failed = 1;
     return;
   }
-  if (_tsr_nccl_allreduce_sum(TSR_BUF(buffers, 0), TSR_NX(buffers, 0), s->comm, starpu_cuda_get_local_stream()) != 0)
-    s->failed = 1;
+  cudaStream_t st = starpu_cuda_get_local_stream();
+  int r = s->fmt == TSR_REDUCE_F32
+              ? _tsr_nccl_allreduce_sum(TSR_BUF(buffers, 0), TSR_NX(buffers, 0), s->comm, st)
+              : _tsr_nccl_allreduce_half(TSR_BUF(buffers, 0), TSR_NX(buffers, 0), a->keep,
+                                         (uint16_t *)STARPU_VECTOR_GET_PTR(buffers[2]), s->fmt == TSR_REDUCE_BF16,
+                                         s->comm, st);
+  if (r != 0) s->failed = 1;
 }
 
 static struct starpu_perfmodel allreduce_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_nccl_allreduce"};
@@ -69,9 +79,21 @@ tsr_status _tsr_nccl_setup(tsr_trainer *t) {
     free(s);
     return _tsr_error(TSR_ERR_RUNTIME, "NCCL: exchanging the unique id failed (%d)", ret);
   }
+  s->fmt = t->grad_reduce;
+  if (s->fmt != TSR_REDUCE_F32) {
+    s->wire = calloc(t->ngroups, sizeof *s->wire);
+    if (!s->wire) {
+      free(s);
+      return _tsr_error(TSR_ERR_NOMEM, "NCCL: out of memory");
+    }
+    s->ngroups = t->ngroups;
+    for (int g = 0; g < t->ngroups; g++) /* no home: StarPU allocates it on the device as scratch */
+      starpu_vector_data_register(&s->wire[g], -1, 0, (uint32_t)t->groups[g].n, sizeof(uint16_t));
+  }
   starpu_variable_data_register(&s->token_h, STARPU_MAIN_RAM, (uintptr_t)&s->token, sizeof s->token);
   t->nccl = s;
-  _tsr_log(t->rank == 0, "gradient reductions: NCCL on CUDA worker %d of each rank", s->worker);
+  _tsr_log(t->rank == 0, "gradient reductions: NCCL (%s) on CUDA worker %d of each rank",
+           s->fmt == TSR_REDUCE_F32 ? "float32" : s->fmt == TSR_REDUCE_BF16 ? "bf16" : "fp16", s->worker);
   return TSR_OK;
 }
 
@@ -86,13 +108,25 @@ int _tsr_nccl_allreduce(tsr_trainer *t, int g) {
   task->priority = STARPU_MAX_PRIO;
   task->execute_on_a_specific_worker = 1;
   task->workerid = s->worker;
-  task->cl_arg = malloc(sizeof s);
-  memcpy(task->cl_arg, &s, sizeof s);
-  task->cl_arg_size = sizeof s;
+  struct nccl_arg *a = malloc(sizeof *a);
+  if (!a) {
+    starpu_task_destroy(task);
+    starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
+    return _tsr_error(TSR_ERR_NOMEM, "NCCL: out of memory"), -1;
+  }
+  a->s = s;
+  a->keep = g == 0 ? TSR_CTL_FLOATS : 0;
+  task->cl_arg = a;
+  task->cl_arg_size = sizeof *a;
   task->cl_arg_free = 1;
-  task->nbuffers = 2;
+  task->nbuffers = s->fmt == TSR_REDUCE_F32 ? 2 : 3;
   task->handles[0] = gr->h, task->modes[0] = STARPU_RW;
   task->handles[1] = s->token_h, task->modes[1] = STARPU_RW;
+  if (s->fmt != TSR_REDUCE_F32) task->handles[2] = s->wire[g], task->modes[2] = STARPU_SCRATCH;
+  /* bytes this rank sends in NCCL's ring algorithm: 2 (N - 1) / N of the payload */
+  size_t payload = s->fmt == TSR_REDUCE_F32 ? gr->n * sizeof(float)
+                                            : a->keep * sizeof(float) + (gr->n - a->keep) * sizeof(uint16_t);
+  t->reduce_bytes += (int64_t)(2 * (s->size - 1) * payload / s->size);
   int ret = starpu_task_submit(task);
   starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
   if (ret) _tsr_error(TSR_ERR_RUNTIME, "NCCL: submitting the allreduce of group %d failed (%d)", g, ret);
@@ -103,6 +137,8 @@ void _tsr_nccl_teardown(tsr_trainer *t) {
   struct nccl_state *s = t->nccl;
   if (!s) return;
   starpu_data_unregister(s->token_h);
+  for (int g = 0; g < s->ngroups; g++) starpu_data_unregister(s->wire[g]);
+  free(s->wire);
   _tsr_nccl_comm_destroy(s->comm);
   free(s);
   t->nccl = NULL;

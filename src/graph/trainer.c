@@ -334,9 +334,6 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = _tsr_groups_build(t, group_bytes(o, m));
   if (st == TSR_OK && t->size > 1) st = _tsr_fingerprint_check(t);
   if (st == TSR_OK) st = _tsr_nccl_setup(t);
-  if (st == TSR_OK && t->nccl && t->grad_reduce != TSR_REDUCE_F32)
-    st = _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: %s gradient reductions over NCCL are not implemented (use f32)",
-                    tsr_reduce_precision_name(t->grad_reduce));
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {

@@ -2,7 +2,7 @@
  * tolerances (gpu_ops.c), one training step on CUDA workers against the same step on CPU workers
  * (gpu_train.c), and, in every CUDA build even without a GPU, the pooling kernels' element code run
  * on the host against oneDNN (whose workspace layout they must write) and the refusal of fp16
- * convolutions by CPU workers. The GPU part exits 77 (SKIP
+ * convolutions by CPU workers; with a GPU (any StarPU), the NCCL launchers (gpu_nccl.c). The GPU part exits 77 (SKIP
  * for automake) with the reason when Tessera has no CUDA codelets, StarPU was built without CUDA,
  * or no GPU is visible. */
 #include <errno.h>
@@ -146,6 +146,10 @@ int main(void) {
   return 77;
 #else
   int rc = tt_run_suite(make_gpu_host_suite());
+  if (rc != 0) return rc;
+  int ndev = 0; /* the NCCL launchers need a GPU, not StarPU's CUDA support */
+  if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) rc = tt_run_suite(make_gpu_nccl_suite());
+  else printf("SKIP (NCCL launchers): no GPU visible\n");
   if (rc != 0) return rc;
 #if !defined(STARPU_USE_CUDA)
   printf("SKIP (GPU part): the StarPU found was built without CUDA (STARPU_USE_CUDA undefined): build StarPU "

@@ -10,6 +10,8 @@
 
 /* Runs on the host in every CUDA build: the pooling kernels' per-element code against oneDNN. */
 Suite *make_gpu_host_suite(void);
+/* Needs a GPU and NCCL (any StarPU). */
+Suite *make_gpu_nccl_suite(void);
 /* Need a StarPU with CUDA and a GPU. */
 Suite *make_gpu_ops_suite(void);
 Suite *make_gpu_train_suite(void);
