@@ -6,27 +6,10 @@
 # must end a run with a checkpoint and status 143 (during training and during validation), and a
 # NaN must stop naming the step (or be skipped).
 set -u
-B=${TESSERA_BUILDDIR:-.}
-train=$B/tessera-train gen=$B/tessera-datagen
+. "$(dirname "$0")/train_fixture.sh"
 TRIALS=${KILL_TRIALS:-5}
-tmp=$(mktemp -d /tmp/tessera-kill-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_NCPU=2
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
-
-cat >"$tmp/model.json" <<'EOF'
-{"name": "kill", "layers": [
-  {"name": "in", "type": "input", "shape": [1, 16, 16]},
-  {"name": "c1", "type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1},
-  {"name": "bn1", "type": "batchnorm"},
-  {"name": "r1", "type": "relu"},
-  {"name": "d1", "type": "dropout", "p": 0.1},
-  {"name": "c2", "type": "conv2d", "out_channels": 1, "kernel": 3, "padding": 1}],
- "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
-EOF
-"$gen" --out "$tmp/data.h5" --samples 96 --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+fixture_setup kill 96
+export STARPU_NCPU=2
 args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 4 --batch 4 --deterministic
   --seed 5 --workers 2 --slices 2 -q --checkpoint-every 3 --keep 2)
 
@@ -37,13 +20,6 @@ t0=$(date +%s%N)
 ref_ms=$((($(date +%s%N) - t0) / 1000000))
 nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
 [ "$nsteps" -eq 84 ] && ok "reference run logged $nsteps steps" || ko "reference run logged $nsteps steps, expected 84"
-
-# Compares a step log with the reference: every row (repeated ones too) equal, every step present.
-same_as_ref() {
-  awk -F, 'NR == FNR { if (FNR > 1) ref[$1] = $3; next }
-           FNR > 1 { seen[$1] = 1; if (!($1 in ref) || ref[$1] != $3) { print "step " $1 ": " $3 " vs " ref[$1]; bad = 1 } }
-           END { for (s in ref) if (!(s in seen)) { print "step " s " missing"; bad = 1 } exit bad }' "$tmp/ref.csv" "$1"
-}
 
 # Runs until the run finishes, killing it with SIGKILL after a random delay (at most 8 kills).
 kills_total=0
@@ -174,5 +150,4 @@ else
   tail -5 "$d/skip"
 fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+fixture_done

@@ -7,36 +7,16 @@
 # Then a rank that hangs (SIGSTOP) must make the other end the job with an error within 30 s.
 # KILL_TRIALS (default 3) sets the number of trials, each with up to 2 kills.
 set -u
-B=${TESSERA_BUILDDIR:-.}
-train=$B/tessera-train gen=$B/tessera-datagen
+. "$(dirname "$0")/train_fixture.sh"
 TRIALS=${KILL_TRIALS:-3}
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-killmpi-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
-
-cat >"$tmp/model.json" <<'EOF'
-{"name": "killmpi", "layers": [
-  {"name": "in", "type": "input", "shape": [1, 16, 16]},
-  {"name": "c1", "type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1},
-  {"name": "bn1", "type": "batchnorm"},
-  {"name": "r1", "type": "relu"},
-  {"name": "d1", "type": "dropout", "p": 0.1},
-  {"name": "c2", "type": "conv2d", "out_channels": 1, "kernel": 3, "padding": 1}],
- "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
-EOF
-"$gen" --out "$tmp/data.h5" --samples 320 --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+need_mpirun
+fixture_setup killmpi 320
 # not -q: a resumed run names the checkpoint it starts from
 args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 3 --batch 4 --deterministic
   --seed 5 --workers 1 --slices 2 --checkpoint-every 4 --keep 2)
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT)
 
-# StarPU measures the bus once per STARPU_HOME; two ranks measuring at once have read each other's
-# half-written files (a crash in _starpu_load_bus_performance_files): one rank measures first.
-"$train" "${args[@]}" --epochs 1 --checkpoint-dir "$tmp/warm" -q >"$tmp/warm.log" 2>&1 || { cat "$tmp/warm.log"; echo "FAIL: 1-rank run"; exit 1; }
+warm_bus "${args[@]}"
 t0=$(date +%s%N)
 "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
   { cat "$tmp/ref.log"; echo "FAIL: 2-rank reference run"; exit 1; }
@@ -45,18 +25,6 @@ nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
 [ "$nsteps" -eq 105 ] && ok "2-rank reference run logged $nsteps steps (${ref_ms} ms)" ||
   ko "reference run logged $nsteps steps, expected 105"
 
-same_as_ref() { # step log: every row (repeated ones too) equal to the reference's, every step present
-  awk -F, 'NR == FNR { if (FNR > 1) ref[$1] = $3; next }
-           FNR > 1 { seen[$1] = 1; if (!($1 in ref) || ref[$1] != $3) { print "step " $1 ": " $3 " vs " ref[$1]; bad = 1 } }
-           END { for (s in ref) if (!(s in seen)) { print "step " s " missing"; bad = 1 } exit bad }' "$tmp/ref.csv" "$1"
-}
-ranks_of() { pgrep -f "^[^ ]*tessera-train .*--checkpoint-dir $1 " || true; } # libtool may run .libs/lt-tessera-train
-rank_pid() { # folder rank
-  local p
-  for p in $(ranks_of "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
-  done
-}
 
 # One run of a trial: starts (or resumes) the run, kills `victim` after a random part of the
 # reference's duration; status 0 = killed, 1 = finished, 2 = failed. Checks the resume message.
@@ -159,5 +127,4 @@ else
   tail -5 "$d/log"
 fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+fixture_done

@@ -6,53 +6,19 @@
 # A SIGTERM during start-up (rank 1 held stopped, so rank 0 waits in MPI_Init or the start-up
 # agreement and has written no checkpoint) must be handled the same way, after the first steps.
 set -u
-B=${TESSERA_BUILDDIR:-.}
-train=$B/tessera-train gen=$B/tessera-datagen
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-mpisig-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
-
-cat >"$tmp/model.json" <<'EOF'
-{"name": "sig", "layers": [
-  {"name": "in", "type": "input", "shape": [1, 16, 16]},
-  {"name": "c1", "type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1},
-  {"name": "bn1", "type": "batchnorm"},
-  {"name": "r1", "type": "relu"},
-  {"name": "d1", "type": "dropout", "p": 0.1},
-  {"name": "c2", "type": "conv2d", "out_channels": 1, "kernel": 3, "padding": 1}],
- "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
-EOF
-"$gen" --out "$tmp/data.h5" --samples 576 --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+. "$(dirname "$0")/train_fixture.sh"
+need_mpirun
+fixture_setup mpisig 576
 args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 4 --batch 4 --deterministic
   --seed 5 --workers 1 --slices 2 -q --checkpoint-every 5 --keep 2)
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT)
 
-# StarPU measures the bus once per STARPU_HOME; two ranks measuring at once have read each other's
-# half-written files (a crash in _starpu_load_bus_performance_files): one rank measures first.
-"$train" "${args[@]}" --epochs 1 --checkpoint-dir "$tmp/warm" -q >"$tmp/warm.log" 2>&1 || { cat "$tmp/warm.log"; echo "FAIL: 1-rank run"; exit 1; }
+warm_bus "${args[@]}"
 "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
   { cat "$tmp/ref.log"; echo "FAIL: 2-rank reference run"; exit 1; }
 nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
 [ "$nsteps" -eq 252 ] && ok "2-rank reference run logged $nsteps steps" || ko "reference run logged $nsteps steps, expected 252"
 
-same_as_ref() { # step log: every row (repeated ones too) equal to the reference's, every step present
-  awk -F, 'NR == FNR { if (FNR > 1) ref[$1] = $3; next }
-           FNR > 1 { seen[$1] = 1; if (!($1 in ref) || ref[$1] != $3) { print "step " $1 ": " $3 " vs " ref[$1]; bad = 1 } }
-           END { for (s in ref) if (!(s in seen)) { print "step " s " missing"; bad = 1 } exit bad }' "$tmp/ref.csv" "$1"
-}
-
-# the ranks (libtool may run .libs/lt-tessera-train), not mpirun nor a wrapper shell
-ranks_of() { pgrep -f "^[^ ]*tessera-train .*--checkpoint-dir $1 " | sort -n; }
-rank_pid() { # folder rank
-  local p
-  for p in $(ranks_of "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
-  done
-}
 handles_term() { local m; m=$(awk '/^SigCgt/ { print $2 }' "/proc/$1/status" 2>/dev/null); [ -n "$m" ] && ((0x$m & 0x4000)); }
 
 # how: mpirun-TERM, mpirun-USR1 (mpirun forwards it), ranks-TERM (rank 1 first, rank 0 0.3 s later)
@@ -106,5 +72,4 @@ for how in mpirun-USR1 ranks-TERM mpirun-TERM startup-TERM; do
   fi
 done
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+fixture_done

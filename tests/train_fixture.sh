@@ -1,0 +1,53 @@
+# Sourced by the checkpoint, kill and signal scripts: the programs under test, PASS/FAIL counters,
+# a temporary folder (STARPU_HOME inside) removed on exit, a small model with batch norm and dropout
+# and a data set for it, the comparison of a step log with the reference run's, and the helpers
+# that find mpirun's ranks.
+B=${TESSERA_BUILDDIR:-.}
+train=$B/tessera-train gen=$B/tessera-datagen
+pass=0 fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
+fixture_done() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; }
+
+# fixture_setup NAME SAMPLES: $tmp, $tmp/model.json and $tmp/data.h5 (16x16 samples)
+fixture_setup() {
+  tmp=$(mktemp -d "/tmp/tessera-$1-XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
+  cat >"$tmp/model.json" <<'JSON'
+{"name": "kill", "layers": [
+  {"name": "in", "type": "input", "shape": [1, 16, 16]},
+  {"name": "c1", "type": "conv2d", "out_channels": 6, "kernel": 3, "padding": 1},
+  {"name": "bn1", "type": "batchnorm"},
+  {"name": "r1", "type": "relu"},
+  {"name": "d1", "type": "dropout", "p": 0.1},
+  {"name": "c2", "type": "conv2d", "out_channels": 1, "kernel": 3, "padding": 1}],
+ "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
+JSON
+  "$gen" --out "$tmp/data.h5" --samples "$2" --size 16 --seed 3 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+}
+
+# Compares a step log with $tmp/ref.csv: every row (repeated ones too) equal, every step present.
+same_as_ref() {
+  awk -F, 'NR == FNR { if (FNR > 1) ref[$1] = $3; next }
+           FNR > 1 { seen[$1] = 1; if (!($1 in ref) || ref[$1] != $3) { print "step " $1 ": " $3 " vs " ref[$1]; bad = 1 } }
+           END { for (s in ref) if (!(s in seen)) { print "step " s " missing"; bad = 1 } exit bad }' "$tmp/ref.csv" "$1"
+}
+
+# ---- under mpirun ----
+need_mpirun() { command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }; }
+# StarPU measures the bus once per STARPU_HOME; two ranks measuring at once have read each other's
+# half-written files (a crash in _starpu_load_bus_performance_files): one rank measures first.
+# warm_bus TRAIN_ARGS...
+warm_bus() {
+  "$train" "$@" --epochs 1 --checkpoint-dir "$tmp/warm" -q >"$tmp/warm.log" 2>&1 ||
+    { cat "$tmp/warm.log"; echo "FAIL: 1-rank run"; exit 1; }
+}
+# the ranks (libtool may run .libs/lt-tessera-train), not mpirun nor a wrapper shell
+ranks_of() { pgrep -f "^[^ ]*tessera-train .*--checkpoint-dir $1 " | sort -n; }
+rank_pid() { # folder rank
+  local p
+  for p in $(ranks_of "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
