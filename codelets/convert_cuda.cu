@@ -10,12 +10,6 @@
 #include "convert.h"
 #include "cuda_util.h"
 
-#define CUDA_OK(call)                                                                                \
-  do {                                                                                               \
-    cudaError_t _e = (call);                                                                         \
-    if (_e != cudaSuccess)                                                                           \
-      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudaGetErrorString(_e), __FILE__, __LINE__); \
-  } while (0)
 
 static unsigned blocks(size_t n) {
   size_t b = (n + 255) / 256;

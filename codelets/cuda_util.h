@@ -51,6 +51,33 @@ int _tsr_cuda_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* This thread's last report ("" when none). */
 const char *_tsr_cuda_last_report(void);
 
+#ifdef __CUDACC__
+/* In the .cu launchers: return _tsr_cuda_report(...) (-1) naming the failed call, file and line. */
+#define CUDA_OK(call)                                                                                \
+  do {                                                                                               \
+    cudaError_t _e = (call);                                                                         \
+    if (_e != cudaSuccess)                                                                           \
+      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudaGetErrorString(_e), __FILE__, __LINE__); \
+  } while (0)
+#define CUDNN_OK(call)                                                                               \
+  do {                                                                                               \
+    cudnnStatus_t _s = (call);                                                                       \
+    if (_s != CUDNN_STATUS_SUCCESS)                                                                  \
+      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudnnGetErrorString(_s), __FILE__, __LINE__); \
+  } while (0)
+#define CUBLAS_OK(call)                                                                              \
+  do {                                                                                               \
+    cublasStatus_t _s = (call);                                                                      \
+    if (_s != CUBLAS_STATUS_SUCCESS)                                                                 \
+      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cublasGetStatusString(_s), __FILE__, __LINE__); \
+  } while (0)
+#define LAUNCHED(what)                                                                               \
+  do {                                                                                               \
+    cudaError_t _e = cudaGetLastError();                                                             \
+    if (_e != cudaSuccess) return _tsr_cuda_report("%s launch failed: %s", what, cudaGetErrorString(_e)); \
+  } while (0)
+#endif
+
 /* Handles of worker `worker` (created at its first call), bound to `stream`; in deterministic
  * mode cuBLAS is told not to use atomics. 0, or -1 after reporting the failed call. */
 int _tsr_cuda_handles(int worker, cudaStream_t stream, cudnnHandle_t *dnn, cublasHandle_t *blas);

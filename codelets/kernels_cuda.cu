@@ -8,17 +8,6 @@
 
 #include "cuda_util.h"
 
-#define CUDA_OK(call)                                                                                \
-  do {                                                                                               \
-    cudaError_t _e = (call);                                                                         \
-    if (_e != cudaSuccess)                                                                           \
-      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudaGetErrorString(_e), __FILE__, __LINE__); \
-  } while (0)
-#define LAUNCHED(what)                                                                               \
-  do {                                                                                               \
-    cudaError_t _e = cudaGetLastError();                                                             \
-    if (_e != cudaSuccess) return _tsr_cuda_report("%s launch failed: %s", what, cudaGetErrorString(_e)); \
-  } while (0)
 
 enum { THREADS = 256 };
 static unsigned blocks(size_t n) {

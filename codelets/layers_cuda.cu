@@ -22,29 +22,12 @@
 #include <tessera/context.h>
 #include "cuda_util.h"
 
-#define CUDNN_OK(call)                                                                               \
-  do {                                                                                               \
-    cudnnStatus_t _s = (call);                                                                       \
-    if (_s != CUDNN_STATUS_SUCCESS)                                                                  \
-      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudnnGetErrorString(_s), __FILE__, __LINE__); \
-  } while (0)
-#define CUBLAS_OK(call)                                                                              \
-  do {                                                                                               \
-    cublasStatus_t _s = (call);                                                                      \
-    if (_s != CUBLAS_STATUS_SUCCESS)                                                                 \
-      return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cublasGetStatusString(_s), __FILE__, __LINE__); \
-  } while (0)
 /* reduced precision: a failure here means no support for the data type, and float32 is tried */
 #define GET_OK(call)                                                                                 \
   do {                                                                                               \
     cudnnStatus_t _s = (call);                                                                       \
     if (_s != CUDNN_STATUS_SUCCESS)                                                                  \
       return precision != TSR_PRECISION_F32 ? 1 : _tsr_cuda_report("%s failed: %s", #call, cudnnGetErrorString(_s)); \
-  } while (0)
-#define LAUNCHED(what)                                                                               \
-  do {                                                                                               \
-    cudaError_t _e = cudaGetLastError();                                                             \
-    if (_e != cudaSuccess) return _tsr_cuda_report("%s launch failed: %s", what, cudaGetErrorString(_e)); \
   } while (0)
 
 enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS }; /* as enum _tsr_conv_pass in conv2d.c */
