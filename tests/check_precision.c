@@ -278,19 +278,31 @@ struct ls_run {
 /* Deterministic training of a conv-relu-batchnorm-conv model for `steps` steps with SGD and momentum
  * (an update left scaled would be `scale` times too big; Adam would hide that) or Adam (its bias
  * correction counts the steps applied). */
-static void ls_train(tsr_optim_kind kind, double loss_scale, double init, int steps, struct ls_run *r) {
+/* One CPU worker, deterministic, no MPI. */
+static tsr_context *ls_context(void) {
   tsr_context_opts co;
   tsr_context_opts_default(&co);
   co.ncpus = 1, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
   tsr_context *ctx;
   ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  return ctx;
+}
+
+/* conv-relu(-batchnorm)-conv on 2 x LS_S x LS_S inputs */
+static tsr_model *ls_model(int with_bn) {
   tsr_model *m;
   ck_assert_int_eq(tsr_model_create(&m, "ls"), TSR_OK);
   ck_assert_int_eq(tsr_model_add_input(m, "in", 2, LS_S, LS_S), TSR_OK);
   ck_assert_int_eq(tsr_model_add_conv2d(m, "a", "in", 4, 3, 1, 1), TSR_OK);
   ck_assert_int_eq(tsr_model_add_simple(m, "ra", TSR_LAYER_RELU, "a"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "bn", TSR_LAYER_BATCHNORM, "ra"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "bn", 1, 3, 1, 1), TSR_OK);
+  if (with_bn) ck_assert_int_eq(tsr_model_add_simple(m, "bn", TSR_LAYER_BATCHNORM, "ra"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", with_bn ? "bn" : "ra", 1, 3, 1, 1), TSR_OK);
+  return m;
+}
+
+static void ls_train(tsr_optim_kind kind, double loss_scale, double init, int steps, struct ls_run *r) {
+  tsr_context *ctx = ls_context();
+  tsr_model *m = ls_model(1);
   tsr_optim_spec sgd = tsr_optim_spec_default(kind);
   sgd.lr = kind == TSR_OPTIM_SGD ? 0.05f : 0.01f;
   tsr_trainer_opts o;
@@ -378,17 +390,8 @@ static void ls_steps(tsr_trainer *t, int n, double *loss) {
 /* A run resumed from a checkpoint continues bit for bit only if the scaler's state (scale, good
  * steps, skipped steps, which Adam's step count depends on) comes back too. */
 START_TEST(test_loss_scaler_state_travels_in_checkpoints) {
-  tsr_context_opts co;
-  tsr_context_opts_default(&co);
-  co.ncpus = 1, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
-  tsr_context *ctx;
-  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "ls"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, LS_S, LS_S), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "a", "in", 4, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "ra", TSR_LAYER_RELU, "a"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "ra", 1, 3, 1, 1), TSR_OK);
+  tsr_context *ctx = ls_context();
+  tsr_model *m = ls_model(0);
   char path[4096], plain[4096];
   snprintf(path, sizeof path, "%s/scaled.h5", tt_tmpdir());
   snprintf(plain, sizeof plain, "%s/plain.h5", tt_tmpdir());
