@@ -11,40 +11,17 @@
 #include <stdint.h>
 #include <starpu.h>
 
+#include "runtime/submit.h"
+#include "runtime/switches.h"
+
 #ifdef __cplusplus /* the CUDA launchers (*.cu) use these declarations too */
 extern "C" {
 #endif
 
-/* ---- submission (submit.c) ----
- * Every Tessera codelet declares .nbuffers = STARPU_VARIABLE_NBUFFERS and no .modes: access modes
- * come from the task (gradient accumulations switch between RW and RW|COMMUTE at run time). */
-
-struct _tsr_buf {
-  starpu_data_handle_t h;
-  enum starpu_data_access_mode mode;
-};
-
-/* The one insert wrapper: copies `arg` (arg_size bytes) into the task, names it, sets priority,
- * submits. Any number of buffers (dynamic handles past STARPU_NMAXBUFS). Returns 0 or -errno
- * style StarPU code; on failure it has set tsr_last_error. */
-int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int priority,
-                const char *name, int nbufs, const struct _tsr_buf *bufs);
-/* Access mode for gradient accumulations: STARPU_RW|STARPU_COMMUTE, or STARPU_RW alone in
- * deterministic mode (fixed order = submission order). */
-enum starpu_data_access_mode _tsr_accum_mode(void);
-void _tsr_set_deterministic(int on);
-int _tsr_get_deterministic(void); /* the CUDA side picks deterministic cuDNN algorithms then */
-/* Tests: tasks whose codelet has an implementation for `where` (STARPU_CPU or STARPU_CUDA) run
- * only there, the others wherever they can; 0 (the default) restricts nothing. */
-void _tsr_set_where(uint32_t where);
+/* ---- submission: src/runtime/submit.h (the wrapper), src/runtime/switches.h (precision, determinism) ---- */
 /* Called at the start of every CPU codelet: makes OpenMP (oneDNN) and OpenBLAS use one thread in
  * this worker, once per thread. */
 void _tsr_worker_enter(void);
-/* Registers a host buffer of n floats as a vector handle. */
-starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n);
-/* Pointer/length of a vector handle's buffer inside a codelet. */
-#define TSR_BUF(buffers, i) ((float *)STARPU_VECTOR_GET_PTR((buffers)[i]))
-#define TSR_NX(buffers, i) (STARPU_VECTOR_GET_NX((buffers)[i]))
 
 /* ---- elementary tensor tasks (tensor_ops.c) ---- */
 void _tsr_zero_cpu(float *x, size_t n);
@@ -64,17 +41,10 @@ struct tsr_conv_desc {
   int oph, opw;         /* transposed only: output padding */
   int has_bias;
 };
-/* Output size from input size: conv and transposed conv (PyTorch formulas). */
-int _tsr_conv_out(int in, int k, int s, int p, int d);
-int _tsr_deconv_out(int in, int k, int s, int p, int d, int op);
 
 void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
 void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);
 void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
-/* Precision of conv and transposed conv (TSR_PRECISION_* of tessera/context.h), process-wide,
- * set by the context before any task runs; cached oneDNN plans are keyed by it. */
-void _tsr_set_precision(int precision);
-int _tsr_get_precision(void);
 /* StarPU's can_execute of the conv and transposed-conv codelets: in fp16 only non-CPU workers. */
 int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
 int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,

@@ -54,14 +54,11 @@ struct plan_key {
 };
 
 /* Arithmetic of the convolutions in this process (TSR_PRECISION_*), set by the context. */
-static int conv_precision;
-void _tsr_set_precision(int precision) { conv_precision = precision; }
-int _tsr_get_precision(void) { return conv_precision; }
 
 /* fp16 convolutions exist on GPUs only (the context refuses fp16 without a CUDA worker): CPU
  * workers must not take them, or they would silently run in float32. */
 int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl) {
-  return conv_precision != TSR_PRECISION_FP16 || starpu_worker_get_type((int)workerid) != STARPU_CPU_WORKER;
+  return _tsr_get_precision() != TSR_PRECISION_FP16 || starpu_worker_get_type((int)workerid) != STARPU_CPU_WORKER;
 }
 
 /* bf16: the pass's inputs are asked for in bf16, so the reorders from the caller's float32 round
@@ -241,10 +238,10 @@ static struct plan *plan_get(const struct tsr_conv_desc *d, int deconv, int pass
   key.d = *d;
   key.deconv = deconv;
   key.pass = pass;
-  key.precision = conv_precision;
+  key.precision = _tsr_get_precision();
   struct plan *p = _tsr_cache_get(CONV_CACHE_TAG, &key, sizeof key);
   if (!p) {
-    p = plan_create(d, deconv, pass, conv_precision);
+    p = plan_create(d, deconv, pass, _tsr_get_precision());
     if (!p) p = plan_create(d, deconv, pass, TSR_PRECISION_F32); /* no bf16 kernel: float32 */
     _tsr_cache_put(CONV_CACHE_TAG, &key, sizeof key, p, plan_free);
   }
@@ -337,14 +334,6 @@ void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv
   struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
   _tsr_kernel_guard(convlike_op(deconv, pass), convlike_run_body, &c);
 }
-
-/* PyTorch's formulas, with floor division also for sizes that come out non-positive. */
-int _tsr_conv_out(int in, int k, int s, int p, int d) {
-  int num = in + 2 * p - d * (k - 1) - 1;
-  return (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-}
-
-int _tsr_deconv_out(int in, int k, int s, int p, int d, int op) { return (in - 1) * s - 2 * p + d * (k - 1) + op + 1; }
 
 void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
   _tsr_convlike_run(d, 0, TSR_CONV_FWD, x, w, b, y, NULL);

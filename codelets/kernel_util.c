@@ -4,10 +4,14 @@
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <dnnl_debug.h>
 #include <starpu.h>
 
+#include "codelets.h"
 #include "kernel_util.h"
 
 struct cache_entry {
@@ -179,4 +183,13 @@ dnnl_memory_t _tsr_dnnl_mem(const dnnl_memory_desc_t *md, void *ptr) {
   dnnl_memory_t m;
   TSR_DNNL_CHECK(dnnl_memory_create(&m, md, _tsr_dnnl_engine(), ptr ? ptr : DNNL_MEMORY_NONE));
   return m;
+}
+
+void _tsr_worker_enter(void) {
+  static _Thread_local int done;
+  if (done) return;
+  done = 1;
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+#endif
 }

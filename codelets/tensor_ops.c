@@ -8,7 +8,6 @@
 #include "codelets.h"
 #include "cuda_util.h"
 #include "runtime/error.h"
-#include "trace/trace.h"
 
 void _tsr_zero_cpu(float *x, size_t n) { memset(x, 0, n * sizeof(*x)); }
 
@@ -184,15 +183,8 @@ int _tsr_insert_loss_sum_ctl(int k, const starpu_data_handle_t *losses, starpu_d
       task->modes[i] = STARPU_R;
     }
   }
-  _tsr_trace_task(task);
-  int ret = starpu_task_submit(task);
-  if (ret != 0) {
-    _tsr_error(TSR_ERR_RUNTIME, "task '%s' (tsr_loss_sum): starpu_task_submit failed: %s", name,
-               strerror(-ret));
-    task->destroy = 0;
-    starpu_task_destroy(task);
-    return ret;
-  }
+  int ret = _tsr_submit_task(task, name);
+  if (ret != 0) return ret;
   *task_out = task;
   return 0;
 }

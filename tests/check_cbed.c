@@ -11,7 +11,7 @@
 #include <tessera/cbed.h>
 #include <tessera/loader.h>
 
-#include "data/cbed/cbed.h"
+#include "sim/cbed/cbed.h"
 #include "testutil.h"
 
 /* Kirkland, Advanced Computing in Electron Microscopy, table 5.1: 0.03701, 0.02508, 0.01969 A. */

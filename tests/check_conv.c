@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "tensor/shape.h"
 #include "kernel_util.h"
 #include "testutil.h"
 

@@ -9,6 +9,7 @@
 
 #include <tessera.h>
 #include "codelets.h"
+#include "tensor/shape.h"
 #include "convert.h"
 #include "optim/loss_scale.h"
 #include "testutil.h"

@@ -11,6 +11,7 @@
 
 #include "testutil.h"
 #include "trace/trace.h"
+#include "trace_analysis/timeline.h"
 
 #define S 8
 

@@ -10,7 +10,7 @@
 #include "convert.h"
 #include "comm/nccl.h"
 #include "trace/trace.h"
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "runtime/error.h"
 
 int _tsr_group_of(const tsr_trainer *t, int tensor) {

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <starpu_mpi.h>
 
-#include "comm/fingerprint.h"
+#include "train/fingerprint.h"
 #include "comm/groups.h"
 #include "comm/nccl.h"
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "runtime/error.h"
 
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)

@@ -14,7 +14,7 @@
 
 #include <hdf5.h>
 
-#include "data/hdf5_lock.h"
+#include "runtime/hdf5_lock.h"
 #include "runtime/error.h"
 #include <tessera/data.h>
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets.h"
 #include "graph/model.h"
 #include "runtime/error.h"
+#include "tensor/shape.h"
 
 static const char *const kind_names[TSR_LAYER_KIND_COUNT] = {
     "input", "conv2d", "conv_transpose2d", "maxpool2d", "avgpool2d", "relu", "leaky_relu", "tanh",
@@ -198,7 +198,7 @@ tsr_status tsr_model_add(tsr_model *m, const char *name, const tsr_layer_spec *s
   const char *kn = tsr_layer_kind_name(spec->kind);
   int want_min = 1, want_max = 1;
   if (spec->kind == TSR_LAYER_INPUT) want_min = want_max = 0;
-  if (spec->kind == TSR_LAYER_CONCAT || spec->kind == TSR_LAYER_ADD) want_min = 2, want_max = TSR_MAX_CONCAT;
+  if (spec->kind == TSR_LAYER_CONCAT || spec->kind == TSR_LAYER_ADD) want_min = 2, want_max = TSR_MAX_INPUTS;
   if (ninputs < want_min || ninputs > want_max)
     return _tsr_error(TSR_ERR_ARG, "%s '%s': takes %d to %d inputs, got %d", kn, name, want_min, want_max, ninputs);
   if (m->n == m->cap) {

@@ -5,12 +5,14 @@
 #include <tessera/model.h>
 
 #define TSR_NAME_MAX 64
+/* Most inputs of one layer (concat, add); the concat codelet takes as many (TSR_MAX_CONCAT). */
+#define TSR_MAX_INPUTS 32
 
 struct _tsr_layer {
   char name[TSR_NAME_MAX];
   tsr_layer_spec spec;
   int ninputs;
-  int inputs[32];       /* indices of earlier layers (TSR_MAX_CONCAT) */
+  int inputs[TSR_MAX_INPUTS]; /* indices of earlier layers */
   int c, h, w;          /* per-sample output shape */
 };
 

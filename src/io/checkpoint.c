@@ -14,7 +14,7 @@
 
 #include <tessera/checkpoint.h>
 
-#include "data/hdf5_lock.h"
+#include "runtime/hdf5_lock.h"
 #include "io/checkpoint_int.h"
 #include "runtime/error.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "io/checkpoint_int.h"
 #include "runtime/error.h"
 

@@ -66,7 +66,7 @@ static char *join(const char *dir, const char *name, const char *ext) {
 /* From src/data/dataset.c: the process-wide HDF5 lock (Debian's HDF5 is not thread-safe and load
  * tasks read datasets concurrently; the lock also silences HDF5's error printing) and the innermost
  * HDF5 error message. Never wait for StarPU while holding it: a load task may be waiting for it. */
-#include "data/hdf5_lock.h"
+#include "runtime/hdf5_lock.h"
 
 static tsr_status h5_write(hid_t f, const char *file, const char *name, const tsr_shape *shape, const float *data) {
   hsize_t dims[TSR_MAX_DIMS];

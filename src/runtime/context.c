@@ -8,7 +8,7 @@
 #include <starpu_mpi.h>
 
 #include <tessera/context.h>
-#include "codelets.h"
+#include "runtime/switches.h"
 #include "runtime/error.h"
 
 struct tsr_context {

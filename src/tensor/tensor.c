@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include <tessera/tensor.h>
-#include "codelets.h"
+#include "runtime/submit.h"
 #include "runtime/error.h"
 
 struct tsr_tensor {

@@ -10,6 +10,7 @@
 #include <starpu.h>
 
 #include "runtime/error.h"
+#include "runtime/submit.h"
 #include "trace/record.h"
 
 atomic_int _tsr_trace_active;
@@ -172,6 +173,7 @@ tsr_status tsr_trace_start(tsr_context *ctx, const char *dir, int64_t first_step
   win_first = first_step, win_last = last_step;
   atomic_store(&next_seq, 0);
   starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+  _tsr_submit_set_hook(_tsr_trace_task);
   atomic_store(&_tsr_trace_active, 1);
   return TSR_OK;
 }

@@ -11,6 +11,7 @@
 
 #include <tessera/context.h>
 #include "codelets.h"
+#include "tensor/shape.h"
 #include "cuda_util.h"
 #ifdef TSR_WITH_CUDA
 #define TSR_CUDA_STREAM_T cudaStream_t /* convert.h then declares the GPU conversions */

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <starpu_mpi.h>
 
-#include "comm/fingerprint.h"
+#include "train/fingerprint.h"
 #include "comm/groups.h"
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "runtime/error.h"
 
 #define AGREE_TAG ((starpu_mpi_tag_t)0x7A6E0000)

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "comm/groups.h"
-#include "comm/fingerprint.h"
+#include "train/fingerprint.h"
 #include "comm/nccl.h"
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
 

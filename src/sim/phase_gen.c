@@ -20,7 +20,7 @@
 #include <tessera/data.h>
 
 /* From dataset.c: the process-wide HDF5 lock and the innermost HDF5 error message. */
-#include "data/hdf5_lock.h"
+#include "runtime/hdf5_lock.h"
 
 #define GEN_NAME "tessera phase_gen"
 #define GEN_VERSION 2

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "data/cbed/cbed.h"
+#include "sim/cbed/cbed.h"
 #include "runtime/error.h"
 
 static const char *names[] = {[TSR_CBED_SI] = "si", [TSR_CBED_SRTIO3] = "srtio3", [TSR_CBED_CU] = "cu",

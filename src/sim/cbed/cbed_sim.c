@@ -4,7 +4,7 @@
  * multiplied by it and carried to the next slice by the Fresnel propagator exp(-i pi lambda dz k^2).
  * Grids are n x n, row y, column x; FFTW's planner is not thread-safe, so plans are made under a lock. */
 /* cbed.h first: fftw_complex stays double[2] here as in the other files; complex.h after it */
-#include "data/cbed/cbed.h"
+#include "sim/cbed/cbed.h"
 
 #include <complex.h>
 #include <math.h>

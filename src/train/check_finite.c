@@ -2,7 +2,7 @@
  * naming the step, the tensor and the layer it belongs to. */
 #include <string.h>
 
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "runtime/error.h"
 
 tsr_status tsr_trainer_check_finite(tsr_trainer *t, int64_t *step) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "runtime/error.h"
-#include "trace/trace.h"
+#include "trace_analysis/timeline.h"
 
 struct ival {
   double a, b;

@@ -1,34 +1,18 @@
-/* The one place where Tessera tasks are created and submitted, so naming, priorities, argument
- * copies and (later) tracing hooks and the MPI variant are switched here only. */
+/* The one place where Tessera tasks are created and submitted (see submit.h). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-#include "codelets.h"
 #include "runtime/error.h"
-#include "trace/trace.h"
+#include "runtime/submit.h"
+#include "runtime/switches.h"
 
-static int deterministic;
-static uint32_t only_where; /* see _tsr_set_where */
+static _Atomic(_tsr_submit_hook_fn) submit_hook;
 
-void _tsr_set_deterministic(int on) { deterministic = on; }
-int _tsr_get_deterministic(void) { return deterministic; }
-void _tsr_set_where(uint32_t where) { only_where = where; }
+void _tsr_submit_set_hook(_tsr_submit_hook_fn hook) { atomic_store(&submit_hook, hook); }
 
 enum starpu_data_access_mode _tsr_accum_mode(void) {
-  return deterministic ? STARPU_RW : (enum starpu_data_access_mode)(STARPU_RW | STARPU_COMMUTE);
-}
-
-void _tsr_worker_enter(void) {
-  static _Thread_local int done;
-  if (done) return;
-  done = 1;
-#ifdef _OPENMP
-  omp_set_num_threads(1);
-#endif
+  return _tsr_get_deterministic() ? STARPU_RW : (enum starpu_data_access_mode)(STARPU_RW | STARPU_COMMUTE);
 }
 
 starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n) {
@@ -37,13 +21,27 @@ starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n) {
   return h;
 }
 
+int _tsr_submit_task(struct starpu_task *task, const char *name) {
+  _tsr_submit_hook_fn hook = atomic_load_explicit(&submit_hook, memory_order_relaxed);
+  if (hook) hook(task);
+  int ret = starpu_task_submit(task);
+  if (ret != 0) {
+    _tsr_error(TSR_ERR_RUNTIME, "task '%s' (%s): starpu_task_submit failed: %s", name,
+               task->cl && task->cl->name ? task->cl->name : "?", strerror(-ret));
+    task->destroy = 0;
+    starpu_task_destroy(task);
+  }
+  return ret;
+}
+
 int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int priority,
                 const char *name, int nbufs, const struct _tsr_buf *bufs) {
   struct starpu_task *task = starpu_task_create();
   task->cl = cl;
   /* Deterministic mode with GPUs: a task that can run on a GPU always does, since a CPU kernel and
    * its CUDA twin round differently and the scheduler's choice would show in the results. */
-  uint32_t where = only_where ? only_where : deterministic && starpu_cuda_worker_get_count() ? STARPU_CUDA : 0;
+  uint32_t where = _tsr_get_where();
+  if (!where && _tsr_get_deterministic() && starpu_cuda_worker_get_count()) where = STARPU_CUDA;
   if ((where == STARPU_CUDA && cl->cuda_funcs[0]) || (where == STARPU_CPU && cl->cpu_funcs[0])) task->where = where;
   task->name = name;
   task->priority = priority;
@@ -84,13 +82,5 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
       task->modes[i] = bufs[i].mode;
     }
   }
-  _tsr_trace_task(task);
-  int ret = starpu_task_submit(task);
-  if (ret != 0) {
-    _tsr_error(TSR_ERR_RUNTIME, "task '%s' (%s): starpu_task_submit failed: %s", name,
-               cl->name ? cl->name : "?", strerror(-ret));
-    task->destroy = 0;
-    starpu_task_destroy(task);
-  }
-  return ret;
+  return _tsr_submit_task(task, name);
 }

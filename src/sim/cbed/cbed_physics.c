@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "data/cbed/cbed.h"
+#include "sim/cbed/cbed.h"
 
 /* CODATA 2018: h c (keV A) and the electron rest energy m0 c^2 (keV). */
 #define HC_KEV_A 12.398419843320026

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "runtime/error.h"
-#include "trace/trace.h"
+#include "trace_analysis/timeline.h"
 
 struct _tsr_tl *_tsr_tl_new(int nranks, int nworkers) {
   struct _tsr_tl *tl = calloc(1, sizeof *tl);

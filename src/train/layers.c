@@ -3,7 +3,7 @@
  * backward order writes the gradient buffer, later ones write a temporary that is then added. */
 #include <string.h>
 
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "runtime/error.h"
 
 starpu_data_handle_t _tsr_out(tsr_trainer *t, int l, int s, int p) {

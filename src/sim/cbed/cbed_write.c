@@ -11,9 +11,9 @@
 
 #include <hdf5.h>
 
-#include "codelets.h"
-#include "data/cbed/cbed.h"
-#include "data/hdf5_lock.h"
+#include "runtime/submit.h"
+#include "sim/cbed/cbed.h"
+#include "runtime/hdf5_lock.h"
 #include "runtime/error.h"
 
 #define GEN_NAME "tessera-cbed multislice"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "runtime/error.h"
-#include "trace/trace.h"
+#include "trace_analysis/timeline.h"
 
 enum { MAX_FLOWS = 1 << 20 };
 

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "data/cbed/cbed.h"
+#include "sim/cbed/cbed.h"
 
 struct site {
   int zn;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "runtime/error.h"
-#include "trace/trace.h"
+#include "trace_analysis/timeline.h"
 
 static const char header[] =
     "%EventDef PajeDefineContainerType 0\n% Alias string\n% Type string\n% Name string\n%EndEventDef\n"

@@ -10,6 +10,8 @@
 #include "graph/model.h"
 #include "optim/loss_scale.h"
 
+_Static_assert(TSR_MAX_INPUTS <= TSR_MAX_CONCAT, "a layer may have more inputs than the concat codelet takes");
+
 struct _tsr_ptensor {
   char name[TSR_NAME_MAX + 16];
   tsr_shape shape;

@@ -10,7 +10,7 @@
 
 #include "comm/groups.h"
 #include "kernel_util.h"
-#include "graph/trainer.h"
+#include "train/trainer.h"
 #include "runtime/error.h"
 #include "trace/trace.h"
 

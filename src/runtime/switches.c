@@ -1,0 +1,12 @@
+/* Process-wide switches (see switches.h). */
+#include "runtime/switches.h"
+
+static int deterministic, precision;
+static uint32_t only_where;
+
+void _tsr_set_deterministic(int on) { deterministic = on; }
+int _tsr_get_deterministic(void) { return deterministic; }
+void _tsr_set_precision(int p) { precision = p; }
+int _tsr_get_precision(void) { return precision; }
+void _tsr_set_where(uint32_t where) { only_where = where; }
+uint32_t _tsr_get_where(void) { return only_where; }

@@ -1,0 +1,28 @@
+/* Process-wide switches, owned by the runtime and set by the context (tsr_context_opts) before any
+ * task runs: numerical precision of convolutions, deterministic mode, placement restriction. The
+ * codelets and the training code read them here; nothing else keeps a copy. */
+#ifndef TSR_RUNTIME_SWITCHES_H
+#define TSR_RUNTIME_SWITCHES_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Deterministic mode: fixed accumulation order, deterministic GPU algorithms, CUDA twins preferred. */
+void _tsr_set_deterministic(int on);
+int _tsr_get_deterministic(void);
+/* Precision of conv and transposed conv (TSR_PRECISION_* of tessera/context.h); cached oneDNN
+ * plans are keyed by it. */
+void _tsr_set_precision(int precision);
+int _tsr_get_precision(void);
+/* Tests: tasks whose codelet has an implementation for `where` (STARPU_CPU or STARPU_CUDA) run
+ * only there, the others wherever they can; 0 (the default) restricts nothing. */
+void _tsr_set_where(uint32_t where);
+uint32_t _tsr_get_where(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* A loaded trace (timeline.c): a flat list of task and transfer events of every rank on rank 0's
+ * clock, read by the writers (chrome.c, paje.c) and the analysis (analysis.c). Apart from the
+ * recording (src/trace) so that reading traces never links into the training path. Times in us. */
+#ifndef TSR_TRACE_ANALYSIS_TIMELINE_H
+#define TSR_TRACE_ANALYSIS_TIMELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <tessera/trace.h>
+
+#include "trace/trace.h" /* TSR_TRACE_NAME, TSR_TRACE_OP: the raw files' field widths */
+
+/* ---- a loaded trace (timeline.c) ---- */
+
+struct _tsr_tev {             /* one task */
+  uint64_t seq;               /* submission order on its rank */
+  int64_t step;
+  int rank, worker;
+  double submit, start, end;
+  uint64_t bytes;
+  char name[TSR_TRACE_NAME];  /* task name: layer or tensor ("enc1", "enc1.weight", "load") */
+  char op[TSR_TRACE_OP];      /* codelet name without "tsr_" ("conv2d_fwd") */
+  int ndeps;
+  int *deps;                  /* indices into tl->tasks of the tasks it waited for */
+};
+
+struct _tsr_xev {             /* one MPI transfer */
+  int64_t step, tag;          /* step -1: assigned by time */
+  int rank, peer, is_send;
+  uint64_t bytes;
+  double post, done;
+};
+
+struct _tsr_tl {
+  int nranks;
+  int *nworkers;              /* [nranks] */
+  char ***worker_names;       /* [nranks][nworkers] */
+  double *offset;             /* [nranks] added to a rank's clock to get rank 0's */
+  double t0;                  /* earliest event (aligned), subtracted by the writers */
+  int ntasks, nxfers;
+  struct _tsr_tev *tasks;     /* sorted by (rank, seq) */
+  struct _tsr_xev *xfers;
+};
+
+/* Reads DIR/rank-*.tsv (the raw files written by tsr_trace_stop). */
+tsr_status _tsr_tl_load(struct _tsr_tl **tl, const char *dir);
+/* An empty timeline for hand-built tests: nranks ranks of nworkers workers, no events. */
+struct _tsr_tl *_tsr_tl_new(int nranks, int nworkers);
+/* Appends a task (deps: indices of earlier tasks) or a transfer; returns its index or -1. */
+int _tsr_tl_add_task(struct _tsr_tl *tl, const struct _tsr_tev *ev, const int *deps, int ndeps);
+int _tsr_tl_add_xfer(struct _tsr_tl *tl, const struct _tsr_xev *ev);
+/* Sets t0 and gives unassigned transfers (step -1) a step by time. Call once all events are in. */
+void _tsr_tl_finish(struct _tsr_tl *tl);
+void _tsr_tl_free(struct _tsr_tl *tl);
+
+/* ---- writers ---- */
+tsr_status _tsr_tl_write_chrome(const struct _tsr_tl *tl, const char *path);
+tsr_status _tsr_tl_write_paje(const struct _tsr_tl *tl, const char *path);
+
+/* ---- analysis (analysis.c) ---- */
+struct _tsr_step_stats {
+  int64_t step;
+  int rank, ntasks, nworkers;
+  double begin, end;          /* first task start, last task or transfer end */
+  double busy;                /* sum of task durations (worker time) */
+  double idle;                /* nworkers * (end - begin) - busy */
+  double comm;                /* length of the union of the transfer intervals */
+  double hidden;              /* part of `comm` during which some worker of the rank computed */
+  double critical;            /* longest dependency path, weighted by task durations */
+  int ncrit;
+  int *crit;                  /* its tasks, first to last (indices into tl->tasks) */
+};
+/* Statistics of every (step, rank) present, sorted by step then rank. */
+tsr_status _tsr_tl_step_stats(const struct _tsr_tl *tl, struct _tsr_step_stats **out, int *n);
+void _tsr_step_stats_free(struct _tsr_step_stats *s, int n);
+/* Per-step report (summary, layer x operation table, critical path) for steps in [first, last]. */
+void _tsr_tl_report(const struct _tsr_tl *tl, FILE *out, int64_t first, int64_t last);
+/* Gnuplot data: one line per task, "start_ms end_ms row op_index" with rows per (rank, worker). */
+tsr_status _tsr_tl_write_gnuplot(const struct _tsr_tl *tl, const char *path, int64_t first, int64_t last);
+
+#endif
