@@ -1,7 +1,14 @@
-/* Model builder: DAG construction, shape inference, and errors that name the layer and shapes. */
+/* Model builder: DAG construction, shape inference, and errors that name the layer and shapes; and
+ * where the memory limit comes from. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <tessera.h>
 
+#include "runtime/memory.h"
 #include "testutil.h"
 
 static tsr_model *m;
@@ -107,6 +114,70 @@ START_TEST(bad_arguments_are_named) {
 }
 END_TEST
 
+static void write_file(const char *dir, const char *name, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  for (char *p = path + strlen(dir) + 1; (p = strchr(p, '/')); *p++ = '/') {
+    *p = '\0';
+    mkdir(path, 0700);
+  }
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static int64_t limit_of(const char *env, tsr_status want, char *src, size_t len) {
+  if (env) setenv("TESSERA_MEMORY_LIMIT", env, 1);
+  else unsetenv("TESSERA_MEMORY_LIMIT");
+  int64_t bytes = -1;
+  ck_assert_int_eq(tsr_memory_limit(&bytes, src, len), want);
+  return bytes;
+}
+
+START_TEST(memory_limit_comes_from_api_environment_or_machine) {
+  char src[512];
+  ck_assert_int_eq(tsr_memory_set_limit(12345), TSR_OK);
+  ck_assert_int_eq(limit_of("1G", TSR_OK, src, sizeof src), 12345); /* the API's value wins */
+  ck_assert_str_eq(src, "tsr_memory_set_limit");
+  ck_assert_int_eq(tsr_memory_set_limit(-1), TSR_ERR_ARG);
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  ck_assert_int_eq(limit_of("1.5G", TSR_OK, src, sizeof src), 1536ll << 20);
+  ck_assert_str_eq(src, "TESSERA_MEMORY_LIMIT");
+  ck_assert_int_eq(limit_of("64KiB", TSR_OK, src, sizeof src), 65536);
+  ck_assert_int_eq(limit_of("1000", TSR_OK, src, sizeof src), 1000);
+  const char *bad[] = {"lots", "0", "-5G", "12X", "1e30"};
+  for (int i = 0; i < 5; i++) {
+    limit_of(bad[i], TSR_ERR_ARG, src, sizeof src);
+    ck_assert_msg(strstr(tsr_last_error(), "TESSERA_MEMORY_LIMIT") && strstr(tsr_last_error(), bad[i]), "%s",
+                  tsr_last_error());
+  }
+  int64_t machine = limit_of(NULL, TSR_OK, src, sizeof src);
+  ck_assert(machine > 0 && (uint64_t)machine <= (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE));
+}
+END_TEST
+
+/* A process in v2 cgroup /job/step and v1 memory cgroup /slurm/job1: the smallest limit on either
+ * path or their parents counts; "max" and v1's huge "unlimited" do not. */
+START_TEST(cgroup_limit_is_the_smallest_on_the_path) {
+  const char *d = tt_tmpdir();
+  char proc[512], src[512] = "";
+  snprintf(proc, sizeof proc, "%s/cgroup", d);
+  write_file(d, "cgroup", "4:cpu,memory:/slurm/job1\n0::/job/step\n");
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), UINT64_MAX);
+  write_file(d, "job/memory.max", "max\n");
+  write_file(d, "memory/slurm/job1/memory.limit_in_bytes", "9223372036854771712\n");
+  write_file(d, "memory/slurm/memory.limit_in_bytes", "2000000\n");
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), 2000000);
+  ck_assert_msg(strstr(src, "memory/slurm/memory.limit_in_bytes"), "%s", src);
+  write_file(d, "unified/job/step/memory.max", "1000000\n");
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), 1000000);
+  ck_assert_msg(strstr(src, "unified/job/step/memory.max"), "%s", src);
+  write_file(d, "memory.max", "4096\n"); /* the root of the v2 mount */
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), 4096);
+}
+END_TEST
+
 static Suite *make_model_suite(void) {
   Suite *s = suite_create("model");
   TCase *tc = tcase_create("builder");
@@ -117,6 +188,10 @@ static Suite *make_model_suite(void) {
   tcase_add_test(tc, dense_needs_flatten_and_kernel_larger_than_input_fails);
   tcase_add_test(tc, bad_arguments_are_named);
   suite_add_tcase(s, tc);
+  TCase *mem = tcase_create("memory limit");
+  tcase_add_test(mem, memory_limit_comes_from_api_environment_or_machine);
+  tcase_add_test(mem, cgroup_limit_is_the_smallest_on_the_path);
+  suite_add_tcase(s, mem);
   return s;
 }
 
