@@ -65,8 +65,8 @@ struct tsr_conv_desc {
   int has_bias;
 };
 /* Output size from input size: conv and transposed conv (PyTorch formulas). */
-int _tsr_conv_out(int in, int k, int s, int p, int d);
-int _tsr_deconv_out(int in, int k, int s, int p, int d, int op);
+int64_t _tsr_conv_out(int in, int k, int s, int p, int d);
+int64_t _tsr_deconv_out(int in, int k, int s, int p, int d, int op);
 
 void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
 void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);

@@ -1,5 +1,5 @@
-/* Model builder: DAG construction, shape inference, and errors that name the layer and shapes; and
- * where the memory limit comes from. */
+/* Model builder: DAG construction, shape inference, errors that name the layer and shapes, sizes
+ * beyond int or 64-bit byte counts refused; and where the memory limit comes from. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +114,39 @@ START_TEST(bad_arguments_are_named) {
 }
 END_TEST
 
+/* Each would have wrapped around (int or 64-bit products) and been accepted with a wrong size. */
+START_TEST(sizes_beyond_int_or_64_bits_are_refused) {
+  tsr_model *b;
+  ck_assert_int_eq(tsr_model_create(&b, "big"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(b, "cube", 1 << 30, 1 << 30, 1 << 30), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(tsr_last_error(), "'cube'") && strstr(tsr_last_error(), "2^63 bytes"), "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_model_add_input(b, "in", 2000000000, 1, 1), TSR_OK);
+  /* weight [2e9, 2e9, 3, 3]: 3.6e19 elements, past 2^64 */
+  tsr_layer_spec c = tsr_layer_spec_default(TSR_LAYER_CONV2D);
+  c.out_channels = 2000000000, c.kernel_h = c.kernel_w = 3, c.pad_h = c.pad_w = 1;
+  const char *in = "in";
+  ck_assert_int_eq(tsr_model_add(b, "wide", &c, &in, 1), TSR_ERR_SHAPE);
+  const char *e = tsr_last_error();
+  ck_assert_msg(strstr(e, "'wide'") && strstr(e, "weight [2000000000, 2000000000, 3, 3]"), "%s", e);
+  /* padding 2^31 - 1 on each side of 1 pixel: 2^32 - 1 pixels */
+  c.out_channels = 1, c.kernel_h = c.kernel_w = 1, c.pad_h = c.pad_w = 2147483647;
+  ck_assert_int_eq(tsr_model_add_conv2d(b, "small", "in", 1, 1, 1, 0), TSR_OK);
+  const char *sm = "small";
+  ck_assert_int_eq(tsr_model_add(b, "padded", &c, &sm, 1), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(tsr_last_error(), "'padded'") && strstr(tsr_last_error(), "4294967295 x 4294967295"), "%s",
+                tsr_last_error());
+  tsr_model_destroy(b);
+  /* flatten of [65536, 65536, 1]: 2^32 features, past int */
+  ck_assert_int_eq(tsr_model_create(&b, "flat"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(b, "in", 65536, 65536, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(b, "f", TSR_LAYER_FLATTEN, "in"), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(tsr_last_error(), "'f'") && strstr(tsr_last_error(), "4294967296 features"), "%s",
+                tsr_last_error());
+  ck_assert_int_eq(tsr_model_num_layers(b), 1);
+  tsr_model_destroy(b);
+}
+END_TEST
+
 static void write_file(const char *dir, const char *name, const char *text) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -187,6 +220,7 @@ static Suite *make_model_suite(void) {
   tcase_add_test(tc, concat_of_different_sizes_names_layer_and_shapes);
   tcase_add_test(tc, dense_needs_flatten_and_kernel_larger_than_input_fails);
   tcase_add_test(tc, bad_arguments_are_named);
+  tcase_add_test(tc, sizes_beyond_int_or_64_bits_are_refused);
   suite_add_tcase(s, tc);
   TCase *mem = tcase_create("memory limit");
   tcase_add_test(mem, memory_limit_comes_from_api_environment_or_machine);
