@@ -15,5 +15,6 @@
 #include <tessera/cbed.h>
 #include <tessera/loader.h>
 #include <tessera/checkpoint.h>
+#include <tessera/memory.h>
 
 #endif

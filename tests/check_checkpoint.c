@@ -274,6 +274,8 @@ START_TEST(failed_allocation_is_an_error_not_a_crash) {
    * Check runs this test in its own process, so the limit ends with it. */
   struct rlimit lim = {.rlim_cur = (rlim_t)(vm_bytes() + (512ll << 20)), .rlim_max = RLIM_INFINITY};
   ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+  /* past the memory check, whatever this machine's memory: the allocation itself must fail */
+  ck_assert_int_eq(tsr_memory_set_limit(1ll << 50), TSR_OK);
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
   o.batch = 64, o.slices = 2;
@@ -283,6 +285,7 @@ START_TEST(failed_allocation_is_an_error_not_a_crash) {
   ck_assert_ptr_null(t);
   ck_assert_msg(strstr(tsr_last_error(), "wide") != NULL || strstr(tsr_last_error(), "allocate") != NULL,
                 "the message says what failed: %s", tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
   tsr_model_destroy(m);
   tsr_context_destroy(ctx);
 }

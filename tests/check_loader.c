@@ -1,15 +1,18 @@
 /* Suite "loader": sharding (N ranks cover every sample exactly once per epoch, orders depend on
  * (seed, epoch) only), multi-file lists, globs and .npy pairs read like the files themselves,
- * standardisation to mean 0 / std 1 per channel, and every kind of bad data reported with the file. */
+ * standardisation to mean 0 / std 1 per channel, every kind of bad data reported with the file, and
+ * declared shapes that cannot fit refused before allocating. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <hdf5.h>
 #include <tessera/data.h>
 #include <tessera/loader.h>
+#include <tessera/memory.h>
 #include <tessera/params.h>
 
 #include "testutil.h"
@@ -246,6 +249,69 @@ START_TEST(nan_in_hdf5_sample_is_reported_on_read) {
 }
 END_TEST
 
+/* Chunked datasets with no chunk written: a file of a few KiB can declare any shape. */
+static void write_declared_h5(const char *path, const hsize_t *dx, const hsize_t *dy) {
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ck_assert(f >= 0);
+  const char *names[2] = {"inputs", "targets"};
+  const hsize_t *dims[2] = {dx, dy};
+  for (int k = 0; k < 2; k++) {
+    hsize_t chunk[4] = {dims[k][0] < 1024 ? dims[k][0] : 1024, 1, dims[k][2] < 1024 ? dims[k][2] : 1024,
+                        dims[k][3] < 1024 ? dims[k][3] : 1024};
+    hid_t sp = H5Screate_simple(4, dims[k], NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ck_assert(H5Pset_chunk(dcpl, 4, chunk) >= 0);
+    hid_t ds = H5Dcreate2(f, names[k], H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ck_assert(ds >= 0);
+    H5Dclose(ds), H5Pclose(dcpl), H5Sclose(sp);
+  }
+  H5Fclose(f);
+}
+
+/* Declared shapes that no memory holds, refused at open naming the file, before any buffer is
+ * allocated for them (the address space is capped: an allocation would fail, not succeed lazily). */
+START_TEST(absurd_declared_shapes_are_refused_before_allocating) {
+  tt_cap_address_space();
+  ck_assert_int_eq(tsr_memory_set_limit(1ll << 30), TSR_OK);
+  /* one sample of 2^38 floats: 1 TiB */
+  char *vast = tmp("vast.h5"), *many = tmp("many.h5"), *npy = tmp("huge.npy"), *ok = tmp("ok.npy"), *pair;
+  hsize_t dx[4] = {2, 1, 1 << 20, 1 << 18}, dy[4] = {2, 1, 1, 1};
+  write_declared_h5(vast, dx, dy);
+  struct stat st;
+  ck_assert(stat(vast, &st) == 0 && st.st_size < 65536);
+  tsr_dataset *d = (tsr_dataset *)1;
+  ck_assert_int_eq(tsr_dataset_open(&d, vast), TSR_ERR_NOMEM);
+  ck_assert_ptr_null(d);
+  const char *e = tsr_last_error();
+  ck_assert_msg(strstr(e, "vast.h5") && strstr(e, "'inputs'") && strstr(e, "[2, 1, 1048576, 262144]") &&
+                    strstr(e, "1099511627776 bytes") && strstr(e, "1073741824 bytes"),
+                "%s", e);
+  expect_error(vast, NULL, TSR_ERR_NOMEM, "vast.h5", "[2, 1, 1048576, 262144]");
+  /* 2^40 samples of one float each: their epoch order takes 8 TiB */
+  hsize_t dn[4] = {1ull << 40, 1, 1, 1};
+  write_declared_h5(many, dn, dn);
+  expect_error(many, NULL, TSR_ERR_NOMEM, "many.h5", "1099511627776 samples");
+  int64_t idx[4];
+  ck_assert_int_eq(tsr_loader_epoch_indices(1ll << 40, 1, 1, 0, 1, idx), TSR_ERR_NOMEM);
+  /* a .npy header promising 2^40 floats, with none after it */
+  FILE *f = fopen(npy, "wb");
+  const char *head = "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1, 1, 1), }";
+  char hdr[128];
+  memset(hdr, ' ', sizeof hdr);
+  memcpy(hdr, head, strlen(head));
+  hdr[sizeof hdr - 10 - 1] = '\n';
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, sizeof hdr - 10, 0};
+  fwrite(pre, 1, 10, f), fwrite(hdr, 1, sizeof hdr - 10, f);
+  fclose(f);
+  tsr_shape s1 = {.ndim = 4, .dims = {1, 1, 1, 1}};
+  float one = 1;
+  ck_assert_int_eq(tsr_npy_write(ok, &s1, &one), TSR_OK);
+  ck_assert(asprintf(&pair, "%s:%s", npy, ok) > 0);
+  expect_error(pair, NULL, TSR_ERR_FORMAT, "huge.npy", "promises 4398046511104 data bytes");
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  free(vast), free(many), free(npy), free(ok), free(pair);
+}
+END_TEST
+
 static Suite *make_loader_suite(void) {
   Suite *s = suite_create("loader");
   TCase *t = tcase_create("order");
@@ -257,6 +323,7 @@ static Suite *make_loader_suite(void) {
   tcase_add_test(f, standardised_inputs_have_mean_zero_std_one_per_channel);
   tcase_add_test(f, bad_data_is_reported_with_the_file);
   tcase_add_test(f, nan_in_hdf5_sample_is_reported_on_read);
+  tcase_add_test(f, absurd_declared_shapes_are_refused_before_allocating);
   suite_add_tcase(s, f);
   return s;
 }

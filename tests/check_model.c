@@ -1,7 +1,14 @@
-/* Model builder: DAG construction, shape inference, and errors that name the layer and shapes. */
+/* Model builder: DAG construction, shape inference, errors that name the layer and shapes, sizes
+ * beyond int or 64-bit byte counts refused; and where the memory limit comes from. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <tessera.h>
 
+#include "runtime/memory.h"
 #include "testutil.h"
 
 static tsr_model *m;
@@ -107,6 +114,103 @@ START_TEST(bad_arguments_are_named) {
 }
 END_TEST
 
+/* Each would have wrapped around (int or 64-bit products) and been accepted with a wrong size. */
+START_TEST(sizes_beyond_int_or_64_bits_are_refused) {
+  tsr_model *b;
+  ck_assert_int_eq(tsr_model_create(&b, "big"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(b, "cube", 1 << 30, 1 << 30, 1 << 30), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(tsr_last_error(), "'cube'") && strstr(tsr_last_error(), "2^63 bytes"), "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_model_add_input(b, "in", 2000000000, 1, 1), TSR_OK);
+  /* weight [2e9, 2e9, 3, 3]: 3.6e19 elements, past 2^64 */
+  tsr_layer_spec c = tsr_layer_spec_default(TSR_LAYER_CONV2D);
+  c.out_channels = 2000000000, c.kernel_h = c.kernel_w = 3, c.pad_h = c.pad_w = 1;
+  const char *in = "in";
+  ck_assert_int_eq(tsr_model_add(b, "wide", &c, &in, 1), TSR_ERR_SHAPE);
+  const char *e = tsr_last_error();
+  ck_assert_msg(strstr(e, "'wide'") && strstr(e, "weight [2000000000, 2000000000, 3, 3]"), "%s", e);
+  /* padding 2^31 - 1 on each side of 1 pixel: 2^32 - 1 pixels */
+  c.out_channels = 1, c.kernel_h = c.kernel_w = 1, c.pad_h = c.pad_w = 2147483647;
+  ck_assert_int_eq(tsr_model_add_conv2d(b, "small", "in", 1, 1, 1, 0), TSR_OK);
+  const char *sm = "small";
+  ck_assert_int_eq(tsr_model_add(b, "padded", &c, &sm, 1), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(tsr_last_error(), "'padded'") && strstr(tsr_last_error(), "4294967295 x 4294967295"), "%s",
+                tsr_last_error());
+  tsr_model_destroy(b);
+  /* flatten of [65536, 65536, 1]: 2^32 features, past int */
+  ck_assert_int_eq(tsr_model_create(&b, "flat"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(b, "in", 65536, 65536, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(b, "f", TSR_LAYER_FLATTEN, "in"), TSR_ERR_SHAPE);
+  ck_assert_msg(strstr(tsr_last_error(), "'f'") && strstr(tsr_last_error(), "4294967296 features"), "%s",
+                tsr_last_error());
+  ck_assert_int_eq(tsr_model_num_layers(b), 1);
+  tsr_model_destroy(b);
+}
+END_TEST
+
+static void write_file(const char *dir, const char *name, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  for (char *p = path + strlen(dir) + 1; (p = strchr(p, '/')); *p++ = '/') {
+    *p = '\0';
+    mkdir(path, 0700);
+  }
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static int64_t limit_of(const char *env, tsr_status want, char *src, size_t len) {
+  if (env) setenv("TESSERA_MEMORY_LIMIT", env, 1);
+  else unsetenv("TESSERA_MEMORY_LIMIT");
+  int64_t bytes = -1;
+  ck_assert_int_eq(tsr_memory_limit(&bytes, src, len), want);
+  return bytes;
+}
+
+START_TEST(memory_limit_comes_from_api_environment_or_machine) {
+  char src[512];
+  ck_assert_int_eq(tsr_memory_set_limit(12345), TSR_OK);
+  ck_assert_int_eq(limit_of("1G", TSR_OK, src, sizeof src), 12345); /* the API's value wins */
+  ck_assert_str_eq(src, "tsr_memory_set_limit");
+  ck_assert_int_eq(tsr_memory_set_limit(-1), TSR_ERR_ARG);
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  ck_assert_int_eq(limit_of("1.5G", TSR_OK, src, sizeof src), 1536ll << 20);
+  ck_assert_str_eq(src, "TESSERA_MEMORY_LIMIT");
+  ck_assert_int_eq(limit_of("64KiB", TSR_OK, src, sizeof src), 65536);
+  ck_assert_int_eq(limit_of("1000", TSR_OK, src, sizeof src), 1000);
+  const char *bad[] = {"lots", "0", "-5G", "12X", "1e30"};
+  for (int i = 0; i < 5; i++) {
+    limit_of(bad[i], TSR_ERR_ARG, src, sizeof src);
+    ck_assert_msg(strstr(tsr_last_error(), "TESSERA_MEMORY_LIMIT") && strstr(tsr_last_error(), bad[i]), "%s",
+                  tsr_last_error());
+  }
+  int64_t machine = limit_of(NULL, TSR_OK, src, sizeof src);
+  ck_assert(machine > 0 && (uint64_t)machine <= (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE));
+}
+END_TEST
+
+/* A process in v2 cgroup /job/step and v1 memory cgroup /slurm/job1: the smallest limit on either
+ * path or their parents counts; "max" and v1's huge "unlimited" do not. */
+START_TEST(cgroup_limit_is_the_smallest_on_the_path) {
+  const char *d = tt_tmpdir();
+  char proc[512], src[512] = "";
+  snprintf(proc, sizeof proc, "%s/cgroup", d);
+  write_file(d, "cgroup", "4:cpu,memory:/slurm/job1\n0::/job/step\n");
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), UINT64_MAX);
+  write_file(d, "job/memory.max", "max\n");
+  write_file(d, "memory/slurm/job1/memory.limit_in_bytes", "9223372036854771712\n");
+  write_file(d, "memory/slurm/memory.limit_in_bytes", "2000000\n");
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), 2000000);
+  ck_assert_msg(strstr(src, "memory/slurm/memory.limit_in_bytes"), "%s", src);
+  write_file(d, "unified/job/step/memory.max", "1000000\n");
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), 1000000);
+  ck_assert_msg(strstr(src, "unified/job/step/memory.max"), "%s", src);
+  write_file(d, "memory.max", "4096\n"); /* the root of the v2 mount */
+  ck_assert_uint_eq(_tsr_cgroup_limit(proc, d, src, sizeof src), 4096);
+}
+END_TEST
+
 static Suite *make_model_suite(void) {
   Suite *s = suite_create("model");
   TCase *tc = tcase_create("builder");
@@ -116,7 +220,12 @@ static Suite *make_model_suite(void) {
   tcase_add_test(tc, concat_of_different_sizes_names_layer_and_shapes);
   tcase_add_test(tc, dense_needs_flatten_and_kernel_larger_than_input_fails);
   tcase_add_test(tc, bad_arguments_are_named);
+  tcase_add_test(tc, sizes_beyond_int_or_64_bits_are_refused);
   suite_add_tcase(s, tc);
+  TCase *mem = tcase_create("memory limit");
+  tcase_add_test(mem, memory_limit_comes_from_api_environment_or_machine);
+  tcase_add_test(mem, cgroup_limit_is_the_smallest_on_the_path);
+  suite_add_tcase(s, mem);
   return s;
 }
 

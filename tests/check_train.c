@@ -1,7 +1,9 @@
 /* Training as a task graph: the whole-graph gradient (DAG with skip connections, several
  * consumers per layer, slices) against finite differences, overfitting a small batch, bitwise
- * reproducibility in deterministic mode, and a kernel failure returned as a status. */
+ * reproducibility in deterministic mode, a kernel failure returned as a status, and models too large
+ * for the memory (or for 64-bit sizes) refused before anything is allocated. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tessera.h>
@@ -381,6 +383,104 @@ START_TEST(kernel_failure_is_returned_by_the_trainer) {
 }
 END_TEST
 
+/* ---- sizes that cannot fit ---- */
+
+static tsr_status create(tsr_context *ctx, tsr_model *m, int batch, int slices) {
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = batch, o.slices = slices;
+  tsr_trainer *t = NULL;
+  tsr_status s = tsr_trainer_create(&t, ctx, m, NULL, &o);
+  ck_assert(s == TSR_OK || t == NULL);
+  tsr_trainer_destroy(t);
+  return s;
+}
+
+/* The issue's model: 1e9 output channels (weights, gradients and Adam's moments of 36 GB each, and
+ * 256 GB per sample for each of its output and output gradient) against a limit of 1 GiB. */
+START_TEST(a_model_that_cannot_fit_is_refused_naming_its_largest_layer) {
+  tt_cap_address_space();
+  char path[512];
+  snprintf(path, sizeof path, "%s/huge.json", tt_tmpdir());
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"name\": \"huge\", \"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 8, 8]},"
+        " {\"name\": \"wide\", \"type\": \"conv2d\", \"out_channels\": 1000000000, \"kernel\": 3, \"padding\": 1},"
+        " {\"name\": \"out\", \"type\": \"conv2d\", \"out_channels\": 1, \"kernel\": 1}], \"loss\": {\"type\": \"mse\"}}",
+        f);
+  fclose(f);
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m;
+  ck_assert_msg(tsr_model_load_json(&m, NULL, path) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(1ll << 30), TSR_OK);
+  tsr_status s = create(ctx, m, 32, 2);
+  const char *e = tsr_last_error();
+  ck_assert_msg(s == TSR_ERR_NOMEM, "%s: %s", tsr_status_name(s), e);
+  unsigned long long need = 0;
+  const char *at = strstr(e, "needs ");
+  ck_assert_msg(at && sscanf(at, "needs %llu bytes", &need) == 1, "%s", e);
+  /* at least the four weight-sized buffers and the batch's outputs and gradients of 'wide' */
+  ck_assert_msg(need >= 4 * 9e9 * 4 + 2 * 32 * 1e9 * 64 * 4, "needs %llu bytes: %s", need, e);
+  ck_assert_msg(strstr(e, "conv2d 'wide'") && strstr(e, "1073741824 bytes") && strstr(e, "tsr_memory_set_limit"),
+                "%s", e);
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* Input [1, 4, 4] -> conv 'c' [2, 4, 4] -> relu 'r' (the output), batch 4 in 2 slices of 2, in
+ * bytes. Parameters (padded to 16 floats; weights, gradients, 2 moments): weight 18 -> 32 floats,
+ * bias 2 -> 16: (128 + 64) x 4 = 768. Inputs: 2 parities x 2 slices x 32 floats = 512. 'c' output
+ * and gradient: 2 x 2 slices x 64 floats = 1024; 'r' the same 1024; targets 2 parities x 2 slices x
+ * 64 floats = 1024. Sum 4352: accepted at a limit of 4352, refused at 4351. */
+START_TEST(the_footprint_counts_every_buffer_once) {
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  ck_assert_int_eq(tsr_memory_set_limit(4352), TSR_OK);
+  ck_assert_msg(create(ctx, m, 4, 2) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(4351), TSR_OK);
+  ck_assert_int_eq(create(ctx, m, 4, 2), TSR_ERR_NOMEM);
+  ck_assert_msg(strstr(tsr_last_error(), "needs 4352 bytes"), "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* Per sample 2^60 floats (2^62 bytes, which the builder accepts); a batch of 32 needs 2^69 bytes: the
+ * count must not wrap around to a small number. And a buffer of 2^32 floats is past the 2^32 - 1
+ * that a StarPU vector's length holds, however much memory there is. */
+START_TEST(byte_counts_past_64_bits_or_a_starpu_vector_are_refused) {
+  tt_cap_address_space();
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "vast"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1 << 30, 1 << 30, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "in"), TSR_OK);
+  tsr_status s = create(ctx, m, 32, 2);
+  ck_assert_msg(s == TSR_ERR_NOMEM && strstr(tsr_last_error(), "model 'vast'") &&
+                    strstr(tsr_last_error(), "needs more than 2^64 bytes"),
+                "%s: %s", tsr_status_name(s), tsr_last_error());
+  tsr_model_destroy(m);
+  ck_assert_int_eq(tsr_model_create(&m, "long"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 65536, 65536), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "in"), TSR_OK);
+  ck_assert_int_eq(tsr_memory_set_limit(1ll << 50), TSR_OK);
+  s = create(ctx, m, 2, 2);
+  ck_assert_msg(s == TSR_ERR_SHAPE && strstr(tsr_last_error(), "4294967296 floats") &&
+                    strstr(tsr_last_error(), "StarPU vector"),
+                "%s: %s", tsr_status_name(s), tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_train_suite(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("graph");
@@ -394,6 +494,11 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, control_word_reports_the_value_of_each_step);
   tcase_add_test(tc, kernel_failure_is_returned_by_the_trainer);
   suite_add_tcase(s, tc);
+  TCase *big = tcase_create("sizes");
+  tcase_add_test(big, a_model_that_cannot_fit_is_refused_naming_its_largest_layer);
+  tcase_add_test(big, the_footprint_counts_every_buffer_once);
+  tcase_add_test(big, byte_counts_past_64_bits_or_a_starpu_vector_are_refused);
+  suite_add_tcase(s, big);
   return s;
 }
 

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ftw.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <starpu.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -95,6 +97,17 @@ const char *tt_tmpdir(void) {
   snprintf(path, sizeof path, "%s/t-XXXXXX", root ? root : "/tmp");
   if (!mkdtemp(path)) return "/tmp";
   return path;
+}
+
+void tt_cap_address_space(void) {
+#if !defined(__SANITIZE_ADDRESS__)
+  FILE *f = fopen("/proc/self/statm", "r");
+  long long pages = 0;
+  if (f && fscanf(f, "%lld", &pages) != 1) pages = 0;
+  if (f) fclose(f);
+  struct rlimit lim = {.rlim_cur = (rlim_t)(pages * sysconf(_SC_PAGESIZE) + (1ll << 30)), .rlim_max = RLIM_INFINITY};
+  ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+#endif
 }
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }

@@ -35,6 +35,11 @@ void tt_starpu_stop(void);
 /* A fresh temporary folder (removed by nobody: under /tmp). */
 const char *tt_tmpdir(void);
 
+/* Allows 1 GiB more address space than now, so that code allocating what it should have refused
+ * fails at once instead of filling the machine (Check runs each test in its own process, so the
+ * limit ends with it). Does nothing under ASan, which reserves terabytes of shadow memory. */
+void tt_cap_address_space(void);
+
 /* Runs the suite; returns the process exit status (0 only when every test passed). */
 int tt_run_suite(Suite *s);
 

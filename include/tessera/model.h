@@ -89,7 +89,7 @@ tsr_status tsr_model_layer_shape(const tsr_model *m, const char *layer, int *c, 
 const char *tsr_model_layer_name(const tsr_model *m, int index);
 tsr_layer_kind tsr_model_layer_kind(const tsr_model *m, int index);
 const tsr_layer_spec *tsr_model_layer_spec(const tsr_model *m, int index);
-/* Trainable parameter count. */
+/* Trainable parameter count (INT64_MAX if it is larger). */
 int64_t tsr_model_num_params(const tsr_model *m);
 /* Multiply-add FLOPs of one sample's forward pass (x2 = FLOPs). */
 double tsr_model_forward_flops(const tsr_model *m);

@@ -59,7 +59,8 @@ typedef struct tsr_trainer_opts {
 } tsr_trainer_opts;
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);
-/* The model must not change after this call; it must outlive the trainer. */
+/* The model must not change after this call; it must outlive the trainer. TSR_ERR_NOMEM, naming the
+ * largest layer, before anything large is allocated when the buffers exceed tsr_memory_limit. */
 tsr_status tsr_trainer_create(tsr_trainer **t, tsr_context *ctx, tsr_model *m,
                               const tsr_optim_spec *opt, const tsr_trainer_opts *o);
 void tsr_trainer_destroy(tsr_trainer *t);

@@ -40,23 +40,26 @@ static int cut(tsr_trainer *t, long long bytes, int *starts) {
   return ng;
 }
 
+#define NOMEM(g) _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for the gradient group of %zu floats", (g)->n)
+
 /* Group 0 (lead = 1) also holds the control word at the start of the gradient buffer. */
-static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int lead) {
+static tsr_status register_group(tsr_trainer *t, struct _tsr_group *g, int last, int lead) {
   g->count = 0;
   g->end = last;
   for (int i = g->first; i < last; i++) g->count += t->tensors[i].trainable;
   g->nchild = g->count + lead;
   g->off = (size_t)(t->tensors[g->first].g - t->grads) - (lead ? TSR_CTL_FLOATS : 0);
   g->n = lead ? TSR_CTL_FLOATS : 0;
+  for (int i = g->first; i < last; i++) g->n += t->tensors[i].trainable ? padded(t->tensors[i].n) : 0;
+  if (g->n > UINT32_MAX) /* a StarPU vector's length is a uint32_t */
+    return _tsr_error(TSR_ERR_ARG, "gradient group of %s .. %s: %zu floats, more than a StarPU vector holds (%u); "
+                      "use a smaller group size", t->tensors[g->first].name, t->tensors[last - 1].name, g->n, UINT32_MAX);
   g->tensors = calloc(g->nchild, sizeof *g->tensors);
   g->tensor_len = calloc(g->nchild, sizeof *g->tensor_len);
-  if (!g->tensors || !g->tensor_len) return -1;
+  if (!g->tensors || !g->tensor_len) return NOMEM(g);
   if (lead) g->tensor_len[0] = TSR_CTL_FLOATS;
-  for (int i = g->first, k = lead; i < last; i++) {
-    if (!t->tensors[i].trainable) continue;
-    g->tensor_len[k++] = (uint32_t)padded(t->tensors[i].n);
-    g->n += padded(t->tensors[i].n);
-  }
+  for (int i = g->first, k = lead; i < last; i++)
+    if (t->tensors[i].trainable) g->tensor_len[k++] = (uint32_t)padded(t->tensors[i].n);
   starpu_vector_data_register(&g->h, STARPU_MAIN_RAM, (uintptr_t)(t->grads + g->off), (uint32_t)g->n, sizeof(float));
   struct starpu_data_filter f = {.filter_func = starpu_vector_filter_list, .nchildren = (unsigned)g->nchild,
                                  .filter_arg_ptr = g->tensor_len};
@@ -73,7 +76,7 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int le
     g->wire = calloc(r, sizeof *g->wire);
     g->wirebuf = calloc(r, sizeof *g->wirebuf);
     g->chunk_keep = calloc(r, sizeof *g->chunk_keep);
-    if (!g->chunks || !g->chunk_len || !g->tmp || !g->tmpbuf || !g->wire || !g->wirebuf || !g->chunk_keep) return -1;
+    if (!g->chunks || !g->chunk_len || !g->tmp || !g->tmpbuf || !g->wire || !g->wirebuf || !g->chunk_keep) return NOMEM(g);
     size_t start = 0;
     for (int c = 0; c < r; c++) {
       uint32_t len = (uint32_t)(g->n / r + ((size_t)c < g->n % r));
@@ -83,14 +86,14 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int le
       start += len;
       if (t->grad_reduce == TSR_REDUCE_F32) {
         g->tmpbuf[c] = malloc(((size_t)len + 1) * sizeof(float));
-        if (!g->tmpbuf[c]) return -1;
+        if (!g->tmpbuf[c]) return NOMEM(g);
         g->tmp[c] = _tsr_register_floats(g->tmpbuf[c], len);
         continue;
       }
       size_t wn = (size_t)len + g->chunk_keep[c];
       g->tmpbuf[c] = malloc((wn + 2) * sizeof(uint16_t));
       g->wirebuf[c] = malloc((wn + 2) * sizeof(uint16_t));
-      if (!g->tmpbuf[c] || !g->wirebuf[c]) return -1;
+      if (!g->tmpbuf[c] || !g->wirebuf[c]) return NOMEM(g);
       starpu_vector_data_register(&g->tmp[c], STARPU_MAIN_RAM, (uintptr_t)g->tmpbuf[c], (uint32_t)wn, sizeof(uint16_t));
       starpu_vector_data_register(&g->wire[c], STARPU_MAIN_RAM, (uintptr_t)g->wirebuf[c], (uint32_t)wn,
                                   sizeof(uint16_t));
@@ -100,7 +103,7 @@ static int register_group(tsr_trainer *t, struct _tsr_group *g, int last, int le
     starpu_data_partition_plan(g->h, &fc, g->chunks);
   }
   starpu_data_partition_submit(g->h, g->nchild, g->tensors);
-  return 0;
+  return TSR_OK;
 }
 
 static void log_layout(const tsr_trainer *t, long long bytes) {
@@ -127,9 +130,10 @@ tsr_status _tsr_groups_build(tsr_trainer *t, long long bytes) {
   for (int g = 0; g < t->ngroups; g++) {
     t->groups[g].first = starts[g];
     int last = g + 1 < t->ngroups ? starts[g + 1] : t->ntensors;
-    if (register_group(t, &t->groups[g], last, g == 0) != 0) {
+    tsr_status st = register_group(t, &t->groups[g], last, g == 0);
+    if (st != TSR_OK) {
       free(starts);
-      return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory for gradient group %d", g);
+      return st;
     }
   }
   free(starts);

@@ -16,6 +16,7 @@
 
 #include "runtime/hdf5_lock.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 #include <tessera/data.h>
 
 struct part {
@@ -315,6 +316,14 @@ static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, in
     if (__builtin_mul_overflow(bytes, dims[i], &bytes) || bytes > ((hsize_t)1 << 62))
       return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' of %llu samples would hold more than 2^62 bytes", d->path,
                         name, (unsigned long long)dims[0]);
+  /* a reader holds at least one sample as float32: a declared shape may ask for more than exists */
+  char what[512];
+  snprintf(what, sizeof what, "%s: dataset '%s' of shape [%llu, %llu, %llu, %llu]: one sample as float32", d->path,
+           name, (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)dims[2],
+           (unsigned long long)dims[3]);
+  uint64_t sample = sizeof(float);
+  for (int i = 1; i < 4; i++) sample = _tsr_mul_sat(sample, dims[i]);
+  TSR_TRY(_tsr_memory_check(sample, what, NULL));
   hid_t dcpl = H5Dget_create_plist(p->dset);
   if (dcpl < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot read its storage layout", d->path, name);
   s = check_layout(d, p, dcpl, dims, bytes, tsize);

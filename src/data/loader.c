@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "runtime/error.h"
+#include "runtime/memory.h"
 #include <tessera/data.h>
 #include <tessera/loader.h>
 #include <tessera/params.h>
@@ -193,6 +194,14 @@ static tsr_status compute_stats(tsr_loader *l, int k) {
   return st;
 }
 
+/* The epoch order of n samples (tsr_loader_epoch_indices) takes 8 bytes per sample, and a caller's
+ * shard as many again: a file declaring 2^40 samples is refused here, not at the first epoch. */
+static tsr_status check_order_size(const char *what, int64_t n) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s: the order of its %lld samples", what, (long long)n);
+  return _tsr_memory_check(_tsr_mul_sat((uint64_t)n, 2 * sizeof(int64_t)), msg, NULL);
+}
+
 tsr_status tsr_loader_open(tsr_loader **out, const char *spec, const tsr_loader_opts *opts) {
   if (!out || !spec || !*spec) return _tsr_error(TSR_ERR_ARG, "tsr_loader_open: %s is missing", out ? "the data spec" : "l");
   *out = NULL;
@@ -209,6 +218,7 @@ tsr_status tsr_loader_open(tsr_loader **out, const char *spec, const tsr_loader_
   for (char *t = strtok_r(copy, ",", &save); t && st == TSR_OK; t = strtok_r(NULL, ",", &save)) st = open_item(l, t, &o);
   free(copy);
   if (st == TSR_OK && l->n == 0) st = _tsr_error(TSR_ERR_ARG, "'%s': no data", spec);
+  if (st == TSR_OK) st = check_order_size(spec, l->n);
   if (st == TSR_OK && o.standardize) st = compute_stats(l, o.stats_samples > 0 ? o.stats_samples : 256);
   if (st != TSR_OK) {
     tsr_loader_close(l);
@@ -293,6 +303,7 @@ int64_t tsr_loader_shard_size(int64_t n, int rank, int size) {
 tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int rank, int size, int64_t *out) {
   if (n <= 0 || size <= 0 || rank < 0 || rank >= size || !out)
     return _tsr_error(TSR_ERR_ARG, "tsr_loader_epoch_indices: n %lld, rank %d of %d", (long long)n, rank, size);
+  TSR_TRY(check_order_size("tsr_loader_epoch_indices", n));
   int64_t *perm = malloc(sizeof *perm * n);
   if (!perm) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory for %lld indices", (long long)n);
   /* Fisher-Yates with a stream depending only on (seed, epoch) (the same stream tessera-train used) */

@@ -1,5 +1,6 @@
 /* Model builder: layers form a DAG by name; every add infers the output shape and rejects
  * inconsistent layers with a message naming the layer and the shapes. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,13 +110,17 @@ static tsr_status infer(const tsr_model *m, struct _tsr_layer *l) {
       return _tsr_error(TSR_ERR_ARG, "%s '%s': output_padding %dx%d must be smaller than the stride %dx%d", kn,
                         l->name, s->output_pad_h, s->output_pad_w, s->stride_h, s->stride_w);
     l->c = s->out_channels;
-    l->h = t ? _tsr_deconv_out(in->h, s->kernel_h, s->stride_h, s->pad_h, s->dilation_h, s->output_pad_h)
-             : _tsr_conv_out(in->h, s->kernel_h, s->stride_h, s->pad_h, s->dilation_h);
-    l->w = t ? _tsr_deconv_out(in->w, s->kernel_w, s->stride_w, s->pad_w, s->dilation_w, s->output_pad_w)
-             : _tsr_conv_out(in->w, s->kernel_w, s->stride_w, s->pad_w, s->dilation_w);
-    if (l->h <= 0 || l->w <= 0)
+    int64_t h = t ? _tsr_deconv_out(in->h, s->kernel_h, s->stride_h, s->pad_h, s->dilation_h, s->output_pad_h)
+                  : _tsr_conv_out(in->h, s->kernel_h, s->stride_h, s->pad_h, s->dilation_h);
+    int64_t w = t ? _tsr_deconv_out(in->w, s->kernel_w, s->stride_w, s->pad_w, s->dilation_w, s->output_pad_w)
+                  : _tsr_conv_out(in->w, s->kernel_w, s->stride_w, s->pad_w, s->dilation_w);
+    if (h <= 0 || w <= 0)
       return SHAPE_ERR("%s '%s': input [%d, %d, %d] is smaller than the %dx%d kernel (dilation %d, padding %d)", kn,
                        l->name, in->c, in->h, in->w, s->kernel_h, s->kernel_w, s->dilation_h, s->pad_h);
+    if (h > INT_MAX || w > INT_MAX)
+      return SHAPE_ERR("%s '%s': output of %lld x %lld pixels from input [%d, %d, %d]; at most %d per side", kn,
+                       l->name, (long long)h, (long long)w, in->c, in->h, in->w, INT_MAX);
+    l->h = (int)h, l->w = (int)w;
     return TSR_OK;
   }
   case TSR_LAYER_MAXPOOL2D:
@@ -154,7 +159,7 @@ static tsr_status infer(const tsr_model *m, struct _tsr_layer *l) {
     return TSR_OK;
   case TSR_LAYER_CONCAT:
   case TSR_LAYER_ADD: {
-    int c = 0;
+    int64_t c = 0;
     for (int i = 0; i < l->ninputs; i++) {
       const struct _tsr_layer *x = &m->layers[l->inputs[i]];
       if (x->h != in->h || x->w != in->w || (s->kind == TSR_LAYER_ADD && x->c != in->c))
@@ -163,7 +168,8 @@ static tsr_status infer(const tsr_model *m, struct _tsr_layer *l) {
                          s->kind == TSR_LAYER_CONCAT ? " (concat needs equal height and width)" : "");
       c += x->c;
     }
-    l->c = s->kind == TSR_LAYER_ADD ? in->c : c;
+    if (c > INT_MAX) return SHAPE_ERR("concat '%s': %lld channels in all; at most %d", l->name, (long long)c, INT_MAX);
+    l->c = s->kind == TSR_LAYER_ADD ? in->c : (int)c;
     l->h = in->h, l->w = in->w;
     return TSR_OK;
   }
@@ -175,13 +181,47 @@ static tsr_status infer(const tsr_model *m, struct _tsr_layer *l) {
                        in->name, in->c, in->h, in->w);
     l->c = s->out_channels, l->h = 1, l->w = 1;
     return TSR_OK;
-  case TSR_LAYER_FLATTEN:
-    l->c = in->c * in->h * in->w, l->h = 1, l->w = 1;
+  case TSR_LAYER_FLATTEN: {
+    int64_t c = (int64_t)in->c * in->h * in->w; /* fits: check_sizes kept it below 2^61 */
+    if (c > INT_MAX)
+      return SHAPE_ERR("flatten '%s': input '%s' [%d, %d, %d] makes %lld features; at most %d", l->name, in->name,
+                       in->c, in->h, in->w, (long long)c, INT_MAX);
+    l->c = (int)c, l->h = 1, l->w = 1;
     return TSR_OK;
+  }
   case TSR_LAYER_KIND_COUNT:
     break;
   }
   return _tsr_error(TSR_ERR_ARG, "layer '%s': unknown kind %d", l->name, (int)s->kind);
+}
+
+/* Elements of `n` dims, saturating; false when `bytes` (4 per element) would pass INT64_MAX. */
+static int fits(const int64_t *dims, int n) {
+  uint64_t e = 1;
+  for (int i = 0; i < n; i++)
+    if (__builtin_mul_overflow(e, (uint64_t)dims[i], &e)) return 0;
+  return e <= INT64_MAX / sizeof(float);
+}
+
+/* A layer's output per sample and each of its tensors must have a byte count that int64 holds, so
+ * tsr_shape_numel and every size computed from them stay exact (memory checks come later). */
+static tsr_status check_sizes(const tsr_model *m, const struct _tsr_layer *l) {
+  const char *kn = tsr_layer_kind_name(l->spec.kind);
+  int64_t out[3] = {l->c, l->h, l->w};
+  if (!fits(out, 3))
+    return SHAPE_ERR("%s '%s': output [%d, %d, %d] per sample needs more than 2^63 bytes", kn, l->name, l->c, l->h,
+                     l->w);
+  for (int i = 0; i < _tsr_layer_num_tensors(l); i++) {
+    tsr_shape sh;
+    const char *suffix;
+    int trainable;
+    char str[128];
+    _tsr_layer_tensor(l, m, i, &sh, &suffix, &trainable);
+    if (!fits(sh.dims, sh.ndim))
+      return SHAPE_ERR("%s '%s': %s %s needs more than 2^63 bytes", kn, l->name, suffix,
+                       tsr_shape_str(&sh, str, sizeof str));
+  }
+  return TSR_OK;
 }
 
 tsr_status tsr_model_add(tsr_model *m, const char *name, const tsr_layer_spec *spec, const char *const *inputs,
@@ -220,6 +260,7 @@ tsr_status tsr_model_add(tsr_model *m, const char *name, const tsr_layer_spec *s
     l->inputs[i] = j;
   }
   TSR_TRY(infer(m, l));
+  TSR_TRY(check_sizes(m, l));
   m->n++;
   return TSR_OK;
 }
@@ -328,7 +369,7 @@ int64_t tsr_model_num_params(const tsr_model *m) {
       const char *suf;
       int tr;
       _tsr_layer_tensor(&m->layers[i], m, j, &s, &suf, &tr);
-      if (tr) n += tsr_shape_numel(&s);
+      if (tr && __builtin_add_overflow(n, tsr_shape_numel(&s), &n)) return INT64_MAX;
     }
   return n;
 }

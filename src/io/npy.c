@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <tessera/params.h>
 
 #include "runtime/error.h"
+#include "runtime/memory.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "npy.c reads and writes little-endian data with memcpy: port it before using a big-endian host"
@@ -181,6 +183,16 @@ static tsr_status read_data(FILE *f, const char *path, const tsr_shape *shape, i
     numel *= shape->dims[i];
   }
   size_t n = (size_t)numel, bytes = n * (size_t)itemsize;
+  /* a header can promise any size: compare it with the file and the memory before allocating */
+  struct stat st;
+  long at = ftell(f);
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && at >= 0 && st.st_size >= at &&
+      (uint64_t)(st.st_size - at) < bytes)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: truncated: the header promises %zu data bytes, the file holds %llu", path,
+                      bytes, (unsigned long long)st.st_size - (unsigned long long)at);
+  char what[512];
+  snprintf(what, sizeof what, "%s: %lld values as float32", path, (long long)numel);
+  TSR_TRY(_tsr_memory_check((uint64_t)n * sizeof(float) + (itemsize == 4 ? 0 : bytes), what, NULL));
   float *out = malloc(n ? n * sizeof *out : 1);
   void *raw = itemsize == 4 ? (void *)out : malloc(n ? bytes : 1);
   if (!out || !raw) {

@@ -129,8 +129,9 @@ static tsr_status analyse(tsr_trainer *t) {
   return TSR_OK;
 }
 
-static int has_second_contribution(const tsr_trainer *t, int j) {
+int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
   const tsr_model *m = t->model;
+  if (m->layers[j].spec.kind == TSR_LAYER_CONCAT) return 1;
   for (int l = 0; l < m->n; l++)
     for (int k = 0; k < m->layers[l].ninputs; k++)
       if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k]) return 1;
@@ -144,7 +145,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   struct _tsr_lstate *st = &t->ls[l];
   st->elems = (size_t)L->c * L->h * L->w;
   if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
-  int tmp = has_second_contribution(t, l) || L->spec.kind == TSR_LAYER_CONCAT;
+  int tmp = _tsr_layer_needs_tmp(t, l);
   int ws = L->spec.kind == TSR_LAYER_MAXPOOL2D;
   if (!ALLOC_SLICES(st->y) || !ALLOC_SLICES(st->g) || !ALLOC_SLICES(st->tmp) || !ALLOC_SLICES(st->ws) ||
       !ALLOC_SLICES(st->ybuf) || !ALLOC_SLICES(st->gbuf) || !ALLOC_SLICES(st->tmpbuf) || !ALLOC_SLICES(st->wsbuf))
@@ -330,6 +331,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
+  if (st == TSR_OK) st = _tsr_trainer_footprint(t);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_groups_build(t, group_bytes(o, m));
   if (st == TSR_OK && t->size > 1) st = _tsr_fingerprint_check(t);

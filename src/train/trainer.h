@@ -97,6 +97,12 @@ struct tsr_trainer {
   char load_error[512];
 };
 
+/* trainer.c: layer l keeps a second gradient buffer per slice (concat, or an output read twice). */
+int _tsr_layer_needs_tmp(const tsr_trainer *t, int l);
+/* footprint.c: refuses, before anything large is allocated, a trainer whose buffers exceed the
+ * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live and edge_first. */
+tsr_status _tsr_trainer_footprint(const tsr_trainer *t);
+
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);
 tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step);

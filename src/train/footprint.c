@@ -1,0 +1,105 @@
+/* The bytes a trainer will allocate on this process (its workers share them), layer by layer, added
+ * up before anything large is allocated: a model that cannot fit is refused naming its largest layer
+ * instead of zero-filling buffers until the machine swaps. Mirrors layout_tensors, alloc_layer and
+ * alloc_io in trainer.c and the reduction buffers of comm/groups.c. */
+#include <stdio.h>
+
+#include "train/trainer.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+
+/* zalloc's rounding to 64 bytes */
+static uint64_t floats(uint64_t n) { return _tsr_add_sat(_tsr_mul_sat(n, sizeof(float)), 63) & ~(uint64_t)63; }
+
+struct part {
+  uint64_t params, acts;
+};
+
+struct bad {
+  tsr_status s; /* the first StarPU vector that cannot hold its elements */
+};
+
+/* A StarPU vector's element count is a uint32_t. */
+static void vector_fits(struct bad *b, uint64_t n, const char *what, const char *name) {
+  if (b->s != TSR_OK || n <= UINT32_MAX) return;
+  b->s = _tsr_error(TSR_ERR_SHAPE,
+                    "%s '%s': %llu floats in one buffer; a StarPU vector holds at most %llu (use more "
+                    "slices or a smaller batch for activations)",
+                    what, name, (unsigned long long)n, (unsigned long long)UINT32_MAX);
+}
+
+/* Weights, and for trainable tensors gradients, both optimizer moments (allocated whatever the
+ * optimizer) and, with several ranks, the reduction's receive (and wire) buffers of as many bytes. */
+static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  uint64_t sum = 0;
+  for (int i = 0; i < _tsr_layer_num_tensors(L); i++) {
+    tsr_shape sh;
+    const char *suffix;
+    int trainable;
+    _tsr_layer_tensor(L, t->model, i, &sh, &suffix, &trainable);
+    uint64_t n = (uint64_t)tsr_shape_numel(&sh); /* exact: tsr_model_add checked it */
+    vector_fits(b, n, L->name, suffix);
+    uint64_t copies = trainable ? 4 + (t->size > 1) : 1;
+    sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, _tsr_mul_sat((n + 15) & ~(uint64_t)15, sizeof(float))));
+  }
+  return sum;
+}
+
+/* Per slice: output and its gradient, a second gradient where two contributions meet, and maxpool's
+ * workspace (oneDNN's indices: at most 4 bytes per output element). */
+static uint64_t act_bytes(const tsr_trainer *t, int l, struct bad *b) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  uint64_t elems = (uint64_t)L->c * (uint64_t)L->h * (uint64_t)L->w, sum = 0;
+  uint64_t copies = 2 + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->spec.kind == TSR_LAYER_MAXPOOL2D);
+  for (int s = 0; s < t->slices; s++) {
+    uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
+    vector_fits(b, n, "layer", L->name);
+    sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, floats(n)));
+  }
+  if (L->spec.kind == TSR_LAYER_BATCHNORM) sum = _tsr_add_sat(sum, (uint64_t)L->c * 2 * (8 + 8 + 4));
+  return sum;
+}
+
+/* Inputs or targets, double-buffered by step parity. */
+static uint64_t io_bytes(const tsr_trainer *t, int l, const char *what, struct bad *b) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  uint64_t elems = (uint64_t)L->c * (uint64_t)L->h * (uint64_t)L->w, sum = 0;
+  for (int s = 0; s < t->slices; s++) {
+    uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
+    vector_fits(b, n, what, L->name);
+    sum = _tsr_add_sat(sum, _tsr_mul_sat(2, floats(n)));
+  }
+  return sum;
+}
+
+tsr_status _tsr_trainer_footprint(const tsr_trainer *t) {
+  const tsr_model *m = t->model;
+  struct bad b = {TSR_OK};
+  uint64_t total = 0, top_bytes = 0;
+  struct part top = {0, 0};
+  int top_layer = -1;
+  for (int l = 0; l < m->n; l++) {
+    if (!t->ls[l].live) continue;
+    struct part p = {param_bytes(t, l, &b), 0};
+    if (m->layers[l].spec.kind == TSR_LAYER_INPUT)
+      p.acts = io_bytes(t, l, "inputs of", &b);
+    else
+      p.acts = act_bytes(t, l, &b);
+    if (l == t->output_layer) p.acts = _tsr_add_sat(p.acts, io_bytes(t, l, "targets of", &b));
+    uint64_t sum = _tsr_add_sat(p.params, p.acts);
+    total = _tsr_add_sat(total, sum);
+    if (top_layer < 0 || sum > top_bytes) top_layer = l, top_bytes = sum, top = p;
+  }
+  char what[256], detail[512], a[48], c[48], d[48];
+  snprintf(what, sizeof what, "model '%s': training on this process (batch %d in %d slices)", m->name, t->batch,
+           t->slices);
+  const struct _tsr_layer *L = &m->layers[top_layer];
+  snprintf(detail, sizeof detail,
+           "; the largest part is %s '%s' with %s: %s of parameters (weights, gradients, 2 optimizer moments%s) and "
+           "%s of batch buffers (outputs and their gradients, inputs, targets)",
+           tsr_layer_kind_name(L->spec.kind), L->name, _tsr_bytes_str(top_bytes, a), _tsr_bytes_str(top.params, c),
+           t->size > 1 ? ", reduction buffers" : "", _tsr_bytes_str(top.acts, d));
+  TSR_TRY(_tsr_memory_check(total, what, detail));
+  return b.s;
+}
