@@ -35,7 +35,13 @@ void tt_starpu_stop(void);
 /* A fresh temporary folder (removed by nobody: under /tmp). */
 const char *tt_tmpdir(void);
 
-/* Runs the suite; returns the process exit status (0 only when every test passed). */
+/* Records that the running test could not check what it is for, and why (a tool or a CPU feature
+ * is missing); the test then returns. The suite still runs its other tests; tt_run_suite prints
+ * the reasons and returns 77 (automake's SKIP) when nothing failed: a skip never passes. */
+void tt_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Runs the suite; returns the process exit status: 0 when every test passed, 77 when none failed
+ * and some called tt_skip, 1 otherwise. */
 int tt_run_suite(Suite *s);
 
 #define TT_MAIN(make_suite)                                                                        \
