@@ -72,3 +72,20 @@ rank_pid() { # folder rank
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
   done
 }
+# wait_rank FOLDER RANK LAUNCHER: prints the rank's pid once it runs (1: the launcher ended first)
+wait_rank() {
+  local p end=$((SECONDS + HANG_S))
+  until p=$(rank_pid "$1" "$2") && [ -n "$p" ]; do
+    kill -0 "$3" 2>/dev/null && [ $SECONDS -lt $end ] || return 1
+    sleep 0.02
+  done
+  echo "$p"
+}
+# wait_no_ranks FOLDER: until no rank of that run is left (0) or HANG_S passed (1)
+wait_no_ranks() {
+  local end=$((SECONDS + HANG_S))
+  while [ -n "$(ranks_of "$1")" ]; do
+    [ $SECONDS -lt $end ] || return 1
+    sleep 0.1
+  done
+}
