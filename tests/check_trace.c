@@ -102,6 +102,9 @@ static unsigned long traced_run(const char *dir, int steps, int64_t first, int64
   /* A transfer of step 1 as the communication code reports it (to this rank itself). */
   void *xs = _tsr_trace_xfer_arg(1, 0, 4096, 77, 1), *xr = _tsr_trace_xfer_arg(1, 0, 4096, 77, 0);
   ck_assert(xs && xr);
+  /* until the clock has moved (1 us): its resolution, not the machine's speed, must not make the
+   * transfer last 0 us (step 1's communication is asserted > 0 below) */
+  for (double t0 = _tsr_trace_now_us(); _tsr_trace_now_us() < t0 + 1;) continue;
   _tsr_trace_xfer_done(xs);
   _tsr_trace_xfer_done(xr);
   ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
