@@ -16,6 +16,7 @@ enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
 void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1);
 const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
+int _tsr_convlike_types(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
 #define CONV_CACHE_TAG 0x636f6e76 /* "conv" */
 
@@ -41,7 +42,7 @@ struct plan_arg {
 
 struct plan {
   dnnl_primitive_t prim;
-  dnnl_primitive_desc_t pd; /* kept for the implementation name */
+  dnnl_primitive_desc_t pd; /* kept for the implementation name and data types */
   int nargs;
   struct plan_arg a[NROLE];
   dnnl_memory_t scratchpad;
@@ -304,6 +305,7 @@ struct convlike_call {
   const float *in[3];
   float *out[2];
   const char *impl;
+  dnnl_data_type_t *types;
 };
 
 static const char *convlike_op(int deconv, enum _tsr_conv_pass pass) {
@@ -322,6 +324,24 @@ static void convlike_impl_body(void *arg) {
 const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
   struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass};
   return _tsr_kernel_guard(convlike_op(deconv, pass), convlike_impl_body, &c) ? c.impl : NULL;
+}
+
+static void convlike_types_body(void *arg) {
+  static const dnnl_query_t q[3][3] = {{dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+                                       {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
+                                       {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
+  struct convlike_call *c = arg;
+  dnnl_primitive_desc_t pd = plan_get(c->d, c->deconv, c->pass)->pd;
+  for (int k = 0; k < 3; k++) c->types[k] = dnnl_primitive_desc_query_md(pd, q[c->pass][k], 0)->data_type;
+}
+
+/* The data types of the primitive that runs the pass at the current precision, as oneDNN reports
+ * them: the pass's two inputs and its output in the order of _tsr_convlike_run (fwd x, w -> y;
+ * bwd_data dy, w -> dx; bwd_weights x, dy -> dw). -1 when the plan could not be made. */
+int _tsr_convlike_types(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass,
+                        dnnl_data_type_t types[3]) {
+  struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass, .types = types};
+  return _tsr_kernel_guard(convlike_op(deconv, pass), convlike_types_body, &c) ? 0 : -1;
 }
 
 static void convlike_run_body(void *arg) {

@@ -1,6 +1,7 @@
 /* .npy files (round trip, files written by numpy, malformed headers) and parameter import/export
  * through a trainer (npy folder and HDF5, shape checks), plus PyTorch's layouts: a state_dict
- * saved by torch and imported here must give torch's output (skipped without torch). */
+ * saved by torch and imported here must give torch's output (without numpy or torch these are
+ * skipped: exit status 77). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,7 @@ END_TEST
 /* numpy writes float64 [2, 3, 4] = arange / 7; we read it as float, then write a file numpy reads. */
 START_TEST(test_npy_interoperates_with_numpy) {
   if (!python_has("numpy")) {
-    fprintf(stderr, "check_params: " PYTHON " with numpy not found; numpy interoperability not checked\n");
+    tt_skip("numpy interoperability not checked: " PYTHON " with numpy not found (apt-get install python3-numpy)");
     return;
   }
   char dir[64];
@@ -418,7 +419,7 @@ static const char *torch_script =
 /* Python runs before StarPU starts: StarPU's idle workers would slow torch's import down. */
 START_TEST(test_pytorch_state_dict_gives_pytorch_output) {
   if (access(PYTHON, X_OK) != 0) {
-    fprintf(stderr, "check_params: no " PYTHON "; PyTorch layouts not checked\n");
+    tt_skip("PyTorch layouts not checked: no " PYTHON " (apt-get install python3-torch)");
     return;
   }
   char dir[64];
@@ -430,7 +431,7 @@ START_TEST(test_pytorch_state_dict_gives_pytorch_output) {
   snprintf(cmd, sizeof cmd, PYTHON " %s/make.py %s", dir, dir);
   int rc = system(cmd);
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) {
-    fprintf(stderr, "check_params: " PYTHON " has no torch; PyTorch layouts not checked\n");
+    tt_skip("PyTorch layouts not checked: " PYTHON " has no torch or numpy (apt-get install python3-torch)");
     return;
   }
   ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "the PyTorch script failed (status %d)", rc);

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Kill tests under mpirun -np 2: deterministic 2-rank training with frequent checkpoints is killed
-# with SIGKILL at random moments (rank 1, mpirun, rank 0 in turn) and resumed (--resume) until it
-# finishes. After every kill no rank may outlive the run by 30 s; every resume must start from the
-# newest complete checkpoint (named in its log), ignoring a planted newer temporary file; and every
-# step's loss, rows logged twice around a kill included, must equal the uninterrupted run's bitwise.
-# Then a rank that hangs (SIGSTOP) must make the other end the job with an error within 30 s.
-# KILL_TRIALS (default 3) sets the number of trials, each with up to 2 kills.
+# with SIGKILL at random points of its progress (rank 1, mpirun, rank 0 in turn) and resumed
+# (--resume) until it finishes. After every kill no rank may outlive the run; every resume must start
+# from the newest complete checkpoint (named in its log), ignoring a planted newer temporary file;
+# and every step's loss, rows logged twice around a kill included, must equal the uninterrupted
+# run's bitwise. Then a rank that hangs (SIGSTOP) must make the other end the job with an error (its
+# step deadline, TESSERA_STEP_TIMEOUT). Waits end on events; HANG_S (train_fixture.sh) only bounds a
+# hang. KILL_TRIALS (default 3) sets the number of trials, each with up to 2 kills.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 TRIALS=${KILL_TRIALS:-3}
@@ -17,17 +18,15 @@ args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epo
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT)
 
 warm_bus "${args[@]}"
-t0=$(date +%s%N)
 "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$tmp/ref" --step-log "$tmp/ref.csv" >"$tmp/ref.log" 2>&1 ||
   { cat "$tmp/ref.log"; echo "FAIL: 2-rank reference run"; exit 1; }
-ref_ms=$((($(date +%s%N) - t0) / 1000000))
 nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
-[ "$nsteps" -eq 105 ] && ok "2-rank reference run logged $nsteps steps (${ref_ms} ms)" ||
+[ "$nsteps" -eq 105 ] && ok "2-rank reference run logged $nsteps steps" ||
   ko "reference run logged $nsteps steps, expected 105"
 
 
-# One run of a trial: starts (or resumes) the run, kills `victim` after a random part of the
-# reference's duration; status 0 = killed, 1 = finished, 2 = failed. Checks the resume message.
+# One run of a trial: starts (or resumes) the run, kills `victim` at a random point of its progress;
+# status 0 = killed, 1 = finished, 2 = failed. Checks the resume message.
 victims=(rank1 mpirun rank0)
 kills_total=0
 attempt() { # folder attempt victim
@@ -38,21 +37,24 @@ attempt() { # folder attempt victim
     step=$((10#${step#ckpt-} + 1))
     head -c 2000 "$newest" >"$(printf '%s/ck/ckpt-%012d.h5.tmp' "$d" "$step")"
   fi
+  local logged=$(rows "$d/steps.csv")
   "${mpi[@]}" "$train" "${args[@]}" --resume --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log.$a" 2>&1 &
   local launcher=$!
-  sleep "$(awk -v r=$RANDOM -v t=$ref_ms 'BEGIN { printf "%.3f", t / 1000 * (0.05 + 0.6 * r / 32767) }')"
-  case $victim in
-  mpirun) p=$launcher ;;
-  rank*) for i in $(seq 1 100); do p=$(rank_pid "$d/ck" "${victim#rank}"); [ -n "$p" ] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.05; done ;;
-  esac
+  # once the run has logged a random 0-39 more steps (start-up, training, validation, checkpoint
+  # writing): a point of progress, not a delay, so speed and load cannot decide whether it is killed
+  if [ "$victim" != none ] && wait_rows "$d/steps.csv" $((logged + RANDOM % 40)) $launcher; then
+    case $victim in
+    mpirun) p=$launcher ;;
+    rank*) p=$(wait_rank "$d/ck" "${victim#rank}" $launcher) ;;
+    esac
+  fi
   start=$(date +%s)
   if [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; then
     kills_total=$((kills_total + 1))
     wait $launcher 2>/dev/null
-    for i in $(seq 1 300); do [ -z "$(ranks_of "$d/ck")" ] && break; sleep 0.1; done
-    local left=$(ranks_of "$d/ck")
-    if [ -n "$left" ]; then
-      ko "$(basename "$d"): ranks $left still running 30 s after $victim was killed"
+    if ! wait_no_ranks "$d/ck"; then
+      local left=$(ranks_of "$d/ck")
+      ko "$(basename "$d"): ranks $left still running $HANG_S s after $victim was killed"
       kill -KILL $left 2>/dev/null
     fi
     echo "$(basename "$d") run $a: SIGKILL to $victim; every process gone after $(($(date +%s) - start)) s" >>"$tmp/kills"
@@ -97,10 +99,10 @@ for trial in $(seq 1 "$TRIALS"); do
   fi
 done
 cat "$tmp/kills" "$tmp/resumes" 2>/dev/null
-if [ $((2 * kills_total)) -ge "$TRIALS" ] && [ -s "$tmp/resumes" ]; then
+if [ "$kills_total" -ge "$TRIALS" ] && [ -s "$tmp/resumes" ]; then
   ok "SIGKILLs sent: $kills_total, resumes checked: $(wc -l <"$tmp/resumes")"
 else
-  ko "SIGKILLs sent: $kills_total (fewer than half the $TRIALS trials) or no resume checked"
+  ko "SIGKILLs sent: $kills_total (fewer than the $TRIALS trials) or no resume checked"
 fi
 
 # A rank that hangs (SIGSTOP) must not leave the other waiting: it stops at its step deadline
@@ -110,20 +112,20 @@ mkdir -p "$d"
 TESSERA_STEP_TIMEOUT=5 "${mpi[@]}" -x TESSERA_STEP_TIMEOUT "$train" "${args[@]}" --epochs 50 --checkpoint-dir "$d/ck" \
   --step-log "$d/steps.csv" >"$d/log" 2>&1 &
 launcher=$!
-for i in $(seq 1 600); do [ "$(wc -l <"$d/steps.csv" 2>/dev/null || echo 0)" -gt 5 ] && break; sleep 0.1; done
+wait_rows "$d/steps.csv" 6 $launcher
 p=$(rank_pid "$d/ck" 1)
 start=$(date +%s)
 kill -STOP $p
-for i in $(seq 1 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+wait_gone $launcher && hung=0 || hung=1
 took=$(($(date +%s) - start))
 left=$(ranks_of "$d/ck")
-[ -n "$left" ] && kill -KILL $left $launcher 2>/dev/null
+kill -KILL $left $launcher 2>/dev/null
 wait $launcher 2>/dev/null
 rc=$?
-if [ -z "$left" ] && [ $rc -ne 0 ] && [ $took -lt 30 ] && grep -q "rank 0: .*another rank has probably died or hung" "$d/log"; then
+if [ $hung = 0 ] && [ -z "$left" ] && [ $rc -ne 0 ] && grep -q "rank 0: .*another rank has probably died or hung" "$d/log"; then
   ok "a hung rank (SIGSTOP) ends the job with an error naming the problem after $took s (status $rc)"
 else
-  ko "a hung rank (SIGSTOP) ends the job with an error (status $rc, $took s, ranks left: ${left:-none})"
+  ko "a hung rank (SIGSTOP) ends the job with an error (status $rc, $took s, hung $hung, ranks left: ${left:-none})"
   tail -5 "$d/log"
 fi
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Signals under mpirun: every rank of a 2-rank tessera-train run must stop after the same step (the
-# trainer's control word), write one checkpoint and exit within 30 s, whether mpirun forwards the
-# signal (SIGTERM or SIGUSR1 sent to mpirun) or the ranks get SIGTERM at different moments (as from
-# a batch system); the run then resumes to per-step losses equal to an uninterrupted run's bitwise.
-# A SIGTERM during start-up (rank 1 held stopped, so rank 0 waits in MPI_Init or the start-up
-# agreement and has written no checkpoint) must be handled the same way, after the first steps.
+# trainer's control word), write one checkpoint and exit (HANG_S of train_fixture.sh bounds a hang),
+# whether mpirun forwards the signal (SIGTERM or SIGUSR1 sent to mpirun) or the ranks get SIGTERM at
+# different moments (as from a batch system); the run then resumes to per-step losses equal to an
+# uninterrupted run's bitwise. A SIGTERM during start-up (rank 1 held stopped, so rank 0 waits in
+# MPI_Init or the start-up agreement and has written no checkpoint) must be handled the same way,
+# after the first steps.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 need_mpirun
@@ -30,18 +31,17 @@ for how in mpirun-USR1 ranks-TERM mpirun-TERM startup-TERM; do
   launcher=$!
   early=0
   if [ $how = startup-TERM ]; then
-    for i in $(seq 1 1000); do r1=$(rank_pid "$d/ck" 1); [ -n "$r1" ] && break; sleep 0.02; done
+    r1=$(wait_rank "$d/ck" 1 $launcher)
     kill -STOP "$r1"
-    for i in $(seq 1 1000); do r0=$(rank_pid "$d/ck" 0); [ -n "$r0" ] && handles_term "$r0" && break; sleep 0.02; done
+    r0=$(wait_rank "$d/ck" 0 $launcher)
+    end=$((SECONDS + HANG_S))
+    until handles_term "$r0" || ! kill -0 "$r0" 2>/dev/null || [ $SECONDS -ge $end ]; do sleep 0.02; done
     early=$(ls "$d/ck" 2>/dev/null | grep -c '\.h5$')
     handles_term "$r0" || early=-1
-    echo "$how: rank 0 handles SIGTERM after $i polls (-1: never), checkpoints written by then: $early"
+    echo "$how: rank 0 handles SIGTERM (-1: never), checkpoints written by then: $early"
   else
-    for i in $(seq 1 1800); do # until training is under way (20 steps logged; slow under sanitizers and load)
-      [ -f "$d/steps.csv" ] && [ "$(wc -l <"$d/steps.csv")" -gt 20 ] && break
-      sleep 0.1
-    done
-    echo "$how: signal after $i polls, $(wc -l <"$d/steps.csv" 2>/dev/null) lines logged"
+    wait_rows "$d/steps.csv" 21 $launcher # until training is under way (20 steps logged)
+    echo "$how: signal after $(rows "$d/steps.csv") lines logged"
   fi
   ranks=$(ranks_of "$d/ck")
   start=$(date +%s.%N)
@@ -50,11 +50,11 @@ for how in mpirun-USR1 ranks-TERM mpirun-TERM startup-TERM; do
   ranks-TERM) for p in $(echo "$ranks" | sort -rn); do kill -TERM "$p" 2>/dev/null; sleep 0.3; done ;; # the second may be gone already
   startup-TERM) kill -TERM "$r0"; sleep 0.3; kill -CONT "$r1" ;;
   esac
-  for i in $(seq 1 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$launcher" 2>/dev/null; then
+  if wait_gone "$launcher"; then hung=0
+  else
     kill -KILL "$launcher" $ranks 2>/dev/null
     hung=1
-  else hung=0; fi
+  fi
   wait "$launcher"
   rc=$?
   took=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')

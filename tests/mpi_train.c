@@ -3,10 +3,11 @@
  * then writes its parameters and losses, so the script can compare ranks with each other, with a
  * 1-rank run of the N-times batch, and repeated runs with each other.
  *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
- *             [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S] [--loss-scale-init S]
+ *             [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S] [--loss-scale-init S] [--mark-training]
  *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance)
  * PREFIX.rankR.stats gets the bytes this rank sent for reductions, whether the control word summed
- * exactly at every step, and the loss scaler's state. */
+ * exactly at every step, and the loss scaler's state. --mark-training creates PREFIX.rankR.training
+ * once this rank has completed 3 steps (the script's cue to stop or kill a rank in training). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +75,7 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
 
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--compare") == 0) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
-  int batch = 4, steps = 5, det = 0, variant = -1;
+  int batch = 4, steps = 5, det = 0, variant = -1, mark = 0;
   long long group_bytes = 512; /* several groups */
   int grad_reduce = TSR_REDUCE_F32;
   double loss_scale = 0, loss_scale_init = 0;
@@ -84,6 +85,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--deterministic")) det = 1;
+    else if (!strcmp(argv[i], "--mark-training")) mark = 1;
     else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--grad-reduce") && i + 1 < argc) {
@@ -95,7 +97,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
                       "         [--group-bytes N] [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S]\n"
-                      "         [--loss-scale-init S]\n"
+                      "         [--loss-scale-init S] [--mark-training]\n"
                       "       mpi_train --compare A B RTOL ATOL\n");
       return 2;
     }
@@ -123,10 +125,16 @@ int main(int argc, char **argv) {
   }
   /* 257 + rank: not a bf16 or fp16 value, so a control word reduced in half precision would show */
   tsr_trainer_set_flag(t, 257.0f + d.rank);
-  for (int i = 0; i < steps; i++)
-    if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
-  if (tsr_trainer_sync(t)) die("sync");
   char path[4096];
+  for (int i = 0; i < steps; i++) {
+    if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
+    if (mark && i == 2) {
+      FILE *f = NULL;
+      snprintf(path, sizeof path, "%s.rank%d.training", out ? out : "mpi_train", d.rank);
+      if (tsr_trainer_sync(t) || !(f = fopen(path, "w")) || fclose(f)) die(path);
+    }
+  }
+  if (tsr_trainer_sync(t)) die("sync");
   snprintf(path, sizeof path, "%s.rank%d.params", out ? out : "mpi_train", d.rank);
   FILE *f = fopen(path, "wb");
   if (!f) die(path);

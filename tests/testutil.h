@@ -40,7 +40,13 @@ const char *tt_tmpdir(void);
  * limit ends with it). Does nothing under ASan, which reserves terabytes of shadow memory. */
 void tt_cap_address_space(void);
 
-/* Runs the suite; returns the process exit status (0 only when every test passed). */
+/* Records that the running test could not check what it is for, and why (a tool or a CPU feature
+ * is missing); the test then returns. The suite still runs its other tests; tt_run_suite prints
+ * the reasons and returns 77 (automake's SKIP) when nothing failed: a skip never passes. */
+void tt_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Runs the suite; returns the process exit status: 0 when every test passed, 77 when none failed
+ * and some called tt_skip, 1 otherwise. */
 int tt_run_suite(Suite *s);
 
 #define TT_MAIN(make_suite)                                                                        \
