@@ -1,8 +1,5 @@
-/* The CUDA functions of the codelets (only when StarPU has CUDA): each reads its buffers in the
- * order of the CPU function and queues work on StarPU's local stream (codelets are
- * STARPU_CUDA_ASYNC) with the worker's handles. A failed call is printed and recorded as the
- * kernels' first failure (kernel_util.c), which the trainer returns from its next call; the task's
- * write-only outputs are zeroed, as after a failed CPU kernel, and the process goes on. */
+/* The CUDA functions of the codelets not yet beside their CPU functions (only when StarPU has CUDA;
+ * the helpers are in cuda_util.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,29 +8,7 @@
 #include "cuda_util.h"
 #include "kernel_util.h"
 
-#if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
-#include <starpu_cuda.h>
-
-#define STREAM starpu_cuda_get_local_stream()
-#define WORKER starpu_worker_get_id()
-#define DBUF(buffers, i) ((double *)STARPU_VECTOR_GET_PTR((buffers)[i]))
-#define RUN(call)                                                                                  \
-  do {                                                                                             \
-    if ((call) != 0) failed(__func__, b);                                                          \
-  } while (0)
-
-static void failed(const char *codelet, void *buffers[]) {
-  _tsr_kernel_record(codelet, _tsr_cuda_last_report());
-  struct starpu_task *task = starpu_task_get_current();
-  for (unsigned i = 0; task && i < STARPU_TASK_GET_NBUFFERS(task); i++)
-    if (STARPU_TASK_GET_MODE(task, i) == STARPU_W &&
-        starpu_data_get_interface_id(STARPU_TASK_GET_HANDLE(task, i)) == STARPU_VECTOR_INTERFACE_ID)
-      /* a failure here is printed; the first one is already recorded */
-      (void)_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[i]),
-                                 (size_t)STARPU_VECTOR_GET_NX(buffers[i]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[i]),
-                                 STREAM);
-}
-
+#ifdef TSR_CUDA_CODELETS
 enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS };
 
 void zero_cpu_cuda(void *b[], void *a) { RUN(_tsr_zero_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), STREAM)); }
@@ -83,13 +58,6 @@ void dense_fwd_cpu_cuda(void *b[], void *a) { dense(b, a, PASS_FWD); }
 void dense_bwd_data_cpu_cuda(void *b[], void *a) { dense(b, a, PASS_BWD_DATA); }
 void dense_bwd_weights_cpu_cuda(void *b[], void *a) { dense(b, a, PASS_BWD_WEIGHTS); }
 
-void act_fwd_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_act_cuda(WORKER, STREAM, a, 0, TSR_BUF(b, 0), NULL, NULL, TSR_BUF(b, 1)));
-}
-void act_bwd_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_act_cuda(WORKER, STREAM, a, 1, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
-}
-
 /* the task argument of dropout.c: descriptor, then the seed */
 struct dropout_arg {
   struct tsr_dropout_desc d;
@@ -123,7 +91,7 @@ void add_fwd_cpu_cuda(void *b[], void *a) {
   const float **xs = malloc((size_t)d->k * sizeof *xs);
   if (!xs) {
     _tsr_cuda_report("out of host memory for %d input pointers", d->k);
-    failed(__func__, b);
+    _tsr_cuda_task_failed(__func__, b);
     return;
   }
   for (int i = 0; i < d->k; i++) xs[i] = TSR_BUF(b, i);

@@ -1,8 +1,8 @@
 /* Library-backed CUDA launchers: convolution and transposed convolution on cuDNN (a transposed
  * conv is the conv from its output space to its input space with the same IOHW = KCRS filter:
- * its forward is the conv's backward-data and so on), dense layers on cuBLAS, activations on cuDNN
- * (leaky ReLU, which cuDNN lacks, in a kernel). Descriptors, the algorithm and its workspace size
- * are chosen once per (worker, shape, pass, precision, deterministic mode) and cached.
+ * its forward is the conv's backward-data and so on) and dense layers on cuBLAS. Descriptors, the
+ * algorithm and its workspace size are chosen once per (worker, shape, pass, precision,
+ * deterministic mode) and cached.
  *
  * Precision of the convolutions (tessera/context.h):
  * - float32: float32 tensors and CUDNN_FMA_MATH, so no TF32 and no down-conversion.
@@ -302,46 +302,4 @@ extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dens
     }
   }
   return 0;
-}
-
-/* ---- activations: cuDNN for relu, tanh, sigmoid; leaky relu (slope alpha) in a kernel ---- */
-
-__global__ static void leaky_k(size_t n, float alpha, int bwd, const float *x, const float *dy, float *out) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = bwd ? (x[i] > 0 ? dy[i] : alpha * dy[i]) : (x[i] > 0 ? x[i] : alpha * x[i]);
-}
-
-extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x,
-                             const float *y, const float *dy, float *out) {
-  if (d->kind == TSR_ACT_LEAKY_RELU) {
-    leaky_k<<<grid(d->len), 256, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
-    LAUNCHED("leaky relu kernel");
-    return 0;
-  }
-  cudnnHandle_t h;
-  if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;
-  /* a flat [1, 1, 1, len] tensor (cuDNN wants int dimensions: split very long slices) */
-  cudnnActivationMode_t mode = d->kind == TSR_ACT_RELU ? CUDNN_ACTIVATION_RELU
-                               : d->kind == TSR_ACT_TANH ? CUDNN_ACTIVATION_TANH : CUDNN_ACTIVATION_SIGMOID;
-  cudnnActivationDescriptor_t ad;
-  cudnnTensorDescriptor_t td;
-  CUDNN_OK(cudnnCreateActivationDescriptor(&ad));
-  CUDNN_OK(cudnnSetActivationDescriptor(ad, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&td));
-  const float one = 1.0f, zero = 0.0f;
-  const size_t chunk = (size_t)1 << 30;
-  int rc = 0;
-  for (size_t off = 0; off < d->len && !rc; off += chunk) {
-    int m = (int)(d->len - off < chunk ? d->len - off : chunk);
-    cudnnStatus_t st = cudnnSetTensor4dDescriptor(td, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1, m);
-    if (st == CUDNN_STATUS_SUCCESS)
-      st = bwd ? cudnnActivationBackward(h, ad, &one, td, y + off, td, dy + off, td, x + off, &zero, td, out + off)
-               : cudnnActivationForward(h, ad, &one, td, x + off, &zero, td, out + off);
-    if (st != CUDNN_STATUS_SUCCESS)
-      rc = _tsr_cuda_report("cudnnActivation%s (or its descriptor) failed: %s", bwd ? "Backward" : "Forward",
-                            cudnnGetErrorString(st));
-  }
-  cudnnDestroyTensorDescriptor(td);
-  cudnnDestroyActivationDescriptor(ad);
-  return rc;
 }
