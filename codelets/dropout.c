@@ -94,6 +94,15 @@ static void dropout_bwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_dropout_bwd_cpu(&a->d, a->seed, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (dropout_cuda.cu) */
+static void dropout_fwd_cpu_cuda(void *b[], void *a) {
+  const struct dropout_arg *x = a;
+  RUN(_tsr_dropout_cuda(STREAM, &x->d, x->seed, TSR_BUF(b, 0), TSR_BUF(b, 1)));
+}
+static void dropout_bwd_cpu_cuda(void *b[], void *a) { dropout_fwd_cpu_cuda(b, a); }
+#endif
+
 static struct starpu_perfmodel dropout_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_fwd"};
 static struct starpu_perfmodel dropout_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_bwd"};
 
