@@ -1,25 +1,16 @@
-/* Dropout on CUDA, the twin of codelets/dropout.c: the CPU's counter hash, so the masks are
- * bitwise the same. */
+/* Dropout on CUDA, the twin of codelets/dropout.c: the CPU's counter-based stream (runtime/rng.h),
+ * so the masks are bitwise the same. */
 #include <stdint.h>
 
 #include "cuda_util.h"
+#include "runtime/rng.h"
 
-__device__ static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static uint64_t mix64_host(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 __global__ static void dropout_k(size_t len, size_t hw, int spatial, uint64_t key, uint64_t thr, float scale,
                                  const float *in, float *out) {
   TSR_GRID_LOOP(i, len) {
     uint64_t idx = spatial ? i / hw : i;
-    int keep = (mix64(key + (idx + 1) * 0x9E3779B97F4A7C15ull) >> 32) >= thr;
+    int keep = (_tsr_rng_at(key, idx + 1) >> 32) >= thr;
     out[i] = in[i] * (keep ? scale : 0.0f);
   }
 }
@@ -33,7 +24,7 @@ extern "C" int _tsr_dropout_cuda(cudaStream_t s, const struct tsr_dropout_desc *
   }
   uint64_t thr = (uint64_t)((double)d->p * 4294967296.0);
   float scale = (float)(1.0 / (1.0 - (double)d->p));
-  dropout_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(len, hw, d->spatial, mix64_host(seed), thr, scale, in, out);
+  dropout_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(len, hw, d->spatial, _tsr_mix64(seed), thr, scale, in, out);
   LAUNCHED("dropout kernel");
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "train/trainer.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
+#include "runtime/rng.h"
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o) {
   memset(o, 0, sizeof *o);
@@ -23,13 +24,6 @@ static void *zalloc(size_t bytes) {
   void *p = aligned_alloc(64, sz ? sz : 64);
   if (p) memset(p, 0, sz ? sz : 64);
   return p;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 /* PyTorch's default initialisation: weights and biases uniform in +-1/sqrt(fan_in), where fan_in
@@ -45,9 +39,8 @@ static void init_tensor(struct _tsr_ptensor *p, const tsr_trainer *t, uint64_t s
   double fan_in = (double)w->shape.dims[1];
   for (int d = 2; d < w->shape.ndim; d++) fan_in *= (double)w->shape.dims[d];
   double bound = 1.0 / sqrt(fan_in);
-  uint64_t s = seed;
-  for (size_t i = 0; i < p->n; i++)
-    p->w[i] = (float)(((splitmix(&s) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * bound);
+  struct _tsr_rng r = {.key = seed, .ctr = 0}; /* SplitMix64 from state `seed` */
+  for (size_t i = 0; i < p->n; i++) p->w[i] = (float)((_tsr_rng_uniform(&r) * 2 - 1) * bound);
 }
 
 static tsr_status layout_tensors(tsr_trainer *t) {
