@@ -10,6 +10,7 @@
 #include "comm/nccl.h"
 #include "train/trainer.h"
 #include "kernel_util.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/rng.h"
 
@@ -203,10 +204,20 @@ static tsr_status alloc_io(tsr_trainer *t) {
 /* Group size: the API's, else TESSERA_GROUP_BYTES, else the model file's, else the default. */
 static long long group_bytes(const tsr_trainer_opts *o, const tsr_model *m) {
   if (o->group_bytes) return o->group_bytes;
-  const char *env = getenv("TESSERA_GROUP_BYTES");
-  if (env && *env) return strcmp(env, "layer") == 0 ? -1 : atoll(env);
+  long long env = _tsr_env_group_bytes();
+  if (env) return env;
   if (m->group_bytes) return m->group_bytes;
   return TSR_DEFAULT_GROUP_BYTES;
+}
+
+/* The options of multi-rank runs that fall back to the environment (runtime/env.h). */
+static void multirank_opts(tsr_trainer *t, const tsr_trainer_opts *o) {
+  t->skip_reduce = o->skip_reduce ? o->skip_reduce > 0 : _tsr_env_skip_reduce();
+  t->use_nccl = o->nccl ? o->nccl > 0 : !_tsr_env_no_nccl();
+  double env;
+  if (o->step_timeout) t->step_timeout = o->step_timeout;
+  else if (_tsr_env_step_timeout(&env)) t->step_timeout = env > 0 ? env : -1; /* <= 0: no limit */
+  else t->step_timeout = 0;                                                  /* adaptive */
 }
 
 static tsr_status find_io(tsr_trainer *t) {
@@ -295,9 +306,9 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   t->window = o->window ? o->window : 2;
   t->rank = tsr_context_rank(ctx), t->size = tsr_context_size(ctx);
   /* Benchmarks only: measure the step without its reductions (results are then wrong). */
-  t->skip_reduce = getenv("TESSERA_SKIP_ALLREDUCE") && atoi(getenv("TESSERA_SKIP_ALLREDUCE")) != 0;
+  multirank_opts(t, o);
   if (t->skip_reduce && t->size > 1 && t->rank == 0)
-    _tsr_log(1, "TESSERA_SKIP_ALLREDUCE is set: gradients are NOT reduced across ranks (benchmark mode)");
+    _tsr_log(1, "skip_reduce (TESSERA_SKIP_ALLREDUCE) is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
   t->grad_reduce = o->grad_reduce;
