@@ -151,8 +151,6 @@ void _tsr_bn_bwd_data_cpu(const struct tsr_bn_desc *d, const float *x, const flo
                                       .model = &var##_model,                                       \
                                       .name = sym}
 
-#define DBUF(buffers, i) ((double *)STARPU_VECTOR_GET_PTR((buffers)[i]))
-
 static void zero_doubles_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
   memset((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
@@ -161,12 +159,12 @@ static void zero_doubles_cpu(void *buffers[], void *arg) {
 
 static void bn_stats_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
-  _tsr_bn_stats_cpu(arg, TSR_BUF(buffers, 0), DBUF(buffers, 1));
+  _tsr_bn_stats_cpu(arg, TSR_BUF(buffers, 0), TSR_DBUF(buffers, 1));
 }
 
 static void bn_finalize_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
-  _tsr_bn_finalize_cpu(arg, DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3));
+  _tsr_bn_finalize_cpu(arg, TSR_DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3));
 }
 
 static void bn_fwd_cpu(void *buffers[], void *arg) {
@@ -183,19 +181,54 @@ static void bn_fwd_eval_cpu(void *buffers[], void *arg) {
 
 static void bn_bwd_stats_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
-  _tsr_bn_bwd_stats_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), DBUF(buffers, 3));
+  _tsr_bn_bwd_stats_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_DBUF(buffers, 3));
 }
 
 static void bn_bwd_params_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
-  _tsr_bn_bwd_params_cpu(arg, DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
+  _tsr_bn_bwd_params_cpu(arg, TSR_DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
 }
 
 static void bn_bwd_data_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
-  _tsr_bn_bwd_data_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), DBUF(buffers, 3),
+  _tsr_bn_bwd_data_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_DBUF(buffers, 3),
                        TSR_BUF(buffers, 4), TSR_BUF(buffers, 5));
 }
+
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (batchnorm_cuda.cu; zeroing: tensor_ops_cuda.cu) */
+static void zero_doubles_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
+                           (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), STREAM));
+}
+static void bn_stats_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_STATS, TSR_BUF(b, 0), NULL, NULL, NULL, NULL, TSR_DBUF(b, 1), NULL, NULL));
+}
+static void bn_finalize_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_finalize_cuda(STREAM, a, TSR_DBUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
+}
+static void bn_fwd_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_FWD, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL, NULL,
+                   TSR_BUF(b, 4), NULL));
+}
+static void bn_fwd_eval_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_FWD_EVAL, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
+                   TSR_BUF(b, 4), NULL, TSR_BUF(b, 5), NULL));
+}
+static void bn_bwd_stats_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_STATS, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), NULL, NULL, TSR_DBUF(b, 3),
+                   NULL, NULL));
+}
+static void bn_bwd_params_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_PARAMS, NULL, NULL, NULL, NULL, NULL, TSR_DBUF(b, 0), TSR_BUF(b, 1),
+                   TSR_BUF(b, 2)));
+}
+/* x, stat, gamma, acc, dy -> dx */
+static void bn_bwd_data_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_DATA, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 4), NULL,
+                   TSR_DBUF(b, 3), TSR_BUF(b, 5), NULL));
+}
+#endif
 
 BN_CODELET(cl_zero_doubles, zero_doubles_cpu, "tsr_zero_doubles");
 BN_CODELET(cl_bn_stats, bn_stats_cpu, "tsr_bn_stats");

@@ -80,6 +80,34 @@ static void add_fwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_add_fwd_cpu(d->len, d->k, xs, TSR_BUF(buffers, d->k));
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (concat_cuda.cu) */
+static void concat_fwd_cpu_cuda(void *b[], void *a) {
+  const struct tsr_concat_desc *d = a;
+  float *parts[TSR_MAX_CONCAT];
+  for (int i = 0; i < d->k; i++) parts[i] = TSR_BUF(b, i);
+  RUN(_tsr_concat_cuda(STREAM, d, 0, parts, TSR_BUF(b, d->k)));
+}
+static void concat_bwd_cpu_cuda(void *b[], void *a) {
+  const struct tsr_concat_desc *d = a;
+  float *parts[TSR_MAX_CONCAT];
+  for (int i = 0; i < d->k; i++) parts[i] = TSR_BUF(b, 1 + i);
+  RUN(_tsr_concat_cuda(STREAM, d, 1, parts, TSR_BUF(b, 0)));
+}
+static void add_fwd_cpu_cuda(void *b[], void *a) {
+  const struct add_desc *d = a;
+  const float **xs = malloc((size_t)d->k * sizeof *xs);
+  if (!xs) {
+    _tsr_cuda_report("out of host memory for %d input pointers", d->k);
+    _tsr_cuda_task_failed(__func__, b);
+    return;
+  }
+  for (int i = 0; i < d->k; i++) xs[i] = TSR_BUF(b, i);
+  RUN(_tsr_add_cuda(STREAM, d->len, d->k, xs, TSR_BUF(b, d->k)));
+  free(xs);
+}
+#endif
+
 static struct starpu_perfmodel concat_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_concat_fwd"};
 static struct starpu_perfmodel concat_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_concat_bwd"};
 static struct starpu_perfmodel add_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_add_fwd"};

@@ -1,8 +1,9 @@
 /* Shared by the CUDA side of the codelets: per-worker cuDNN/cuBLAS handles bound to the worker's
  * stream, per-worker device scratch, the failure report of the last failed CUDA/cuDNN/cuBLAS call,
  * the launcher prototypes (plain functions on device pointers + stream, compiled whenever
- * --with-cuda), and TSR_CUDA_FUNCS(f) which adds a CUDA implementation to a codelet only when
- * StarPU has CUDA. */
+ * --with-cuda; each defined in the CUDA twin <op>_cuda.cu of its operation's <op>.c), the helpers of
+ * the codelets' CUDA functions (each written beside its CPU function in <op>.c), and
+ * TSR_CUDA_FUNCS(f) which adds a CUDA implementation to a codelet only when StarPU has CUDA. */
 #ifndef TSR_CUDA_UTIL_H
 #define TSR_CUDA_UTIL_H
 
@@ -13,21 +14,8 @@
 
 /* CUDA implementations exist only when Tessera compiled them and StarPU can run them. */
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
+#define TSR_CUDA_CODELETS 1
 #define TSR_CUDA_FUNCS(f) .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},
-/* The CUDA functions of the codelets (cuda_codelets.c): <cpu function name>_cuda. */
-#define TSR_CL_CUDA(f) void f##_cuda(void *buffers[], void *cl_arg);
-TSR_CL_CUDA(zero_cpu) TSR_CL_CUDA(accumulate_cpu) TSR_CL_CUDA(copy_cpu)
-TSR_CL_CUDA(conv2d_fwd_cpu) TSR_CL_CUDA(conv2d_bwd_data_cpu) TSR_CL_CUDA(conv2d_bwd_weights_cpu)
-TSR_CL_CUDA(deconv2d_fwd_cpu) TSR_CL_CUDA(deconv2d_bwd_data_cpu) TSR_CL_CUDA(deconv2d_bwd_weights_cpu)
-TSR_CL_CUDA(dense_fwd_cpu) TSR_CL_CUDA(dense_bwd_data_cpu) TSR_CL_CUDA(dense_bwd_weights_cpu)
-TSR_CL_CUDA(act_fwd_cpu) TSR_CL_CUDA(act_bwd_cpu) TSR_CL_CUDA(dropout_fwd_cpu) TSR_CL_CUDA(dropout_bwd_cpu)
-TSR_CL_CUDA(concat_fwd_cpu) TSR_CL_CUDA(concat_bwd_cpu) TSR_CL_CUDA(add_fwd_cpu)
-TSR_CL_CUDA(loss_cpu) TSR_CL_CUDA(opt_update_cpu) TSR_CL_CUDA(opt_update_gated_cpu) TSR_CL_CUDA(zero_doubles_cpu)
-TSR_CL_CUDA(fill_cpu) TSR_CL_CUDA(scale_grad_cpu) TSR_CL_CUDA(scale_check_cpu)
-TSR_CL_CUDA(bn_stats_cpu) TSR_CL_CUDA(bn_finalize_cpu) TSR_CL_CUDA(bn_fwd_cpu) TSR_CL_CUDA(bn_fwd_eval_cpu)
-TSR_CL_CUDA(bn_bwd_stats_cpu) TSR_CL_CUDA(bn_bwd_params_cpu) TSR_CL_CUDA(bn_bwd_data_cpu)
-TSR_CL_CUDA(pool_fwd_func) TSR_CL_CUDA(pool_bwd_func)
-#undef TSR_CL_CUDA
 #else
 #define TSR_CUDA_FUNCS(f)
 #endif
@@ -76,6 +64,32 @@ const char *_tsr_cuda_last_report(void);
     cudaError_t _e = cudaGetLastError();                                                             \
     if (_e != cudaSuccess) return _tsr_cuda_report("%s launch failed: %s", what, cudaGetErrorString(_e)); \
   } while (0)
+
+/* Launch shape of the element-wise kernels: TSR_THREADS per block, enough blocks for n elements
+ * (at most 8192; TSR_GRID_LOOP strides over the rest). */
+enum { TSR_THREADS = 256 };
+static inline unsigned _tsr_blocks(size_t n) {
+  size_t b = (n + TSR_THREADS - 1) / TSR_THREADS;
+  return (unsigned)(b > 8192 ? 8192 : b ? b : 1);
+}
+#define TSR_GRID_LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+/* Block-wide sum of two doubles in a fixed order (tree over shared memory); blocks of TSR_THREADS. */
+__device__ static inline void _tsr_block_sum2(double *a, double *b) {
+  __shared__ double sa[TSR_THREADS], sb[TSR_THREADS];
+  sa[threadIdx.x] = *a;
+  sb[threadIdx.x] = *b;
+  __syncthreads();
+  for (int w = TSR_THREADS / 2; w > 0; w >>= 1) {
+    if ((int)threadIdx.x < w) {
+      sa[threadIdx.x] += sa[threadIdx.x + w];
+      sb[threadIdx.x] += sb[threadIdx.x + w];
+    }
+    __syncthreads();
+  }
+  *a = sa[0];
+  *b = sb[0];
+}
 #endif
 
 /* Handles of worker `worker` (created at its first call), bound to `stream`; in deterministic
@@ -86,6 +100,8 @@ int _tsr_cuda_handles(int worker, cudaStream_t stream, cudnnHandle_t *dnn, cubla
 void *_tsr_cuda_scratch(int worker, size_t bytes, cudaStream_t stream);
 
 /* ---- launchers: 0, or -1 after reporting the failed call; `worker` keys handles and caches ---- */
+/* Passes of the conv and dense launchers (as enum _tsr_conv_pass in conv2d.c). */
+enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS };
 int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_desc *d, int deconv, int pass, int precision,
                    const float *in0, const float *in1, const float *in2, float *out0, float *out1);
 int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dense_desc *d, int pass, const float *in0,
@@ -100,6 +116,7 @@ size_t _tsr_pool_cuda_ws_bytes(const struct tsr_pool_desc *d);
  * GPU): max forward (y and ws) and the backward of either kind. */
 void _tsr_pool_max_fwd_host(const struct tsr_pool_desc *d, const float *x, float *y, void *ws);
 void _tsr_pool_bwd_host(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
+/* Activations (eltwise_cuda.cu): fwd x -> out = y; bwd x, y, dy -> out = dx. */
 int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *y,
                   const float *dy, float *out);
 int _tsr_bn_cuda(cudaStream_t s, const struct tsr_bn_desc *d, int op, const float *x, const float *f0,
@@ -142,4 +159,23 @@ enum _tsr_bn_op {
 }
 #endif
 #endif /* TSR_WITH_CUDA */
+
+#ifdef TSR_CUDA_CODELETS
+/* In the codelets' CUDA functions (void f(void *b[], void *a)): each reads its buffers in the order
+ * of the CPU function and queues work on StarPU's local stream (codelets are STARPU_CUDA_ASYNC)
+ * with the worker's handles. RUN(launcher call): a failed call is printed and recorded as the
+ * kernels' first failure, which the trainer returns from its next call; the task's write-only
+ * outputs are zeroed, as after a failed CPU kernel, and the process goes on. */
+#define STREAM starpu_cuda_get_local_stream()
+#define WORKER starpu_worker_get_id()
+#define RUN(call)                                                                                  \
+  do {                                                                                             \
+    if ((call) != 0) _tsr_cuda_task_failed(__func__, b);                                           \
+  } while (0)
+/* Records the failure of codelet `codelet` and zeroes the current task's write-only vectors
+ * (kernel_util.c). */
+void _tsr_cuda_task_failed(const char *codelet, void *buffers[]);
+/* conv2d.c: the CUDA function of conv2d's and conv_transpose2d's codelets for one pass. */
+void _tsr_convlike_cuda(void *b[], const struct tsr_conv_desc *d, int deconv, int pass);
+#endif
 #endif

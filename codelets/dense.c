@@ -59,6 +59,24 @@ static void dense_bwd_weights_cpu(void *buffers[], void *cl_arg) {
                              d->has_bias ? TSR_BUF(buffers, 3) : NULL);
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (dense_cuda.cu) */
+static void dense_cuda(void *b[], const struct tsr_dense_desc *d, int pass) {
+  int hb = d->has_bias;
+  if (pass == PASS_FWD)
+    RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
+                        TSR_BUF(b, 2 + hb), NULL));
+  else if (pass == PASS_BWD_DATA)
+    RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
+  else
+    RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
+                        hb ? TSR_BUF(b, 3) : NULL));
+}
+static void dense_fwd_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, PASS_FWD); }
+static void dense_bwd_data_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, PASS_BWD_DATA); }
+static void dense_bwd_weights_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, PASS_BWD_WEIGHTS); }
+#endif
+
 static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dense_fwd"};
 static struct starpu_perfmodel bwd_data_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dense_bwd_data"};
 static struct starpu_perfmodel bwd_weights_model = {.type = STARPU_HISTORY_BASED,

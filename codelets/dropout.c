@@ -7,6 +7,7 @@
 #include "codelets.h"
 #include "cuda_util.h"
 #include "runtime/error.h"
+#include "runtime/rng.h"
 
 #ifdef _OPENMP
 #define TSR_SIMD(clause) _Pragma(#clause)
@@ -21,17 +22,11 @@
 #define TSR_HASH_CLONES
 #endif
 
-/* splitmix64's finaliser: a bijective mix whose output bits all depend on every input bit. */
-static inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* Kept with probability 1 - p: the hash's top 32 bits against p * 2^32. The key is the mixed seed,
- * so nearby seeds do not give shifted copies of one stream. */
+/* Kept with probability 1 - p: the top 32 bits of draw index + 1 of the stream (runtime/rng.h)
+ * against p * 2^32. The key is the mixed seed, so nearby seeds do not give shifted copies of one
+ * stream. */
 static inline int keep(uint64_t key, uint64_t index, uint64_t threshold) {
-  return (mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull) >> 32) >= threshold;
+  return (_tsr_rng_at(key, index + 1) >> 32) >= threshold;
 }
 
 static uint64_t threshold_of(float p) { return (uint64_t)((double)p * 4294967296.0); }
@@ -52,7 +47,7 @@ static void apply_mask(const struct tsr_dropout_desc *d, uint64_t seed, const fl
     memcpy(out, in, len * sizeof(float));
     return;
   }
-  const uint64_t key = mix64(seed), thr = threshold_of(d->p);
+  const uint64_t key = _tsr_mix64(seed), thr = threshold_of(d->p);
   const float scale = (float)(1.0 / (1.0 - (double)d->p));
   if (d->spatial) {
     const size_t planes = (size_t)d->n * d->c;
@@ -93,6 +88,15 @@ static void dropout_bwd_cpu(void *buffers[], void *cl_arg) {
   const struct dropout_arg *a = cl_arg;
   _tsr_dropout_bwd_cpu(&a->d, a->seed, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
 }
+
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (dropout_cuda.cu) */
+static void dropout_fwd_cpu_cuda(void *b[], void *a) {
+  const struct dropout_arg *x = a;
+  RUN(_tsr_dropout_cuda(STREAM, &x->d, x->seed, TSR_BUF(b, 0), TSR_BUF(b, 1)));
+}
+static void dropout_bwd_cpu_cuda(void *b[], void *a) { dropout_fwd_cpu_cuda(b, a); }
+#endif
 
 static struct starpu_perfmodel dropout_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_fwd"};
 static struct starpu_perfmodel dropout_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dropout_bwd"};

@@ -1,7 +1,8 @@
 /* Activations (relu, leaky_relu, tanh, sigmoid) with oneDNN eltwise primitives over a flat view
  * of the slice: the raw kernels, their codelets and insert functions. tanh and sigmoid take their
  * derivative from the output y (no exp to recompute); relu and leaky_relu from the input x, which
- * stays right for any slope. Primitives and memory objects are built once per (thread, descriptor). */
+ * stays right for any slope. Primitives and memory objects are built once per (thread, descriptor).
+ * The codelets' CUDA functions run eltwise_cuda.cu's launcher. */
 #include "codelets.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
@@ -135,6 +136,16 @@ static void act_bwd_func(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
   _tsr_act_bwd_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_BUF(buffers, 3));
 }
+
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (eltwise_cuda.cu): buffers as above */
+static void act_fwd_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_act_cuda(WORKER, STREAM, a, 0, TSR_BUF(b, 0), NULL, NULL, TSR_BUF(b, 1)));
+}
+static void act_bwd_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_act_cuda(WORKER, STREAM, a, 1, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
+}
+#endif
 
 static struct starpu_perfmodel act_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_act_fwd"};
 static struct starpu_perfmodel act_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_act_bwd"};

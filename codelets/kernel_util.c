@@ -1,5 +1,6 @@
 /* Per-thread oneDNN engine/stream, object cache and scratch memory for the CPU kernels, and the
- * guard that turns a failure inside a kernel into a recorded error instead of an abort. */
+ * guard that turns a failure inside a kernel (or a CUDA codelet's launcher) into a recorded error
+ * instead of an abort. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 #include <starpu.h>
 
 #include "codelets.h"
+#include "cuda_util.h"
 #include "kernel_util.h"
 
 struct cache_entry {
@@ -121,6 +123,22 @@ int _tsr_kernel_guard(const char *op, void (*body)(void *), void *arg) {
   guard_top = g.outer;
   return 1;
 }
+
+#ifdef TSR_CUDA_CODELETS
+/* A failed launcher in a codelet's CUDA function: the guard's work for the CUDA side (the buffers
+ * are on the device, so they are zeroed on the worker's stream). */
+void _tsr_cuda_task_failed(const char *codelet, void *buffers[]) {
+  _tsr_kernel_record(codelet, _tsr_cuda_last_report());
+  struct starpu_task *task = starpu_task_get_current();
+  for (unsigned i = 0; task && i < STARPU_TASK_GET_NBUFFERS(task); i++)
+    if (STARPU_TASK_GET_MODE(task, i) == STARPU_W &&
+        starpu_data_get_interface_id(STARPU_TASK_GET_HANDLE(task, i)) == STARPU_VECTOR_INTERFACE_ID)
+      /* a failure here is printed; the first one is already recorded */
+      (void)_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[i]),
+                                 (size_t)STARPU_VECTOR_GET_NX(buffers[i]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[i]),
+                                 STREAM);
+}
+#endif
 
 int _tsr_kernel_error(char *msg, size_t cap) {
   if (atomic_load(&failed) != 2) return 0;

@@ -110,6 +110,13 @@ static void loss_cpu(void *buffers[], void *cl_arg) {
                 (double *)STARPU_VECTOR_GET_PTR(buffers[3]));
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (loss_cuda.cu) */
+static void loss_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_loss_cuda(WORKER, STREAM, a, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_DBUF(b, 3)));
+}
+#endif
+
 static struct starpu_perfmodel loss_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_loss"};
 
 static struct starpu_codelet cl_loss = {

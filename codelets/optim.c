@@ -94,6 +94,18 @@ static void opt_update_gated_cpu(void *buffers[], void *cl_arg) {
                       TSR_BUF(buffers, 3));
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (optim_cuda.cu) */
+static void opt_update_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_opt_update_cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL));
+}
+/* buffer 4: the loss scaler's state (a StarPU variable), read on the device */
+static void opt_update_gated_cpu_cuda(void *b[], void *a) {
+  RUN(_tsr_opt_update_cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
+                           (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(b[4])));
+}
+#endif
+
 static struct starpu_perfmodel opt_update_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_update"};
 static struct starpu_perfmodel opt_update_gated_model = {.type = STARPU_HISTORY_BASED,
                                                          .symbol = "tsr_opt_update_gated"};

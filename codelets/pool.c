@@ -181,6 +181,29 @@ static void pool_bwd_func(void *buffers[], void *cl_arg) {
   _tsr_pool_bwd_cpu(d, TSR_BUF(buffers, 0), ws, TSR_BUF(buffers, d->is_max ? 2 : 1));
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (pool_cuda.cu). Buffers as above: fwd x, y[, ws]; bwd dy[, ws], dx. The workspace must
+ * have oneDNN's size, since CPU workers read and write the same handle. */
+static int pool_ws_ok(const struct tsr_pool_desc *d, void *ws_buf) {
+  size_t want = _tsr_pool_cuda_ws_bytes(d);
+  size_t got = (size_t)STARPU_VECTOR_GET_NX(ws_buf) * STARPU_VECTOR_GET_ELEMSIZE(ws_buf);
+  if (got == want) return 0;
+  return _tsr_cuda_report("max pooling workspace has %zu bytes, the CUDA kernels write %zu (oneDNN's layout changed?)",
+                          got, want);
+}
+static void pool_fwd_func_cuda(void *b[], void *a) {
+  const struct tsr_pool_desc *d = a;
+  void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[2]) : NULL;
+  RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(WORKER, STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
+}
+static void pool_bwd_func_cuda(void *b[], void *a) {
+  const struct tsr_pool_desc *d = a;
+  void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[1]) : NULL;
+  RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
+      _tsr_pool_cuda(WORKER, STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
+}
+#endif
+
 static struct starpu_perfmodel pool_fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_pool_fwd"};
 static struct starpu_perfmodel pool_bwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_pool_bwd"};
 

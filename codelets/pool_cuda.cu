@@ -76,19 +76,13 @@ static __host__ __device__ inline float window_grad(const tsr_pool_desc &d, cons
   return d.is_max ? g : g / (float)(d.kh * d.kw);
 }
 
-#define GRID_LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 __global__ static void max_fwd_k(tsr_pool_desc d, size_t ny, const float *x, float *y, void *ws) {
-  GRID_LOOP(o, ny) max_store(d, x, o, y, ws);
+  TSR_GRID_LOOP(o, ny) max_store(d, x, o, y, ws);
 }
 
 __global__ static void bwd_k(tsr_pool_desc d, size_t nx, const float *dy, const void *ws, float *dx) {
-  GRID_LOOP(i, nx) dx[i] = window_grad(d, dy, ws, i);
-}
-
-static unsigned blocks(size_t n) {
-  size_t b = (n + 255) / 256;
-  return (unsigned)(b > 8192 ? 8192 : b ? b : 1);
+  TSR_GRID_LOOP(i, nx) dx[i] = window_grad(d, dy, ws, i);
 }
 
 /* cuDNN average forward; descriptors are cheap host objects, made per call. */
@@ -126,8 +120,8 @@ extern "C" int _tsr_pool_cuda(int worker, cudaStream_t s, const struct tsr_pool_
   const size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->c * d->oh * d->ow;
   if (d->is_max && !ws) return _tsr_cuda_report("max pooling without its workspace");
   if (!bwd && !d->is_max) return avg_fwd_cudnn(worker, s, d, in, out);
-  if (!bwd) max_fwd_k<<<blocks(ny), 256, 0, s>>>(*d, ny, in, out, ws);
-  else bwd_k<<<blocks(nx), 256, 0, s>>>(*d, nx, in, ws, out);
+  if (!bwd) max_fwd_k<<<_tsr_blocks(ny), TSR_THREADS, 0, s>>>(*d, ny, in, out, ws);
+  else bwd_k<<<_tsr_blocks(nx), TSR_THREADS, 0, s>>>(*d, nx, in, ws, out);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return _tsr_cuda_report("%s pooling %s kernel launch failed: %s", d->is_max ? "max" : "average",

@@ -63,6 +63,18 @@ static void loss_sum_cpu(void *buffers[], void *cl_arg) {
   *out = s;
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (tensor_ops_cuda.cu) */
+static void zero_cpu_cuda(void *b[], void *a) { RUN(_tsr_zero_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), STREAM)); }
+static void accumulate_cpu_cuda(void *b[], void *a) { RUN(_tsr_axpy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), 1.0f, TSR_NX(b, 0), STREAM)); }
+static void copy_cpu_cuda(void *b[], void *a) { RUN(_tsr_copy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_NX(b, 0), STREAM)); }
+static void fill_cpu_cuda(void *b[], void *a) {
+  float v;
+  memcpy(&v, a, sizeof v);
+  RUN(_tsr_fill_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), v, STREAM));
+}
+#endif
+
 static struct starpu_perfmodel zero_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_zero"};
 static struct starpu_perfmodel accumulate_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_accumulate"};
 static struct starpu_perfmodel copy_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_copy"};

@@ -1,5 +1,6 @@
-/* CUDA side of the elementary tensor tasks (zero, fill, y += a x, copy): launchers that queue work on
- * the caller's stream (StarPU's local stream in codelets) and report launch failures. */
+/* CUDA side of the elementary tensor tasks (zero, fill, y += a x, copy; zeroing bytes), the twin of
+ * codelets/tensor_ops.c: launchers that queue work on the caller's stream (StarPU's local stream
+ * in codelets) and report launch failures. */
 #include "cuda_util.h"
 
 static __global__ void axpy_kernel(float *__restrict__ y, const float *__restrict__ x, float a, size_t n) {
@@ -37,4 +38,9 @@ extern "C" int _tsr_fill_cuda(float *x, size_t n, float first, cudaStream_t stre
   if (n == 0) return 0;
   set_first_kernel<<<1, 1, 0, stream>>>(x, first);
   return report(cudaGetLastError(), "fill kernel launch");
+}
+
+extern "C" int _tsr_zero_bytes_cuda(void *x, size_t bytes, cudaStream_t s) {
+  CUDA_OK(cudaMemsetAsync(x, 0, bytes, s));
+  return 0;
 }

@@ -269,6 +269,30 @@ START_TEST(gradient_groups_follow_the_layout_setting) {
 }
 END_TEST
 
+/* TESSERA_GROUP_BYTES is the fallback of tsr_trainer_opts.group_bytes: used when the option is 0,
+ * ignored when it is set. */
+START_TEST(group_size_falls_back_to_the_environment) {
+  tsr_context *ctx = start(1, 2);
+  tsr_model *m = dag_model();
+  ck_assert_int_eq(setenv("TESSERA_GROUP_BYTES", "layer", 1), 0);
+  long long settings[] = {0, 1 << 30};
+  int expect[] = {5, 1}; /* one group per layer with parameters; everything in one group */
+  for (int k = 0; k < 2; k++) {
+    tsr_trainer_opts o;
+    tsr_trainer_opts_default(&o);
+    o.batch = 2, o.group_bytes = settings[k];
+    tsr_trainer *t;
+    ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_OK);
+    ck_assert_msg(tsr_trainer_num_groups(t) == expect[k], "option %lld, TESSERA_GROUP_BYTES=layer: %d groups",
+                  settings[k], tsr_trainer_num_groups(t));
+    tsr_trainer_destroy(t);
+  }
+  unsetenv("TESSERA_GROUP_BYTES");
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* The control word on one rank: each training step reports the value set before its submission
  * (0 before any set), evaluation steps report 0, and unsubmitted steps are refused. */
 START_TEST(control_word_reports_the_value_of_each_step) {
@@ -499,6 +523,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
+  tcase_add_test(tc, group_size_falls_back_to_the_environment);
   tcase_add_test(tc, every_trainable_tensor_is_updated_by_a_step);
   tcase_add_test(tc, control_word_reports_the_value_of_each_step);
   tcase_add_test(tc, kernel_failure_is_returned_by_the_trainer);

@@ -16,6 +16,8 @@
 
 #include "testutil.h"
 
+/* xorshift64, not the library's SplitMix64 (src/runtime/rng.h): the tests' inputs and tolerances
+ * were chosen with these values, and the tests must not depend on the generator under test. */
 static uint64_t next(uint64_t *s) {
   uint64_t x = *s;
   x ^= x << 13;

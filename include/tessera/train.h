@@ -49,13 +49,23 @@ typedef struct tsr_trainer_opts {
   uint64_t seed;    /* parameter initialisation and dropout; 0 = the context's seed */
   int check_finite; /* 1 = scan every gradient for NaN/Inf before its update (tsr_trainer_check_finite);
                        ignored with dynamic loss scaling, which skips such steps instead */
-  long long group_bytes; /* gradient group size in bytes for the reductions across ranks: 0 = the
-                            environment's TESSERA_GROUP_BYTES ("layer" = one group per layer), else
-                            the model file's, else 256 KiB; -1 = one group per layer */
+  long long group_bytes; /* gradient group size in bytes for the reductions across ranks: 0 =
+                            TESSERA_GROUP_BYTES ("layer" = one group per layer), else the model
+                            file's, else 256 KiB; -1 = one group per layer */
   int grad_reduce;  /* tsr_reduce_precision of the reductions across ranks; default f32 */
   double loss_scale;       /* 0 = off, > 0 = static scale, TSR_LOSS_SCALE_DYNAMIC */
   double loss_scale_init;  /* dynamic: first scale (0 = 65536) */
   int loss_scale_interval; /* dynamic: finite steps before the scale doubles (0 = 2000) */
+  /* Multi-rank runs. 0 in the fields below means "not set": the environment variable named, else
+   * the default (README, "Environment variables"). */
+  double step_timeout; /* seconds a rank waits for a step before concluding that another rank died
+                          or hung (the step then fails): 0 = TESSERA_STEP_TIMEOUT (<= 0 there: wait
+                          forever), else 30 s plus 20 times the slowest step so far; < 0 = forever */
+  int skip_reduce;     /* benchmarks only, results are wrong: 1 = gradients are not reduced across
+                          ranks; 0 = TESSERA_SKIP_ALLREDUCE (a nonzero integer: skip), else reduce;
+                          -1 = reduce */
+  int nccl;            /* with CUDA workers, reduce over NCCL instead of the StarPU-MPI ring:
+                          0 = yes unless TESSERA_NO_NCCL is set; 1 = yes; -1 = never */
 } tsr_trainer_opts;
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);

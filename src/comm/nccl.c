@@ -58,7 +58,7 @@ static struct starpu_codelet allreduce_cl = {
     .name = "tsr_nccl_allreduce", .model = &allreduce_model};
 
 tsr_status _tsr_nccl_setup(tsr_trainer *t) {
-  if (t->size < 2 || starpu_cuda_worker_get_count() == 0 || getenv("TESSERA_NO_NCCL")) return TSR_OK;
+  if (t->size < 2 || starpu_cuda_worker_get_count() == 0 || !t->use_nccl) return TSR_OK;
   struct nccl_state *s = calloc(1, sizeof *s);
   if (!s) return _tsr_error(TSR_ERR_NOMEM, "NCCL: out of memory");
   s->rank = t->rank, s->size = t->size;

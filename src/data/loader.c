@@ -11,6 +11,7 @@
 
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "runtime/rng.h"
 #include <tessera/data.h>
 #include <tessera/loader.h>
 #include <tessera/params.h>
@@ -289,12 +290,6 @@ tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
 
 /* ---- epoch order ---- */
 
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 int64_t tsr_loader_shard_size(int64_t n, int rank, int size) {
   if (n <= 0 || size <= 0 || rank < 0 || rank >= size) return 0;
   return n / size + (rank < n % size ? 1 : 0);
@@ -307,10 +302,10 @@ tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int ran
   int64_t *perm = malloc(sizeof *perm * n);
   if (!perm) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory for %lld indices", (long long)n);
   /* Fisher-Yates with a stream depending only on (seed, epoch) (the same stream tessera-train used) */
-  uint64_t key = mix64(seed ^ mix64(0x5DEECE66Dull + (uint64_t)epoch)), ctr = 0;
+  struct _tsr_rng r = _tsr_rng_stream(seed, 0x5DEECE66Dull + (uint64_t)epoch);
   for (int64_t i = 0; i < n; i++) perm[i] = i;
   for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)(mix64(key + ++ctr * 0x9E3779B97F4A7C15ull) % (uint64_t)(i + 1));
+    int64_t j = (int64_t)(_tsr_rng_next(&r) % (uint64_t)(i + 1));
     int64_t t = perm[i];
     perm[i] = perm[j], perm[j] = t;
   }

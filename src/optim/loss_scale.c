@@ -72,6 +72,23 @@ static void scale_decide_cpu(void *buffers[], void *cl_arg) {
   s->overflow = 0;
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (loss_scale_cuda.cu). scale_grad: x[, state]; cl_arg the fixed scale. scale_check: state,
+ * then the gradients. */
+static void scale_grad_cpu_cuda(void *b[], void *a) {
+  double fixed;
+  memcpy(&fixed, a, sizeof fixed);
+  const struct _tsr_scale_state *state =
+      STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 1 ? (const void *)STARPU_VARIABLE_GET_PTR(b[1]) : NULL;
+  RUN(_tsr_scale_grad_cuda(STREAM, TSR_NX(b, 0), TSR_BUF(b, 0), state, fixed));
+}
+static void scale_check_cpu_cuda(void *b[], void *a) {
+  struct _tsr_scale_state *state = (void *)STARPU_VARIABLE_GET_PTR(b[0]);
+  int n = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+  for (int i = 1; i < n; i++) RUN(_tsr_scale_check_cuda(STREAM, TSR_NX(b, i), TSR_BUF(b, i), state));
+}
+#endif
+
 static struct starpu_perfmodel scale_grad_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_scale_grad"};
 static struct starpu_perfmodel scale_check_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_scale_check"};
 static struct starpu_perfmodel scale_decide_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_scale_decide"};

@@ -8,6 +8,7 @@
 #include <starpu_mpi.h>
 
 #include <tessera/context.h>
+#include "runtime/env.h"
 #include "runtime/switches.h"
 #include "runtime/error.h"
 
@@ -26,35 +27,14 @@ void tsr_context_opts_default(tsr_context_opts *o) {
   o->verbose = 1;
 }
 
-static int launched_by_mpi(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_STEP_ID");
-}
-
-/* Ranks on this machine, from the launcher's environment (StarPU binds its workers before MPI can
- * be asked). */
-static int local_ranks(void) {
-  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!v) v = getenv("MPI_LOCALNRANKS");
-  if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
-  int n = v ? atoi(v) : 1;
-  return n > 0 ? n : 1;
-}
-
-static int local_rank(void) {
-  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!v) v = getenv("MPI_LOCALRANKID");
-  if (!v) v = getenv("SLURM_LOCALID");
-  return v ? atoi(v) : 0;
-}
-
 /* Several ranks on one machine must not pin their workers to the same cores: each rank's workers
  * are bound to its own block of cores (one core of a block of two or more is left to StarPU-MPI's
  * progress thread, which is not bound: idle StarPU workers spin, and a progress thread sharing a
  * core with them answers in milliseconds instead of microseconds). The user's STARPU_NCPU,
  * STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
 static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
-  int local = local_ranks(), me = local_rank();
-  if (local < 2 || getenv("STARPU_WORKERS_CPUID") || getenv("STARPU_WORKERS_NOBIND")) return;
+  int local = _tsr_env_local_ranks(), me = _tsr_env_local_rank();
+  if (local < 2 || _tsr_env_is_set("STARPU_WORKERS_CPUID") || _tsr_env_is_set("STARPU_WORKERS_NOBIND")) return;
   setenv("STARPU_MPI_NOBIND", "1", 0);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   long first, count;
@@ -65,7 +45,7 @@ static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
   } else {
     first = me % cores, count = 1;
   }
-  if (ncpus_opt > 0 || getenv("STARPU_NCPU")) {
+  if (ncpus_opt > 0 || _tsr_env_is_set("STARPU_NCPU")) {
     setenv("STARPU_WORKERS_NOBIND", "1", 0); /* the user sized the workers: do not pin them */
     return;
   }
@@ -92,7 +72,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
                       opts->precision);
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
-  c->use_mpi = opts->use_mpi < 0 ? launched_by_mpi() : opts->use_mpi;
+  c->use_mpi = opts->use_mpi < 0 ? _tsr_env_launched_by_mpi() : opts->use_mpi;
   c->deterministic = opts->deterministic;
   c->seed = opts->seed;
   c->size = 1;
@@ -101,12 +81,12 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   _tsr_set_precision(opts->precision);
   /* Kernel libraries run one thread per StarPU worker: parallelism comes from the task graph. */
   openblas_set_num_threads(1);
-  if (!getenv("STARPU_SILENT") && opts->verbose < 2) setenv("STARPU_SILENT", "1", 0);
+  if (!_tsr_env_is_set("STARPU_SILENT") && opts->verbose < 2) setenv("STARPU_SILENT", "1", 0);
 
   struct starpu_conf conf;
   starpu_conf_init(&conf);
   if (opts->ncpus > 0) conf.ncpus = opts->ncpus;
-  if (!getenv("STARPU_SCHED")) conf.sched_policy_name = "dmdas";
+  if (!_tsr_env_is_set("STARPU_SCHED")) conf.sched_policy_name = "dmdas";
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus);
   if (c->use_mpi) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
@@ -118,8 +119,8 @@ static tsr_status limit(uint64_t *bytes, char *source, size_t len) {
     snprintf(source, len, "tsr_memory_set_limit");
     return TSR_OK;
   }
-  const char *env = getenv("TESSERA_MEMORY_LIMIT");
-  if (env && *env) {
+  const char *env = _tsr_env_memory_limit();
+  if (env) {
     snprintf(source, len, "TESSERA_MEMORY_LIMIT");
     return parse_env(env, bytes);
   }

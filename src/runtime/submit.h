@@ -36,6 +36,7 @@ starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n);
 /* Pointer/length of a vector handle's buffer inside a codelet. */
 #define TSR_BUF(buffers, i) ((float *)STARPU_VECTOR_GET_PTR((buffers)[i]))
 #define TSR_NX(buffers, i) (STARPU_VECTOR_GET_NX((buffers)[i]))
+#define TSR_DBUF(buffers, i) ((double *)STARPU_VECTOR_GET_PTR((buffers)[i]))
 
 /* A function run on every task right before starpu_task_submit (the trace's recorder); NULL: none.
  * Installed once by whoever records tasks; it decides itself whether to act. */

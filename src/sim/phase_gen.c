@@ -21,6 +21,7 @@
 
 /* From dataset.c: the process-wide HDF5 lock and the innermost HDF5 error message. */
 #include "runtime/hdf5_lock.h"
+#include "runtime/rng.h"
 
 #define GEN_NAME "tessera phase_gen"
 #define GEN_VERSION 2
@@ -56,23 +57,9 @@ static tsr_status check_opts(const tsr_phase_gen_opts *o) {
   return TSR_OK;
 }
 
-/* Counter-based stream: draw k of sample (seed, index) is mix(key + k * golden), a SplitMix64 step. */
-struct rng {
-  uint64_t key, ctr;
-};
-
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static struct rng rng_for(uint64_t seed, int64_t index) {
-  return (struct rng){.key = mix64(seed ^ mix64((uint64_t)index + 0x632BE59BD9B4E019ull)), .ctr = 0};
-}
-
-static double rng_uniform(struct rng *r) { /* [0, 1) */
-  return (double)(mix64(r->key + ++r->ctr * 0x9E3779B97F4A7C15ull) >> 11) * (1.0 / 9007199254740992.0);
+/* Counter-based stream (runtime/rng.h): the draws of sample (seed, index) depend on nothing else. */
+static struct _tsr_rng rng_for(uint64_t seed, int64_t index) {
+  return _tsr_rng_stream(seed, (uint64_t)index + 0x632BE59BD9B4E019ull);
 }
 
 /* Adds a periodic Gaussian (minimum-image distance) so V, like the FFT, lives on a torus. */
@@ -165,19 +152,19 @@ static void work_free(struct work *w) {
 static void generate(const tsr_phase_gen_opts *o, struct work *w, int64_t index, float *x, float *v) {
   int s = w->s;
   size_t n = (size_t)s * s;
-  struct rng r = rng_for(o->seed, index);
-  int natoms = o->atoms_min + (int)(rng_uniform(&r) * (o->atoms_max - o->atoms_min + 1));
+  struct _tsr_rng r = rng_for(o->seed, index);
+  int natoms = o->atoms_min + (int)(_tsr_rng_uniform(&r) * (o->atoms_max - o->atoms_min + 1));
   memset(v, 0, sizeof(float) * n);
   /* Under a probe, atoms lie inside the region its shadow image covers. */
   double reach = o->aperture > 0 ? 0.85 * o->aperture * o->magnification * s / 2.0 : 0;
   for (int a = 0; a < natoms; a++) {
-    double px = rng_uniform(&r) * s, py = rng_uniform(&r) * s;
+    double px = _tsr_rng_uniform(&r) * s, py = _tsr_rng_uniform(&r) * s;
     if (reach > 0) {
-      double rad = reach * sqrt(rng_uniform(&r)), ang = 2 * M_PI * rng_uniform(&r);
+      double rad = reach * sqrt(_tsr_rng_uniform(&r)), ang = 2 * M_PI * _tsr_rng_uniform(&r);
       px = s / 2.0 + rad * cos(ang), py = s / 2.0 + rad * sin(ang);
     }
-    double width = o->width_min + rng_uniform(&r) * (o->width_max - o->width_min);
-    double amp = AMP_MIN + rng_uniform(&r) * (AMP_MAX - AMP_MIN);
+    double width = o->width_min + _tsr_rng_uniform(&r) * (o->width_max - o->width_min);
+    double amp = AMP_MIN + _tsr_rng_uniform(&r) * (AMP_MAX - AMP_MIN);
     add_atom(v, s, px, py, width, amp, w->gx, w->gy);
   }
   for (size_t i = 0; i < n; i++) {

@@ -3,6 +3,7 @@
  * backward order writes the gradient buffer, later ones write a temporary that is then added. */
 #include <string.h>
 
+#include "runtime/rng.h"
 #include "train/trainer.h"
 #include "runtime/error.h"
 
@@ -10,15 +11,9 @@ starpu_data_handle_t _tsr_out(tsr_trainer *t, int l, int s, int p) {
   return l == t->input_layer ? t->x[p][s] : t->ls[l].y[s];
 }
 
-static uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 static uint64_t dropout_seed(const tsr_trainer *t, int l, int s, int64_t step) {
-  return mix(mix(mix(t->seed ^ 0xD50Full) + (uint64_t)step) + (uint64_t)l * 1000003u + (uint64_t)s);
+  return _tsr_splitmix64(_tsr_splitmix64(_tsr_splitmix64(t->seed ^ 0xD50Full) + (uint64_t)step) +
+                         (uint64_t)l * 1000003u + (uint64_t)s);
 }
 
 static struct tsr_conv_desc conv_desc(const tsr_trainer *t, int l, int s) {

@@ -85,13 +85,12 @@ static struct tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) {
   return d;
 }
 
-/* Seconds a rank waits for a step of a multi-rank run before concluding that a peer is gone: the
- * environment's TESSERA_STEP_TIMEOUT (0 = wait forever), else 30 s plus 20 times the longest step
- * seen so far. Launchers usually kill the other ranks when one dies (mpirun within a second); this
- * catches the rest (a hung peer, srun without --kill-on-bad-exit). */
+/* Seconds a rank waits for a step of a multi-rank run before concluding that a peer is gone:
+ * tsr_trainer_opts.step_timeout or TESSERA_STEP_TIMEOUT (<= 0: wait forever), else 30 s plus 20
+ * times the longest step seen so far. Launchers usually kill the other ranks when one dies (mpirun
+ * within a second); this catches the rest (a hung peer, srun without --kill-on-bad-exit). */
 static double step_timeout(const tsr_trainer *t) {
-  const char *env = getenv("TESSERA_STEP_TIMEOUT");
-  if (env && *env) return atof(env);
+  if (t->step_timeout != 0) return t->step_timeout;
   return 30.0 + 20.0 * t->longest_step;
 }
 
@@ -106,7 +105,7 @@ static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_
     if (waited > limit)
       return _tsr_error(TSR_ERR_RUNTIME,
                         "rank %d: step %lld has not finished after %.0f s: another rank has probably died or hung "
-                        "(TESSERA_STEP_TIMEOUT sets this limit)",
+                        "(tsr_trainer_opts.step_timeout or TESSERA_STEP_TIMEOUT sets this limit)",
                         t->rank, (long long)step, waited);
     usleep((useconds_t)pause);
     if (pause < 2000) pause *= 1.5;

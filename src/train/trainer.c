@@ -10,7 +10,9 @@
 #include "comm/nccl.h"
 #include "train/trainer.h"
 #include "kernel_util.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
+#include "runtime/rng.h"
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o) {
   memset(o, 0, sizeof *o);
@@ -23,13 +25,6 @@ static void *zalloc(size_t bytes) {
   void *p = aligned_alloc(64, sz ? sz : 64);
   if (p) memset(p, 0, sz ? sz : 64);
   return p;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 /* PyTorch's default initialisation: weights and biases uniform in +-1/sqrt(fan_in), where fan_in
@@ -45,9 +40,8 @@ static void init_tensor(struct _tsr_ptensor *p, const tsr_trainer *t, uint64_t s
   double fan_in = (double)w->shape.dims[1];
   for (int d = 2; d < w->shape.ndim; d++) fan_in *= (double)w->shape.dims[d];
   double bound = 1.0 / sqrt(fan_in);
-  uint64_t s = seed;
-  for (size_t i = 0; i < p->n; i++)
-    p->w[i] = (float)(((splitmix(&s) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * bound);
+  struct _tsr_rng r = {.key = seed, .ctr = 0}; /* SplitMix64 from state `seed` */
+  for (size_t i = 0; i < p->n; i++) p->w[i] = (float)((_tsr_rng_uniform(&r) * 2 - 1) * bound);
 }
 
 static tsr_status layout_tensors(tsr_trainer *t) {
@@ -211,10 +205,20 @@ static tsr_status alloc_io(tsr_trainer *t) {
 /* Group size: the API's, else TESSERA_GROUP_BYTES, else the model file's, else the default. */
 static long long group_bytes(const tsr_trainer_opts *o, const tsr_model *m) {
   if (o->group_bytes) return o->group_bytes;
-  const char *env = getenv("TESSERA_GROUP_BYTES");
-  if (env && *env) return strcmp(env, "layer") == 0 ? -1 : atoll(env);
+  long long env = _tsr_env_group_bytes();
+  if (env) return env;
   if (m->group_bytes) return m->group_bytes;
   return TSR_DEFAULT_GROUP_BYTES;
+}
+
+/* The options of multi-rank runs that fall back to the environment (runtime/env.h). */
+static void multirank_opts(tsr_trainer *t, const tsr_trainer_opts *o) {
+  t->skip_reduce = o->skip_reduce ? o->skip_reduce > 0 : _tsr_env_skip_reduce();
+  t->use_nccl = o->nccl ? o->nccl > 0 : !_tsr_env_no_nccl();
+  double env;
+  if (o->step_timeout) t->step_timeout = o->step_timeout;
+  else if (_tsr_env_step_timeout(&env)) t->step_timeout = env > 0 ? env : -1; /* <= 0: no limit */
+  else t->step_timeout = 0;                                                  /* adaptive */
 }
 
 static tsr_status find_io(tsr_trainer *t) {
@@ -303,9 +307,9 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   t->window = o->window ? o->window : 2;
   t->rank = tsr_context_rank(ctx), t->size = tsr_context_size(ctx);
   /* Benchmarks only: measure the step without its reductions (results are then wrong). */
-  t->skip_reduce = getenv("TESSERA_SKIP_ALLREDUCE") && atoi(getenv("TESSERA_SKIP_ALLREDUCE")) != 0;
+  multirank_opts(t, o);
   if (t->skip_reduce && t->size > 1 && t->rank == 0)
-    _tsr_log(1, "TESSERA_SKIP_ALLREDUCE is set: gradients are NOT reduced across ranks (benchmark mode)");
+    _tsr_log(1, "skip_reduce (TESSERA_SKIP_ALLREDUCE) is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
   t->grad_reduce = o->grad_reduce;

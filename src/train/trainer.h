@@ -80,7 +80,10 @@ struct tsr_trainer {
   int ctl_own;          /* ctl registered on its own (no gradient group): unregister it */
   int64_t history_cap;
   /* data parallelism: gradient groups reduced across ranks (src/comm) */
-  int rank, size, ngroups, skip_reduce;
+  int rank, size, ngroups;
+  int skip_reduce;      /* benchmarks: no reduction across ranks (tsr_trainer_opts.skip_reduce) */
+  int use_nccl;         /* reduce over NCCL when CUDA workers exist (tsr_trainer_opts.nccl) */
+  double step_timeout;  /* seconds a multi-rank step may take; 0 = adaptive, < 0 = no limit */
   double longest_step;  /* seconds from submission to loss of the slowest step so far */
   struct _tsr_group *groups;
   void *nccl;           /* NCCL state when reductions run on GPUs (src/comm/nccl.c), else NULL */

@@ -9,6 +9,7 @@
 
 #include "sim/cbed/cbed.h"
 #include "runtime/error.h"
+#include "runtime/rng.h"
 
 static const char *names[] = {[TSR_CBED_SI] = "si", [TSR_CBED_SRTIO3] = "srtio3", [TSR_CBED_CU] = "cu",
                               [TSR_CBED_RANDOM] = "random"};
@@ -60,21 +61,9 @@ tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o) {
   return TSR_OK;
 }
 
-/* Counter-based stream (as in phase_gen.c): draw k of sample (seed, index) depends on nothing else. */
-struct rng {
-  uint64_t key, ctr;
-};
-
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static double uniform(void *p) {
-  struct rng *r = p;
-  return (double)(mix64(r->key + ++r->ctr * 0x9E3779B97F4A7C15ull) >> 11) * (1.0 / 9007199254740992.0);
-}
+/* Counter-based stream (runtime/rng.h): the draws of sample (seed, index) depend on nothing else.
+ * The crystal code takes it as a callback. */
+static double uniform(void *r) { return _tsr_rng_uniform(r); }
 
 static int pick_bit(unsigned mask, double u) {
   int count = __builtin_popcount(mask), k = (int)(u * count);
@@ -122,7 +111,7 @@ static float scale_intensity(const tsr_cbed_opts *o, double i) {
 /* Simulates with an initialised work space of side o->grid; buf holds 2 n^2 doubles. */
 tsr_status _tsr_cbed_sample_with(const tsr_cbed_opts *o, struct cbed_work *w, double *buf, int64_t index, float *x,
                                  float *v) {
-  struct rng r = {.key = mix64(o->seed ^ mix64((uint64_t)index + 0x3C6EF372FE94F82Bull)), .ctr = 0};
+  struct _tsr_rng r = _tsr_rng_stream(o->seed, (uint64_t)index + 0x3C6EF372FE94F82Bull);
   tsr_cbed_structure s = (tsr_cbed_structure)pick_bit(o->structures, uniform(&r));
   int zone = 1 << pick_bit(o->zones, uniform(&r));
   double thick = o->thickness_min + uniform(&r) * (o->thickness_max - o->thickness_min);

@@ -1,8 +1,8 @@
-/* Library-backed CUDA launchers: convolution and transposed convolution on cuDNN (a transposed
- * conv is the conv from its output space to its input space with the same IOHW = KCRS filter:
- * its forward is the conv's backward-data and so on), dense layers on cuBLAS, activations on cuDNN
- * (leaky ReLU, which cuDNN lacks, in a kernel). Descriptors, the algorithm and its workspace size
- * are chosen once per (worker, shape, pass, precision, deterministic mode) and cached.
+/* Convolution and transposed convolution on cuDNN, the twin of codelets/conv2d.c and
+ * conv_transpose2d.c (a transposed conv is the conv from its output space to its input space with
+ * the same IOHW = KCRS filter: its forward is the conv's backward-data and so on). Descriptors, the
+ * algorithm and its workspace size are chosen once per (worker, shape, pass, precision,
+ * deterministic mode) and cached.
  *
  * Precision of the convolutions (tessera/context.h):
  * - float32: float32 tensors and CUDNN_FMA_MATH, so no TF32 and no down-conversion.
@@ -30,15 +30,9 @@
       return precision != TSR_PRECISION_F32 ? 1 : _tsr_cuda_report("%s failed: %s", #call, cudnnGetErrorString(_s)); \
   } while (0)
 
-enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS }; /* as enum _tsr_conv_pass in conv2d.c */
 /* cuDNN calls (the transposed conv swaps forward and backward data) */
 enum { CALL_FWD, CALL_BWD_DATA, CALL_BWD_FILTER };
 static const size_t WORKSPACE_LIMIT = (size_t)512 << 20;
-
-static unsigned grid(size_t n) {
-  size_t b = (n + 255) / 256;
-  return (unsigned)(b > 8192 ? 8192 : b ? b : 1);
-}
 
 /* In cuDNN's terms: "in" is the conv's input space, "out" its output space. */
 struct conv_key {
@@ -260,88 +254,4 @@ extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_
       CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in32 : p->out32, dy, &one, p->bias, db));
   }
   return 0;
-}
-
-/* Row-major y[n, out] = x[n, in] W^T is column-major y^T[out, n] = W[in, out]^T x^T[in, n]. */
-__global__ static void bias_rows_k(int n, int out, const float *b, float *y) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n * out; i += (size_t)gridDim.x * blockDim.x)
-    y[i] = b[i % out];
-}
-
-__global__ static void fill_k(int n, float v, float *y) {
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = v;
-}
-
-extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dense_desc *d, int pass, const float *in0,
-                               const float *in1, const float *in2, float *out0, float *out1) {
-  cublasHandle_t h;
-  if (_tsr_cuda_handles(worker, s, NULL, &h)) return -1;
-  const float one = 1.0f, zero = 0.0f;
-  if (pass == PASS_FWD) { /* x, w, b -> y */
-    float beta = 0.0f;
-    if (d->has_bias) {
-      size_t len = (size_t)d->n * d->out;
-      bias_rows_k<<<grid(len), 256, 0, s>>>(d->n, d->out, in2, out0);
-      LAUNCHED("dense bias kernel");
-      beta = 1.0f;
-    }
-    CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, in1, d->in, in0, d->in, &beta, out0,
-                          d->out));
-  } else if (pass == PASS_BWD_DATA) { /* dy, w -> dx[n, in] = dy[n, out] W[out, in] */
-    CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, in1, d->in, in0, d->out, &zero, out0,
-                          d->in));
-  } else { /* x, dy -> dw[out, in] += dy^T x ; db += column sums of dy */
-    CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, in0, d->in, in1, d->out, &one, out0,
-                          d->in));
-    if (d->has_bias && out1) {
-      float *ones = (float *)_tsr_cuda_scratch(worker, (size_t)d->n * sizeof(float), s);
-      if (!ones) return -1;
-      fill_k<<<1, 256, 0, s>>>(d->n, 1.0f, ones);
-      LAUNCHED("dense ones kernel");
-      CUBLAS_OK(cublasSgemv(h, CUBLAS_OP_N, d->out, d->n, &one, in1, d->out, ones, 1, &one, out1, 1));
-    }
-  }
-  return 0;
-}
-
-/* ---- activations: cuDNN for relu, tanh, sigmoid; leaky relu (slope alpha) in a kernel ---- */
-
-__global__ static void leaky_k(size_t n, float alpha, int bwd, const float *x, const float *dy, float *out) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = bwd ? (x[i] > 0 ? dy[i] : alpha * dy[i]) : (x[i] > 0 ? x[i] : alpha * x[i]);
-}
-
-extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x,
-                             const float *y, const float *dy, float *out) {
-  if (d->kind == TSR_ACT_LEAKY_RELU) {
-    leaky_k<<<grid(d->len), 256, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
-    LAUNCHED("leaky relu kernel");
-    return 0;
-  }
-  cudnnHandle_t h;
-  if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;
-  /* a flat [1, 1, 1, len] tensor (cuDNN wants int dimensions: split very long slices) */
-  cudnnActivationMode_t mode = d->kind == TSR_ACT_RELU ? CUDNN_ACTIVATION_RELU
-                               : d->kind == TSR_ACT_TANH ? CUDNN_ACTIVATION_TANH : CUDNN_ACTIVATION_SIGMOID;
-  cudnnActivationDescriptor_t ad;
-  cudnnTensorDescriptor_t td;
-  CUDNN_OK(cudnnCreateActivationDescriptor(&ad));
-  CUDNN_OK(cudnnSetActivationDescriptor(ad, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&td));
-  const float one = 1.0f, zero = 0.0f;
-  const size_t chunk = (size_t)1 << 30;
-  int rc = 0;
-  for (size_t off = 0; off < d->len && !rc; off += chunk) {
-    int m = (int)(d->len - off < chunk ? d->len - off : chunk);
-    cudnnStatus_t st = cudnnSetTensor4dDescriptor(td, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1, m);
-    if (st == CUDNN_STATUS_SUCCESS)
-      st = bwd ? cudnnActivationBackward(h, ad, &one, td, y + off, td, dy + off, td, x + off, &zero, td, out + off)
-               : cudnnActivationForward(h, ad, &one, td, x + off, &zero, td, out + off);
-    if (st != CUDNN_STATUS_SUCCESS)
-      rc = _tsr_cuda_report("cudnnActivation%s (or its descriptor) failed: %s", bwd ? "Backward" : "Forward",
-                            cudnnGetErrorString(st));
-  }
-  cudnnDestroyTensorDescriptor(td);
-  cudnnDestroyActivationDescriptor(ad);
-  return rc;
 }

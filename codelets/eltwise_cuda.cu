@@ -1,0 +1,43 @@
+/* Activations on CUDA, the twin of codelets/eltwise.c: cuDNN for relu, tanh and sigmoid, leaky
+ * relu (slope alpha), which cuDNN lacks, in a kernel. */
+#include "cuda_util.h"
+
+__global__ static void leaky_k(size_t n, float alpha, int bwd, const float *x, const float *dy, float *out) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = bwd ? (x[i] > 0 ? dy[i] : alpha * dy[i]) : (x[i] > 0 ? x[i] : alpha * x[i]);
+}
+
+extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x,
+                             const float *y, const float *dy, float *out) {
+  if (d->kind == TSR_ACT_LEAKY_RELU) {
+    leaky_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
+    LAUNCHED("leaky relu kernel");
+    return 0;
+  }
+  cudnnHandle_t h;
+  if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;
+  /* a flat [1, 1, 1, len] tensor (cuDNN wants int dimensions: split very long slices) */
+  cudnnActivationMode_t mode = d->kind == TSR_ACT_RELU ? CUDNN_ACTIVATION_RELU
+                               : d->kind == TSR_ACT_TANH ? CUDNN_ACTIVATION_TANH : CUDNN_ACTIVATION_SIGMOID;
+  cudnnActivationDescriptor_t ad;
+  cudnnTensorDescriptor_t td;
+  CUDNN_OK(cudnnCreateActivationDescriptor(&ad));
+  CUDNN_OK(cudnnSetActivationDescriptor(ad, mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  CUDNN_OK(cudnnCreateTensorDescriptor(&td));
+  const float one = 1.0f, zero = 0.0f;
+  const size_t chunk = (size_t)1 << 30;
+  int rc = 0;
+  for (size_t off = 0; off < d->len && !rc; off += chunk) {
+    int m = (int)(d->len - off < chunk ? d->len - off : chunk);
+    cudnnStatus_t st = cudnnSetTensor4dDescriptor(td, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1, m);
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = bwd ? cudnnActivationBackward(h, ad, &one, td, y + off, td, dy + off, td, x + off, &zero, td, out + off)
+               : cudnnActivationForward(h, ad, &one, td, x + off, &zero, td, out + off);
+    if (st != CUDNN_STATUS_SUCCESS)
+      rc = _tsr_cuda_report("cudnnActivation%s (or its descriptor) failed: %s", bwd ? "Backward" : "Forward",
+                            cudnnGetErrorString(st));
+  }
+  cudnnDestroyTensorDescriptor(td);
+  cudnnDestroyActivationDescriptor(ad);
+  return rc;
+}

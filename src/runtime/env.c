@@ -1,0 +1,56 @@
+/* Reads the process environment (see env.h): the only getenv calls of the library. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/env.h"
+
+static const char *nonempty(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+long long _tsr_env_group_bytes(void) {
+  const char *v = nonempty("TESSERA_GROUP_BYTES");
+  if (!v) return 0;
+  return strcmp(v, "layer") == 0 ? -1 : atoll(v);
+}
+
+int _tsr_env_skip_reduce(void) {
+  const char *v = getenv("TESSERA_SKIP_ALLREDUCE");
+  return v && atoi(v) != 0;
+}
+
+int _tsr_env_no_nccl(void) { return getenv("TESSERA_NO_NCCL") != NULL; }
+
+int _tsr_env_step_timeout(double *seconds) {
+  const char *v = nonempty("TESSERA_STEP_TIMEOUT");
+  if (v) *seconds = atof(v);
+  return v != NULL;
+}
+
+int _tsr_env_launched_by_mpi(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_STEP_ID");
+}
+
+/* StarPU binds its workers before MPI can be asked, so the launcher's variables say it. */
+int _tsr_env_local_ranks(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!v) v = getenv("MPI_LOCALNRANKS");
+  if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
+  int n = v ? atoi(v) : 1;
+  return n > 0 ? n : 1;
+}
+
+int _tsr_env_local_rank(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!v) v = getenv("MPI_LOCALRANKID");
+  if (!v) v = getenv("SLURM_LOCALID");
+  return v ? atoi(v) : 0;
+}
+
+int _tsr_env_is_set(const char *name) { return getenv(name) != NULL; }
+
+const char *_tsr_env_memory_limit(void) {
+  const char *v = getenv("TESSERA_MEMORY_LIMIT");
+  return v && *v ? v : NULL;
+}

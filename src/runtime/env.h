@@ -1,0 +1,27 @@
+/* The process environment, read in this one place: the TESSERA_* variables, fallbacks of trainer
+ * options (README, "Environment variables"), the launcher's variables (mpirun, srun) and the
+ * STARPU_* variables the context defers to. Nothing else in the library calls getenv. */
+#ifndef TSR_RUNTIME_ENV_H
+#define TSR_RUNTIME_ENV_H
+
+/* TESSERA_GROUP_BYTES: a size in bytes, -1 for "layer", 0 when unset or empty. */
+long long _tsr_env_group_bytes(void);
+/* TESSERA_SKIP_ALLREDUCE: 1 when set to a nonzero integer, else 0. */
+int _tsr_env_skip_reduce(void);
+/* TESSERA_NO_NCCL: 1 when set (to anything), else 0. */
+int _tsr_env_no_nccl(void);
+/* TESSERA_STEP_TIMEOUT: 1 and its value in seconds (<= 0: wait forever) when set and not empty. */
+int _tsr_env_step_timeout(double *seconds);
+
+/* TESSERA_MEMORY_LIMIT: its text when set and not empty (parsed by memory.c), else NULL. */
+const char *_tsr_env_memory_limit(void);
+
+/* 1 when started by mpirun, srun or another PMI launcher. */
+int _tsr_env_launched_by_mpi(void);
+/* Ranks on this machine and this rank's index among them, from the launcher (1 and 0 without). */
+int _tsr_env_local_ranks(void);
+int _tsr_env_local_rank(void);
+/* 1 when the variable `name` is set (the user's STARPU_* settings take precedence). */
+int _tsr_env_is_set(const char *name);
+
+#endif
