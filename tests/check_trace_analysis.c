@@ -1,12 +1,14 @@
 /* Trace analysis of overlapping steps (the trainer keeps several in flight): a hand-built timeline on
  * which the old per-step idle time (workers x window - the step's own task time) counted the other
  * step's tasks as idle. Each step's window must split exactly into its own tasks, other steps' tasks
- * and idle time, and the run's idle time must count each worker's time with no task once. */
+ * and idle time, and the run's idle time must count each worker's time with no task once. A raw
+ * file's worker ids are bounded. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "testutil.h"
 #include "trace/trace.h"
@@ -104,11 +106,39 @@ START_TEST(report_prints_the_split_and_the_run_idle_share) {
 }
 END_TEST
 
+/* The analysis keeps one interval list per worker id: an id beyond any real machine's is refused
+ * when the raw file is read (a corrupted file must not size an allocation). */
+START_TEST(raw_file_with_an_absurd_worker_id_is_refused) {
+  char dir[4096], path[4200];
+  snprintf(dir, sizeof dir, "%s/trace", tt_tmpdir());
+  ck_assert_int_eq(mkdir(dir, 0777), 0);
+  snprintf(path, sizeof path, "%s/rank-0.tsv", dir);
+  for (int k = 0; k < 2; k++) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "rank\t0\t-\t1\t-\t0\nworker\t0\tCPU 0\ntask\t0\t1\t%d\t0\t1\t2\t0\tlayer\top\t-\n",
+            k ? 2000000000 : 4096);
+    fclose(f);
+    struct _tsr_tl *tl = NULL;
+    tsr_status s = _tsr_tl_load(&tl, dir);
+    if (!k) {
+      ck_assert_msg(s == TSR_OK, "worker 4096: %s", tsr_last_error());
+      _tsr_tl_free(tl);
+    } else {
+      ck_assert_int_eq(s, TSR_ERR_FORMAT);
+      ck_assert_msg(strstr(tsr_last_error(), "rank-0.tsv:3: task with a bad worker") != NULL, "message: %s",
+                    tsr_last_error());
+    }
+  }
+}
+END_TEST
+
 static Suite *make_trace_analysis_suite(void) {
   Suite *s = suite_create("trace_analysis");
   TCase *tc = tcase_create("trace_analysis");
   tcase_add_test(tc, overlapping_steps_count_no_idle_time_twice);
   tcase_add_test(tc, report_prints_the_split_and_the_run_idle_share);
+  tcase_add_test(tc, raw_file_with_an_absurd_worker_id_is_refused);
   suite_add_tcase(s, tc);
   return s;
 }
