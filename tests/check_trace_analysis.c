@@ -16,8 +16,13 @@
 static const double eps = 1e-9; /* the times are whole microseconds: every sum is exact */
 
 static void add(struct _tsr_tl *tl, int64_t step, int rank, int worker, double a_ms, double b_ms) {
-  struct _tsr_tev e = {.seq = (uint64_t)tl->ntasks, .step = step, .rank = rank, .worker = worker,
-                       .submit = a_ms * 1e3, .start = a_ms * 1e3, .end = b_ms * 1e3};
+  struct _tsr_tev e = {.seq = (uint64_t)tl->ntasks,
+                       .step = step,
+                       .rank = rank,
+                       .worker = worker,
+                       .submit = a_ms * 1e3,
+                       .start = a_ms * 1e3,
+                       .end = b_ms * 1e3};
   snprintf(e.name, sizeof e.name, "layer%d", tl->ntasks);
   snprintf(e.op, sizeof e.op, "op");
   ck_assert_int_ge(_tsr_tl_add_task(tl, &e, NULL, 0), 0);
@@ -44,9 +49,10 @@ static void check_step(const struct _tsr_step_stats *s, int64_t step, int rank, 
   ck_assert_int_eq(s->step, step);
   ck_assert_int_eq(s->rank, rank);
   ck_assert_int_eq(s->nworkers, 2);
-  ck_assert_msg(fabs(s->begin - begin * 1e3) < eps && fabs(s->end - end * 1e3) < eps, "step %lld rank %d: window [%g, %g]",
-                (long long)step, rank, s->begin, s->end);
-  ck_assert_msg(fabs(s->busy - busy * 1e3) < eps && fabs(s->other - other * 1e3) < eps && fabs(s->idle - idle * 1e3) < eps,
+  ck_assert_msg(fabs(s->begin - begin * 1e3) < eps && fabs(s->end - end * 1e3) < eps,
+                "step %lld rank %d: window [%g, %g]", (long long)step, rank, s->begin, s->end);
+  ck_assert_msg(fabs(s->busy - busy * 1e3) < eps && fabs(s->other - other * 1e3) < eps &&
+                    fabs(s->idle - idle * 1e3) < eps,
                 "step %lld rank %d: busy %g other %g idle %g us, expected %g %g %g ms", (long long)step, rank, s->busy,
                 s->other, s->idle, busy, other, idle);
 }
@@ -59,7 +65,7 @@ START_TEST(overlapping_steps_count_no_idle_time_twice) {
   ck_assert_int_eq(n, 4);
   /* the old idle times were 2 x 20 - 30 = 10 ms for step 1 and 2 x 20 - 25 = 15 ms for step 2 */
   check_step(&st[0], 1, 0, 0, 20, 30, 10, 0);  /* w1 runs step 2's task in [10,20] */
-  check_step(&st[1], 1, 1, 0, 30, 30, 0, 30); /* rank 1's worker 1 never works; rank 0's tasks do not count */
+  check_step(&st[1], 1, 1, 0, 30, 30, 0, 30);  /* rank 1's worker 1 never works; rank 0's tasks do not count */
   check_step(&st[2], 2, 0, 10, 30, 25, 10, 5); /* w0 runs step 1's task in [10,20]; w1 idle in [25,30] */
   check_step(&st[3], 3, 0, 40, 50, 10, 0, 10);
 
@@ -75,7 +81,8 @@ START_TEST(overlapping_steps_count_no_idle_time_twice) {
   ck_assert_int_eq(_tsr_tl_run_stats(tl, st, n, 2, 2, rs), TSR_OK);
   ck_assert_msg(rs[0].nsteps == 1 && fabs(rs[0].wall - 20e3) < eps && fabs(rs[0].busy - 35e3) < eps &&
                     fabs(rs[0].idle - 5e3) < eps,
-                "steps 2..2, rank 0: %d steps, wall %g busy %g idle %g", rs[0].nsteps, rs[0].wall, rs[0].busy, rs[0].idle);
+                "steps 2..2, rank 0: %d steps, wall %g busy %g idle %g", rs[0].nsteps, rs[0].wall, rs[0].busy,
+                rs[0].idle);
   ck_assert_msg(rs[1].nsteps == 0 && rs[1].wall == 0 && rs[1].idle == 0, "steps 2..2, rank 1: %d steps", rs[1].nsteps);
   _tsr_step_stats_free(st, n);
   _tsr_tl_free(tl);

@@ -1,6 +1,6 @@
 /* Helpers shared by the command-line programs: option values parsed with range checks (errors name
- * the option and exit with status 2), fatal errors, output folders (mkdir -p), a progress line that rewrites itself on a
- * terminal and prints every few seconds into a log, and durations for ETAs. */
+ * the option and exit with status 2), fatal errors, output folders (mkdir -p), a progress line that
+ * rewrites itself on a terminal and prints every few seconds into a log, and durations for ETAs. */
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 

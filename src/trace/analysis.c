@@ -56,7 +56,8 @@ static void workers_free(struct workers *W) { free(W->nw), free(W->wfirst), free
 
 static int workers_build(const struct _tsr_tl *tl, struct workers *W) {
   int nr = tl->nranks, nt = tl->ntasks;
-  *W = (struct workers){calloc(nr + 1, sizeof(int)), calloc(nr + 1, sizeof(int)), NULL, malloc((nt + 1) * sizeof *W->iv)};
+  *W = (struct workers){calloc(nr + 1, sizeof(int)), calloc(nr + 1, sizeof(int)), NULL,
+                        malloc((nt + 1) * sizeof *W->iv)};
   if (!W->nw || !W->wfirst || !W->iv) return -1;
   for (int r = 0; r < nr; r++) W->nw[r] = tl->nworkers[r];
   for (int i = 0; i < nt; i++)
@@ -91,7 +92,10 @@ static double busy_within(const struct workers *W, int r, double a, double b) {
     int n = W->ifirst[k + 1] - W->ifirst[k], lo = 0, hi = n;
     while (lo < hi) { /* first interval ending after a (merged: ends are sorted too) */
       int mid = (lo + hi) / 2;
-      if (v[mid].b <= a) lo = mid + 1; else hi = mid;
+      if (v[mid].b <= a)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     for (int i = lo; i < n && v[i].a < b; i++) sum += (v[i].b < b ? v[i].b : b) - (v[i].a > a ? v[i].a : a);
   }
@@ -337,12 +341,14 @@ void _tsr_tl_report(const struct _tsr_tl *tl, FILE *out, int64_t first, int64_t 
     fprintf(out, "trace analysis: out of memory for the run summary\n");
   } else if (shown > 1) {
     double wall = 0, cap = 0, busy = 0, idle = 0;
-    for (int r = 0; r < tl->nranks; r++) wall += rs[r].wall, cap += rs[r].nworkers * rs[r].wall, busy += rs[r].busy, idle += rs[r].idle;
+    for (int r = 0; r < tl->nranks; r++)
+      wall += rs[r].wall, cap += rs[r].nworkers * rs[r].wall, busy += rs[r].busy, idle += rs[r].idle;
     cap = cap > 0 ? cap : 1;
-    fprintf(out, "\n%d step-ranks: mean %.3f ms from first start to last end per step, %.3f ms of wall time per "
-                 "step (steps overlap), critical path %.3f ms, communication %.3f ms per step "
-                 "(%.1f%% hidden)\nworkers over the steps' wall time: computing %.1f%%, idle %.1f%% (no task of any "
-                 "step running)\n",
+    fprintf(out,
+            "\n%d step-ranks: mean %.3f ms from first start to last end per step, %.3f ms of wall time per "
+            "step (steps overlap), critical path %.3f ms, communication %.3f ms per step "
+            "(%.1f%% hidden)\nworkers over the steps' wall time: computing %.1f%%, idle %.1f%% (no task of any "
+            "step running)\n",
             shown, sum_span / shown / 1e3, wall / shown / 1e3, sum_crit / shown / 1e3, sum_comm / shown / 1e3,
             sum_comm > 0 ? 100 * sum_hidden / sum_comm : 0.0, 100 * busy / cap, 100 * idle / cap);
   }

@@ -106,7 +106,7 @@ struct _tsr_step_stats {
   double begin, end;          /* first task start, last task or transfer end */
   double busy;                /* sum of the step's task durations (worker time) */
   double other;               /* worker time in [begin, end] running tasks of other steps */
-  double idle;                /* worker time in [begin, end] with no task running: nworkers * (end - begin) - busy - other */
+  double idle;                /* worker time in [begin, end] with no task running (the rest) */
   double comm;                /* length of the union of the transfer intervals */
   double hidden;              /* part of `comm` during which some worker of the rank computed */
   double critical;            /* longest dependency path, weighted by task durations */
