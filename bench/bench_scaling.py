@@ -4,7 +4,10 @@ DistributedDataParallel (gloo), same model file and local batch, at 1, 2 and 4 r
 
 For each rank count both are run with their reductions on and off (Tessera: TESSERA_SKIP_ALLREDUCE=1;
 DDP: no_sync()), interleaved in rounds so machine noise hits all variants alike. Reported: the step time
-per rank and the overhead of the reductions, (step with reductions) / (step without) - 1.
+per rank, the overhead of the reductions, (step with reductions) / (step without) - 1, and the
+throughput against one rank, N x (1-rank step) / (N-rank step). Tessera's 1-rank figure is the better
+of a run outside mpirun (--workers CORES) and one under mpirun -np 1, where StarPU-MPI keeps a core for
+its progress thread (one worker on two cores); both are printed.
 
     /usr/bin/python3 bench/bench_scaling.py --tessera-train build/tessera-train [--quick] [--out scaling.json]
 """
@@ -44,16 +47,20 @@ def mpirun(n):
     return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n)]
 
 
-def tessera_step(a, tmp, data, n, skip):
-    """Seconds per step on each rank, from epoch 2 of the CSV log (epoch 1 warms up and calibrates)."""
+def tessera_step(a, tmp, data, n, skip, alone=False):
+    """Seconds per step on each rank, from epoch 2 of the CSV log (epoch 1 warms up and calibrates).
+    alone: one process outside mpirun, with a worker on every core."""
     log = os.path.join(tmp, "scale.csv")
     if os.path.exists(log):
         os.remove(log)
     env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1",
                TESSERA_SKIP_ALLREDUCE="1" if skip else "0")
-    argv = mpirun(n) + ["-x", "STARPU_HOME", "-x", "STARPU_SILENT", "-x", "TESSERA_SKIP_ALLREDUCE",
-                        a.tessera_train, "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs", "2",
-                        "--batch", str(a.batch), "--log", log, "--quiet"]
+    argv = [a.tessera_train, "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs", "2",
+            "--batch", str(a.batch), "--log", log, "--quiet"]
+    if alone:
+        argv += ["--workers", str(a.cores)]
+    else:
+        argv = mpirun(n) + ["-x", "STARPU_HOME", "-x", "STARPU_SILENT", "-x", "TESSERA_SKIP_ALLREDUCE"] + argv
     r = subprocess.run(argv, capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit("bench_scaling: %s failed:\n%s%s" % (" ".join(argv), r.stdout[-2000:], r.stderr[-2000:]))
@@ -128,11 +135,15 @@ def main():
         samples = a.batch * max(ranks) * a.steps
         subprocess.run([datagen, "--out", data, "--samples", str(samples), "--quiet"], check=True)
         res = {n: {k: [] for k in ("tessera", "tessera_skip", "ddp", "ddp_skip")} for n in ranks}
+        if 1 in ranks:
+            res[1]["tessera_alone"] = []
         port = 29500 + os.getpid() % 1000
         for rd in range(rounds):
             for n in ranks:
                 res[n]["tessera"].append(tessera_step(a, tmp, data, n, False))
                 res[n]["tessera_skip"].append(tessera_step(a, tmp, data, n, True))
+                if n == 1:
+                    res[n]["tessera_alone"].append(tessera_step(a, tmp, data, n, False, alone=True))
                 if not a.skip_torch:
                     port += 1
                     res[n]["ddp"].append(torch_step(a, tmp, n, False, port))
@@ -142,16 +153,25 @@ def main():
         med = {n: {k: statistics.median(v) if v else float("nan") for k, v in r.items()} for n, r in res.items()}
         print("local batch %d, %d cores shared by the ranks, %d round(s); step time per rank in ms (median)" %
               (a.batch, a.cores, rounds))
-        print("%5s %10s %10s %9s %10s %10s %9s" % ("ranks", "tessera", "no-reduce", "overhead", "ddp", "no-reduce",
-                                                   "overhead"))
+        base = {"tessera": float("nan"), "ddp": float("nan")}
+        if 1 in ranks:
+            m = med[1]
+            base = {"tessera": min(m["tessera"], m["tessera_alone"]), "ddp": m["ddp"]}
+            print("1 rank: tessera-train alone (--workers %d) %.1f ms, under mpirun -np 1 %.1f ms: the baseline is "
+                  "the better, %.1f ms" % (a.cores, 1e3 * m["tessera_alone"], 1e3 * m["tessera"], 1e3 * base["tessera"]))
+        print("%5s %10s %10s %9s %9s %10s %10s %9s %9s" % ("ranks", "tessera", "no-reduce", "overhead", "vs 1 rank",
+                                                           "ddp", "no-reduce", "overhead", "vs 1 rank"))
         for n in ranks:
             m = med[n]
-            print("%5d %10.1f %10.1f %8.1f%% %10.1f %10.1f %8.1f%%" % (
+            print("%5d %10.1f %10.1f %8.1f%% %8.2fx %10.1f %10.1f %8.1f%% %8.2fx" % (
                 n, 1e3 * m["tessera"], 1e3 * m["tessera_skip"], 100 * (m["tessera"] / m["tessera_skip"] - 1),
-                1e3 * m["ddp"], 1e3 * m["ddp_skip"], 100 * (m["ddp"] / m["ddp_skip"] - 1)))
+                n * base["tessera"] / m["tessera"], 1e3 * m["ddp"], 1e3 * m["ddp_skip"],
+                100 * (m["ddp"] / m["ddp_skip"] - 1), n * base["ddp"] / m["ddp"]))
+        print("(vs 1 rank: throughput against the 1-rank baseline, N x its step time / the N-rank step time)")
         if a.out:
             with open(a.out, "w") as f:
-                json.dump({"batch": a.batch, "cores": a.cores, "rounds": rounds, "raw": res, "median": med}, f, indent=1)
+                json.dump({"batch": a.batch, "cores": a.cores, "rounds": rounds, "raw": res, "median": med,
+                           "baseline_1_rank": base}, f, indent=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

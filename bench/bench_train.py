@@ -1,14 +1,20 @@
 #!/usr/bin/python3
-"""Training throughput of Tessera (tessera-train) against PyTorch on the CPU, same model file, batch and
-thread count, measured side by side in interleaved rounds (Tessera, PyTorch default layout, PyTorch
-channels_last, single-thread SGEMM, then again) so that a shared machine's noise hits both alike.
+"""Training throughput of Tessera (tessera-train) against PyTorch on the CPU, same model file and batch,
+measured side by side in interleaved rounds (Tessera, every PyTorch configuration, single-thread SGEMM,
+then again) so that a shared machine's noise hits all alike.
+
+PyTorch is run in each of several configurations and Tessera is compared with the best one: intra-op
+threads (torch.set_num_threads: --threads and 1), OPENBLAS_NUM_THREADS=1 or unset (OpenBLAS's own
+thread pool competes with PyTorch's OpenMP threads), OMP_NUM_THREADS = the thread count or unset, and
+the default (NCHW) or channels_last memory format. Environment variables only act before torch is
+imported, so every configuration is a PyTorch process of its own, started once and kept for all rounds.
 
 Reports samples/s, achieved GFLOP/s (training = 3 x forward FLOPs, convs counted as 2 x MACs), the
-efficiency per core against OpenBLAS's single-thread SGEMM rate, and the ratio Tessera / PyTorch (PyTorch
-taken in its best memory format). Run from the repository root with Debian's python3 (torch 1.13):
+efficiency per core against OpenBLAS's single-thread SGEMM rate, and the ratio Tessera / PyTorch
+(PyTorch's best configuration by median). Run from the repository root with Debian's python3 (torch 1.13):
 
-    /usr/bin/python3 bench/bench_train.py --quick              # smoke test, 1-2 min
-    /usr/bin/python3 bench/bench_train.py --out bench.json     # full run, a few minutes
+    /usr/bin/python3 bench/bench_train.py --quick              # smoke test, a few minutes
+    /usr/bin/python3 bench/bench_train.py --out bench.json     # full run
 """
 import argparse
 import copy
@@ -39,7 +45,9 @@ def parse_args():
     ap.add_argument("--size", type=int, default=64, help="pattern side for tessera-datagen (default 64)")
     ap.add_argument("--batch", type=int, default=32, help="samples per step (default 32)")
     ap.add_argument("--threads", type=int, default=2,
-                    help="tessera-train --workers and torch.set_num_threads (default 2)")
+                    help="tessera-train --workers, and the cores PyTorch may use (default 2)")
+    ap.add_argument("--torch-threads", help="torch.set_num_threads values tried, comma-separated "
+                    "(default: --threads and 1)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 5, --quick 2)")
     ap.add_argument("--epochs", type=int, help="tessera-train epochs per round; the first is warm-up "
                     "(default 3, --quick 2)")
@@ -54,6 +62,12 @@ def parse_args():
         ap.error("--epochs must be >= 2 (the first epoch is warm-up)")
     if a.samples < a.batch:
         ap.error("--samples must hold at least one batch")
+    try:
+        a.torch_threads = sorted({int(v) for v in (a.torch_threads or "%d,1" % a.threads).split(",")}, reverse=True)
+    except ValueError:
+        ap.error("--torch-threads: expected comma-separated thread counts")
+    if min(a.torch_threads) < 1 or max(a.torch_threads) > a.threads:
+        ap.error("--torch-threads: counts between 1 and --threads (%d)" % a.threads)
     return a
 
 
@@ -144,28 +158,28 @@ def tessera_run(train, data, tmp, a, epochs, starpu_home):
 # ---- PyTorch ----
 
 class TorchBench:
-    """One net per memory format, from the same initial weights; steps on fixed random tensors."""
+    """One net per memory format, from the same initial weights; steps on fixed random tensors.
+    Runs inside a worker process (torch_worker), whose environment is the configuration's."""
 
-    def __init__(self, a):
+    def __init__(self, model, batch, threads):
         import torch
         import torch_model
         self.torch = torch
-        torch.set_num_threads(a.threads)
+        torch.set_num_threads(threads)
         torch.manual_seed(1)
-        net, spec = torch_model.load(a.model)
-        self.flops = net.forward_flops()
-        self.nconv = sum(k in ("conv2d", "conv_transpose2d") for _, k, _ in net.plan)
-        self.nlayers = len(net.plan)
-        self.nparams = sum(p.numel() for p in net.parameters())
+        net, spec = torch_model.load(model)
+        self.info = {"flops": net.forward_flops(), "nlayers": len(net.plan), "threads": torch.get_num_threads(),
+                     "nconv": sum(k in ("conv2d", "conv_transpose2d") for _, k, _ in net.plan),
+                     "nparams": sum(p.numel() for p in net.parameters())}
         self.loss_fn = torch_model.make_loss(spec)
-        x = torch.randn((a.batch,) + net.input_shape())
-        y = torch.randn((a.batch,) + net.output_shape())
+        x = torch.randn((batch,) + net.input_shape())
+        y = torch.randn((batch,) + net.output_shape())
         self.runs = {}
         for fmt, mf in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
             n = copy.deepcopy(net).to(memory_format=mf).train()
             self.runs[fmt] = (n, torch_model.make_optimizer(spec, n.parameters()), x.to(memory_format=mf),
                               y.to(memory_format=mf))
-        self.batch = a.batch
+        self.batch = batch
 
     def steps(self, fmt, n):
         net, opt, x, y = self.runs[fmt]
@@ -181,6 +195,67 @@ class TorchBench:
         return n * self.batch / dt
 
 
+FORMATS = ("contiguous", "channels_last")
+ENV_KEYS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def torch_worker(model, batch, threads, warm):
+    """Worker process: warms both formats up, prints the model's figures as JSON, then answers each
+    "FORMAT STEPS" line on stdin with the samples/s of that many steps."""
+    tb = TorchBench(model, int(batch), int(threads))
+    for fmt in FORMATS:   # oneDNN primitives, allocator
+        tb.steps(fmt, int(warm))
+    print(json.dumps(tb.info), flush=True)
+    for line in sys.stdin:
+        fmt, n = line.split()
+        print(tb.steps(fmt, int(n)), flush=True)
+    return 0
+
+
+class TorchWorker:
+    """One PyTorch configuration: torch.set_num_threads(threads) in a process whose environment has
+    `env` for OPENBLAS_NUM_THREADS and OMP_NUM_THREADS (absent there: unset)."""
+
+    def __init__(self, a, threads, env):
+        self.threads, self.env = threads, env
+        self.name = "t%d%s%s" % (threads, " ob%s" % env["OPENBLAS_NUM_THREADS"] if "OPENBLAS_NUM_THREADS" in env else "",
+                                 " omp%s" % env["OMP_NUM_THREADS"] if "OMP_NUM_THREADS" in env else "")
+        penv = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
+        penv.update(env)
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--torch-worker", a.model, str(a.batch),
+                                   str(threads), str(2 if a.quick else 3)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=penv)
+        self.info = json.loads(self.read())
+
+    def read(self):
+        line = self.p.stdout.readline()
+        if not line:
+            sys.exit("bench_train: the PyTorch process (%s) ended with status %s" % (self.name, self.p.wait()))
+        return line
+
+    def steps(self, fmt, n):
+        self.p.stdin.write("%s %d\n" % (fmt, n))
+        self.p.stdin.flush()
+        return float(self.read())
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def torch_workers(a):
+    """Every configuration: thread counts x OPENBLAS_NUM_THREADS (unset, 1) x OMP_NUM_THREADS (unset, threads)."""
+    workers = []
+    for t in a.torch_threads:
+        for blas in (None, "1"):
+            for omp in (None, str(t)):
+                env = {k: v for k, v in (("OPENBLAS_NUM_THREADS", blas), ("OMP_NUM_THREADS", omp)) if v}
+                workers.append(TorchWorker(a, t, env))
+                print("PyTorch %s ready (torch.get_num_threads() = %d)" % (workers[-1].name, workers[-1].info["threads"]),
+                      flush=True)
+    return workers
+
+
 # ---- report ----
 
 def summarize(values):
@@ -188,25 +263,32 @@ def summarize(values):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--torch-worker":
+        return torch_worker(*sys.argv[2:6])
     a = parse_args()
     a.model = os.path.abspath(a.model)
     tmp = tempfile.mkdtemp(prefix="tessera-bench-")
+    workers = []
     try:
-        return run(a, tmp)
+        return run(a, tmp, workers)
     finally:
+        for w in workers:
+            w.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(a, tmp):
+def run(a, tmp, workers):
     load_start = os.getloadavg()
-    tb = TorchBench(a)
+    workers += torch_workers(a)
+    info = workers[0].info
     steps = max(1, a.samples // a.batch)    # one Tessera epoch's worth of steps per PyTorch measurement
     sg_cmd = sgemm_program(tmp)
     sg_reps = 3 if a.quick else 8
     print("model %s: %d layers, %d convolutions, %d parameters, %.4g GFLOP/sample forward, %.4g training (x3)"
-          % (os.path.relpath(a.model), tb.nlayers, tb.nconv, tb.nparams, tb.flops * 1e-9, 3 * tb.flops * 1e-9))
-    print("batch %d, %d threads, %d interleaved rounds; machine load %.2f %.2f %.2f"
-          % ((a.batch, a.threads, a.rounds) + load_start), flush=True)
+          % (os.path.relpath(a.model), info["nlayers"], info["nconv"], info["nparams"], info["flops"] * 1e-9,
+             3 * info["flops"] * 1e-9))
+    print("batch %d, %d threads, %d interleaved rounds, %d PyTorch configurations x %d formats; machine load "
+          "%.2f %.2f %.2f" % ((a.batch, a.threads, a.rounds, len(workers), len(FORMATS)) + load_start), flush=True)
 
     if not a.skip_tessera:
         train = find_program(a.tessera_train, "tessera-train")
@@ -215,47 +297,51 @@ def run(a, tmp):
         starpu_home = os.path.join(tmp, "starpu")
         os.makedirs(starpu_home)
         tessera_run(train, data, tmp, a, 2, starpu_home)   # warm-up: StarPU calibrates its perfmodels
-    for fmt in tb.runs:                                    # warm-up: oneDNN primitives, allocator
-        tb.steps(fmt, 2 if a.quick else 3)
 
-    res = {"tessera": [], "contiguous": [], "channels_last": [], "sgemm": []}
+    configs = [(w, fmt, "torch %s %s" % (w.name, "cl" if fmt == "channels_last" else "nchw"))
+               for w in workers for fmt in FORMATS]
+    res = {"tessera": [], "sgemm": []}
+    res.update({label: [] for _, _, label in configs})
     for r in range(1, a.rounds + 1):
         if not a.skip_tessera:
             res["tessera"].append(tessera_run(train, data, tmp, a, a.epochs, starpu_home))
-        for fmt in tb.runs:
-            res[fmt].append(tb.steps(fmt, steps))
+        for w, fmt, label in configs:
+            res[label].append(w.steps(fmt, steps))
         res["sgemm"].append(sgemm_rate(sg_cmd, sg_reps))
         print("round %d/%d: %s" % (r, a.rounds, ", ".join("%s %.1f" % (k, v[-1]) for k, v in res.items() if v)),
               flush=True)
 
-    train_flops = 3 * tb.flops
+    train_flops = 3 * info["flops"]
     sg = summarize(res["sgemm"])
-    best_fmt = max(tb.runs, key=lambda f: statistics.median(res[f]))
+    best = max((label for _, _, label in configs), key=lambda k: statistics.median(res[k]))
     out = {"model": os.path.relpath(a.model), "batch": a.batch, "threads": a.threads, "rounds": a.rounds,
            "samples": a.samples, "tessera_epochs": a.epochs, "torch_steps_per_round": steps,
-           "forward_gflop_per_sample": tb.flops * 1e-9, "train_gflop_per_sample": train_flops * 1e-9,
-           "sgemm_gflops_1thread": sg, "torch_best_format": best_fmt, "host": platform.node(),
+           "forward_gflop_per_sample": info["flops"] * 1e-9, "train_gflop_per_sample": train_flops * 1e-9,
+           "sgemm_gflops_1thread": sg, "torch_best": best, "host": platform.node(),
+           "torch_configs": {label: {"threads": w.threads, "env": w.env, "format": fmt} for w, fmt, label in configs},
            "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "results": {}}
-    print("\n%-24s %11s %9s %9s %9s %10s" % ("", "samples/s", "best", "GFLOP/s", "per core", "efficiency"))
-    names = ([("tessera", "tessera")] if res["tessera"] else []) + \
-        [(f, "pytorch " + f + (" *" if f == best_fmt else "")) for f in tb.runs]
-    for key, label in names:
+    print("\n%-26s %11s %9s %9s %9s %10s" % ("", "samples/s", "best", "GFLOP/s", "per core", "efficiency"))
+    rows = ([("tessera", "tessera", a.threads)] if res["tessera"] else []) + \
+        [(label, label + (" *" if label == best else ""), w.threads) for w, _, label in configs]
+    for key, label, cores in rows:
         s = summarize(res[key])
         gf = s["median"] * train_flops * 1e-9
-        s.update(gflops=gf, gflops_per_core=gf / a.threads, efficiency=gf / a.threads / sg["median"])
+        s.update(gflops=gf, gflops_per_core=gf / cores, efficiency=gf / cores / sg["median"])
         out["results"][key] = s
-        print("%-24s %11.1f %9.1f %9.2f %9.2f %9.1f%%" % (label, s["median"], s["best"], gf, gf / a.threads,
+        print("%-26s %11.1f %9.1f %9.2f %9.2f %9.1f%%" % (label, s["median"], s["best"], gf, gf / cores,
                                                           100 * s["efficiency"]))
     print("SGEMM 1024^3, 1 thread (OpenBLAS%s): median %.1f GFLOP/s, best %.1f"
           % ("" if sg_cmd else " via numpy", sg["median"], sg["best"]))
-    print("(medians over rounds; efficiency = GFLOP/s per core / median SGEMM; * = PyTorch's best format)")
+    print("(medians over rounds; per core: over the threads the row uses; efficiency = GFLOP/s per core / median\n"
+          " SGEMM; torch tN: torch.set_num_threads(N); ob1: OPENBLAS_NUM_THREADS=1; ompN: OMP_NUM_THREADS=N (both\n"
+          " unset otherwise); nchw / cl: default / channels_last memory format; * = PyTorch's best configuration)")
     if res["tessera"]:
-        per_round = [t / p for t, p in zip(res["tessera"], res[best_fmt])]
+        per_round = [t / p for t, p in zip(res["tessera"], res[best])]
         out["ratio_tessera_over_pytorch"] = {"median_of_rounds": statistics.median(per_round),
                                              "of_medians": statistics.median(res["tessera"]) /
-                                             statistics.median(res[best_fmt]), "per_round": per_round}
-        print("ratio Tessera / PyTorch (%s): %.2fx (median of per-round ratios; range %.2f-%.2f)"
-              % (best_fmt, statistics.median(per_round), min(per_round), max(per_round)))
+                                             statistics.median(res[best]), "per_round": per_round}
+        print("ratio Tessera / PyTorch (best: %s): %.2fx (median of per-round ratios; range %.2f-%.2f)"
+              % (best, statistics.median(per_round), min(per_round), max(per_round)))
     print("machine load at the end: %.2f %.2f %.2f" % os.getloadavg())
     if a.out:
         with open(a.out, "w") as f:

@@ -4,7 +4,8 @@
 # training step's loss, including steps logged twice around a kill, must equal the uninterrupted run's
 # bitwise. Then a truncated newest checkpoint must be rejected (message naming it) and the previous
 # one used, SIGTERM must end a run with a checkpoint and status 143 (during training and during
-# validation), and a NaN must stop naming the step (or be skipped).
+# validation), SIGINT likewise with 130 (a second SIGINT at once, without the checkpoint; without
+# --checkpoint-dir at once), and a NaN must stop naming the step (or be skipped).
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 TRIALS=${KILL_TRIALS:-5}
@@ -115,6 +116,89 @@ if [ $rc -eq 143 ] && [ $logged -eq 0 ] && grep -q "SIGTERM received: checkpoint
 else
   ko "SIGTERM during validation: checkpoint, status 143 (rc $rc), stopped inside the pass (epochs logged: $logged)"
   cat "$d/out" "$d/ref.log" "$d/run.log"
+fi
+
+# Background jobs of a script start with SIGINT ignored, and tessera-train leaves an ignored SIGINT
+# ignored: start the runs that get one as jobs of their own (job control), as a terminal does.
+start_job() { set -m; "$@" & pid=$!; set +m; }
+# wait_for FILE PATTERN: until FILE holds a line matching PATTERN or the run ($pid) ends (at most 30 s)
+wait_for() {
+  for i in $(seq 1 3000); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.01
+  done
+  return 1
+}
+
+# SIGINT (Ctrl-C) as SIGTERM: checkpoint, message, status 130; the run then resumes to the same losses.
+d=$tmp/int
+mkdir -p "$d"
+start_job "$train" "${args[@]}" --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log" 2>&1
+wait_for "$d/steps.csv" "^3,"
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+"$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >>"$d/log" 2>&1
+if [ $rc -eq 130 ] && grep -q "SIGINT received: checkpoint" "$d/log" && same_as_ref "$d/steps.csv" >/dev/null; then
+  ok "SIGINT writes a checkpoint and exits with 130; the resumed run matches"
+else
+  ko "SIGINT writes a checkpoint and exits with 130 (rc $rc)"
+  cat "$d/log"
+fi
+
+# A second SIGINT exits at once with 130, without the checkpoint: the model file is a FIFO nobody
+# writes, so the run is held in its start-up (after the handlers are installed) and can write no
+# checkpoint; the first SIGINT is acknowledged, the second must end it. Then the same with one SIGINT
+# and the model written into the FIFO: the run trains its first steps, checkpoints and exits with 130.
+d=$tmp/int2
+mkdir -p "$d"
+mkfifo "$d/model.json"
+fargs=("${args[@]}")
+fargs[1]=$d/model.json
+for n in 2 1; do
+  start_job "$train" "${fargs[@]}" --checkpoint-dir "$d/ck$n" >"$d/log$n" 2>&1
+  for i in $(seq 1 3000); do # until tessera-train (not libtool's wrapper script) catches SIGINT, SIGTERM, SIGUSR1
+    m=$(awk '/^SigCgt/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
+    [ -n "$m" ] && (((0x$m & 0x4202) == 0x4202)) && break
+    sleep 0.01
+  done
+  kill -INT "$pid"
+  acked=0
+  wait_for "$d/log$n" "SIGINT received: stopping after a checkpoint" && acked=1
+  if [ $n = 2 ]; then
+    kill -INT "$pid" 2>/dev/null
+    for i in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null # held for good if the second SIGINT was not acted on (not reaped yet: no other process)
+  else
+    timeout 30 sh -c 'cat "$1" >"$2"' - "$tmp/model.json" "$d/model.json" # (the FIFO has no reader if it died)
+  fi
+  wait "$pid"
+  rc=$?
+  nck=$(ls "$d/ck$n" 2>/dev/null | grep -c '\.h5$')
+  if [ $n = 2 ] && [ $rc -eq 130 ] && [ $acked = 1 ] && [ "$nck" -eq 0 ] && grep -q "second SIGINT: exiting without a checkpoint" "$d/log2"; then
+    ok "a second SIGINT exits at once with 130 and no checkpoint while the first waits for one"
+  elif [ $n = 1 ] && [ $rc -eq 130 ] && [ $acked = 1 ] && [ "$nck" -ge 2 ] && grep -q "SIGINT received: checkpoint" "$d/log1"; then
+    ok "a SIGINT during start-up is acknowledged at once; the run checkpoints after its first steps and exits with 130"
+  else
+    ko "SIGINT x $n during start-up (rc $rc, acknowledged $acked, checkpoints $nck)"
+    cat "$d/log$n"
+  fi
+done
+
+# Without --checkpoint-dir, SIGINT stops the run at once with 130, as SIGTERM does with 143.
+d=$tmp/int0
+mkdir -p "$d"
+start_job "$train" "${args[@]:0:${#args[@]}-4}" --step-log "$d/steps.csv" >"$d/log" 2>&1 # no --checkpoint-every, --keep
+wait_for "$d/steps.csv" "^3,"
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+if [ $rc -eq 130 ] && [ "$(wc -l <"$d/steps.csv")" -lt "$nsteps" ]; then
+  ok "without --checkpoint-dir, SIGINT stops the run with 130"
+else
+  ko "without --checkpoint-dir, SIGINT stops the run with 130 (rc $rc, $(wc -l <"$d/steps.csv") lines logged)"
+  cat "$d/log"
 fi
 
 # NaN: SGD with lr 1000 makes the loss overflow within a few steps; stop names the step and the

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Signals under mpirun: every rank of a 2-rank tessera-train run must stop after the same step (the
 # trainer's control word), write one checkpoint and exit (HANG_S of train_fixture.sh bounds a hang),
-# whether mpirun forwards the signal (SIGTERM or SIGUSR1 sent to mpirun) or the ranks get SIGTERM at
-# different moments (as from a batch system); the run then resumes to per-step losses equal to an
-# uninterrupted run's bitwise. A SIGTERM during start-up (rank 1 held stopped, so rank 0 waits in
+# whether mpirun forwards the signal (SIGTERM, SIGINT or SIGUSR1 sent to mpirun: Open MPI turns SIGTERM
+# and SIGINT into SIGTERM to the ranks) or the ranks get SIGTERM or SIGINT at different moments (as from
+# a batch system or a launcher that forwards SIGINT); the run then resumes to per-step losses equal to
+# an uninterrupted run's bitwise. A SIGTERM during start-up (rank 1 held stopped, so rank 0 waits in
 # MPI_Init or the start-up agreement and has written no checkpoint) must be handled the same way,
 # after the first steps.
 set -u
@@ -22,13 +23,16 @@ nsteps=$(($(wc -l <"$tmp/ref.csv") - 1))
 
 handles_term() { local m; m=$(awk '/^SigCgt/ { print $2 }' "/proc/$1/status" 2>/dev/null); [ -n "$m" ] && ((0x$m & 0x4000)); }
 
-# how: mpirun-TERM, mpirun-USR1 (mpirun forwards it), ranks-TERM (rank 1 first, rank 0 0.3 s later)
-# or startup-TERM (rank 0 during start-up)
-for how in mpirun-USR1 ranks-TERM mpirun-TERM startup-TERM; do
+# how: mpirun-TERM, mpirun-INT, mpirun-USR1 (mpirun forwards it), ranks-TERM or ranks-INT (rank 1
+# first, rank 0 0.3 s later) or startup-TERM (rank 0 during start-up)
+for how in mpirun-USR1 ranks-TERM ranks-INT mpirun-TERM mpirun-INT startup-TERM; do
   d=$tmp/$how
   mkdir -p "$d"
+  # a background job of a script starts with SIGINT ignored (and so would the ranks): a job of its own
+  [ $how = ranks-INT ] && set -m
   "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$d/ck" --step-log "$d/steps.csv" >"$d/log" 2>&1 &
   launcher=$!
+  set +m
   early=0
   if [ $how = startup-TERM ]; then
     r1=$(wait_rank "$d/ck" 1 $launcher)
@@ -47,7 +51,7 @@ for how in mpirun-USR1 ranks-TERM mpirun-TERM startup-TERM; do
   start=$(date +%s.%N)
   case $how in
   mpirun-*) kill -"${how#mpirun-}" "$launcher" ;;
-  ranks-TERM) for p in $(echo "$ranks" | sort -rn); do kill -TERM "$p" 2>/dev/null; sleep 0.3; done ;; # the second may be gone already
+  ranks-*) for p in $(echo "$ranks" | sort -rn); do kill -"${how#ranks-}" "$p" 2>/dev/null; sleep 0.3; done ;; # the second may be gone already
   startup-TERM) kill -TERM "$r0"; sleep 0.3; kill -CONT "$r1" ;;
   esac
   if wait_gone "$launcher"; then hung=0
@@ -63,11 +67,13 @@ for how in mpirun-USR1 ranks-TERM mpirun-TERM startup-TERM; do
   steps=$(grep -o "written after training step [0-9]*" "$d/log" | awk '{ print $NF }' | sort -u | tr '\n' ' ')
   "${mpi[@]}" "$train" "${args[@]}" --checkpoint-dir "$d/ck" --resume --step-log "$d/steps.csv" >>"$d/log" 2>&1
   rrc=$?
+  named=1 # rank 1 got SIGINT before any rank stopped: it names it
+  [ $how = ranks-INT ] && ! grep -q "SIGINT received: checkpoint" "$d/log" && named=0
   if [ $hung = 0 ] && [ "$nck" -eq 2 ] && [ "$(echo $steps | wc -w)" -eq 1 ] && [ $rrc -eq 0 ] && [ "$early" -eq 0 ] &&
-    [ "$done_before" -lt "$nsteps" ] && msg=$(same_as_ref "$d/steps.csv"); then
+    [ "$done_before" -lt "$nsteps" ] && [ $named = 1 ] && msg=$(same_as_ref "$d/steps.csv"); then
     ok "$how: both ranks stopped after step $steps(status $rc, $took s after the signal); the resumed run matches bitwise"
   else
-    ko "$how: ranks agree, checkpoint, resume (hung $hung, rc $rc, $took s, rank messages $nck, steps '$steps', resume rc $rrc, $done_before steps before, early $early) ${msg:-}"
+    ko "$how: ranks agree, checkpoint, resume (hung $hung, rc $rc, $took s, rank messages $nck, steps '$steps', resume rc $rrc, $done_before steps before, early $early, signal named $named) ${msg:-}"
     grep "^tessera" "$d/log" | tail -10 # the ranks' own messages (mpirun's come last)
   fi
 done

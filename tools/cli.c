@@ -1,4 +1,5 @@
-/* Option parsing, fatal errors, the progress line and durations for the command-line programs. */
+/* Option parsing, fatal errors, output folders, the progress line and durations for the command-line
+ * programs. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +37,25 @@ void cli_usage_error(const char *fmt, ...) {
   fprintf(stderr, "\nTry '%s --help' for the options.\n", program);
   va_end(ap);
   exit(2);
+}
+
+int cli_mkdirs(const char *path, char *err, size_t cap) {
+  char p[4096];
+  if (!*path || strlen(path) >= sizeof p) return snprintf(err, cap, "folder name empty or too long"), -1;
+  strcpy(p, path);
+  for (char *s = p + 1;; s++) {
+    if (*s && *s != '/') continue;
+    char c = *s;
+    *s = '\0';
+    if (mkdir(p, 0777) != 0) {
+      int e = errno;
+      struct stat st;
+      if (e != EEXIST) return snprintf(err, cap, "cannot create %s: %s", p, strerror(e)), -1;
+      if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) return snprintf(err, cap, "%s exists and is not a folder", p), -1;
+    }
+    *s = c;
+    if (!c) return 0;
+  }
 }
 
 int64_t cli_parse_int64(const char *opt, const char *arg, int64_t min, int64_t max) {

@@ -1,6 +1,6 @@
 /* Helpers shared by the command-line programs: option values parsed with range checks (errors name
- * the option and exit with status 2), fatal errors, a progress line that rewrites itself on a
- * terminal and prints every few seconds into a log, and durations for ETAs. */
+ * the option and exit with status 2), fatal errors, output folders (mkdir -p), a progress line that
+ * rewrites itself on a terminal and prints every few seconds into a log, and durations for ETAs. */
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 
@@ -15,6 +15,10 @@ const char *cli_program(void);
 void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* Prints "prog: message" and a pointer to --help, exits with status 2 (bad command line). */
 void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* mkdir -p: creates folder `path` and its missing parents. Returns 0, or -1 with the reason (naming
+ * the part that failed) in err. */
+int cli_mkdirs(const char *path, char *err, size_t cap);
 
 /* Parse `arg` given to option `opt` ("--epochs"); values outside [min, max] are errors. */
 int cli_parse_int(const char *opt, const char *arg, int min, int max);

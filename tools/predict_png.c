@@ -1,13 +1,12 @@
 /* Predicted-against-true potentials as PNG images (libpng): one image per sample, three panels
  * (true | predicted | difference), each 4x enlarged, channel 0 of the target. */
-#include <errno.h>
 #include <math.h>
 #include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "cli.h"
 #include "predict_png.h"
 
 enum { ZOOM = 4, GAP = 4 };
@@ -61,7 +60,7 @@ int predict_png(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const c
   unsigned char *rgb = malloc((size_t)W * H * 3);
   int rc = 0;
   if (!x || !y || !p || !d || !rgb) snprintf(err, errlen, "out of memory"), rc = -1;
-  if (rc == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST) snprintf(err, errlen, "%s: cannot create: %s", dir, strerror(errno)), rc = -1;
+  if (rc == 0 && cli_mkdirs(dir, err, errlen)) rc = -1;
   for (int b = 0; rc == 0 && b < count; b += batch) {
     int n = count - b < batch ? count - b : batch;
     for (int i = 0; rc == 0 && i < n; i++)

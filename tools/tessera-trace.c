@@ -26,7 +26,7 @@ static void usage(void) {
          "      --merge         rewrite DIR/trace.json (Perfetto) and DIR/trace.paje (ViTE) from DIR/rank-*.tsv\n"
          "      --plots         draw DIR/timeline.png (tasks per worker) with gnuplot\n"
          "      --log FILE      tessera-train's CSV log: also draw loss.png (train and validation loss)\n"
-         "      --out-dir D     folder of the PNG files (default DIR)\n"
+         "      --out-dir D     folder of the PNG files (default DIR; created with its parents)\n"
          "  -q, --quiet         no report (with --merge or --plots)\n"
          "  -h, --help          this text\n",
          cli_program());
@@ -69,7 +69,6 @@ static void parse(int argc, char **argv, struct options *o) {
   }
   if (optind != argc - 1) cli_usage_error("expected one trace folder (got %d arguments)", argc - optind);
   o->dir = argv[optind];
-  if (!o->out_dir) o->out_dir = o->dir;
 }
 
 /* Feeds a script to gnuplot; dies naming the plot when gnuplot is missing or fails. */
@@ -165,6 +164,11 @@ int main(int argc, char **argv) {
   cli_set_program("tessera-trace");
   struct options o;
   parse(argc, argv, &o);
+  if (o.plots && o.out_dir) {
+    char err[4200];
+    if (cli_mkdirs(o.out_dir, err, sizeof err)) cli_die("--out-dir %s: %s", o.out_dir, err);
+  }
+  if (!o.out_dir) o.out_dir = o.dir;
   if (o.merge) {
     if (tsr_trace_merge(o.dir) != TSR_OK) cli_die("%s", tsr_last_error());
     printf("wrote %s/trace.json and %s/trace.paje\n", o.dir, o.dir);

@@ -187,9 +187,9 @@ static FILE *open_log(const char *path) {
 /* Every rank gets here after the same step (the control word): a rank that has not seen the signal
  * itself (yet) exits as for SIGTERM. */
 static void stop_on_signal(int sig, const char *path, int64_t gstep) {
-  if (sig != SIGUSR1) sig = SIGTERM;
+  if (sig != SIGUSR1 && sig != SIGINT) sig = SIGTERM;
   fprintf(stderr, "%s: %s received: checkpoint %s written after training step %lld; continue with --resume\n",
-          cli_program(), sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", path, (long long)gstep);
+          cli_program(), ckpt_signal_name(sig), path, (long long)gstep);
   release();
   exit(sig == SIGUSR1 ? 0 : 128 + sig);
 }
@@ -260,6 +260,7 @@ int main(int argc, char **argv) {
   copts.seed = o.seed;
   copts.verbose = o.quiet ? 0 : 1;
   check(tsr_context_create(&live.ctx, &copts, &argc, &argv));
+  if (o.ck.dir) ckpt_signals_install(); /* again: StarPU installs its own SIGINT handler */
   int rank = tsr_context_rank(live.ctx), nranks = tsr_context_size(live.ctx);
   int talk = !o.quiet && rank == 0;
 

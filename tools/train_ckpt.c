@@ -1,16 +1,32 @@
 /* tessera-train's checkpoint side (see train_ckpt.h). Signals only set a flag; the training loop
  * sends it with every step through the trainer's control word and acts on the sum over ranks, read
- * at the same step on every rank, so all ranks stop after the same step from a synchronised trainer. */
+ * at the same step on every rank, so all ranks stop after the same step from a synchronised trainer.
+ * A SIGINT while a stop is pending (Ctrl-C pressed twice) exits at once, without the checkpoint. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cli.h"
 #include "train_ckpt.h"
 
 static volatile sig_atomic_t got_signal;
+static char int_first[160], int_again[120]; /* written by the handler (snprintf is not async-signal-safe) */
 
-static void on_signal(int sig) { got_signal = sig; }
+static void say(const char *msg) {
+  ssize_t r = write(STDERR_FILENO, msg, strlen(msg));
+  (void)r;
+}
+
+static void on_signal(int sig) {
+  if (sig == SIGINT && got_signal) {
+    say(int_again);
+    _exit(128 + SIGINT);
+  }
+  if (sig == SIGINT) say(int_first);
+  got_signal = sig;
+}
 
 void ckpt_init(struct ckpt *ck) {
   memset(ck, 0, sizeof *ck);
@@ -20,15 +36,31 @@ void ckpt_init(struct ckpt *ck) {
 }
 
 void ckpt_signals_install(void) {
+  static int installed, catch_int;
+  if (!installed) {
+    /* a SIGINT ignored from the start (a background job of a script) stays ignored */
+    struct sigaction old;
+    catch_int = sigaction(SIGINT, NULL, &old) == 0 && old.sa_handler != SIG_IGN;
+    const char *nl = isatty(STDERR_FILENO) ? "\n" : ""; /* below the progress line */
+    snprintf(int_first, sizeof int_first,
+             "%s%s: SIGINT received: stopping after a checkpoint (Ctrl-C again to exit without one)\n", nl,
+             cli_program());
+    snprintf(int_again, sizeof int_again, "%s%s: second SIGINT: exiting without a checkpoint\n", nl, cli_program());
+    installed = 1;
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART; /* a signal must not fail a blocking call (read, open of a FIFO) with EINTR */
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);
+  if (catch_int) sigaction(SIGINT, &sa, NULL);
 }
 
 int ckpt_signal(void) { return got_signal; }
+
+const char *ckpt_signal_name(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 float ckpt_flag_value(const struct ckpt *ck) { return (got_signal ? 1.0f : 0.0f) + (ck->bad >= 0 ? CKPT_NAN_UNIT : 0.0f); }
 

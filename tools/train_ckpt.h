@@ -1,5 +1,5 @@
 /* tessera-train's checkpoints, resume, signals and NaN/Inf handling: periodic and final checkpoints
- * in a rotating folder, SIGTERM/SIGUSR1 turned into "checkpoint, then exit", a per-step loss log, and
+ * in a rotating folder, SIGTERM/SIGINT/SIGUSR1 turned into "checkpoint, then exit", a per-step loss log, and
  * on a non-finite loss or gradient either a stop naming the step and the layer or a roll-back to the
  * last checkpoint that then skips the bad batch. */
 #ifndef TSR_TRAIN_CKPT_H
@@ -24,19 +24,22 @@ struct ckpt {
   int nskipped;
   int64_t ids[CKPT_IDMAP], gsteps[CKPT_IDMAP]; /* trainer step id -> training step */
   /* agreed by every rank through the trainer's control word, read at the same step ids */
-  int stop;             /* some rank received SIGTERM/SIGUSR1 */
+  int stop;             /* some rank received SIGTERM/SIGINT/SIGUSR1 */
   int stop_nan;         /* some rank saw a non-finite loss or gradient */
 };
 
-/* Control value of a rank (tsr_trainer_set_flag): 1 once it received SIGTERM or SIGUSR1, plus
+/* Control value of a rank (tsr_trainer_set_flag): 1 once it received a signal to stop, plus
  * CKPT_NAN_UNIT once it saw a non-finite value; the sum over ranks counts both (< 4096 ranks). */
 #define CKPT_NAN_UNIT 4096.0f
 
 void ckpt_init(struct ckpt *ck);
-/* Installs the SIGTERM/SIGUSR1 handlers (only with a checkpoint folder). */
+/* Installs the SIGTERM/SIGINT/SIGUSR1 handlers (only with a checkpoint folder; SIGINT unless it was
+ * ignored at the first call). Call again after StarPU starts: it catches SIGINT itself. */
 void ckpt_signals_install(void);
-/* The signal received (SIGTERM or SIGUSR1), 0 if none. */
+/* The signal received (SIGTERM, SIGINT or SIGUSR1), 0 if none. */
 int ckpt_signal(void);
+/* "SIGUSR1", "SIGINT", else "SIGTERM". */
+const char *ckpt_signal_name(int sig);
 /* This rank's control value for the next training step (see CKPT_NAN_UNIT). */
 float ckpt_flag_value(const struct ckpt *ck);
 /* A checkpoint is due after training step `gstep` (periodic, or a signal agreed by all ranks). */

@@ -142,7 +142,10 @@ static tsr_status load_rank(struct _tsr_tl *tl, const char *path, int rank, int 
                            .bytes = strtoull(fld[6], NULL, 10)};
       snprintf(e.name, sizeof e.name, "%s", fld[7]);
       snprintf(e.op, sizeof e.op, "%s", fld[8]);
-      if (e.worker < 0 || e.end < e.start) { st = bad(path, ln, "task with a bad worker or end before start"); break; }
+      if (e.worker < 0 || e.worker > 4096 || e.end < e.start) {
+        st = bad(path, ln, "task with a bad worker or end before start");
+        break;
+      }
       int idx = _tsr_tl_add_task(tl, &e, NULL, 0);
       uint64_t **d = realloc(dseq, (ndseq + 1) * sizeof *d);
       if (idx < 0 || !d) { st = _tsr_error(TSR_ERR_NOMEM, "trace: out of memory"); break; }

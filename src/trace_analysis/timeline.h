@@ -58,13 +58,17 @@ void _tsr_tl_free(struct _tsr_tl *tl);
 tsr_status _tsr_tl_write_chrome(const struct _tsr_tl *tl, const char *path);
 tsr_status _tsr_tl_write_paje(const struct _tsr_tl *tl, const char *path);
 
-/* ---- analysis (analysis.c) ---- */
+/* ---- analysis (analysis.c) ----
+ * Steps overlap (the trainer keeps several in flight), so a step's window holds other steps' tasks
+ * too: each task's time counts for its own step (busy); within a step's window, time a worker spends
+ * in other steps' tasks is `other`, and only time with no task of any step running is idle. */
 struct _tsr_step_stats {
   int64_t step;
   int rank, ntasks, nworkers;
   double begin, end;          /* first task start, last task or transfer end */
-  double busy;                /* sum of task durations (worker time) */
-  double idle;                /* nworkers * (end - begin) - busy */
+  double busy;                /* sum of the step's task durations (worker time) */
+  double other;               /* worker time in [begin, end] running tasks of other steps */
+  double idle;                /* worker time in [begin, end] with no task running (the rest) */
   double comm;                /* length of the union of the transfer intervals */
   double hidden;              /* part of `comm` during which some worker of the rank computed */
   double critical;            /* longest dependency path, weighted by task durations */
@@ -74,6 +78,15 @@ struct _tsr_step_stats {
 /* Statistics of every (step, rank) present, sorted by step then rank. */
 tsr_status _tsr_tl_step_stats(const struct _tsr_tl *tl, struct _tsr_step_stats **out, int *n);
 void _tsr_step_stats_free(struct _tsr_step_stats *s, int n);
+struct _tsr_run_stats {       /* one rank over its steps first..last */
+  int rank, nworkers, nsteps;
+  double wall;                /* first task start to last task or transfer end of those steps */
+  double busy;                /* worker time in it running tasks (of any step) */
+  double idle;                /* nworkers * wall - busy */
+};
+/* out[nranks]: per-rank totals for the steps of st[n] in [first, last] (last < 0: no end). */
+tsr_status _tsr_tl_run_stats(const struct _tsr_tl *tl, const struct _tsr_step_stats *st, int n, int64_t first,
+                             int64_t last, struct _tsr_run_stats *out);
 /* Per-step report (summary, layer x operation table, critical path) for steps in [first, last]. */
 void _tsr_tl_report(const struct _tsr_tl *tl, FILE *out, int64_t first, int64_t last);
 /* Gnuplot data: one line per task, "start_ms end_ms row op_index" with rows per (rank, worker). */
