@@ -2,9 +2,9 @@
  * (/layout/names, /layout/shapes, /layout/trainable, in the trainer's order) and one float32 dataset
  * per tensor under /params, /moment0 and /moment1. A 64-bit checksum over the metadata, the layout and
  * every value is stored as the root attribute "checksum"; the reader recomputes it, so a truncated or
- * corrupted file is rejected before anything of it is used. Folder handling is in checkpoint_dir.c. */
+ * corrupted file is rejected before anything of it is used. Folder handling is in checkpoint_dir.c,
+ * the digest file beside each checkpoint in checkpoint_digest.c. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,22 +27,7 @@ void _tsr_ck_free(struct _tsr_ck *ck) {
   ck->t = NULL, ck->n = 0;
 }
 
-/* FNV-1a over 64-bit words with an extra shift-xor so high bits reach low ones; a corruption check,
- * not a cryptographic one. */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    memcpy(&w, b + i, 8);
-    h = (h ^ w) * 0x100000001B3ull;
-    h ^= h >> 31;
-  }
-  for (; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
-  return h;
-}
-
-static uint64_t hash_i64(uint64_t h, int64_t v) { return hash_bytes(h, &v, sizeof v); }
+static uint64_t hash_i64(uint64_t h, int64_t v) { return _tsr_ck_hash(h, &v, sizeof v); }
 
 uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
   const tsr_checkpoint_meta *m = &ck->meta;
@@ -50,10 +35,10 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
   h = hash_i64(h, CK_VERSION);
   h = hash_i64(h, m->step), h = hash_i64(h, m->epoch), h = hash_i64(h, m->position);
   h = hash_i64(h, (int64_t)m->seed), h = hash_i64(h, m->nranks), h = hash_i64(h, m->batch);
-  h = hash_bytes(h, &m->loss_sum, sizeof m->loss_sum);
+  h = _tsr_ck_hash(h, &m->loss_sum, sizeof m->loss_sum);
   h = hash_i64(h, m->trainer_steps), h = hash_i64(h, m->trainer_updates);
   if (m->loss_scale != 0) { /* absent from files without loss scaling (and older ones) */
-    h = hash_bytes(h, &m->loss_scale, sizeof m->loss_scale);
+    h = _tsr_ck_hash(h, &m->loss_scale, sizeof m->loss_scale);
     h = hash_i64(h, m->loss_scale_good_steps), h = hash_i64(h, m->loss_scale_steps);
     h = hash_i64(h, m->loss_scale_skipped);
   }
@@ -61,12 +46,12 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
   for (int i = 0; i < ck->n; i++) {
     const struct _tsr_ck_tensor *t = &ck->t[i];
     size_t bytes = (size_t)tsr_shape_numel(&t->shape) * sizeof(float);
-    h = hash_bytes(h, t->name, strlen(t->name) + 1);
+    h = _tsr_ck_hash(h, t->name, strlen(t->name) + 1);
     h = hash_i64(h, t->shape.ndim);
     for (int d = 0; d < t->shape.ndim; d++) h = hash_i64(h, t->shape.dims[d]);
     h = hash_i64(h, t->trainable);
-    h = hash_bytes(h, t->w, bytes);
-    for (int k = 0; t->trainable && k < 2; k++) h = hash_bytes(h, t->m[k], bytes);
+    h = _tsr_ck_hash(h, t->w, bytes);
+    for (int k = 0; t->trainable && k < 2; k++) h = _tsr_ck_hash(h, t->m[k], bytes);
   }
   return h ^ (h >> 29);
 }
@@ -166,79 +151,6 @@ static herr_t write_values(hid_t f, const struct _tsr_ck *ck, const char *group,
   return e;
 }
 
-static tsr_status fsync_path(const char *path, int dir) {
-  int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
-  if (fd < 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open to sync: %s", path, strerror(errno));
-  int r = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (r != 0 && !(dir && err == EINVAL)) return _tsr_error(TSR_ERR_IO, "%s: fsync failed: %s", path, strerror(err));
-  return TSR_OK;
-}
-
-/* ---- the file's own digest (path.sum) ----
- * Checked before HDF5 parses the file: fuzzing found corrupted files that crash Debian's libhdf5
- * (in H5Dread/H5Aexists) before the datasets' checksum above can be computed. */
-
-static tsr_status file_digest(const char *path, uint64_t *h, long long *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  static _Thread_local unsigned char buf[1 << 16];
-  *h = 1469598103934665603ull, *size = 0;
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) *h = hash_bytes(*h, buf, n), *size += (long long)n;
-  int bad = ferror(f);
-  fclose(f);
-  return bad ? _tsr_error(TSR_ERR_IO, "%s: read error", path) : TSR_OK;
-}
-
-/* Writes "<path>.sum" (digest and size of the bytes now in `file`) through a temporary and rename. */
-static tsr_status write_sum(const char *path, const char *file) {
-  uint64_t h;
-  long long size;
-  TSR_TRY(file_digest(file, &h, &size));
-  char sum[4096], tmp[4100];
-  snprintf(sum, sizeof sum, "%s.sum", path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", sum);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-  int ok = fprintf(f, "tessera-checkpoint-digest 1 %016llx %lld\n", (unsigned long long)h, size) > 0;
-  ok = fclose(f) == 0 && ok;
-  tsr_status s = ok ? fsync_path(tmp, 0) : _tsr_error(TSR_ERR_IO, "%s: cannot write", tmp);
-  if (s == TSR_OK && rename(tmp, sum) != 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot rename: %s", tmp, strerror(errno));
-  if (s != TSR_OK) remove(tmp);
-  return s;
-}
-
-tsr_status _tsr_ck_write_sum(const char *path) { return write_sum(path, path); }
-
-/* Compares path's bytes with path.sum. A checkpoint without one is refused: every checkpoint Tessera
- * writes has one, and HDF5 must not parse a file whose bytes nothing vouches for. */
-static tsr_status check_sum(const char *path) {
-  char sum[4096];
-  snprintf(sum, sizeof sum, "%s.sum", path);
-  FILE *f = fopen(sum, "r");
-  if (!f)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: no digest file %s (%s): Tessera writes one beside every checkpoint; "
-                      "without it the file is not read, since a damaged HDF5 file can crash libhdf5",
-                      path, sum, strerror(errno));
-  unsigned long long want;
-  long long want_size;
-  int n = fscanf(f, "tessera-checkpoint-digest 1 %llx %lld", &want, &want_size);
-  fclose(f);
-  if (n != 2) return _tsr_error(TSR_ERR_FORMAT, "%s: unreadable digest file", sum);
-  uint64_t h;
-  long long size;
-  TSR_TRY(file_digest(path, &h, &size));
-  if (size != want_size)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: %lld bytes, but %lld were written (truncated or corrupted)", path, size,
-                      want_size);
-  if (h != want)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: the file's digest %016llx differs from the one written, %016llx: the file "
-                      "is corrupted", path, (unsigned long long)h, want);
-  return TSR_OK;
-}
-
 /* Writes ck to path through path.tmp, fsync and rename, then syncs the folder so the rename lasts. */
 tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   size_t len = strlen(path);
@@ -259,8 +171,8 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   if (f >= 0 && e < 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot write the checkpoint (%s)", tmp, _tsr_hdf5_reason(why));
   if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close the checkpoint", tmp);
   _tsr_hdf5_unlock();
-  if (s == TSR_OK) s = fsync_path(tmp, 0);
-  if (s == TSR_OK) s = write_sum(path, tmp); /* before the rename: a final name always has its digest */
+  if (s == TSR_OK) s = _tsr_ck_fsync(tmp, 0);
+  if (s == TSR_OK) s = _tsr_ck_write_sum_of(path, tmp); /* before the rename: a final name always has its digest */
   if (s == TSR_OK && rename(tmp, path) != 0)
     s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
   if (s != TSR_OK) remove(tmp);
@@ -270,7 +182,7 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
     if (!slash) strcpy(dir, ".");
     else if (slash == dir) dir[1] = '\0';
     else *slash = '\0';
-    s = fsync_path(dir, 1);
+    s = _tsr_ck_fsync(dir, 1);
   }
   free(tmp), free(dir);
   return s;
@@ -461,7 +373,7 @@ static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, con
 tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
   memset(ck, 0, sizeof *ck);
   if (access(path, R_OK) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  TSR_TRY(check_sum(path));
+  TSR_TRY(_tsr_ck_check_sum(path));
   char why[256];
   _tsr_hdf5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -25,9 +25,16 @@ struct _tsr_ck {
 uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck);
 /* Writes through path.tmp + fsync + rename; ck->checksum must be set. */
 tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path);
-/* Writes path.sum, the digest of the bytes now in path (what _tsr_ck_write does before its rename);
- * for tests and the fuzz target, which make checkpoints whose digest matches. */
+/* checkpoint_digest.c. Writes path.sum, the digest of the bytes now in path (what _tsr_ck_write
+ * does before its rename); for tests and the fuzz target, which make checkpoints whose digest matches. */
 tsr_status _tsr_ck_write_sum(const char *path);
+/* Writes path.sum for the bytes now in `file` (a temporary renamed to path later). */
+tsr_status _tsr_ck_write_sum_of(const char *path, const char *file);
+/* Compares path's bytes with path.sum; a checkpoint without one is refused. */
+tsr_status _tsr_ck_check_sum(const char *path);
+/* The hash of checksums and digests (FNV-1a over 64-bit words), and fsync of a file or folder. */
+uint64_t _tsr_ck_hash(uint64_t h, const void *p, size_t n);
+tsr_status _tsr_ck_fsync(const char *path, int dir);
 /* Reads and verifies everything (checksum included); on failure ck is empty. */
 tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path);
 void _tsr_ck_free(struct _tsr_ck *ck);
