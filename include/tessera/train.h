@@ -107,9 +107,20 @@ tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step_id, double *sum);
 /* Waits for every submitted step. */
 tsr_status tsr_trainer_sync(tsr_trainer *t);
 
-/* Runs the model forward in eval mode on `n` samples (n <= batch) and copies the output layer's
- * values to `out` ([n, C', H', W']). Synchronous. */
+/* Runs the model forward in eval mode on `n` samples (n <= batch) of raw inputs (the trainer's
+ * input normalisation is applied to them, as to every sample) and copies the output layer's values
+ * to `out` ([n, C', H', W']). Synchronous. */
 tsr_status tsr_trainer_predict(tsr_trainer *t, const float *x, int n, float *out);
+
+/* Input normalisation, part of the model: every input sample a fill callback writes (training,
+ * evaluation, tsr_trainer_predict) becomes (x - mean[c]) / std[c] per input channel, in float32,
+ * before the first layer sees it. Checkpoints and exported parameters carry it, so a restored or
+ * imported model takes the same raw inputs. `channels` must be the input layer's; std finite and
+ * > 0. NULL mean and std, or mean 0 and std 1 in every channel: none (inputs used as written).
+ * Waits for the steps in flight. */
+tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const float *std, int channels);
+/* The normalisation ([input channels] each), or NULL in both when there is none. */
+void tsr_trainer_input_norm(const tsr_trainer *t, const float **mean, const float **std);
 
 /* Parameter access by PyTorch state_dict name ("enc1.weight", "bn1.running_mean"); synchronous. */
 int tsr_trainer_num_tensors(const tsr_trainer *t);
