@@ -403,6 +403,13 @@ void tsr_trainer_destroy(tsr_trainer *t) {
 }
 
 void tsr_trainer_set_lr(tsr_trainer *t, float lr) { if (t) t->lr = lr; }
+void tsr_trainer_optim(const tsr_trainer *t, tsr_optim_spec *opt) { *opt = t->opt; }
+
+void tsr_trainer_loss_scale_options(const tsr_trainer *t, double *loss_scale, double *init, int *interval) {
+  if (loss_scale) *loss_scale = t->loss_scale;
+  if (init) *init = t->scaler_h ? t->loss_scale_init : 0;
+  if (interval) *interval = t->scaler_h ? t->scaler.growth_interval : 0;
+}
 void tsr_trainer_set_flag(tsr_trainer *t, float value) { if (t) t->flag = value; }
 int tsr_trainer_batch(const tsr_trainer *t) { return t->batch; }
 
