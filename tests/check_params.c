@@ -1,7 +1,8 @@
 /* .npy files (round trip, files written by numpy, malformed headers) and parameter import/export
- * through a trainer (npy folder and HDF5, shape checks), plus PyTorch's layouts: a state_dict
- * saved by torch and imported here must give torch's output (without numpy or torch these are
- * skipped: exit status 77). */
+ * through a trainer (npy folder and HDF5, shape checks, the input normalisation they carry), plus
+ * PyTorch's layouts: a state_dict saved by torch and imported here must give torch's output, and an
+ * export loaded by bench/torch_model.py must give Tessera's from the same raw inputs (without numpy
+ * or torch these are skipped: exit status 77). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +386,107 @@ START_TEST(test_import_rejects_wrong_shape_and_missing_tensor) {
 }
 END_TEST
 
+enum { XE = 2 * 5 * 7 }; /* values per input sample of tiny_model */
+static const float norm_mean[2] = {0.4f, -1.5f}, norm_std[2] = {2.0f, 0.25f};
+
+/* Raw inputs for tiny_model: channel c spread around norm_mean[c] by about norm_std[c]. */
+static void raw_inputs(float *x, int n, uint64_t seed) {
+  tt_fill_uniform(x, (size_t)n * XE, seed, -2, 2);
+  for (int i = 0; i < n * XE; i++) x[i] = norm_mean[i / 35 % 2] + norm_std[i / 35 % 2] * x[i];
+}
+
+/* input_mean or input_std of an export, [2]. */
+static void read_norm_file(const char *dir, const char *name, float *out) {
+  char file[600];
+  snprintf(file, sizeof file, "%s/%s.npy", dir, name);
+  tsr_shape s;
+  float *v = NULL;
+  ck_assert_msg(tsr_npy_read(file, &s, &v) == TSR_OK, "%s", tsr_last_error());
+  ck_assert(s.ndim == 1 && s.dims[0] == 2);
+  memcpy(out, v, 2 * sizeof *out);
+  free(v);
+}
+
+/* An export says how its inputs were prepared: a trainer that imports it predicts from raw inputs as
+ * the exporting one did, from .npy files and from HDF5. */
+START_TEST(test_export_carries_normalisation_and_import_predicts_alike) {
+  char dir[64], a[512], h5[512], plain[512];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
+  snprintf(a, sizeof a, "%s/norm", dir);
+  snprintf(h5, sizeof h5, "%s/norm.h5", dir);
+  snprintf(plain, sizeof plain, "%s/plain", dir);
+  float x[2 * XE], xs[2 * XE], pa[8], ps[8], pb[8];
+  raw_inputs(x, 2, 21);
+  /* reference: the trainer without normalisation on inputs standardised in float64 (the float32
+   * rounding of each standardised input bounds the difference: 1e-5 + 1e-4 relative) */
+  double ref[8];
+  for (int i = 0; i < 2 * XE; i++) xs[i] = (float)((x[i] - (double)norm_mean[i / 35 % 2]) / norm_std[i / 35 % 2]);
+  ck_assert_msg(tsr_trainer_predict(trainer, xs, 2, ps) == TSR_OK, "%s", tsr_last_error());
+  for (int i = 0; i < 8; i++) ref[i] = ps[i];
+  ck_assert_int_eq(tsr_trainer_set_input_norm(trainer, norm_mean, norm_std, 2), TSR_OK);
+  ck_assert_msg(tsr_trainer_predict(trainer, x, 2, pa) == TSR_OK, "%s", tsr_last_error());
+  tt_assert_close(pa, ref, 8, 1e-5, 1e-4, "prediction from raw inputs with the normalisation set");
+  ck_assert_msg(tsr_params_export(trainer, a) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_params_export(trainer, h5) == TSR_OK, "%s", tsr_last_error());
+  float got[2];
+  read_norm_file(a, "input_mean", got);
+  ck_assert(got[0] == norm_mean[0] && got[1] == norm_mean[1]);
+  read_norm_file(a, "input_std", got);
+  ck_assert(got[0] == norm_std[0] && got[1] == norm_std[1]);
+  hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t ds = f < 0 ? -1 : H5Dopen2(f, "input_std", H5P_DEFAULT);
+  ck_assert(ds >= 0 && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, got) >= 0);
+  H5Dclose(ds), H5Fclose(f);
+  ck_assert(got[0] == norm_std[0] && got[1] == norm_std[1]);
+
+  /* a fresh trainer (other initial parameters, no normalisation) imports each and predicts alike
+   * (the same kernels on the same values: equal within 1e-6 relative, bitwise in practice) */
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = 2, to.seed = 99;
+  tsr_trainer *b;
+  ck_assert_msg(tsr_trainer_create(&b, ctx, model, NULL, &to) == TSR_OK, "%s", tsr_last_error());
+  const char *paths[2] = {a, h5};
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(tsr_trainer_set_input_norm(b, NULL, NULL, 0), TSR_OK);
+    ck_assert_msg(tsr_params_import(b, paths[k]) == TSR_OK, "%s", tsr_last_error());
+    const float *m, *sd;
+    tsr_trainer_input_norm(b, &m, &sd);
+    ck_assert_msg(m && m[1] == norm_mean[1] && sd[1] == norm_std[1], "%s: normalisation not imported", paths[k]);
+    ck_assert_msg(tsr_trainer_predict(b, x, 2, pb) == TSR_OK, "%s", tsr_last_error());
+    double want[8];
+    for (int i = 0; i < 8; i++) want[i] = pa[i];
+    tt_assert_close(pb, want, 8, 0, 1e-6, paths[k]);
+  }
+
+  /* one of the two alone is refused and changes nothing */
+  ck_assert(remove(path_in(a, "input_std.npy")) == 0);
+  ck_assert_int_eq(tsr_trainer_set_input_norm(b, NULL, NULL, 0), TSR_OK);
+  ck_assert_int_eq(tsr_params_import(b, a), TSR_ERR_FORMAT);
+  ck_assert_msg(strstr(tsr_last_error(), "input_std") && strstr(tsr_last_error(), a), "%s", tsr_last_error());
+  const float *m, *sd;
+  tsr_trainer_input_norm(b, &m, &sd);
+  ck_assert(!m && !sd);
+  /* an older export (neither) keeps the trainer's normalisation */
+  ck_assert(remove(path_in(a, "input_mean.npy")) == 0);
+  ck_assert_int_eq(tsr_trainer_set_input_norm(b, norm_mean, norm_std, 2), TSR_OK);
+  ck_assert_msg(tsr_params_import(b, a) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_input_norm(b, &m, &sd);
+  ck_assert(m && m[0] == norm_mean[0]);
+  /* a trainer without one exports mean 0 and std 1, and its import removes the importer's */
+  ck_assert_int_eq(tsr_trainer_set_input_norm(trainer, NULL, NULL, 0), TSR_OK);
+  ck_assert_msg(tsr_params_export(trainer, plain) == TSR_OK, "%s", tsr_last_error());
+  read_norm_file(plain, "input_mean", got);
+  ck_assert(got[0] == 0 && got[1] == 0);
+  read_norm_file(plain, "input_std", got);
+  ck_assert(got[0] == 1 && got[1] == 1);
+  ck_assert_msg(tsr_params_import(b, plain) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_input_norm(b, &m, &sd);
+  ck_assert(!m && !sd);
+  tsr_trainer_destroy(b);
+}
+END_TEST
+
 static const char *torch_script =
     "import sys\n"
     "try:\n"
@@ -454,6 +556,90 @@ START_TEST(test_pytorch_state_dict_gives_pytorch_output) {
 }
 END_TEST
 
+/* tiny_model as a model file, for bench/torch_model.py */
+static const char *tiny_json =
+    "{\"name\": \"tiny\", \"layers\": [\n"
+    "  {\"name\": \"in\", \"type\": \"input\", \"shape\": [2, 5, 7]},\n"
+    "  {\"name\": \"c1\", \"type\": \"conv2d\", \"out_channels\": 3, \"kernel\": [3, 2], \"padding\": 1},\n"
+    "  {\"name\": \"bn\", \"type\": \"batchnorm\"},\n"
+    "  {\"name\": \"act\", \"type\": \"relu\"},\n"
+    "  {\"name\": \"up\", \"type\": \"conv_transpose2d\", \"out_channels\": 2, \"kernel\": [2, 3], \"stride\": 2},\n"
+    "  {\"name\": \"flat\", \"type\": \"flatten\"},\n"
+    "  {\"name\": \"fc\", \"type\": \"dense\", \"out_features\": 4}]}\n";
+
+static const char *interop_script =
+    "import sys\n"
+    "try:\n"
+    "    import numpy as np, torch, h5py\n"
+    "except ImportError:\n"
+    "    sys.exit(77)\n"
+    "sys.path.insert(0, sys.argv[1] + '/bench')\n"
+    "import torch_model\n"
+    "torch.set_num_threads(1)\n"
+    "d = sys.argv[2]\n"
+    "x = torch.from_numpy(np.load(d + '/x.npy'))\n"
+    "want = np.load(d + '/y.npy').astype(np.float64)\n"
+    "for exp in (d + '/exp', d + '/exp.h5'):\n"
+    "    net, spec = torch_model.load(d + '/tiny.json')\n"
+    "    mean, std = torch_model.load_params(net, exp)\n"
+    "    assert mean is not None, exp + ': no input normalisation'\n"
+    "    net.eval()\n"
+    "    with torch.no_grad():\n"
+    "        got = net(x).numpy().reshape(want.shape)\n"
+    "    err = np.abs(got - want) / (1e-5 + 1e-4 * np.abs(want))\n"
+    "    if err.max() > 1:\n"
+    "        print('%s: PyTorch %r, Tessera %r' % (exp, got.ravel().tolist(), want.ravel().tolist()))\n"
+    "        sys.exit(1)\n";
+
+/* Parameters exported with their normalisation and loaded by bench/torch_model.py give, from the same
+ * raw inputs, Tessera's prediction (1e-5 + 1e-4 relative: convolution algorithms differ). Python
+ * runs after the context is gone (StarPU's idle workers would slow torch down). */
+START_TEST(test_pytorch_twin_predicts_from_raw_inputs_as_tessera) {
+  const char *src = getenv("TESSERA_SRCDIR");
+  if (access(PYTHON, X_OK) != 0 || !src) {
+    tt_skip("bench/torch_model.py not checked: no " PYTHON " (apt-get install python3-torch) or no TESSERA_SRCDIR "
+            "(make check sets it)");
+    return;
+  }
+  char dir[64];
+  snprintf(dir, sizeof dir, "%s", tt_tmpdir());
+  FILE *f = fopen(path_in(dir, "tiny.json"), "w");
+  fputs(tiny_json, f);
+  fclose(f);
+  f = fopen(path_in(dir, "check.py"), "w");
+  fputs(interop_script, f);
+  fclose(f);
+  tsr_context_opts o;
+  tsr_context_opts_default(&o);
+  o.ncpus = 2, o.use_mpi = 0, o.verbose = 0;
+  ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_model_load_json(&model, NULL, path_in(dir, "tiny.json")) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = 2;
+  ck_assert_msg(tsr_trainer_create(&trainer, ctx, model, NULL, &to) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_trainer_set_input_norm(trainer, norm_mean, norm_std, 2), TSR_OK);
+  float x[2 * XE], y[8];
+  raw_inputs(x, 2, 8);
+  ck_assert_msg(tsr_trainer_predict(trainer, x, 2, y) == TSR_OK, "%s", tsr_last_error());
+  tsr_shape xs = tsr_shape_make(4, (int64_t[]){2, 2, 5, 7}), ys = tsr_shape_make(2, (int64_t[]){2, 4});
+  ck_assert(tsr_npy_write(path_in(dir, "x.npy"), &xs, x) == TSR_OK);
+  ck_assert(tsr_npy_write(path_in(dir, "y.npy"), &ys, y) == TSR_OK);
+  ck_assert_msg(tsr_params_export(trainer, path_in(dir, "exp")) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_params_export(trainer, path_in(dir, "exp.h5")) == TSR_OK, "%s", tsr_last_error());
+  trainer_teardown();
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, PYTHON " %s/check.py %s %s", dir, src, dir);
+  int rc = system(cmd);
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) {
+    tt_skip("bench/torch_model.py not checked: " PYTHON " has no torch, numpy or h5py (apt-get install python3-torch "
+            "python3-h5py)");
+    return;
+  }
+  ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "bench/torch_model.py's prediction differs (status %d)", rc);
+}
+END_TEST
+
 static Suite *make_params_suite(void) {
   Suite *s = suite_create("params");
   TCase *npy = tcase_create("npy");
@@ -469,10 +655,12 @@ static Suite *make_params_suite(void) {
   tcase_add_test(tr, test_tensor_names_and_pytorch_shapes);
   tcase_add_test(tr, test_export_import_round_trip_npy_and_hdf5);
   tcase_add_test(tr, test_import_rejects_wrong_shape_and_missing_tensor);
+  tcase_add_test(tr, test_export_carries_normalisation_and_import_predicts_alike);
   suite_add_tcase(s, tr);
   TCase *torch = tcase_create("pytorch");
   tcase_set_timeout(torch, 60);
   tcase_add_test(torch, test_pytorch_state_dict_gives_pytorch_output);
+  tcase_add_test(torch, test_pytorch_twin_predicts_from_raw_inputs_as_tessera);
   suite_add_tcase(s, torch);
   return s;
 }
