@@ -54,8 +54,10 @@ static tsr_model *model(int width) {
 static tsr_trainer *trainer_with(tsr_context *ctx, tsr_model *m, uint64_t seed, const tsr_optim_spec *opt,
                                  const tsr_trainer_opts *opts) {
   tsr_trainer_opts o;
-  if (opts) o = *opts;
-  else tsr_trainer_opts_default(&o);
+  if (opts)
+    o = *opts;
+  else
+    tsr_trainer_opts_default(&o);
   o.batch = 6, o.slices = 2, o.seed = seed;
   tsr_trainer *t;
   ck_assert_msg(tsr_trainer_create(&t, ctx, m, opt, &o) == TSR_OK, "%s", tsr_last_error());
@@ -329,7 +331,8 @@ START_TEST(changed_hyperparameters_load_and_are_reported) {
   tsr_checkpoint_meta got;
   ck_assert_int_eq(tsr_checkpoint_verify(path, &got, NULL), TSR_OK);
   ck_assert(got.recorded == 1 && got.optim.kind == TSR_OPTIM_ADAM && got.optim.lr == 1e-2f);
-  ck_assert(got.optim.beta1 == 0.9f && got.optim.beta2 == 0.999f && got.optim.eps == 1e-8f && got.optim.weight_decay == 0);
+  ck_assert(got.optim.beta1 == 0.9f && got.optim.beta2 == 0.999f && got.optim.eps == 1e-8f &&
+            got.optim.weight_decay == 0);
   /* the same settings: nothing to report */
   tsr_trainer *same = trainer(ctx, m, 9);
   ck_assert_msg(load_logged(same, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
@@ -339,8 +342,8 @@ START_TEST(changed_hyperparameters_load_and_are_reported) {
   adam.lr = 2e-3f, adam.beta2 = 0.99f;
   tsr_trainer *b = trainer_with(ctx, m, 9, &adam, NULL);
   ck_assert_msg(load_logged(b, path, &got, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
-  ck_assert_msg(strstr(log, path) && strstr(log, "optimizer adam: lr 0.01 -> 0.002, beta2 0.999 -> 0.99"),
-                "stderr: %s", log);
+  ck_assert_msg(strstr(log, path) && strstr(log, "optimizer adam: lr 0.01 -> 0.002, beta2 0.999 -> 0.99"), "stderr: %s",
+                log);
   ck_assert_int_eq(got.trainer_updates, 2);
   tsr_trainer_destroy(a);
   tsr_trainer_destroy(same);
@@ -382,7 +385,8 @@ START_TEST(loss_scaler_options_and_state_round_trip) {
   ck_assert_int_eq(tsr_trainer_loss_scale_get(b, &s2), TSR_OK);
   ck_assert(memcmp(&s1, &s2, sizeof s1) == 0);
   ck_assert_msg(strstr(log, "loss scaling dynamic (initial scale 1024, growth interval 3) -> dynamic (initial scale "
-                            "4, growth interval 5)"), "stderr: %s", log);
+                            "4, growth interval 5)"),
+                "stderr: %s", log);
   tsr_trainer *c = trainer_with(ctx, m, 7, &adam, NULL);
   ck_assert_msg(load_logged(c, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
   ck_assert_msg(strstr(log, "loss scaling dynamic (initial scale 1024, growth interval 3) -> off"), "stderr: %s", log);

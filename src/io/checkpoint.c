@@ -108,8 +108,11 @@ static herr_t attr_write_str(hid_t obj, const char *name, const char *v) {
 static herr_t write_optim(hid_t f, const tsr_optim_spec *o) {
   hid_t g = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   herr_t e = g < 0 ? -1 : attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
-  struct { const char *name; const float *v; } f32[] = {{"lr", &o->lr}, {"momentum", &o->momentum},
-      {"weight_decay", &o->weight_decay}, {"beta1", &o->beta1}, {"beta2", &o->beta2}, {"eps", &o->eps}};
+  struct {
+    const char *name;
+    const float *v;
+  } f32[] = {{"lr", &o->lr},       {"momentum", &o->momentum}, {"weight_decay", &o->weight_decay},
+             {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
   for (size_t i = 0; e >= 0 && i < sizeof f32 / sizeof *f32; i++)
     e = attr_write(g, f32[i].name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, f32[i].v);
   int32_t nesterov = o->nesterov;
@@ -258,11 +261,14 @@ static tsr_status attr_read_str(hid_t obj, const char *file, const char *name, c
   if (sp >= 0) H5Sclose(sp);
   if (ft >= 0) H5Tclose(ft);
   if (a >= 0) H5Aclose(a);
-  return ok ? TSR_OK : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a string of at most %zu bytes", file, name, cap - 1);
+  return ok ? TSR_OK
+            : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a string of at most %zu bytes", file, name,
+                         cap - 1);
 }
 
 static tsr_status read_optim(hid_t f, const char *file, tsr_optim_spec *o) {
-  if (H5Lexists(f, "optimizer", H5P_DEFAULT) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: group 'optimizer' is missing", file);
+  if (H5Lexists(f, "optimizer", H5P_DEFAULT) <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: group 'optimizer' is missing", file);
   hid_t g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
   if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'optimizer' is not a group", file);
   char kind[CK_KIND_MAX];
@@ -270,8 +276,11 @@ static tsr_status read_optim(hid_t f, const char *file, tsr_optim_spec *o) {
   tsr_status s = attr_read_str(g, file, "kind", kind, sizeof kind);
   if (s == TSR_OK && tsr_optim_kind_parse(kind, &o->kind) != TSR_OK)
     s = _tsr_error(TSR_ERR_FORMAT, "%s: unknown optimizer '%s' (expected sgd, adam, adamw)", file, kind);
-  struct { const char *name; float *v; } f32[] = {{"lr", &o->lr}, {"momentum", &o->momentum},
-      {"weight_decay", &o->weight_decay}, {"beta1", &o->beta1}, {"beta2", &o->beta2}, {"eps", &o->eps}};
+  struct {
+    const char *name;
+    float *v;
+  } f32[] = {{"lr", &o->lr},       {"momentum", &o->momentum}, {"weight_decay", &o->weight_decay},
+             {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
   for (size_t i = 0; s == TSR_OK && i < sizeof f32 / sizeof *f32; i++)
     s = attr_read(g, file, f32[i].name, H5T_NATIVE_FLOAT, f32[i].v);
   if (s == TSR_OK) s = attr_read(g, file, "nesterov", H5T_NATIVE_INT32, &nesterov);
@@ -459,7 +468,8 @@ static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, con
 
 /* /input_norm/mean and std: float32 [C] each, C >= 1. */
 static tsr_status read_norm(hid_t f, const char *file, struct _tsr_ck *ck) {
-  if (H5Lexists(f, "input_norm", H5P_DEFAULT) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: group 'input_norm' is missing", file);
+  if (H5Lexists(f, "input_norm", H5P_DEFAULT) <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: group 'input_norm' is missing", file);
   hid_t g = H5Gopen2(f, "input_norm", H5P_DEFAULT);
   if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'input_norm' is not a group", file);
   hsize_t c = 0;

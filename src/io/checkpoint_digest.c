@@ -25,7 +25,6 @@ uint64_t _tsr_ck_hash(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-
 tsr_status _tsr_ck_fsync(const char *path, int dir) {
   int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
   if (fd < 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open to sync: %s", path, strerror(errno));

@@ -108,15 +108,20 @@ static tsr_status match_layout(tsr_trainer *t, const struct _tsr_ck *ck, const c
 
 /* "off", "static 1024" or "dynamic (initial scale 65536, growth interval 2000)". */
 static const char *scaling_str(double option, double init, int interval, char *buf, size_t cap) {
-  if (option == 0) snprintf(buf, cap, "off");
-  else if (option > 0) snprintf(buf, cap, "static %g", option);
-  else snprintf(buf, cap, "dynamic (initial scale %g, growth interval %d)", init, interval);
+  if (option == 0)
+    snprintf(buf, cap, "off");
+  else if (option > 0)
+    snprintf(buf, cap, "static %g", option);
+  else
+    snprintf(buf, cap, "dynamic (initial scale %g, growth interval %d)", init, interval);
   return buf;
 }
 
 static const char *norm_str(const float *mean, const float *std, int c, char *buf, size_t cap) {
-  if (!mean) snprintf(buf, cap, "none");
-  else snprintf(buf, cap, "channel 0 of %d: mean %.7g, std %.7g", c, mean[0], std[0]);
+  if (!mean)
+    snprintf(buf, cap, "none");
+  else
+    snprintf(buf, cap, "channel 0 of %d: mean %.7g, std %.7g", c, mean[0], std[0]);
   return buf;
 }
 
@@ -131,15 +136,17 @@ static tsr_status compare_record(tsr_trainer *t, const struct _tsr_ck *ck, const
   tsr_trainer_optim(t, &opt);
   if (!m->recorded) {
     if (talk)
-      _tsr_log(0, "%s: written before checkpoints recorded the optimizer (format version %d): its kind and "
+      _tsr_log(0,
+               "%s: written before checkpoints recorded the optimizer (format version %d): its kind and "
                "hyperparameters cannot be checked against this run's (%s); the run's input normalisation is kept",
                path, ck->version, tsr_optim_kind_name(opt.kind));
     return TSR_OK;
   }
   if (m->optim.kind != opt.kind)
-    return _tsr_error(TSR_ERR_MISMATCH, "%s: the checkpoint was written by %s; this run uses %s (the optimizer's "
-                      "moments would be misread: resume with %s, or start a new run)", path,
-                      tsr_optim_kind_name(m->optim.kind), tsr_optim_kind_name(opt.kind),
+    return _tsr_error(TSR_ERR_MISMATCH,
+                      "%s: the checkpoint was written by %s; this run uses %s (the optimizer's "
+                      "moments would be misread: resume with %s, or start a new run)",
+                      path, tsr_optim_kind_name(m->optim.kind), tsr_optim_kind_name(opt.kind),
                       tsr_optim_kind_name(m->optim.kind));
   int c, h, w;
   tsr_trainer_input_shape(t, &c, &h, &w);
@@ -148,7 +155,8 @@ static tsr_status compare_record(tsr_trainer *t, const struct _tsr_ck *ck, const
                       ck->norm_c, c);
   char what[512], a[128], b[128];
   if (talk && tsr_optim_spec_diff(&m->optim, &opt, what, sizeof what))
-    _tsr_log(0, "%s: optimizer %s: %s (this run's values apply from now on)", path, tsr_optim_kind_name(opt.kind), what);
+    _tsr_log(0, "%s: optimizer %s: %s (this run's values apply from now on)", path, tsr_optim_kind_name(opt.kind),
+             what);
   double option, init;
   int interval;
   tsr_trainer_loss_scale_options(t, &option, &init, &interval);
@@ -166,7 +174,8 @@ static tsr_status compare_record(tsr_trainer *t, const struct _tsr_ck *ck, const
     int identity = 1;
     for (int i = 0; i < c; i++) identity &= ck->norm_mean[i] == 0 && ck->norm_std[i] == 1;
     _tsr_log(0, "%s: input normalisation: the checkpoint's (%s) replaces this run's (%s)", path,
-             norm_str(identity ? NULL : ck->norm_mean, ck->norm_std, c, a, sizeof a), norm_str(mean, std, c, b, sizeof b));
+             norm_str(identity ? NULL : ck->norm_mean, ck->norm_std, c, a, sizeof a),
+             norm_str(mean, std, c, b, sizeof b));
   }
   return TSR_OK;
 }
@@ -183,7 +192,8 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
   if (s == TSR_OK && ck.meta.recorded) { /* first: it validates the values (and syncs) */
     s = tsr_trainer_set_input_norm(t, ck.norm_mean, ck.norm_std, ck.norm_c);
     char why[1024];
-    if (s != TSR_OK) snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
+    if (s != TSR_OK)
+      snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
   }
   if (s == TSR_OK) s = tsr_trainer_sync(t);
   for (int i = 0; s == TSR_OK && i < ck.n; i++) {
@@ -196,7 +206,9 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
                                .steps = ck.meta.loss_scale_steps, .skipped = ck.meta.loss_scale_skipped};
     s = tsr_trainer_loss_scale_set(t, &ls);
     char why[1024]; /* _tsr_error formats into the buffer tsr_last_error returns */
-    if (s != TSR_OK) snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: loss scaler state: %s", path, why);
+    if (s != TSR_OK)
+      snprintf(why, sizeof why, "%s", tsr_last_error()),
+          s = _tsr_error(TSR_ERR_FORMAT, "%s: loss scaler state: %s", path, why);
   }
   if (s == TSR_OK && meta) *meta = ck.meta;
   _tsr_ck_free(&ck);

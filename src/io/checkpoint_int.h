@@ -7,7 +7,9 @@
 #include <tessera/tensor.h>
 
 #define TSR_CK_NAME_MAX 128
-#define TSR_CK_VERSION 2 /* written; version 1 (no optimizer record, loss-scaling options or input normalisation) is read too */
+/* The format version written; version 1 (no optimizer record, loss-scaling options or input
+ * normalisation) is read too. */
+#define TSR_CK_VERSION 2
 
 struct _tsr_ck_tensor {
   char name[TSR_CK_NAME_MAX];
@@ -18,11 +20,11 @@ struct _tsr_ck_tensor {
 
 struct _tsr_ck {
   tsr_checkpoint_meta meta;
-  int version;          /* of the file read (1 or 2); files are written as version 2 */
+  int version; /* of the file read (1 or 2); files are written as version 2 */
   uint64_t checksum;
   int n;
   struct _tsr_ck_tensor *t;
-  int norm_c;           /* input normalisation: [norm_c] each (mean 0, std 1: none); version 2 only */
+  int norm_c; /* input normalisation: [norm_c] each (mean 0, std 1: none); version 2 only */
   float *norm_mean, *norm_std;
 };
 

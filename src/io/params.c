@@ -283,7 +283,8 @@ tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
     tsr_trainer_input_shape(t, &c, &h, &w);
     s = tsr_trainer_set_input_norm(t, norm[NORM_MEAN], norm[NORM_STD], c);
     char why[1024];
-    if (s != TSR_OK) snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
+    if (s != TSR_OK)
+      snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
   }
   for (int i = 0; s == TSR_OK && i < n; i++) s = tsr_trainer_tensor_set(t, i, vals[i]);
   for (int i = 0; vals && i < n; i++) free(vals[i]);

@@ -75,7 +75,8 @@ int tsr_optim_spec_diff(const tsr_optim_spec *from, const tsr_optim_spec *to, ch
     int is_int = hyper[i].is_int;
     double x = is_int ? *(const int *)a : *(const float *)a, y = is_int ? *(const int *)b : *(const float *)b;
     if (x == y) continue;
-    if (len < cap) len += (size_t)snprintf(out + len, cap - len, "%s%s %.7g -> %.7g", n ? ", " : "", hyper[i].name, x, y);
+    if (len < cap)
+      len += (size_t)snprintf(out + len, cap - len, "%s%s %.7g -> %.7g", n ? ", " : "", hyper[i].name, x, y);
     n++;
   }
   return n;

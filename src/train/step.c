@@ -21,8 +21,8 @@ struct load_arg {
   int64_t step;
   int first, n, nvalid;     /* batch index of the slice's first sample, samples, valid samples */
   size_t xe, ye;
-  int channels;             /* input channels */
-  const float *mean, *std;  /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
+  int channels;            /* input channels */
+  const float *mean, *std; /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
 };
 
 static void load_cpu(void *buffers[], void *cl_arg) {
@@ -157,9 +157,9 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   const tsr_model *m = t->model;
   const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
   for (int s = 0; s < t->slices; s++) {
-    struct load_arg a = {t, fill, user, id, t->slice_off[s], t->slice_n[s], nvalid,
-                         (size_t)in->c * in->h * in->w, (size_t)out->c * out->h * out->w, in->c, t->norm_mean,
-                         t->norm_std};
+    size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+    struct load_arg a = {t,      fill, user, id,    t->slice_off[s], t->slice_n[s],
+                         nvalid, xe,   ye,   in->c, t->norm_mean,    t->norm_std};
     struct _tsr_buf b[2] = {{t->x[p][s], STARPU_W}, {t->t[p][s], STARPU_W}};
     SUBMIT(_tsr_submit(&load_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "load", 2, b));
   }
