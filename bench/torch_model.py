@@ -1,16 +1,21 @@
 #!/usr/bin/python3
 """PyTorch twin of a Tessera model file: interprets the "layers" list of any model file (the format of
 docs/model-format.md) into a torch.nn.Module whose submodules are named after the layers, so its
-state_dict names ("<layer>.weight", "<layer>.running_mean", ...) are Tessera's parameter names.
-Used by bench_train.py and by tests comparing outputs; runs with Debian's torch 1.13.
+state_dict names ("<layer>.weight", "<layer>.running_mean", ...) are Tessera's parameter names, and
+loads parameters Tessera exported, with the input normalisation they carry, so the net takes the
+same raw inputs as the trainer did. Used by bench_train.py and by tests comparing outputs; runs
+with Debian's torch 1.13.
 
     import torch_model
     net, spec = torch_model.load("examples/stemdl/fcdensenet.json")
     loss_fn = torch_model.make_loss(spec); opt = torch_model.make_optimizer(spec, net.parameters())
+    torch_model.load_params(net, "params.h5")   # tessera-train --export-params params.h5
 
     /usr/bin/python3 bench/torch_model.py MODEL.json   # prints the layers, shapes and FLOPs
 """
+import glob
 import json
+import os
 import sys
 
 import torch
@@ -96,6 +101,9 @@ class Net(nn.Module):
                 last[i] = idx
         self.release = [[i for i in set(ins) if last[i] == idx and i != self.output]
                         for idx, (_, _, ins) in enumerate(self.plan)]
+        # Tessera's input normalisation (load_params): not part of the state_dict
+        self.register_buffer("input_mean", None, persistent=False)
+        self.register_buffer("input_std", None, persistent=False)
 
     def _build(self, layer, kind, in_shapes):
         name = layer["name"]
@@ -162,6 +170,8 @@ class Net(nn.Module):
         raise AssertionError(kind)
 
     def forward(self, x):
+        if self.input_mean is not None:  # as the trainer: (x - mean[c]) / std[c] in float32
+            x = (x - self.input_mean.view(1, -1, 1, 1)) / self.input_std.view(1, -1, 1, 1)
         vals = {}
         for (name, kind, ins), rel in zip(self.plan, self.release):
             if kind == "input":
@@ -216,6 +226,35 @@ def make_optimizer(spec, params):
         return cls(params, lr=o.get("lr", 1e-3), betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8),
                    weight_decay=o.get("weight_decay", 0.0 if kind == "adam" else 0.01))
     raise ValueError("unknown optimizer type '%s'" % kind)
+
+
+def read_exported(path):
+    """The arrays of a Tessera export (tsr_params_export): {name: numpy array} from an .h5/.hdf5 file
+    (one dataset per name) or a folder of <name>.npy files."""
+    import numpy as np
+    if path.lower().endswith((".h5", ".hdf5")):
+        import h5py
+        with h5py.File(path, "r") as f:
+            return {k: np.asarray(f[k]) for k in f.keys()}
+    return {os.path.basename(p)[:-4]: np.load(p) for p in glob.glob(os.path.join(path, "*.npy"))}
+
+
+def load_params(net, path):
+    """Loads a Tessera export into net: every state_dict tensor (num_batches_tracked excepted) and the
+    input normalisation (input_mean, input_std: [C] each), which forward() then applies to raw inputs.
+    Returns (input_mean, input_std), (None, None) for an export without them (older ones)."""
+    arrays = read_exported(path)
+    state = net.state_dict()
+    missing = [k for k in state if not k.endswith("num_batches_tracked") and k not in arrays]
+    if missing:
+        raise ValueError("%s: missing %s" % (path, ", ".join(missing)))
+    net.load_state_dict({k: torch.from_numpy(arrays[k]) for k in state if k in arrays}, strict=False)
+    if ("input_mean" in arrays) != ("input_std" in arrays):
+        raise ValueError("%s: input_mean and input_std come together" % path)
+    has = "input_mean" in arrays
+    net.input_mean = torch.from_numpy(arrays["input_mean"]).float() if has else None
+    net.input_std = torch.from_numpy(arrays["input_std"]).float() if has else None
+    return net.input_mean, net.input_std
 
 
 def load(path):

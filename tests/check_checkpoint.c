@@ -1,7 +1,9 @@
 /* Checkpoints: a save/load round trip restores parameters, running statistics, moments and counters
  * so that training continues bitwise as if uninterrupted; rotation keeps the newest K; truncated and
  * corrupted files are rejected (checksum) and the previous valid checkpoint is found instead; a
- * checkpoint of another model or seed is refused without touching the trainer; a failed allocation
+ * checkpoint of another model, seed or optimizer kind is refused without touching the trainer, while
+ * changed hyperparameters and loss-scaling options load and are reported on stderr; the loss scaler
+ * and the input normalisation travel in checkpoints; version-1 files still load; a failed allocation
  * (address-space limit) is an error, not a crash. */
 #define _GNU_SOURCE /* memmem */
 #include <math.h>
@@ -49,15 +51,23 @@ static tsr_model *model(int width) {
   return m;
 }
 
+static tsr_trainer *trainer_with(tsr_context *ctx, tsr_model *m, uint64_t seed, const tsr_optim_spec *opt,
+                                 const tsr_trainer_opts *opts) {
+  tsr_trainer_opts o;
+  if (opts)
+    o = *opts;
+  else
+    tsr_trainer_opts_default(&o);
+  o.batch = 6, o.slices = 2, o.seed = seed;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, opt, &o) == TSR_OK, "%s", tsr_last_error());
+  return t;
+}
+
 static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, uint64_t seed) {
   tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
-  tsr_trainer_opts o;
-  tsr_trainer_opts_default(&o);
-  o.batch = 6, o.slices = 2, o.seed = seed;
-  tsr_trainer *t;
-  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &adam, &o) == TSR_OK, "%s", tsr_last_error());
-  return t;
+  return trainer_with(ctx, m, seed, &adam, NULL);
 }
 
 static void train(tsr_trainer *t, int steps, double *loss) {
@@ -251,6 +261,224 @@ START_TEST(other_model_or_seed_is_refused) {
 }
 END_TEST
 
+/* Runs tsr_checkpoint_load with stderr sent to a file and returns its status; *log gets what was
+ * written there (the report of changed settings). */
+static tsr_status load_logged(tsr_trainer *t, const char *path, tsr_checkpoint_meta *meta, char *log, size_t cap) {
+  char file[600];
+  snprintf(file, sizeof file, "%s/stderr.txt", tt_tmpdir());
+  FILE *f = fopen(file, "w+");
+  ck_assert_ptr_nonnull(f);
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO);
+  ck_assert(saved >= 0 && dup2(fileno(f), STDERR_FILENO) >= 0);
+  tsr_status s = tsr_checkpoint_load(t, path, meta);
+  fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  rewind(f);
+  size_t n = fread(log, 1, cap - 1, f);
+  log[n] = '\0';
+  fclose(f);
+  return s;
+}
+
+static void tensor_of(tsr_trainer *t, const char *name, float *out) {
+  int i = tsr_trainer_tensor_find(t, name);
+  ck_assert_int_ge(i, 0);
+  ck_assert_int_eq(tsr_trainer_tensor_get(t, i, out), TSR_OK);
+}
+
+static void save_at(tsr_trainer *t, const char *path, int64_t step) {
+  tsr_checkpoint_meta meta = meta_at(step);
+  ck_assert_msg(tsr_checkpoint_save(t, path, &meta) == TSR_OK, "%s", tsr_last_error());
+}
+
+/* Adam's moments taken for SGD's momentum buffer would corrupt the run silently. */
+START_TEST(other_optimizer_kind_is_refused_naming_both) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_trainer *a = trainer(ctx, m, 9);
+  double loss[2];
+  train(a, 2, loss);
+  char path[512];
+  snprintf(path, sizeof path, "%s/adam.h5", tt_tmpdir());
+  save_at(a, path, 2);
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  tsr_trainer *b = trainer_with(ctx, m, 9, &sgd, NULL);
+  float before[4 * 9], after[4 * 9];
+  tensor_of(b, "c1.weight", before);
+  ck_assert_int_eq(tsr_checkpoint_load(b, path, NULL), TSR_ERR_MISMATCH);
+  const char *e = tsr_last_error();
+  ck_assert_msg(strstr(e, path) && strstr(e, "written by adam") && strstr(e, "this run uses sgd"), "%s", e);
+  tensor_of(b, "c1.weight", after);
+  ck_assert(memcmp(before, after, sizeof before) == 0);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(changed_hyperparameters_load_and_are_reported) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_trainer *a = trainer(ctx, m, 9);
+  double loss[2];
+  train(a, 2, loss);
+  char path[512], log[4096];
+  snprintf(path, sizeof path, "%s/adam.h5", tt_tmpdir());
+  save_at(a, path, 2);
+  tsr_checkpoint_meta got;
+  ck_assert_int_eq(tsr_checkpoint_verify(path, &got, NULL), TSR_OK);
+  ck_assert(got.recorded == 1 && got.optim.kind == TSR_OPTIM_ADAM && got.optim.lr == 1e-2f);
+  ck_assert(got.optim.beta1 == 0.9f && got.optim.beta2 == 0.999f && got.optim.eps == 1e-8f &&
+            got.optim.weight_decay == 0);
+  /* the same settings: nothing to report */
+  tsr_trainer *same = trainer(ctx, m, 9);
+  ck_assert_msg(load_logged(same, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(!strstr(log, "optimizer") && !strstr(log, "loss scaling"), "reported without a change: %s", log);
+  /* a deliberate change of learning rate (and of beta2) */
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  adam.lr = 2e-3f, adam.beta2 = 0.99f;
+  tsr_trainer *b = trainer_with(ctx, m, 9, &adam, NULL);
+  ck_assert_msg(load_logged(b, path, &got, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(strstr(log, path) && strstr(log, "optimizer adam: lr 0.01 -> 0.002, beta2 0.999 -> 0.99"), "stderr: %s",
+                log);
+  ck_assert_int_eq(got.trainer_updates, 2);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(same);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* Settings and state of dynamic loss scaling are saved; a run with other settings keeps its own
+ * settings, takes the saved state and says what changed. */
+START_TEST(loss_scaler_options_and_state_round_trip) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.loss_scale = TSR_LOSS_SCALE_DYNAMIC, o.loss_scale_init = 1024, o.loss_scale_interval = 3;
+  tsr_trainer *a = trainer_with(ctx, m, 7, &adam, &o);
+  double loss[4];
+  train(a, 4, loss);
+  tsr_loss_scale_state s1, s2;
+  ck_assert_int_eq(tsr_trainer_loss_scale_get(a, &s1), TSR_OK);
+  ck_assert_msg(s1.scale == 2048 && s1.good_steps == 1 && s1.steps == 4 && s1.skipped == 0,
+                "scale %g after 4 finite steps (growth every 3)", s1.scale);
+  char path[512], log[4096];
+  snprintf(path, sizeof path, "%s/scaled.h5", tt_tmpdir());
+  save_at(a, path, 4);
+  tsr_checkpoint_meta got;
+  ck_assert_int_eq(tsr_checkpoint_verify(path, &got, NULL), TSR_OK);
+  ck_assert(got.loss_scale_option == TSR_LOSS_SCALE_DYNAMIC && got.loss_scale_init == 1024 &&
+            got.loss_scale_interval == 3);
+  ck_assert(got.loss_scale == 2048 && got.loss_scale_good_steps == 1 && got.loss_scale_steps == 4 &&
+            got.loss_scale_skipped == 0);
+  tsr_trainer_opts o2 = o;
+  o2.loss_scale_init = 4, o2.loss_scale_interval = 5;
+  tsr_trainer *b = trainer_with(ctx, m, 7, &adam, &o2);
+  ck_assert_msg(load_logged(b, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_trainer_loss_scale_get(b, &s2), TSR_OK);
+  ck_assert(memcmp(&s1, &s2, sizeof s1) == 0);
+  ck_assert_msg(strstr(log, "loss scaling dynamic (initial scale 1024, growth interval 3) -> dynamic (initial scale "
+                            "4, growth interval 5)"),
+                "stderr: %s", log);
+  tsr_trainer *c = trainer_with(ctx, m, 7, &adam, NULL);
+  ck_assert_msg(load_logged(c, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(strstr(log, "loss scaling dynamic (initial scale 1024, growth interval 3) -> off"), "stderr: %s", log);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_trainer_destroy(c);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* A restored model takes the same raw inputs as the run that saved it. */
+START_TEST(checkpoint_carries_input_normalisation) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_trainer *a = trainer(ctx, m, 4), *b = trainer(ctx, m, 4), *plain = trainer(ctx, m, 4);
+  const float mean[1] = {0.25f}, sd[1] = {1.5f};
+  ck_assert_int_eq(tsr_trainer_set_input_norm(a, mean, sd, 1), TSR_OK);
+  double loss[2];
+  train(a, 2, loss);
+  char p1[512], p2[512], log[4096];
+  snprintf(p1, sizeof p1, "%s/norm.h5", tt_tmpdir());
+  snprintf(p2, sizeof p2, "%s/plain.h5", tt_tmpdir());
+  save_at(a, p1, 2);
+  save_at(plain, p2, 0);
+  static float x[6 * S * S], y[6 * S * S], pa[6 * S * S], pb[6 * S * S];
+  for (int i = 0; i < 6; i++) fill(NULL, 0, i, x + i * S * S, y + i * S * S);
+  for (int i = 0; i < 6 * S * S; i++) x[i] = 3 * x[i] + 1; /* raw inputs: not centred */
+  ck_assert_int_eq(tsr_trainer_predict(a, x, 6, pa), TSR_OK);
+  ck_assert_msg(load_logged(b, p1, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(strstr(log, "input normalisation: the checkpoint's (channel 0 of 1: mean 0.25, std 1.5) replaces "
+                            "this run's (none)"),
+                "stderr: %s", log);
+  const float *gm, *gs;
+  tsr_trainer_input_norm(b, &gm, &gs);
+  ck_assert(gm && gs && gm[0] == 0.25f && gs[0] == 1.5f);
+  /* same parameters, normalisation and kernels on the same inputs: equal bitwise */
+  ck_assert_int_eq(tsr_trainer_predict(b, x, 6, pb), TSR_OK);
+  ck_assert_msg(memcmp(pa, pb, sizeof pa) == 0, "predictions of the restored model differ from the saved one's");
+  /* the checkpoint of a run without normalisation takes it away */
+  ck_assert_msg(tsr_checkpoint_load(b, p2, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_input_norm(b, &gm, &gs);
+  ck_assert(!gm && !gs);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_trainer_destroy(plain);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* Files written before the optimizer was recorded (format version 1) load with a warning that the
+ * optimizer cannot be checked, and the run keeps its own input normalisation. */
+START_TEST(version_1_checkpoint_loads_with_a_warning) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_trainer *a = trainer(ctx, m, 9);
+  double loss[2];
+  train(a, 2, loss);
+  char p2[512], p1[512], log[4096];
+  snprintf(p2, sizeof p2, "%s/v2.h5", tt_tmpdir());
+  snprintf(p1, sizeof p1, "%s/v1.h5", tt_tmpdir());
+  save_at(a, p2, 2);
+  struct _tsr_ck ck;
+  ck_assert_msg(_tsr_ck_read(&ck, p2) == TSR_OK, "%s", tsr_last_error());
+  ck.version = 1;
+  ck.checksum = _tsr_ck_checksum(&ck);
+  ck_assert_msg(_tsr_ck_write(&ck, p1) == TSR_OK, "%s", tsr_last_error());
+  _tsr_ck_free(&ck);
+  tsr_checkpoint_meta got;
+  ck_assert_msg(tsr_checkpoint_verify(p1, &got, NULL) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(got.recorded, 0);
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  tsr_trainer *b = trainer_with(ctx, m, 9, &sgd, NULL);
+  const float mean[1] = {0.5f}, sd[1] = {2.0f};
+  ck_assert_int_eq(tsr_trainer_set_input_norm(b, mean, sd, 1), TSR_OK);
+  ck_assert_msg(load_logged(b, p1, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(strstr(log, "written before checkpoints recorded the optimizer (format version 1)"), "stderr: %s", log);
+  const float *gm, *gs;
+  tsr_trainer_input_norm(b, &gm, &gs);
+  ck_assert(gm && gm[0] == 0.5f && gs[0] == 2.0f);
+  float wa[4 * 9], wb[4 * 9];
+  tensor_of(a, "c1.weight", wa);
+  tensor_of(b, "c1.weight", wb);
+  ck_assert(memcmp(wa, wb, sizeof wa) == 0);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* Virtual memory of this process in bytes (/proc/self/statm, first field in pages). */
 static long long vm_bytes(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -300,6 +528,11 @@ static Suite *make_checkpoint_suite(void) {
   tcase_add_test(tc, rotation_keeps_the_newest_k);
   tcase_add_test(tc, truncated_and_corrupted_checkpoints_are_rejected);
   tcase_add_test(tc, other_model_or_seed_is_refused);
+  tcase_add_test(tc, other_optimizer_kind_is_refused_naming_both);
+  tcase_add_test(tc, changed_hyperparameters_load_and_are_reported);
+  tcase_add_test(tc, loss_scaler_options_and_state_round_trip);
+  tcase_add_test(tc, checkpoint_carries_input_normalisation);
+  tcase_add_test(tc, version_1_checkpoint_loads_with_a_warning);
   tcase_add_test(tc, failed_allocation_is_an_error_not_a_crash);
   suite_add_tcase(s, tc);
   return s;

@@ -158,6 +158,15 @@ START_TEST(standardised_inputs_have_mean_zero_std_one_per_channel) {
     double m = s1[c] / 640, v = s2[c] / 640 - m * m;
     ck_assert_msg(fabs(m) < 1e-5 && fabs(v - 1) < 1e-4, "channel %d: mean %g var %g", c, m, v);
   }
+  /* NULL statistics turn standardisation off (tessera-train hands them to the trainer instead) */
+  const double *mean, *sd;
+  float xr[48];
+  ck_assert_int_eq(tsr_loader_set_stats(l, NULL, NULL, 0), TSR_OK);
+  tsr_loader_stats(l, &mean, &sd);
+  ck_assert(!mean && !sd);
+  ck_assert_int_eq(tsr_loader_read(l, 3, x, NULL), TSR_OK);
+  ck_assert_int_eq(tsr_loader_read(raw, 3, xr, NULL), TSR_OK);
+  ck_assert(memcmp(x, xr, sizeof x) == 0);
   tsr_loader_close(l), tsr_loader_close(raw);
   free(a);
 }

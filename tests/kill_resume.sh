@@ -3,9 +3,10 @@
 # with SIGKILL at random points of its progress and resumed (--resume) until it finishes; every
 # training step's loss, including steps logged twice around a kill, must equal the uninterrupted run's
 # bitwise. Then a truncated newest checkpoint must be rejected (message naming it) and the previous
-# one used, SIGTERM must end a run with a checkpoint and status 143 (during training and during
-# validation), SIGINT likewise with 130 (a second SIGINT at once, without the checkpoint; without
-# --checkpoint-dir at once), and a NaN must stop naming the step (or be skipped).
+# one used, resuming with another optimizer must be refused and with another learning rate be said,
+# SIGTERM must end a run with a checkpoint and status 143 (during training and during validation),
+# SIGINT likewise with 130 (a second SIGINT at once, without the checkpoint; without --checkpoint-dir
+# at once), and a NaN must stop naming the step (or be skipped).
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 TRIALS=${KILL_TRIALS:-5}
@@ -70,6 +71,34 @@ if [ $rc -eq 0 ] && grep -q "checkpoint rejected: $newest" "$d/log2" && grep -q 
 else
   ko "truncated checkpoint rejected and previous one used (rc $rc)"
   cat "$d/log2"
+fi
+
+# Resuming with another optimizer kind is refused naming both; another learning rate is accepted and
+# said (old -> new). The reference run's last checkpoint is past its last epoch, so these runs train
+# nothing; the second exports its parameters, which carry the input normalisation.
+d=$tmp/optim
+mkdir -p "$d"
+cp -r "$tmp/ref" "$d/ck"
+sed 's/"adam", "lr": 0.003/"sgd", "lr": 0.01/' "$tmp/model.json" >"$d/sgd.json"
+oargs=("${args[@]}")
+oargs[1]=$d/sgd.json
+"$train" "${oargs[@]}" --checkpoint-dir "$d/ck" --resume >"$d/kind" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot resume: .*ckpt-.*written by adam; this run uses sgd" "$d/kind"; then
+  ok "resuming with another optimizer is refused: $(grep -o 'written by adam; this run uses sgd' "$d/kind")"
+else
+  ko "resuming with another optimizer is refused naming both (rc $rc)"
+  cat "$d/kind"
+fi
+"$train" "${args[@]}" --lr 0.001 --checkpoint-dir "$d/ck" --resume --export-params "$d/p.h5" >"$d/lr" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "optimizer adam: lr 0.003 -> 0.001 (this run's values apply" "$d/lr" &&
+  h5ls "$d/p.h5" | grep -q "^input_mean .*{1}" && h5ls "$d/p.h5" | grep -q "^input_std .*{1}"; then
+  ok "resuming with another learning rate says so; the export holds input_mean and input_std"
+else
+  ko "resuming with another learning rate is accepted and said; export with normalisation (rc $rc)"
+  cat "$d/lr"
+  h5ls "$d/p.h5"
 fi
 
 # SIGTERM: checkpoint, message, status 143; the run then resumes to the same losses.

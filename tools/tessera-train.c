@@ -165,6 +165,23 @@ static double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, i
   return se / ((double)nval * ye);
 }
 
+/* The loader computed the training inputs' per-channel statistics; the trainer applies them (to
+ * training, validation and prediction inputs alike), so checkpoints and exported parameters carry
+ * them and an export applied to raw inputs predicts as this run does. */
+static void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
+  const double *mean, *std;
+  int c, h, w;
+  tsr_loader_stats(train, &mean, &std);
+  if (!mean) return;
+  tsr_loader_input_shape(train, &c, &h, &w);
+  float *m = malloc(sizeof(float) * c), *s = malloc(sizeof(float) * c);
+  if (!m || !s) fail("out of memory");
+  for (int i = 0; i < c; i++) m[i] = (float)mean[i], s[i] = (float)std[i];
+  check(tsr_trainer_set_input_norm(t, m, s, c));
+  check(tsr_loader_set_stats(train, NULL, NULL, 0)); /* raw reads from now on */
+  free(m), free(s);
+}
+
 /* Linear scaling rule with gradual warm-up: lr grows from the base rate to ranks x base over
  * `warmup` steps (Goyal et al., 2017). */
 static float scaled_lr(float base, int ranks, int64_t step, int64_t warmup) {
@@ -232,14 +249,9 @@ int main(int argc, char **argv) {
   int64_t nfile = tsr_loader_size(live.train), ntrain = nfile, nval = 0, vfirst = 0;
   const char *val_name = o.val;
   if (o.val) {
-    lopts.standardize = 0; /* the training data's statistics, below */
+    lopts.standardize = 0; /* the trainer standardises with the training data's statistics */
     check(tsr_loader_open(&live.val, o.val, &lopts));
     nval = tsr_loader_size(live.val);
-    const double *mean, *std;
-    int vc, vh, vw;
-    tsr_loader_stats(live.train, &mean, &std);
-    tsr_loader_input_shape(live.train, &vc, &vh, &vw);
-    if (mean) check(tsr_loader_set_stats(live.val, mean, std, vc));
   } else if (o.val_fraction > 0) {
     live.val = live.train;
     nval = llround(o.val_fraction * nfile);
@@ -282,7 +294,8 @@ int main(int argc, char **argv) {
   check(tsr_context_check_same(live.ctx, "the training data's sample shapes", shapes, sizeof shapes));
   check_shapes(o.data, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
-  if (o.import_path) check(tsr_params_import(live.t, o.import_path));
+  standardize_in_trainer(live.train, live.t);
+  if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 
   int64_t steps = ntrain / ((int64_t)o.batch * nranks);
   if (steps == 0) {

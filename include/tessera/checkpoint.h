@@ -1,8 +1,8 @@
 /* Checkpoints: everything a training run needs to continue exactly (parameters, batch-norm running
- * statistics, optimizer moments, step counters, seed, epoch and position in it, tensor layout) in one
- * HDF5 file with a checksum, written atomically (temporary file, fsync, rename) into a folder that
- * keeps the newest K. Under MPI rank 0 writes (parameters are identical on every rank) and every rank
- * reads. */
+ * statistics, optimizer kind, hyperparameters and moments, loss scaler, input normalisation, step
+ * counters, seed, epoch and position in it, tensor layout) in one HDF5 file with a checksum, written
+ * atomically (temporary file, fsync, rename) into a folder that keeps the newest K. Under MPI rank 0
+ * writes (parameters are identical on every rank) and every rank reads. */
 #ifndef TESSERA_CHECKPOINT_H
 #define TESSERA_CHECKPOINT_H
 
@@ -28,6 +28,14 @@ typedef struct tsr_checkpoint_meta {
    * loss_scale 0: the run had none (a run with dynamic scaling that loads it keeps its own scaler) */
   double loss_scale;
   int64_t loss_scale_good_steps, loss_scale_steps, loss_scale_skipped;
+  /* Filled by tsr_checkpoint_save (format version 2); version-1 files predate them and read with
+   * recorded = 0. The optimizer as given to tsr_trainer_create (lr: the base rate, not a rate set
+   * later by tsr_trainer_set_lr) and the loss-scaling options (tsr_trainer_opts.loss_scale; for
+   * dynamic scaling, the initial scale and growth interval in effect, else 0). */
+  int32_t recorded;
+  tsr_optim_spec optim;
+  double loss_scale_option, loss_scale_init;
+  int32_t loss_scale_interval;
 } tsr_checkpoint_meta;
 
 /* Writes the trainer's state and *meta to `path` (through `path`.tmp, fsync, rename). Waits for
@@ -36,8 +44,13 @@ tsr_status tsr_checkpoint_save(tsr_trainer *t, const char *path, const tsr_check
 
 /* Reads a checkpoint, verifies its digest file (`path`.sum, written by tsr_checkpoint_save; a file
  * without one is refused, before HDF5 parses it), its checksum and that its tensors match the trainer's (names, shapes,
- * order), then sets the trainer's tensors, moments and counters and fills *meta. A file that fails
- * any check leaves the trainer unchanged; the error names the file and what is wrong. */
+ * order), then sets the trainer's tensors, moments, counters, loss scaler state and input
+ * normalisation and fills *meta. A file that fails any check leaves the trainer unchanged; the error
+ * names the file and what is wrong. A checkpoint of another optimizer kind is refused
+ * (TSR_ERR_MISMATCH naming both: its moments mean something else); other hyperparameters and the
+ * loss-scaling options may differ: the trainer's own apply from now on, and a line on stderr names
+ * each change (old -> new). A version-1 file (no optimizer record) loads with a line saying its
+ * optimizer cannot be checked, and keeps the trainer's input normalisation. */
 tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_meta *meta);
 
 /* Reads and verifies a checkpoint without a trainer: metadata and checksum only (and the file's

@@ -42,7 +42,8 @@ void tsr_loader_target_shape(const tsr_loader *l, int *c, int *h, int *w);
 tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y);
 
 /* Per-channel input statistics ([C] each; NULL when standardisation is off). A validation loader
- * should use its training loader's statistics: tsr_loader_set_stats copies them. */
+ * should use its training loader's statistics: tsr_loader_set_stats copies them; NULL mean and std
+ * turn standardisation off (the statistics can then go to tsr_trainer_set_input_norm instead). */
 void tsr_loader_stats(const tsr_loader *l, const double **mean, const double **std);
 tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double *std, int channels);
 

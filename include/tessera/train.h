@@ -27,6 +27,9 @@ typedef struct tsr_optim_spec {
 tsr_optim_spec tsr_optim_spec_default(tsr_optim_kind kind);
 const char *tsr_optim_kind_name(tsr_optim_kind kind);
 tsr_status tsr_optim_kind_parse(const char *name, tsr_optim_kind *kind);
+/* The hyperparameters that `to`'s kind uses and that differ in `from`, written to out (cap bytes) as
+ * "lr 0.001 -> 0.002, beta2 0.999 -> 0.99"; returns how many. */
+int tsr_optim_spec_diff(const tsr_optim_spec *from, const tsr_optim_spec *to, char *out, size_t cap);
 
 typedef struct tsr_trainer tsr_trainer;
 
@@ -77,6 +80,11 @@ void tsr_trainer_destroy(tsr_trainer *t);
 
 /* Changes the learning rate used by steps submitted from now on. */
 void tsr_trainer_set_lr(tsr_trainer *t, float lr);
+/* The optimizer given to tsr_trainer_create (lr: that base rate, whatever tsr_trainer_set_lr set). */
+void tsr_trainer_optim(const tsr_trainer *t, tsr_optim_spec *opt);
+/* The loss-scaling options in effect: tsr_trainer_opts.loss_scale and, with dynamic scaling, the
+ * initial scale and growth interval after defaults (else 0 and 0). Any pointer may be NULL. */
+void tsr_trainer_loss_scale_options(const tsr_trainer *t, double *loss_scale, double *init, int *interval);
 
 /* Per-sample input and target shapes the trainer expects. */
 void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w);
@@ -107,9 +115,20 @@ tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step_id, double *sum);
 /* Waits for every submitted step. */
 tsr_status tsr_trainer_sync(tsr_trainer *t);
 
-/* Runs the model forward in eval mode on `n` samples (n <= batch) and copies the output layer's
- * values to `out` ([n, C', H', W']). Synchronous. */
+/* Runs the model forward in eval mode on `n` samples (n <= batch) of raw inputs (the trainer's
+ * input normalisation is applied to them, as to every sample) and copies the output layer's values
+ * to `out` ([n, C', H', W']). Synchronous. */
 tsr_status tsr_trainer_predict(tsr_trainer *t, const float *x, int n, float *out);
+
+/* Input normalisation, part of the model: every input sample a fill callback writes (training,
+ * evaluation, tsr_trainer_predict) becomes (x - mean[c]) / std[c] per input channel, in float32,
+ * before the first layer sees it. Checkpoints and exported parameters carry it, so a restored or
+ * imported model takes the same raw inputs. `channels` must be the input layer's; std finite and
+ * > 0. NULL mean and std, or mean 0 and std 1 in every channel: none (inputs used as written).
+ * Waits for the steps in flight. */
+tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const float *std, int channels);
+/* The normalisation ([input channels] each), or NULL in both when there is none. */
+void tsr_trainer_input_norm(const tsr_trainer *t, const float **mean, const float **std);
 
 /* Parameter access by PyTorch state_dict name ("enc1.weight", "bn1.running_mean"); synchronous. */
 int tsr_trainer_num_tensors(const tsr_trainer *t);

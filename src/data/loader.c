@@ -251,7 +251,12 @@ void tsr_loader_stats(const tsr_loader *l, const double **mean, const double **s
 }
 
 tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double *std, int channels) {
-  if (!l || !mean || !std) return _tsr_error(TSR_ERR_ARG, "tsr_loader_set_stats: NULL argument");
+  if (!l || !mean != !std) return _tsr_error(TSR_ERR_ARG, "tsr_loader_set_stats: NULL loader, or mean without std");
+  if (!mean) {
+    free(l->mean), free(l->std);
+    l->mean = l->std = NULL;
+    return TSR_OK;
+  }
   if (channels != l->c)
     return _tsr_error(TSR_ERR_SHAPE, "%s: inputs have %d channels, the statistics %d", l->src[0].path, l->c, channels);
   if (!l->mean) l->mean = malloc(sizeof(double) * l->c), l->std = malloc(sizeof(double) * l->c);

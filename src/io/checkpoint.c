@@ -1,10 +1,11 @@
-/* Checkpoint files: one HDF5 file with the run's metadata as root attributes, the tensor layout
- * (/layout/names, /layout/shapes, /layout/trainable, in the trainer's order) and one float32 dataset
- * per tensor under /params, /moment0 and /moment1. A 64-bit checksum over the metadata, the layout and
- * every value is stored as the root attribute "checksum"; the reader recomputes it, so a truncated or
- * corrupted file is rejected before anything of it is used. Folder handling is in checkpoint_dir.c. */
+/* Checkpoint files: one HDF5 file with the run's metadata as root attributes, the optimizer as
+ * attributes of /optimizer (kind, hyperparameters), the input normalisation (/input_norm/mean, std),
+ * the tensor layout (/layout/names, /layout/shapes, /layout/trainable, in the trainer's order) and one
+ * float32 dataset per tensor under /params, /moment0 and /moment1. A 64-bit checksum over all of it is
+ * stored as the root attribute "checksum"; the reader recomputes it, so a truncated or corrupted file
+ * is rejected before anything of it is used. Folder handling is in checkpoint_dir.c, the digest
+ * file beside each checkpoint in checkpoint_digest.c. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,55 +19,50 @@
 #include "io/checkpoint_int.h"
 #include "runtime/error.h"
 
-enum { CK_VERSION = 1, CK_MAX_TENSORS = 1 << 20 };
+enum { CK_MAX_TENSORS = 1 << 20, CK_MAX_CHANNELS = 1 << 20, CK_KIND_MAX = 32 };
 static const char *const moment_group[2] = {"moment0", "moment1"};
 
 void _tsr_ck_free(struct _tsr_ck *ck) {
   for (int i = 0; ck->t && i < ck->n; i++) free(ck->t[i].w), free(ck->t[i].m[0]), free(ck->t[i].m[1]);
-  free(ck->t);
-  ck->t = NULL, ck->n = 0;
+  free(ck->t), free(ck->norm_mean), free(ck->norm_std);
+  ck->t = NULL, ck->n = 0, ck->norm_mean = ck->norm_std = NULL, ck->norm_c = 0;
 }
 
-/* FNV-1a over 64-bit words with an extra shift-xor so high bits reach low ones; a corruption check,
- * not a cryptographic one. */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    memcpy(&w, b + i, 8);
-    h = (h ^ w) * 0x100000001B3ull;
-    h ^= h >> 31;
-  }
-  for (; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
-  return h;
-}
-
-static uint64_t hash_i64(uint64_t h, int64_t v) { return hash_bytes(h, &v, sizeof v); }
+static uint64_t hash_i64(uint64_t h, int64_t v) { return _tsr_ck_hash(h, &v, sizeof v); }
 
 uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
   const tsr_checkpoint_meta *m = &ck->meta;
   uint64_t h = 0xCBF29CE484222325ull;
-  h = hash_i64(h, CK_VERSION);
+  h = hash_i64(h, ck->version);
   h = hash_i64(h, m->step), h = hash_i64(h, m->epoch), h = hash_i64(h, m->position);
   h = hash_i64(h, (int64_t)m->seed), h = hash_i64(h, m->nranks), h = hash_i64(h, m->batch);
-  h = hash_bytes(h, &m->loss_sum, sizeof m->loss_sum);
+  h = _tsr_ck_hash(h, &m->loss_sum, sizeof m->loss_sum);
   h = hash_i64(h, m->trainer_steps), h = hash_i64(h, m->trainer_updates);
   if (m->loss_scale != 0) { /* absent from files without loss scaling (and older ones) */
-    h = hash_bytes(h, &m->loss_scale, sizeof m->loss_scale);
+    h = _tsr_ck_hash(h, &m->loss_scale, sizeof m->loss_scale);
     h = hash_i64(h, m->loss_scale_good_steps), h = hash_i64(h, m->loss_scale_steps);
     h = hash_i64(h, m->loss_scale_skipped);
+  }
+  if (ck->version >= 2) {
+    const tsr_optim_spec *o = &m->optim;
+    const float f[] = {o->lr, o->momentum, o->weight_decay, o->beta1, o->beta2, o->eps};
+    h = hash_i64(h, o->kind), h = hash_i64(h, o->nesterov), h = _tsr_ck_hash(h, f, sizeof f);
+    h = _tsr_ck_hash(h, &m->loss_scale_option, sizeof m->loss_scale_option);
+    h = _tsr_ck_hash(h, &m->loss_scale_init, sizeof m->loss_scale_init), h = hash_i64(h, m->loss_scale_interval);
+    h = hash_i64(h, ck->norm_c);
+    h = _tsr_ck_hash(h, ck->norm_mean, sizeof(float) * ck->norm_c);
+    h = _tsr_ck_hash(h, ck->norm_std, sizeof(float) * ck->norm_c);
   }
   h = hash_i64(h, ck->n);
   for (int i = 0; i < ck->n; i++) {
     const struct _tsr_ck_tensor *t = &ck->t[i];
     size_t bytes = (size_t)tsr_shape_numel(&t->shape) * sizeof(float);
-    h = hash_bytes(h, t->name, strlen(t->name) + 1);
+    h = _tsr_ck_hash(h, t->name, strlen(t->name) + 1);
     h = hash_i64(h, t->shape.ndim);
     for (int d = 0; d < t->shape.ndim; d++) h = hash_i64(h, t->shape.dims[d]);
     h = hash_i64(h, t->trainable);
-    h = hash_bytes(h, t->w, bytes);
-    for (int k = 0; t->trainable && k < 2; k++) h = hash_bytes(h, t->m[k], bytes);
+    h = _tsr_ck_hash(h, t->w, bytes);
+    for (int k = 0; t->trainable && k < 2; k++) h = _tsr_ck_hash(h, t->m[k], bytes);
   }
   return h ^ (h >> 29);
 }
@@ -101,15 +97,43 @@ static hid_t name_type(void) {
   return s;
 }
 
+static herr_t attr_write_str(hid_t obj, const char *name, const char *v) {
+  hid_t str = H5Tcopy(H5T_C_S1);
+  herr_t e = str < 0 || H5Tset_size(str, strlen(v) + 1) < 0 ? -1 : attr_write(obj, name, str, str, v);
+  if (str >= 0) H5Tclose(str);
+  return e;
+}
+
+/* /optimizer: its kind by name and every hyperparameter of tsr_optim_spec, as attributes. */
+static herr_t write_optim(hid_t f, const tsr_optim_spec *o) {
+  hid_t g = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = g < 0 ? -1 : attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
+  struct {
+    const char *name;
+    const float *v;
+  } f32[] = {{"lr", &o->lr},       {"momentum", &o->momentum}, {"weight_decay", &o->weight_decay},
+             {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
+  for (size_t i = 0; e >= 0 && i < sizeof f32 / sizeof *f32; i++)
+    e = attr_write(g, f32[i].name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, f32[i].v);
+  int32_t nesterov = o->nesterov;
+  if (e >= 0) e = attr_write(g, "nesterov", H5T_STD_I32LE, H5T_NATIVE_INT32, &nesterov);
+  if (g >= 0 && H5Gclose(g) < 0) e = -1;
+  return e;
+}
+
+static herr_t write_norm(hid_t f, const struct _tsr_ck *ck) {
+  hid_t g = H5Gcreate2(f, "input_norm", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t c[1] = {(hsize_t)ck->norm_c};
+  herr_t e = g < 0 ? -1 : dset_write(g, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, c, ck->norm_mean);
+  if (e >= 0) e = dset_write(g, "std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, c, ck->norm_std);
+  if (g >= 0 && H5Gclose(g) < 0) e = -1;
+  return e;
+}
+
 static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
   const tsr_checkpoint_meta *m = &ck->meta;
-  int32_t version = CK_VERSION;
-  herr_t e = 0;
-  hid_t str = H5Tcopy(H5T_C_S1);
-  const char *format = "tessera checkpoint";
-  if (str < 0 || H5Tset_size(str, strlen(format) + 1) < 0) e = -1;
-  if (e >= 0) e = attr_write(f, "format", str, str, format);
-  if (str >= 0) H5Tclose(str);
+  int32_t version = ck->version;
+  herr_t e = attr_write_str(f, "format", "tessera checkpoint");
   struct { const char *name; const int64_t *v; } i64[] = {
       {"step", &m->step}, {"epoch", &m->epoch}, {"position", &m->position},
       {"trainer_steps", &m->trainer_steps}, {"trainer_updates", &m->trainer_updates}};
@@ -125,6 +149,13 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
   if (e >= 0 && m->loss_scale != 0) e = attr_write(f, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale);
   for (size_t i = 0; e >= 0 && m->loss_scale != 0 && i < sizeof ls / sizeof *ls; i++)
     e = attr_write(f, ls[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, ls[i].v);
+  if (ck->version >= 2) { /* tests write version 1 to check that it is still read */
+    if (e >= 0) e = attr_write(f, "loss_scale_option", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_option);
+    if (e >= 0) e = attr_write(f, "loss_scale_init", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_init);
+    if (e >= 0) e = attr_write(f, "loss_scale_interval", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->loss_scale_interval);
+    if (e >= 0) e = write_optim(f, &m->optim);
+    if (e >= 0) e = write_norm(f, ck);
+  }
   if (e >= 0) e = attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
   return e;
 }
@@ -166,79 +197,6 @@ static herr_t write_values(hid_t f, const struct _tsr_ck *ck, const char *group,
   return e;
 }
 
-static tsr_status fsync_path(const char *path, int dir) {
-  int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDWR);
-  if (fd < 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open to sync: %s", path, strerror(errno));
-  int r = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (r != 0 && !(dir && err == EINVAL)) return _tsr_error(TSR_ERR_IO, "%s: fsync failed: %s", path, strerror(err));
-  return TSR_OK;
-}
-
-/* ---- the file's own digest (path.sum) ----
- * Checked before HDF5 parses the file: fuzzing found corrupted files that crash Debian's libhdf5
- * (in H5Dread/H5Aexists) before the datasets' checksum above can be computed. */
-
-static tsr_status file_digest(const char *path, uint64_t *h, long long *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  static _Thread_local unsigned char buf[1 << 16];
-  *h = 1469598103934665603ull, *size = 0;
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) *h = hash_bytes(*h, buf, n), *size += (long long)n;
-  int bad = ferror(f);
-  fclose(f);
-  return bad ? _tsr_error(TSR_ERR_IO, "%s: read error", path) : TSR_OK;
-}
-
-/* Writes "<path>.sum" (digest and size of the bytes now in `file`) through a temporary and rename. */
-static tsr_status write_sum(const char *path, const char *file) {
-  uint64_t h;
-  long long size;
-  TSR_TRY(file_digest(file, &h, &size));
-  char sum[4096], tmp[4100];
-  snprintf(sum, sizeof sum, "%s.sum", path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", sum);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return _tsr_error(TSR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-  int ok = fprintf(f, "tessera-checkpoint-digest 1 %016llx %lld\n", (unsigned long long)h, size) > 0;
-  ok = fclose(f) == 0 && ok;
-  tsr_status s = ok ? fsync_path(tmp, 0) : _tsr_error(TSR_ERR_IO, "%s: cannot write", tmp);
-  if (s == TSR_OK && rename(tmp, sum) != 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot rename: %s", tmp, strerror(errno));
-  if (s != TSR_OK) remove(tmp);
-  return s;
-}
-
-tsr_status _tsr_ck_write_sum(const char *path) { return write_sum(path, path); }
-
-/* Compares path's bytes with path.sum. A checkpoint without one is refused: every checkpoint Tessera
- * writes has one, and HDF5 must not parse a file whose bytes nothing vouches for. */
-static tsr_status check_sum(const char *path) {
-  char sum[4096];
-  snprintf(sum, sizeof sum, "%s.sum", path);
-  FILE *f = fopen(sum, "r");
-  if (!f)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: no digest file %s (%s): Tessera writes one beside every checkpoint; "
-                      "without it the file is not read, since a damaged HDF5 file can crash libhdf5",
-                      path, sum, strerror(errno));
-  unsigned long long want;
-  long long want_size;
-  int n = fscanf(f, "tessera-checkpoint-digest 1 %llx %lld", &want, &want_size);
-  fclose(f);
-  if (n != 2) return _tsr_error(TSR_ERR_FORMAT, "%s: unreadable digest file", sum);
-  uint64_t h;
-  long long size;
-  TSR_TRY(file_digest(path, &h, &size));
-  if (size != want_size)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: %lld bytes, but %lld were written (truncated or corrupted)", path, size,
-                      want_size);
-  if (h != want)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: the file's digest %016llx differs from the one written, %016llx: the file "
-                      "is corrupted", path, (unsigned long long)h, want);
-  return TSR_OK;
-}
-
 /* Writes ck to path through path.tmp, fsync and rename, then syncs the folder so the rename lasts. */
 tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   size_t len = strlen(path);
@@ -259,8 +217,8 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   if (f >= 0 && e < 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot write the checkpoint (%s)", tmp, _tsr_hdf5_reason(why));
   if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close the checkpoint", tmp);
   _tsr_hdf5_unlock();
-  if (s == TSR_OK) s = fsync_path(tmp, 0);
-  if (s == TSR_OK) s = write_sum(path, tmp); /* before the rename: a final name always has its digest */
+  if (s == TSR_OK) s = _tsr_ck_fsync(tmp, 0);
+  if (s == TSR_OK) s = _tsr_ck_write_sum_of(path, tmp); /* before the rename: a final name always has its digest */
   if (s == TSR_OK && rename(tmp, path) != 0)
     s = _tsr_error(TSR_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
   if (s != TSR_OK) remove(tmp);
@@ -270,7 +228,7 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
     if (!slash) strcpy(dir, ".");
     else if (slash == dir) dir[1] = '\0';
     else *slash = '\0';
-    s = fsync_path(dir, 1);
+    s = _tsr_ck_fsync(dir, 1);
   }
   free(tmp), free(dir);
   return s;
@@ -289,13 +247,56 @@ static tsr_status attr_read(hid_t f, const char *file, const char *name, hid_t m
   return ok ? TSR_OK : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a readable scalar", file, name);
 }
 
+/* Reads string attribute `name` of obj: a fixed-size string of at most cap - 1 characters. */
+static tsr_status attr_read_str(hid_t obj, const char *file, const char *name, char *buf, size_t cap) {
+  if (H5Aexists(obj, name) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is missing", file, name);
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t ft = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a), mt = H5Tcopy(H5T_C_S1);
+  size_t size = ft < 0 ? 0 : H5Tget_size(ft);
+  int ok = ft >= 0 && sp >= 0 && mt >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR &&
+           H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) == 0 && size > 0 && size < cap &&
+           H5Tset_size(mt, size) >= 0 && H5Aread(a, mt, buf) >= 0;
+  if (ok) buf[size] = '\0';
+  if (mt >= 0) H5Tclose(mt);
+  if (sp >= 0) H5Sclose(sp);
+  if (ft >= 0) H5Tclose(ft);
+  if (a >= 0) H5Aclose(a);
+  return ok ? TSR_OK
+            : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a string of at most %zu bytes", file, name,
+                         cap - 1);
+}
+
+static tsr_status read_optim(hid_t f, const char *file, tsr_optim_spec *o) {
+  if (H5Lexists(f, "optimizer", H5P_DEFAULT) <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: group 'optimizer' is missing", file);
+  hid_t g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+  if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'optimizer' is not a group", file);
+  char kind[CK_KIND_MAX];
+  int32_t nesterov = 0;
+  tsr_status s = attr_read_str(g, file, "kind", kind, sizeof kind);
+  if (s == TSR_OK && tsr_optim_kind_parse(kind, &o->kind) != TSR_OK)
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: unknown optimizer '%s' (expected sgd, adam, adamw)", file, kind);
+  struct {
+    const char *name;
+    float *v;
+  } f32[] = {{"lr", &o->lr},       {"momentum", &o->momentum}, {"weight_decay", &o->weight_decay},
+             {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
+  for (size_t i = 0; s == TSR_OK && i < sizeof f32 / sizeof *f32; i++)
+    s = attr_read(g, file, f32[i].name, H5T_NATIVE_FLOAT, f32[i].v);
+  if (s == TSR_OK) s = attr_read(g, file, "nesterov", H5T_NATIVE_INT32, &nesterov);
+  o->nesterov = nesterov;
+  H5Gclose(g);
+  return s;
+}
+
 static tsr_status read_meta(hid_t f, const char *file, struct _tsr_ck *ck) {
   tsr_checkpoint_meta *m = &ck->meta;
   int32_t version = 0;
   TSR_TRY(attr_read(f, file, "version", H5T_NATIVE_INT32, &version));
-  if (version != CK_VERSION)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: checkpoint version %d, this build reads version %d", file, version,
-                      CK_VERSION);
+  if (version < 1 || version > TSR_CK_VERSION)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: checkpoint version %d, this build reads versions 1 to %d", file, version,
+                      TSR_CK_VERSION);
+  ck->version = version;
   TSR_TRY(attr_read(f, file, "step", H5T_NATIVE_INT64, &m->step));
   TSR_TRY(attr_read(f, file, "epoch", H5T_NATIVE_INT64, &m->epoch));
   TSR_TRY(attr_read(f, file, "position", H5T_NATIVE_INT64, &m->position));
@@ -310,6 +311,13 @@ static tsr_status read_meta(hid_t f, const char *file, struct _tsr_ck *ck) {
     TSR_TRY(attr_read(f, file, "loss_scale_good_steps", H5T_NATIVE_INT64, &m->loss_scale_good_steps));
     TSR_TRY(attr_read(f, file, "loss_scale_steps", H5T_NATIVE_INT64, &m->loss_scale_steps));
     TSR_TRY(attr_read(f, file, "loss_scale_skipped", H5T_NATIVE_INT64, &m->loss_scale_skipped));
+  }
+  if (version >= 2) {
+    m->recorded = 1;
+    TSR_TRY(attr_read(f, file, "loss_scale_option", H5T_NATIVE_DOUBLE, &m->loss_scale_option));
+    TSR_TRY(attr_read(f, file, "loss_scale_init", H5T_NATIVE_DOUBLE, &m->loss_scale_init));
+    TSR_TRY(attr_read(f, file, "loss_scale_interval", H5T_NATIVE_INT32, &m->loss_scale_interval));
+    TSR_TRY(read_optim(f, file, &m->optim));
   }
   return attr_read(f, file, "checksum", H5T_NATIVE_UINT64, &ck->checksum);
 }
@@ -458,16 +466,45 @@ static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, con
   return s;
 }
 
+/* /input_norm/mean and std: float32 [C] each, C >= 1. */
+static tsr_status read_norm(hid_t f, const char *file, struct _tsr_ck *ck) {
+  if (H5Lexists(f, "input_norm", H5P_DEFAULT) <= 0)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: group 'input_norm' is missing", file);
+  hid_t g = H5Gopen2(f, "input_norm", H5P_DEFAULT);
+  if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'input_norm' is not a group", file);
+  hsize_t c = 0;
+  hid_t d;
+  tsr_status s = dset_open(g, file, "mean", 1, NULL, &c, &d);
+  if (s == TSR_OK && (c < 1 || c > CK_MAX_CHANNELS)) {
+    H5Dclose(d);
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: input normalisation of %llu channels", file, (unsigned long long)c);
+  }
+  if (s == TSR_OK) {
+    ck->norm_mean = malloc(sizeof(float) * c), ck->norm_std = malloc(sizeof(float) * c);
+    ck->norm_c = (int)c;
+    if (!ck->norm_mean || !ck->norm_std) {
+      H5Dclose(d);
+      s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", file);
+    }
+  }
+  if (s == TSR_OK) s = dset_read(d, file, "input_norm/mean", H5T_NATIVE_FLOAT, ck->norm_mean);
+  if (s == TSR_OK) s = dset_open(g, file, "std", 1, &c, NULL, &d);
+  if (s == TSR_OK) s = dset_read(d, file, "input_norm/std", H5T_NATIVE_FLOAT, ck->norm_std);
+  H5Gclose(g);
+  return s;
+}
+
 tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
   memset(ck, 0, sizeof *ck);
   if (access(path, R_OK) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  TSR_TRY(check_sum(path));
+  TSR_TRY(_tsr_ck_check_sum(path));
   char why[256];
   _tsr_hdf5_lock();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   tsr_status s = TSR_OK;
   if (f < 0) s = _tsr_error(TSR_ERR_FORMAT, "%s: not a readable HDF5 file, truncated or corrupted (%s)", path, _tsr_hdf5_reason(why));
   if (s == TSR_OK) s = read_meta(f, path, ck);
+  if (s == TSR_OK && ck->version >= 2) s = read_norm(f, path, ck);
   if (s == TSR_OK) s = read_layout(f, path, ck);
   if (s == TSR_OK) s = read_values(f, path, ck, "params", -1);
   for (int k = 0; s == TSR_OK && k < 2; k++) s = read_values(f, path, ck, moment_group[k], k);

@@ -1,6 +1,7 @@
 /* Checkpoints of a trainer (through its public tensor, moment and counter calls) and folders of them:
  * dir/ckpt-<step>.h5, newest K kept, the newest valid one found on resume (invalid ones are reported
- * and skipped). Under MPI only rank 0 writes; every rank reads. */
+ * and skipped). Loading refuses another optimizer kind and reports changed hyperparameters and
+ * loss-scaling options. Under MPI only rank 0 writes; every rank reads. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +13,21 @@
 #include "io/checkpoint_int.h"
 #include "runtime/error.h"
 
+/* The trainer's input normalisation, or the identity (mean 0, std 1) when it has none. */
+static tsr_status gather_norm(tsr_trainer *t, struct _tsr_ck *ck) {
+  int c, h, w;
+  const float *mean, *std;
+  tsr_trainer_input_shape(t, &c, &h, &w);
+  tsr_trainer_input_norm(t, &mean, &std);
+  ck->norm_mean = malloc(sizeof(float) * c), ck->norm_std = malloc(sizeof(float) * c);
+  if (!ck->norm_mean || !ck->norm_std) return _tsr_error(TSR_ERR_NOMEM, "checkpoint: out of memory");
+  ck->norm_c = c;
+  for (int i = 0; i < c; i++) ck->norm_mean[i] = mean ? mean[i] : 0.0f, ck->norm_std[i] = mean ? std[i] : 1.0f;
+  return TSR_OK;
+}
+
 static tsr_status gather(tsr_trainer *t, struct _tsr_ck *ck) {
+  TSR_TRY(gather_norm(t, ck));
   int n = tsr_trainer_num_tensors(t);
   ck->t = calloc(n ? (size_t)n : 1, sizeof *ck->t);
   if (!ck->t) return _tsr_error(TSR_ERR_NOMEM, "checkpoint: out of memory for %d tensors", n);
@@ -42,8 +57,13 @@ tsr_status tsr_checkpoint_save(tsr_trainer *t, const char *path, const tsr_check
                       (long long)meta->epoch, (long long)meta->position, (long long)meta->step);
   TSR_TRY(tsr_trainer_sync(t));
   if (tsr_context_rank(t->ctx) != 0) return TSR_OK;
-  struct _tsr_ck ck = {.meta = *meta};
+  struct _tsr_ck ck = {.meta = *meta, .version = TSR_CK_VERSION};
   ck.meta.seed = t->seed;
+  ck.meta.recorded = 1;
+  tsr_trainer_optim(t, &ck.meta.optim);
+  int interval;
+  tsr_trainer_loss_scale_options(t, &ck.meta.loss_scale_option, &ck.meta.loss_scale_init, &interval);
+  ck.meta.loss_scale_interval = interval;
   tsr_trainer_counters(t, &ck.meta.trainer_steps, &ck.meta.trainer_updates);
   tsr_loss_scale_state ls = {0};
   ck.meta.loss_scale = 0;
@@ -86,6 +106,80 @@ static tsr_status match_layout(tsr_trainer *t, const struct _tsr_ck *ck, const c
   return TSR_OK;
 }
 
+/* "off", "static 1024" or "dynamic (initial scale 65536, growth interval 2000)". */
+static const char *scaling_str(double option, double init, int interval, char *buf, size_t cap) {
+  if (option == 0)
+    snprintf(buf, cap, "off");
+  else if (option > 0)
+    snprintf(buf, cap, "static %g", option);
+  else
+    snprintf(buf, cap, "dynamic (initial scale %g, growth interval %d)", init, interval);
+  return buf;
+}
+
+static const char *norm_str(const float *mean, const float *std, int c, char *buf, size_t cap) {
+  if (!mean)
+    snprintf(buf, cap, "none");
+  else
+    snprintf(buf, cap, "channel 0 of %d: mean %.7g, std %.7g", c, mean[0], std[0]);
+  return buf;
+}
+
+/* The optimizer of the checkpoint must be the run's kind (its moments mean something else for
+ * another); changed hyperparameters, loss-scaling options and input normalisation are reported (the
+ * run's own hyperparameters and options apply from now on, the checkpoint's normalisation replaces
+ * the run's). Returns nonzero (error set) on refusal. */
+static tsr_status compare_record(tsr_trainer *t, const struct _tsr_ck *ck, const char *path) {
+  const tsr_checkpoint_meta *m = &ck->meta;
+  int talk = tsr_context_rank(t->ctx) == 0;
+  tsr_optim_spec opt;
+  tsr_trainer_optim(t, &opt);
+  if (!m->recorded) {
+    if (talk)
+      _tsr_log(0,
+               "%s: written before checkpoints recorded the optimizer (format version %d): its kind and "
+               "hyperparameters cannot be checked against this run's (%s); the run's input normalisation is kept",
+               path, ck->version, tsr_optim_kind_name(opt.kind));
+    return TSR_OK;
+  }
+  if (m->optim.kind != opt.kind)
+    return _tsr_error(TSR_ERR_MISMATCH,
+                      "%s: the checkpoint was written by %s; this run uses %s (the optimizer's "
+                      "moments would be misread: resume with %s, or start a new run)",
+                      path, tsr_optim_kind_name(m->optim.kind), tsr_optim_kind_name(opt.kind),
+                      tsr_optim_kind_name(m->optim.kind));
+  int c, h, w;
+  tsr_trainer_input_shape(t, &c, &h, &w);
+  if (ck->norm_c != c)
+    return _tsr_error(TSR_ERR_MISMATCH, "%s: input normalisation of %d channels, the model's input has %d", path,
+                      ck->norm_c, c);
+  char what[512], a[128], b[128];
+  if (talk && tsr_optim_spec_diff(&m->optim, &opt, what, sizeof what))
+    _tsr_log(0, "%s: optimizer %s: %s (this run's values apply from now on)", path, tsr_optim_kind_name(opt.kind),
+             what);
+  double option, init;
+  int interval;
+  tsr_trainer_loss_scale_options(t, &option, &init, &interval);
+  if (talk && (m->loss_scale_option != option || m->loss_scale_init != init || m->loss_scale_interval != interval))
+    _tsr_log(0, "%s: loss scaling %s -> %s (this run's options apply%s)", path,
+             scaling_str(m->loss_scale_option, m->loss_scale_init, m->loss_scale_interval, a, sizeof a),
+             scaling_str(option, init, interval, b, sizeof b),
+             option == TSR_LOSS_SCALE_DYNAMIC && m->loss_scale != 0 ? "; the saved scaler state is restored" : "");
+  const float *mean, *std;
+  tsr_trainer_input_norm(t, &mean, &std);
+  int same = 1;
+  for (int i = 0; i < c; i++)
+    same &= (mean ? mean[i] : 0.0f) == ck->norm_mean[i] && (mean ? std[i] : 1.0f) == ck->norm_std[i];
+  if (talk && !same) {
+    int identity = 1;
+    for (int i = 0; i < c; i++) identity &= ck->norm_mean[i] == 0 && ck->norm_std[i] == 1;
+    _tsr_log(0, "%s: input normalisation: the checkpoint's (%s) replaces this run's (%s)", path,
+             norm_str(identity ? NULL : ck->norm_mean, ck->norm_std, c, a, sizeof a),
+             norm_str(mean, std, c, b, sizeof b));
+  }
+  return TSR_OK;
+}
+
 tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_meta *meta) {
   if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_load: trainer and path are required");
   struct _tsr_ck ck;
@@ -94,6 +188,13 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
   if (s == TSR_OK && ck.meta.seed != t->seed)
     s = _tsr_error(TSR_ERR_MISMATCH, "%s: the checkpoint was written with seed %llu, this run uses seed %llu", path,
                    (unsigned long long)ck.meta.seed, (unsigned long long)t->seed);
+  if (s == TSR_OK) s = compare_record(t, &ck, path);
+  if (s == TSR_OK && ck.meta.recorded) { /* first: it validates the values (and syncs) */
+    s = tsr_trainer_set_input_norm(t, ck.norm_mean, ck.norm_std, ck.norm_c);
+    char why[1024];
+    if (s != TSR_OK)
+      snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
+  }
   if (s == TSR_OK) s = tsr_trainer_sync(t);
   for (int i = 0; s == TSR_OK && i < ck.n; i++) {
     s = tsr_trainer_tensor_set(t, i, ck.t[i].w);
@@ -104,7 +205,10 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
     tsr_loss_scale_state ls = {.scale = ck.meta.loss_scale, .good_steps = ck.meta.loss_scale_good_steps,
                                .steps = ck.meta.loss_scale_steps, .skipped = ck.meta.loss_scale_skipped};
     s = tsr_trainer_loss_scale_set(t, &ls);
-    if (s != TSR_OK) s = _tsr_error(TSR_ERR_FORMAT, "%s: loss scaler state: %s", path, tsr_last_error());
+    char why[1024]; /* _tsr_error formats into the buffer tsr_last_error returns */
+    if (s != TSR_OK)
+      snprintf(why, sizeof why, "%s", tsr_last_error()),
+          s = _tsr_error(TSR_ERR_FORMAT, "%s: loss scaler state: %s", path, why);
   }
   if (s == TSR_OK && meta) *meta = ck.meta;
   _tsr_ck_free(&ck);

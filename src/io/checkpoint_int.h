@@ -7,6 +7,9 @@
 #include <tessera/tensor.h>
 
 #define TSR_CK_NAME_MAX 128
+/* The format version written; version 1 (no optimizer record, loss-scaling options or input
+ * normalisation) is read too. */
+#define TSR_CK_VERSION 2
 
 struct _tsr_ck_tensor {
   char name[TSR_CK_NAME_MAX];
@@ -17,17 +20,27 @@ struct _tsr_ck_tensor {
 
 struct _tsr_ck {
   tsr_checkpoint_meta meta;
+  int version; /* of the file read (1 or 2); files are written as version 2 */
   uint64_t checksum;
   int n;
   struct _tsr_ck_tensor *t;
+  int norm_c; /* input normalisation: [norm_c] each (mean 0, std 1: none); version 2 only */
+  float *norm_mean, *norm_std;
 };
 
 uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck);
 /* Writes through path.tmp + fsync + rename; ck->checksum must be set. */
 tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path);
-/* Writes path.sum, the digest of the bytes now in path (what _tsr_ck_write does before its rename);
- * for tests and the fuzz target, which make checkpoints whose digest matches. */
+/* checkpoint_digest.c. Writes path.sum, the digest of the bytes now in path (what _tsr_ck_write
+ * does before its rename); for tests and the fuzz target, which make checkpoints whose digest matches. */
 tsr_status _tsr_ck_write_sum(const char *path);
+/* Writes path.sum for the bytes now in `file` (a temporary renamed to path later). */
+tsr_status _tsr_ck_write_sum_of(const char *path, const char *file);
+/* Compares path's bytes with path.sum; a checkpoint without one is refused. */
+tsr_status _tsr_ck_check_sum(const char *path);
+/* The hash of checksums and digests (FNV-1a over 64-bit words), and fsync of a file or folder. */
+uint64_t _tsr_ck_hash(uint64_t h, const void *p, size_t n);
+tsr_status _tsr_ck_fsync(const char *path, int dir);
 /* Reads and verifies everything (checksum included); on failure ck is empty. */
 tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path);
 void _tsr_ck_free(struct _tsr_ck *ck);

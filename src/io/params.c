@@ -1,7 +1,9 @@
 /* Parameter import/export by PyTorch state_dict name through the trainer's public tensor API: a
  * folder of <name>.npy files, or one HDF5 file with a float32 dataset per tensor (written to
- * <path>.tmp and renamed). Import reads and checks every tensor before setting any, so a failed
- * import leaves the trainer unchanged; tensors the trainer does not have are ignored. */
+ * <path>.tmp and renamed), plus the input normalisation as `input_mean` and `input_std` (no tensor
+ * name lacks a dot), so an export applied to raw inputs predicts as its trainer did. Import reads and
+ * checks everything before setting any, so a failed import leaves the trainer unchanged; tensors the
+ * trainer does not have are ignored. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +82,23 @@ static tsr_status h5_write(hid_t f, const char *file, const char *name, const ts
   return TSR_OK;
 }
 
+/* The input normalisation as two extra arrays after the tensors: [C] each, mean 0 and std 1 when
+ * the trainer has none (an export always says how its inputs were prepared). */
+enum { NORM_MEAN, NORM_STD };
+static const char *const norm_names[2] = {"input_mean", "input_std"};
+
+static tsr_status get_norm(const tsr_trainer *t, const char *path, float **vals, tsr_shape *shape) {
+  int c, h, w;
+  const float *mean, *std;
+  tsr_trainer_input_shape(t, &c, &h, &w);
+  tsr_trainer_input_norm(t, &mean, &std);
+  *shape = (tsr_shape){.ndim = 1, .dims = {c}};
+  vals[NORM_MEAN] = malloc(sizeof(float) * c), vals[NORM_STD] = malloc(sizeof(float) * c);
+  if (!vals[NORM_MEAN] || !vals[NORM_STD]) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+  for (int i = 0; i < c; i++) vals[NORM_MEAN][i] = mean ? mean[i] : 0.0f, vals[NORM_STD][i] = mean ? std[i] : 1.0f;
+  return TSR_OK;
+}
+
 /* Copies every tensor out of the trainer (before any HDF5 call: see the lock above). */
 static tsr_status get_all(tsr_trainer *t, const char *path, float **vals) {
   for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
@@ -94,7 +113,8 @@ static tsr_status get_all(tsr_trainer *t, const char *path, float **vals) {
   return TSR_OK;
 }
 
-static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const *vals) {
+static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const *vals, float *const *norm,
+                            const tsr_shape *norm_shape) {
   char *tmp = malloc(strlen(path) + 5), why[256];
   if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
   sprintf(tmp, "%s.tmp", path);
@@ -107,6 +127,7 @@ static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const
     s = tsr_trainer_tensor_info(t, i, &name, &shape, NULL);
     if (s == TSR_OK) s = h5_write(f, tmp, name, &shape, vals[i]);
   }
+  for (int k = 0; s == TSR_OK && k < 2; k++) s = h5_write(f, tmp, norm_names[k], norm_shape, norm[k]);
   if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close HDF5 file", tmp);
   _tsr_hdf5_unlock();
   if (s == TSR_OK && rename(tmp, path) != 0)
@@ -116,14 +137,17 @@ static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const
   return s;
 }
 
-static tsr_status npy_export(const tsr_trainer *t, const char *path, float *const *vals) {
+static tsr_status npy_export(const tsr_trainer *t, const char *path, float *const *vals, float *const *norm,
+                             const tsr_shape *norm_shape) {
   TSR_TRY(make_dirs(path));
-  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
-    const char *name;
-    tsr_shape shape;
-    TSR_TRY(tsr_trainer_tensor_info(t, i, &name, &shape, NULL));
+  int n = tsr_trainer_num_tensors(t);
+  for (int i = 0; i < n + 2; i++) {
+    const char *name = i >= n ? norm_names[i - n] : NULL;
+    tsr_shape shape = *norm_shape;
+    if (i < n) TSR_TRY(tsr_trainer_tensor_info(t, i, &name, &shape, NULL));
     char *file = join(path, name, ".npy");
-    tsr_status s = file ? tsr_npy_write(file, &shape, vals[i]) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+    const float *data = i < n ? vals[i] : norm[i - n];
+    tsr_status s = file ? tsr_npy_write(file, &shape, data) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
     free(file);
     TSR_TRY(s);
   }
@@ -133,11 +157,14 @@ static tsr_status npy_export(const tsr_trainer *t, const char *path, float *cons
 tsr_status tsr_params_export(tsr_trainer *t, const char *path) {
   if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_export: trainer and path are required");
   int n = tsr_trainer_num_tensors(t);
-  float **vals = calloc(n > 0 ? (size_t)n : 1, sizeof *vals);
+  float **vals = calloc(n > 0 ? (size_t)n : 1, sizeof *vals), *norm[2] = {NULL, NULL};
+  tsr_shape norm_shape;
   tsr_status s = vals ? get_all(t, path, vals) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
-  if (s == TSR_OK) s = is_hdf5_path(path) ? h5_export(t, path, vals) : npy_export(t, path, vals);
+  if (s == TSR_OK) s = get_norm(t, path, norm, &norm_shape);
+  if (s == TSR_OK)
+    s = is_hdf5_path(path) ? h5_export(t, path, vals, norm, &norm_shape) : npy_export(t, path, vals, norm, &norm_shape);
   for (int i = 0; vals && i < n; i++) free(vals[i]);
-  free(vals);
+  free(vals), free(norm[0]), free(norm[1]);
   return s;
 }
 
@@ -191,6 +218,28 @@ static tsr_status npy_read(const char *dir, const char *name, const tsr_shape *w
   return s;
 }
 
+/* input_mean and input_std when the file has them (both or neither), [input channels] each. */
+static tsr_status read_norm(const tsr_trainer *t, const char *path, hid_t f, float **norm, int *found) {
+  int c, h, w, have[2];
+  tsr_trainer_input_shape(t, &c, &h, &w);
+  tsr_shape shape = {.ndim = 1, .dims = {c}};
+  for (int k = 0; k < 2; k++) {
+    char *file = f >= 0 ? NULL : join(path, norm_names[k], ".npy");
+    if (f < 0 && !file) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+    have[k] = f >= 0 ? H5Lexists(f, norm_names[k], H5P_DEFAULT) > 0 : access(file, F_OK) == 0;
+    free(file);
+  }
+  if (have[0] != have[1])
+    return _tsr_error(TSR_ERR_FORMAT, "%s: %s without %s (the input normalisation needs both)", path,
+                      norm_names[have[0] ? 0 : 1], norm_names[have[0] ? 1 : 0]);
+  *found = have[0];
+  for (int k = 0; *found && k < 2; k++) {
+    if (!(norm[k] = malloc(sizeof(float) * c))) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
+    TSR_TRY(f >= 0 ? h5_read(f, path, norm_names[k], &shape, norm[k]) : npy_read(path, norm_names[k], &shape, norm[k]));
+  }
+  return TSR_OK;
+}
+
 tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
   if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_import: trainer and path are required");
   struct stat st;
@@ -222,12 +271,23 @@ tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
     if (!vals[i]) s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, name);
     else s = h5 ? h5_read(f, path, name, &shape, vals[i]) : npy_read(path, name, &shape, vals[i]);
   }
+  float *norm[2] = {NULL, NULL};
+  int has_norm = 0;
+  if (s == TSR_OK) s = read_norm(t, path, f, norm, &has_norm);
   if (h5) {
     H5Fclose(f);
     _tsr_hdf5_unlock();
   }
+  if (s == TSR_OK && has_norm) { /* first: it validates the values */
+    int c, h, w;
+    tsr_trainer_input_shape(t, &c, &h, &w);
+    s = tsr_trainer_set_input_norm(t, norm[NORM_MEAN], norm[NORM_STD], c);
+    char why[1024];
+    if (s != TSR_OK)
+      snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
+  }
   for (int i = 0; s == TSR_OK && i < n; i++) s = tsr_trainer_tensor_set(t, i, vals[i]);
   for (int i = 0; vals && i < n; i++) free(vals[i]);
-  free(vals);
+  free(vals), free(norm[0]), free(norm[1]);
   return s;
 }

@@ -21,6 +21,8 @@ struct load_arg {
   int64_t step;
   int first, n, nvalid;     /* batch index of the slice's first sample, samples, valid samples */
   size_t xe, ye;
+  int channels;            /* input channels */
+  const float *mean, *std; /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
 };
 
 static void load_cpu(void *buffers[], void *cl_arg) {
@@ -41,7 +43,11 @@ static void load_cpu(void *buffers[], void *cl_arg) {
                  (long long)a->step, a->first + i, tsr_last_error());
       memset(xi, 0, a->xe * sizeof(float));
       memset(yi, 0, a->ye * sizeof(float));
+      continue;
     }
+    size_t plane = a->xe / (size_t)a->channels;
+    for (int c = 0; a->mean && c < a->channels; c++)
+      for (size_t p = 0; p < plane; p++) xi[c * plane + p] = (xi[c * plane + p] - a->mean[c]) / a->std[c];
   }
 }
 
@@ -151,8 +157,9 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   const tsr_model *m = t->model;
   const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
   for (int s = 0; s < t->slices; s++) {
-    struct load_arg a = {t, fill, user, id, t->slice_off[s], t->slice_n[s], nvalid,
-                         (size_t)in->c * in->h * in->w, (size_t)out->c * out->h * out->w};
+    size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+    struct load_arg a = {t,      fill, user, id,    t->slice_off[s], t->slice_n[s],
+                         nvalid, xe,   ye,   in->c, t->norm_mean,    t->norm_std};
     struct _tsr_buf b[2] = {{t->x[p][s], STARPU_W}, {t->t[p][s], STARPU_W}};
     SUBMIT(_tsr_submit(&load_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "load", 2, b));
   }

@@ -248,7 +248,8 @@ static tsr_status setup_loss_scale(tsr_trainer *t, const tsr_trainer_opts *o) {
                       "TSR_LOSS_SCALE_DYNAMIC)", t->loss_scale);
   t->scaler_state = calloc(1, sizeof *t->scaler_state);
   if (!t->scaler_state) return _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory");
-  TSR_TRY(_tsr_loss_scaler_init(&t->scaler, t->scaler_state, o->loss_scale_init ? o->loss_scale_init : 65536.0,
+  t->loss_scale_init = o->loss_scale_init ? o->loss_scale_init : 65536.0;
+  TSR_TRY(_tsr_loss_scaler_init(&t->scaler, t->scaler_state, t->loss_scale_init,
                                 o->loss_scale_interval ? o->loss_scale_interval : 2000));
   starpu_variable_data_register(&t->scaler_h, STARPU_MAIN_RAM, (uintptr_t)t->scaler_state, sizeof *t->scaler_state);
   return TSR_OK;
@@ -396,11 +397,19 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   free(t->params), free(t->grads), free(t->mom), free(t->vel), free(t->state);
   free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
   free(t->lossbuf), free(t->pending), free(t->history), free(t->flag_history);
+  free(t->norm_mean), free(t->norm_std);
   pthread_mutex_destroy(&t->nonfinite.lock);
   free(t);
 }
 
 void tsr_trainer_set_lr(tsr_trainer *t, float lr) { if (t) t->lr = lr; }
+void tsr_trainer_optim(const tsr_trainer *t, tsr_optim_spec *opt) { *opt = t->opt; }
+
+void tsr_trainer_loss_scale_options(const tsr_trainer *t, double *loss_scale, double *init, int *interval) {
+  if (loss_scale) *loss_scale = t->loss_scale;
+  if (init) *init = t->scaler_h ? t->loss_scale_init : 0;
+  if (interval) *interval = t->scaler_h ? t->scaler.growth_interval : 0;
+}
 void tsr_trainer_set_flag(tsr_trainer *t, float value) { if (t) t->flag = value; }
 int tsr_trainer_batch(const tsr_trainer *t) { return t->batch; }
 
@@ -412,6 +421,42 @@ void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w) {
 void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w) {
   const struct _tsr_layer *L = &t->model->layers[t->output_layer];
   *c = L->c, *h = L->h, *w = L->w;
+}
+
+tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const float *std, int channels) {
+  if (!t || !mean != !std) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_set_input_norm: trainer, or mean and std both");
+  int c = t->model->layers[t->input_layer].c, identity = 1;
+  if (mean && channels != c)
+    return _tsr_error(TSR_ERR_SHAPE, "input normalisation: %d channels, the model's input '%s' has %d", channels,
+                      t->model->layers[t->input_layer].name, c);
+  for (int i = 0; mean && i < c; i++) {
+    if (!isfinite(mean[i]) || !isfinite(std[i]) || !(std[i] > 0))
+      return _tsr_error(TSR_ERR_ARG, "input normalisation: channel %d has mean %g and std %g (finite, std > 0)", i,
+                        mean[i], std[i]);
+    identity &= mean[i] == 0 && std[i] == 1;
+  }
+  float *m = NULL, *s = NULL;
+  if (mean && !identity) {
+    m = malloc(sizeof(float) * c), s = malloc(sizeof(float) * c);
+    if (!m || !s) {
+      free(m), free(s);
+      return _tsr_error(TSR_ERR_NOMEM, "input normalisation: out of memory");
+    }
+    memcpy(m, mean, sizeof(float) * c), memcpy(s, std, sizeof(float) * c);
+  }
+  tsr_status st = tsr_trainer_sync(t); /* load tasks in flight read the old one */
+  if (st != TSR_OK) {
+    free(m), free(s);
+    return st;
+  }
+  free(t->norm_mean), free(t->norm_std);
+  t->norm_mean = m, t->norm_std = s;
+  return TSR_OK;
+}
+
+void tsr_trainer_input_norm(const tsr_trainer *t, const float **mean, const float **std) {
+  *mean = t ? t->norm_mean : NULL;
+  *std = t ? t->norm_std : NULL;
 }
 
 int tsr_trainer_num_tensors(const tsr_trainer *t) { return t ? t->ntensors : 0; }
