@@ -40,6 +40,7 @@ static const struct act_op {
     {"leaky_relu", dnnl_eltwise_relu, 0, 1},
     {"tanh", dnnl_eltwise_tanh_use_dst_for_bwd, 1, 0},
     {"sigmoid", dnnl_eltwise_logistic_use_dst_for_bwd, 1, 0},
+    {"gelu", dnnl_eltwise_gelu_erf, 0, 0}, /* exact: x Phi(x), PyTorch's nn.GELU() */
 };
 #define NACT ((int)(sizeof act_ops / sizeof act_ops[0]))
 

@@ -1,5 +1,6 @@
 /* Activations on CUDA, the twin of codelets/eltwise.c: the activations of eltwise.c's table, found
- * by name; cuDNN for relu, tanh and sigmoid, a kernel for the others (cuDNN has no leaky relu). */
+ * by name; cuDNN for relu, tanh and sigmoid, a kernel for the others (cuDNN has no leaky relu, no
+ * GELU). */
 #include <string.h>
 
 #include "cuda_util.h"
@@ -16,6 +17,21 @@ static int leaky_run(cudaStream_t s, const struct tsr_act_desc *d, int bwd, cons
   return 0;
 }
 
+/* GELU, exact form: y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2; dy/dx = Phi(x) + x phi(x). */
+__global__ static void gelu_k(size_t n, int bwd, const float *x, const float *dy, float *out) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float v = x[i], cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+    out[i] = bwd ? dy[i] * (cdf + v * 0.39894228040143268f * expf(-0.5f * v * v)) : v * cdf;
+  }
+}
+
+static int gelu_run(cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *dy,
+                    float *out) {
+  gelu_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, bwd, x, dy, out);
+  LAUNCHED("gelu kernel");
+  return 0;
+}
+
 static const struct cuda_act {
   const char *name;
   int mode; /* a cudnnActivationMode_t, or -1: run `kernel` (forward from x; backward from x and dy) */
@@ -25,6 +41,7 @@ static const struct cuda_act {
     {"leaky_relu", -1, leaky_run},
     {"tanh", CUDNN_ACTIVATION_TANH, NULL},
     {"sigmoid", CUDNN_ACTIVATION_SIGMOID, NULL},
+    {"gelu", -1, gelu_run},
 };
 
 extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x,

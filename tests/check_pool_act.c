@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+#include <tessera.h>
+
 #include "codelets.h"
 #include "testutil.h"
 
@@ -153,7 +156,7 @@ END_TEST
 #define ACT_LEN 1003 /* not a multiple of any vector width */
 #define LEAKY_ALPHA 0.2f
 
-static const char *const act_names[] = {"relu", "leaky_relu", "tanh", "sigmoid"};
+static const char *const act_names[] = {"relu", "leaky_relu", "tanh", "sigmoid", "gelu"};
 #define NACT ((int)(sizeof act_names / sizeof act_names[0]))
 
 static struct tsr_act_desc act_desc(int i) {
@@ -168,6 +171,7 @@ static double act_ref(int i, double x) {
   if (strcmp(k, "leaky_relu") == 0) return x > 0 ? x : LEAKY_ALPHA * x;
   if (strcmp(k, "tanh") == 0) return tanh(x);
   if (strcmp(k, "sigmoid") == 0) return 1 / (1 + exp(-x));
+  if (strcmp(k, "gelu") == 0) return 0.5 * x * (1 + erf(x / sqrt(2.0)));
   ck_abort_msg("no float64 reference for '%s'", k);
   return NAN;
 }
@@ -353,6 +357,53 @@ START_TEST(act_bwd_task_matches_kernel) {
 }
 END_TEST
 
+/* ---- the gelu layer kind: a model file names it, and a step runs its tasks ---- */
+
+static int gelu_fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int i = 0; i < 16; i++) x[i] = sinf(0.7f * i + index), y[i] = 0.1f * x[i];
+  return 0;
+}
+
+START_TEST(gelu_model_file_loads_and_trains) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/gelu.json", tt_tmpdir());
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 4, 4]},\n"
+        "  {\"name\": \"c1\", \"type\": \"conv2d\", \"out_channels\": 2, \"kernel\": 3, \"padding\": 1},\n"
+        "  {\"name\": \"g\", \"type\": \"gelu\"},\n"
+        "  {\"name\": \"c2\", \"type\": \"conv2d\", \"out_channels\": 1, \"kernel\": 1}]}\n", f);
+  fclose(f);
+  tsr_model *m = NULL;
+  ck_assert_msg(tsr_model_load_json(&m, NULL, path) == TSR_OK, "%s", tsr_last_error());
+  tsr_layer_kind gelu;
+  ck_assert_int_eq(tsr_layer_kind_parse("gelu", &gelu), TSR_OK);
+  ck_assert_int_eq(tsr_model_layer_kind(m, 2), gelu);
+  ck_assert_str_eq(tsr_layer_kind_name(gelu), "gelu");
+  int c, h, w;
+  ck_assert_int_eq(tsr_model_layer_shape(m, "g", &c, &h, &w), TSR_OK);
+  ck_assert(c == 2 && h == 4 && w == 4);
+
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 1, co.use_mpi = 0, co.verbose = 0;
+  tsr_context *ctx = NULL;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 2;
+  tsr_trainer *t = NULL;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, NULL, &o) == TSR_OK, "%s", tsr_last_error());
+  int64_t id;
+  double loss;
+  ck_assert_int_eq(tsr_trainer_step(t, gelu_fill, NULL, &id), TSR_OK);
+  ck_assert_msg(tsr_trainer_loss(t, id, &loss) == TSR_OK && isfinite(loss) && loss > 0, "loss %g", loss);
+  tsr_trainer_destroy(t);
+  tsr_context_destroy(ctx);
+  tsr_model_destroy(m);
+}
+END_TEST
+
 static Suite *make_pool_act_suite(void) {
   Suite *s = suite_create("pool_act");
   TCase *k = tcase_create("kernels");
@@ -373,6 +424,10 @@ static Suite *make_pool_act_suite(void) {
   tcase_add_test(t, act_fwd_task_matches_kernel);
   tcase_add_test(t, act_bwd_task_matches_kernel);
   suite_add_tcase(s, t);
+  TCase *g = tcase_create("gelu_layer");
+  tcase_set_timeout(g, 60);
+  tcase_add_test(g, gelu_model_file_loads_and_trains);
+  suite_add_tcase(s, g);
   return s;
 }
 

@@ -46,5 +46,6 @@ const struct _tsr_layer_ops _tsr_layers_activation[] = {
     {.name = "leaky_relu", .kind = TSR_LAYER_LEAKY_RELU, .fields = alpha_field, ACT_OPS},
     {.name = "tanh", .kind = TSR_LAYER_TANH, ACT_OPS},
     {.name = "sigmoid", .kind = TSR_LAYER_SIGMOID, ACT_OPS},
+    {.name = "gelu", .kind = TSR_LAYER_REGISTERED, ACT_OPS},
     {.name = NULL},
 };
