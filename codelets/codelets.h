@@ -79,13 +79,17 @@ int _tsr_insert_pool_fwd(const struct tsr_pool_desc *d, starpu_data_handle_t x, 
 int _tsr_insert_pool_bwd(const struct tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
                          starpu_data_handle_t dx, const char *name);
 
-/* ---- activations (eltwise.c; oneDNN) ---- */
-enum tsr_act { TSR_ACT_RELU, TSR_ACT_LEAKY_RELU, TSR_ACT_TANH, TSR_ACT_SIGMOID };
+/* ---- activations (eltwise.c; oneDNN): a table of activations found by name ("relu") ---- */
 struct tsr_act_desc {
-  enum tsr_act kind;
+  int op;               /* index in eltwise.c's table: _tsr_act_find(name) */
   float alpha;          /* leaky_relu slope */
   size_t len;           /* elements in the slice */
 };
+/* Index of the activation called `name`, -1 if none; the name of index `op` (NULL if none); the
+ * table's size. */
+int _tsr_act_find(const char *name);
+const char *_tsr_act_name(int op);
+int _tsr_act_count(void);
 void _tsr_act_fwd_cpu(const struct tsr_act_desc *d, const float *x, float *y);
 /* x is the forward input and y its output; kernels use whichever their derivative needs. */
 void _tsr_act_bwd_cpu(const struct tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx);

@@ -1,8 +1,11 @@
-/* Activations (relu, leaky_relu, tanh, sigmoid) with oneDNN eltwise primitives over a flat view
- * of the slice: the raw kernels, their codelets and insert functions. tanh and sigmoid take their
- * derivative from the output y (no exp to recompute); relu and leaky_relu from the input x, which
- * stays right for any slope. Primitives and memory objects are built once per (thread, descriptor).
- * The codelets' CUDA functions run eltwise_cuda.cu's launcher. */
+/* Activations with oneDNN eltwise primitives over a flat view of the slice: the table of
+ * activations (found by name; the layer kind of the same name runs it), the raw kernels, their
+ * codelets and insert functions. tanh and sigmoid take their derivative from the output y (no exp
+ * to recompute); relu and leaky_relu from the input x, which stays right for any slope.
+ * Primitives and memory objects are built once per (thread, descriptor). The codelets' CUDA
+ * functions run eltwise_cuda.cu's launcher, which finds the activation by the same name. */
+#include <string.h>
+
 #include "codelets.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
@@ -25,28 +28,43 @@ static void act_prim_destroy(void *p) {
   free(ap);
 }
 
-/* oneDNN's relu takes the negative slope as alpha, so leaky_relu is relu with alpha. */
-static dnnl_alg_kind_t act_alg(enum tsr_act kind, int *uses_dst) {
-  *uses_dst = kind == TSR_ACT_TANH || kind == TSR_ACT_SIGMOID;
-  switch (kind) {
-  case TSR_ACT_TANH: return dnnl_eltwise_tanh_use_dst_for_bwd;
-  case TSR_ACT_SIGMOID: return dnnl_eltwise_logistic_use_dst_for_bwd;
-  default: return dnnl_eltwise_relu;
-  }
+/* The activations, found by name. oneDNN's relu takes the negative slope as alpha, so leaky_relu
+ * is relu with alpha; the others ignore alpha. */
+static const struct act_op {
+  const char *name;
+  dnnl_alg_kind_t alg;
+  int uses_dst;  /* the derivative is taken from the output y (else from the input x) */
+  int has_alpha; /* alpha is a parameter (else 0 in the primitive and its cache key) */
+} act_ops[] = {
+    {"relu", dnnl_eltwise_relu, 0, 0},
+    {"leaky_relu", dnnl_eltwise_relu, 0, 1},
+    {"tanh", dnnl_eltwise_tanh_use_dst_for_bwd, 1, 0},
+    {"sigmoid", dnnl_eltwise_logistic_use_dst_for_bwd, 1, 0},
+    {"gelu", dnnl_eltwise_gelu_erf, 0, 0}, /* exact: x Phi(x), PyTorch's nn.GELU() */
+};
+#define NACT ((int)(sizeof act_ops / sizeof act_ops[0]))
+
+int _tsr_act_count(void) { return NACT; }
+
+int _tsr_act_find(const char *name) {
+  for (int i = 0; name && i < NACT; i++)
+    if (strcmp(act_ops[i].name, name) == 0) return i;
+  return -1;
 }
+
+const char *_tsr_act_name(int op) { return op >= 0 && op < NACT ? act_ops[op].name : NULL; }
 
 /* The key ignores alpha where the activation has none, so one primitive serves every layer. */
 static struct tsr_act_desc act_key(const struct tsr_act_desc *d) {
   struct tsr_act_desc k = *d;
-  if (k.kind != TSR_ACT_LEAKY_RELU) k.alpha = 0;
+  if (k.op < 0 || k.op >= NACT) _tsr_kernel_fail(__FILE__, __LINE__, "activation index", (int)dnnl_invalid_arguments);
+  if (!act_ops[k.op].has_alpha) k.alpha = 0;
   return k;
 }
 
 static dnnl_primitive_desc_t act_fwd_pd(const struct tsr_act_desc *d, const dnnl_memory_desc_t *md) {
-  int uses_dst;
   dnnl_eltwise_desc_t op;
-  TSR_DNNL_CHECK(dnnl_eltwise_forward_desc_init(&op, dnnl_forward_training, act_alg(d->kind, &uses_dst), md,
-                                                d->alpha, 0.f));
+  TSR_DNNL_CHECK(dnnl_eltwise_forward_desc_init(&op, dnnl_forward_training, act_ops[d->op].alg, md, d->alpha, 0.f));
   dnnl_primitive_desc_t pd;
   TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, NULL, _tsr_dnnl_engine(), NULL));
   return pd;
@@ -69,15 +87,14 @@ static struct act_prim *act_get(const struct tsr_act_desc *desc, int bwd) {
     ap->arg[0] = DNNL_ARG_SRC;
     ap->arg[1] = DNNL_ARG_DST;
   } else {
-    int uses_dst;
     dnnl_eltwise_desc_t op;
-    TSR_DNNL_CHECK(dnnl_eltwise_backward_desc_init(&op, act_alg(d.kind, &uses_dst), &md, &md, d.alpha, 0.f));
+    TSR_DNNL_CHECK(dnnl_eltwise_backward_desc_init(&op, act_ops[d.op].alg, &md, &md, d.alpha, 0.f));
     dnnl_primitive_desc_t pd;
     TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, NULL, _tsr_dnnl_engine(), fwd));
     TSR_DNNL_CHECK(dnnl_primitive_create(&ap->prim, pd));
     dnnl_primitive_desc_destroy(pd);
     ap->nargs = 3;
-    ap->arg[0] = uses_dst ? DNNL_ARG_DST : DNNL_ARG_SRC;
+    ap->arg[0] = act_ops[d.op].uses_dst ? DNNL_ARG_DST : DNNL_ARG_SRC;
     ap->arg[1] = DNNL_ARG_DIFF_DST;
     ap->arg[2] = DNNL_ARG_DIFF_SRC;
   }

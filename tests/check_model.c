@@ -1,5 +1,6 @@
 /* Model builder: DAG construction, shape inference, errors that name the layer and shapes, sizes
- * beyond int or 64-bit byte counts refused; and where the memory limit comes from. */
+ * beyond int or 64-bit byte counts refused, the layer registry; and where the memory limit comes
+ * from. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <tessera.h>
 
 #include "runtime/memory.h"
+#include "layers/layer.h"
 #include "testutil.h"
 
 static tsr_model *m;
@@ -211,6 +213,34 @@ START_TEST(cgroup_limit_is_the_smallest_on_the_path) {
 }
 END_TEST
 
+/* The layer registry: the public kinds keep their enum values and names, every index has one
+ * complete entry, and names parse back to their index (so names are unique). */
+START_TEST(registry_keeps_public_kinds_and_names_round_trip) {
+  static const char *const public_names[TSR_LAYER_KIND_COUNT] = {
+      "input",   "conv2d",    "conv_transpose2d", "maxpool2d",       "avgpool2d", "relu",  "leaky_relu", "tanh",
+      "sigmoid", "batchnorm", "dropout",          "spatial_dropout", "concat",    "add",   "dense",      "flatten"};
+  int n = _tsr_layer_kind_count();
+  ck_assert_int_ge(n, TSR_LAYER_KIND_COUNT);
+  for (int k = 0; k < n; k++) {
+    const struct _tsr_layer_ops *e = _tsr_layer_ops_of(k);
+    ck_assert_msg(e != NULL, "no registry entry for kind %d", k);
+    if (k < TSR_LAYER_KIND_COUNT) ck_assert_str_eq(e->name, public_names[k]);
+    ck_assert_msg(k < TSR_LAYER_KIND_COUNT ? e->kind == k : e->kind == TSR_LAYER_REGISTERED,
+                  "'%s': kind %d at index %d", e->name, e->kind, k);
+    tsr_layer_kind parsed;
+    ck_assert_int_eq(tsr_layer_kind_parse(e->name, &parsed), TSR_OK);
+    ck_assert_msg((int)parsed == k, "'%s' parses to %d, is at %d", e->name, (int)parsed, k);
+    ck_assert_str_eq(tsr_layer_kind_name((tsr_layer_kind)k), e->name);
+    ck_assert_msg(e->infer && e->min_inputs <= e->max_inputs && e->max_inputs <= TSR_MAX_INPUTS, "'%s'", e->name);
+    ck_assert_msg(!e->num_tensors == !e->tensor && !e->num_state == !e->state, "'%s': half a hook pair", e->name);
+    ck_assert_msg(e->max_inputs == 0 || (e->forward && e->backward), "'%s': no forward or backward", e->name);
+  }
+  ck_assert_ptr_null(_tsr_layer_ops_of(n));
+  ck_assert_ptr_null(_tsr_layer_ops_of(-1));
+  ck_assert_str_eq(tsr_layer_kind_name((tsr_layer_kind)n), "?");
+}
+END_TEST
+
 static Suite *make_model_suite(void) {
   Suite *s = suite_create("model");
   TCase *tc = tcase_create("builder");
@@ -221,6 +251,7 @@ static Suite *make_model_suite(void) {
   tcase_add_test(tc, dense_needs_flatten_and_kernel_larger_than_input_fails);
   tcase_add_test(tc, bad_arguments_are_named);
   tcase_add_test(tc, sizes_beyond_int_or_64_bits_are_refused);
+  tcase_add_test(tc, registry_keeps_public_kinds_and_names_round_trip);
   suite_add_tcase(s, tc);
   TCase *mem = tcase_create("memory limit");
   tcase_add_test(mem, memory_limit_comes_from_api_environment_or_machine);

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+#include <tessera.h>
+
 #include "codelets.h"
 #include "testutil.h"
 
@@ -153,20 +156,24 @@ END_TEST
 #define ACT_LEN 1003 /* not a multiple of any vector width */
 #define LEAKY_ALPHA 0.2f
 
-static const enum tsr_act act_kinds[] = {TSR_ACT_RELU, TSR_ACT_LEAKY_RELU, TSR_ACT_TANH, TSR_ACT_SIGMOID};
-static const char *const act_names[] = {"relu", "leaky_relu", "tanh", "sigmoid"};
+static const char *const act_names[] = {"relu", "leaky_relu", "tanh", "sigmoid", "gelu"};
+#define NACT ((int)(sizeof act_names / sizeof act_names[0]))
 
 static struct tsr_act_desc act_desc(int i) {
-  return (struct tsr_act_desc){.kind = act_kinds[i], .alpha = LEAKY_ALPHA, .len = ACT_LEN};
+  int op = _tsr_act_find(act_names[i]);
+  ck_assert_msg(op >= 0, "eltwise.c has no activation '%s'", act_names[i]);
+  return (struct tsr_act_desc){.op = op, .alpha = LEAKY_ALPHA, .len = ACT_LEN};
 }
 
-static double act_ref(enum tsr_act k, double x) {
-  switch (k) {
-  case TSR_ACT_RELU: return x > 0 ? x : 0;
-  case TSR_ACT_LEAKY_RELU: return x > 0 ? x : LEAKY_ALPHA * x;
-  case TSR_ACT_TANH: return tanh(x);
-  default: return 1 / (1 + exp(-x));
-  }
+static double act_ref(int i, double x) {
+  const char *k = act_names[i];
+  if (strcmp(k, "relu") == 0) return x > 0 ? x : 0;
+  if (strcmp(k, "leaky_relu") == 0) return x > 0 ? x : LEAKY_ALPHA * x;
+  if (strcmp(k, "tanh") == 0) return tanh(x);
+  if (strcmp(k, "sigmoid") == 0) return 1 / (1 + exp(-x));
+  if (strcmp(k, "gelu") == 0) return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+  ck_abort_msg("no float64 reference for '%s'", k);
+  return NAN;
 }
 
 /* Keeps |x| >= 0.1 so finite differences never straddle relu's kink. */
@@ -177,14 +184,14 @@ static void fill_act_input(float *x, size_t n, uint64_t seed) {
 }
 
 START_TEST(act_forward_matches_reference) {
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < NACT; i++) {
     struct tsr_act_desc d = act_desc(i);
     float x[ACT_LEN], y[ACT_LEN];
     double ref[ACT_LEN];
     tt_fill_uniform(x, ACT_LEN, 40 + i, -6, 6);
     x[0] = 0, x[1] = -0.f;
     _tsr_act_fwd_cpu(&d, x, y);
-    for (int j = 0; j < ACT_LEN; j++) ref[j] = act_ref(d.kind, x[j]);
+    for (int j = 0; j < ACT_LEN; j++) ref[j] = act_ref(i, x[j]);
     tt_assert_close(y, ref, ACT_LEN, 1e-6, 1e-5, act_names[i]);
   }
 }
@@ -205,7 +212,7 @@ static double act_loss(void *user) {
 }
 
 START_TEST(act_backward_matches_finite_differences) {
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < NACT; i++) {
     struct tsr_act_desc d = act_desc(i);
     float x[ACT_LEN], y[ACT_LEN], r[ACT_LEN], dx[ACT_LEN];
     double fd[ACT_LEN];
@@ -308,10 +315,10 @@ START_TEST(pool_bwd_task_matches_kernel) {
 END_TEST
 
 START_TEST(act_fwd_task_matches_kernel) {
-  static float x[4][ACT_LEN], y[4][ACT_LEN], want[4][ACT_LEN];
-  struct tsr_act_desc d[4];
-  starpu_data_handle_t hx[4], hy[4];
-  for (int i = 0; i < 4; i++) {
+  static float x[NACT][ACT_LEN], y[NACT][ACT_LEN], want[NACT][ACT_LEN];
+  struct tsr_act_desc d[NACT];
+  starpu_data_handle_t hx[NACT], hy[NACT];
+  for (int i = 0; i < NACT; i++) {
     d[i] = act_desc(i);
     tt_fill_uniform(x[i], ACT_LEN, 90 + i, -4, 4);
     _tsr_act_fwd_cpu(&d[i], x[i], want[i]);
@@ -320,7 +327,7 @@ START_TEST(act_fwd_task_matches_kernel) {
     ck_assert_int_eq(_tsr_insert_act_fwd(&d[i], hx[i], hy[i], "act_fwd"), 0);
   }
   starpu_task_wait_for_all();
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < NACT; i++) {
     starpu_data_unregister(hx[i]);
     starpu_data_unregister(hy[i]);
     assert_same(y[i], want[i], ACT_LEN, act_names[i]);
@@ -329,10 +336,10 @@ START_TEST(act_fwd_task_matches_kernel) {
 END_TEST
 
 START_TEST(act_bwd_task_matches_kernel) {
-  static float x[4][ACT_LEN], y[4][ACT_LEN], dy[4][ACT_LEN], dx[4][ACT_LEN], want[4][ACT_LEN];
-  struct tsr_act_desc d[4];
-  starpu_data_handle_t h[4][4];
-  for (int i = 0; i < 4; i++) {
+  static float x[NACT][ACT_LEN], y[NACT][ACT_LEN], dy[NACT][ACT_LEN], dx[NACT][ACT_LEN], want[NACT][ACT_LEN];
+  struct tsr_act_desc d[NACT];
+  starpu_data_handle_t h[NACT][4];
+  for (int i = 0; i < NACT; i++) {
     d[i] = act_desc(i);
     fill_act_input(x[i], ACT_LEN, 100 + i);
     tt_fill_uniform(dy[i], ACT_LEN, 110 + i, -1, 1);
@@ -343,10 +350,57 @@ START_TEST(act_bwd_task_matches_kernel) {
     ck_assert_int_eq(_tsr_insert_act_bwd(&d[i], h[i][0], h[i][1], h[i][2], h[i][3], "act_bwd"), 0);
   }
   starpu_task_wait_for_all();
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < NACT; i++) {
     for (int b = 0; b < 4; b++) starpu_data_unregister(h[i][b]);
     assert_same(dx[i], want[i], ACT_LEN, act_names[i]);
   }
+}
+END_TEST
+
+/* ---- the gelu layer kind: a model file names it, and a step runs its tasks ---- */
+
+static int gelu_fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int i = 0; i < 16; i++) x[i] = sinf(0.7f * i + index), y[i] = 0.1f * x[i];
+  return 0;
+}
+
+START_TEST(gelu_model_file_loads_and_trains) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/gelu.json", tt_tmpdir());
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 4, 4]},\n"
+        "  {\"name\": \"c1\", \"type\": \"conv2d\", \"out_channels\": 2, \"kernel\": 3, \"padding\": 1},\n"
+        "  {\"name\": \"g\", \"type\": \"gelu\"},\n"
+        "  {\"name\": \"c2\", \"type\": \"conv2d\", \"out_channels\": 1, \"kernel\": 1}]}\n", f);
+  fclose(f);
+  tsr_model *m = NULL;
+  ck_assert_msg(tsr_model_load_json(&m, NULL, path) == TSR_OK, "%s", tsr_last_error());
+  tsr_layer_kind gelu;
+  ck_assert_int_eq(tsr_layer_kind_parse("gelu", &gelu), TSR_OK);
+  ck_assert_int_eq(tsr_model_layer_kind(m, 2), gelu);
+  ck_assert_str_eq(tsr_layer_kind_name(gelu), "gelu");
+  int c, h, w;
+  ck_assert_int_eq(tsr_model_layer_shape(m, "g", &c, &h, &w), TSR_OK);
+  ck_assert(c == 2 && h == 4 && w == 4);
+
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 1, co.use_mpi = 0, co.verbose = 0;
+  tsr_context *ctx = NULL;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 2;
+  tsr_trainer *t = NULL;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, NULL, &o) == TSR_OK, "%s", tsr_last_error());
+  int64_t id;
+  double loss;
+  ck_assert_int_eq(tsr_trainer_step(t, gelu_fill, NULL, &id), TSR_OK);
+  ck_assert_msg(tsr_trainer_loss(t, id, &loss) == TSR_OK && isfinite(loss) && loss > 0, "loss %g", loss);
+  tsr_trainer_destroy(t);
+  tsr_context_destroy(ctx);
+  tsr_model_destroy(m);
 }
 END_TEST
 
@@ -370,6 +424,10 @@ static Suite *make_pool_act_suite(void) {
   tcase_add_test(t, act_fwd_task_matches_kernel);
   tcase_add_test(t, act_bwd_task_matches_kernel);
   suite_add_tcase(s, t);
+  TCase *g = tcase_create("gelu_layer");
+  tcase_set_timeout(g, 60);
+  tcase_add_test(g, gelu_model_file_loads_and_trains);
+  suite_add_tcase(s, g);
   return s;
 }
 

@@ -12,6 +12,10 @@ extern "C" {
 
 typedef struct tsr_model tsr_model;
 
+/* Layer kinds: each is an entry of the library's layer registry, and its value the entry's index.
+ * The kinds below are the built-in ones; kinds added to the registry later take the values from
+ * TSR_LAYER_KIND_COUNT on and have no constant here: tsr_layer_kind_parse() gives their value from
+ * their name (model files always name kinds). */
 typedef enum tsr_layer_kind {
   TSR_LAYER_INPUT,
   TSR_LAYER_CONV2D,
@@ -29,7 +33,7 @@ typedef enum tsr_layer_kind {
   TSR_LAYER_ADD,
   TSR_LAYER_DENSE,
   TSR_LAYER_FLATTEN,
-  TSR_LAYER_KIND_COUNT
+  TSR_LAYER_KIND_COUNT /* the built-in kinds */
 } tsr_layer_kind;
 
 typedef enum tsr_loss_kind {
@@ -58,7 +62,7 @@ typedef struct tsr_layer_spec {
 
 /* Defaults: stride 1, no padding, dilation 1, bias on, alpha 0.01, p 0.5, eps 1e-5, momentum 0.1. */
 tsr_layer_spec tsr_layer_spec_default(tsr_layer_kind kind);
-const char *tsr_layer_kind_name(tsr_layer_kind kind);          /* "conv2d" */
+const char *tsr_layer_kind_name(tsr_layer_kind kind);          /* "conv2d"; "?" for no kind */
 tsr_status tsr_layer_kind_parse(const char *name, tsr_layer_kind *kind);
 const char *tsr_loss_kind_name(tsr_loss_kind kind);
 tsr_status tsr_loss_kind_parse(const char *name, tsr_loss_kind *kind);

@@ -1,16 +1,17 @@
-/* Internal view of a model: layers in insertion (topological) order with inferred shapes. */
+/* Internal view of a model: layers in insertion (topological) order with inferred shapes and
+ * their registry entries (src/layers). */
 #ifndef TSR_GRAPH_MODEL_H
 #define TSR_GRAPH_MODEL_H
 
 #include <tessera/model.h>
+#include "layers/layer.h"
 
 #define TSR_NAME_MAX 64
-/* Most inputs of one layer (concat, add); the concat codelet takes as many (TSR_MAX_CONCAT). */
-#define TSR_MAX_INPUTS 32
 
 struct _tsr_layer {
   char name[TSR_NAME_MAX];
   tsr_layer_spec spec;
+  const struct _tsr_layer_ops *ops; /* its kind's registry entry */
   int ninputs;
   int inputs[TSR_MAX_INPUTS]; /* indices of earlier layers */
   int c, h, w;          /* per-sample output shape */
@@ -28,6 +29,8 @@ struct tsr_model {
 
 int _tsr_model_find(const tsr_model *m, const char *name);
 int _tsr_model_output(const tsr_model *m);
+/* Layer l as its registry entry sees it (spec, input and output shapes). */
+void _tsr_model_view(const tsr_model *m, int l, struct _tsr_layer_view *v);
 /* Parameter tensors of a layer in PyTorch order (weight, bias, running_mean, running_var). */
 int _tsr_layer_num_tensors(const struct _tsr_layer *l);
 /* Shape of tensor i of the layer, its suffix ("weight") and whether it is trainable. */

@@ -1,5 +1,6 @@
 /* Model files: reads the JSON format of docs/model-format.md (layers, output, loss, optimizer) with
- * jansson and builds the model through the public builder API only. Every error names the file, a
+ * jansson and builds the model through the public builder API; which fields a layer type takes,
+ * and their form, come from its registry entry (src/layers). Every error names the file, a
  * best-effort line, the layer (index and name) or section, and the field; jansson keeps no positions
  * for values, so a layer's line is found by scanning the text for its `"name": "<name>"` pair. */
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <tessera/model.h>
 #include <tessera/train.h>
 
+#include "layers/layer.h"
 #include "runtime/error.h"
 
 /* Where the reader is, for messages. */
@@ -131,85 +133,68 @@ static tsr_status get_bool(const jctx *c, const json_t *v, const char *field, in
   return TSR_OK;
 }
 
-#define K(x) (1u << TSR_LAYER_##x)
-#define CONV (K(CONV2D) | K(CONV_TRANSPOSE2D))
-#define POOL (K(MAXPOOL2D) | K(AVGPOOL2D))
-#define ALL ((1u << TSR_LAYER_KIND_COUNT) - 1)
+static const struct _tsr_layer_field *field_of(const struct _tsr_layer_ops *ops, const char *key) {
+  for (const struct _tsr_layer_field *f = ops->fields; f && f->name; f++)
+    if (strcmp(f->name, key) == 0) return f;
+  return NULL;
+}
 
-/* Which fields each layer type takes, and which of them it requires. */
-static const struct lfield {
-  const char *name;
-  unsigned kinds, required;
-} layer_fields[] = {
-    {"name", ALL, ALL},
-    {"type", ALL, ALL},
-    {"input", ALL & ~K(INPUT), 0},
-    {"inputs", ALL & ~K(INPUT), 0},
-    {"shape", K(INPUT), K(INPUT)},
-    {"out_channels", CONV, CONV},
-    {"out_features", K(DENSE), K(DENSE)},
-    {"kernel", CONV | POOL, CONV | POOL},
-    {"stride", CONV | POOL, 0},
-    {"padding", CONV | POOL, 0},
-    {"dilation", CONV, 0},
-    {"output_padding", K(CONV_TRANSPOSE2D), 0},
-    {"bias", CONV | K(DENSE), 0},
-    {"alpha", K(LEAKY_RELU), 0},
-    {"p", K(DROPOUT) | K(SPATIAL_DROPOUT), 0},
-    {"eps", K(BATCHNORM), 0},
-    {"momentum", K(BATCHNORM), 0},
-};
-#define NFIELDS (sizeof layer_fields / sizeof layer_fields[0])
-
-/* Rejects fields the layer type does not take and reports missing required ones. */
-static tsr_status check_fields(const jctx *c, const json_t *o, tsr_layer_kind kind) {
-  const char *kn = tsr_layer_kind_name(kind);
+/* Rejects fields the layer type does not take and reports missing required ones. Every type takes
+ * name and type, types with inputs take input or inputs, and the rest comes from the registry. */
+static tsr_status check_fields(const jctx *c, const json_t *o, const struct _tsr_layer_ops *ops) {
   const char *key;
   const json_t *v;
   json_object_foreach((json_t *)o, key, v) {
-    size_t i = 0;
-    while (i < NFIELDS && !(strcmp(layer_fields[i].name, key) == 0 && (layer_fields[i].kinds & (1u << kind)))) i++;
-    if (i < NFIELDS) continue;
-    char valid[256] = "";
-    size_t n = 0;
-    for (size_t j = 0; j < NFIELDS && n < sizeof valid; j++)
-      if (layer_fields[j].kinds & (1u << kind))
-        n += snprintf(valid + n, sizeof valid - n, "%s%s", n ? ", " : "", layer_fields[j].name);
-    return fail(c, TSR_ERR_FORMAT, key, "unknown field for type '%s' (valid fields: %s)", kn, valid);
+    int common = strcmp(key, "name") == 0 || strcmp(key, "type") == 0 ||
+                 (ops->max_inputs > 0 && (strcmp(key, "input") == 0 || strcmp(key, "inputs") == 0));
+    if (common || field_of(ops, key)) continue;
+    char valid[256];
+    size_t n = snprintf(valid, sizeof valid, "name, type%s", ops->max_inputs > 0 ? ", input, inputs" : "");
+    for (const struct _tsr_layer_field *f = ops->fields; f && f->name && n < sizeof valid; f++)
+      n += snprintf(valid + n, sizeof valid - n, ", %s", f->name);
+    return fail(c, TSR_ERR_FORMAT, key, "unknown field for type '%s' (valid fields: %s)", ops->name, valid);
   }
-  for (size_t i = 0; i < NFIELDS; i++)
-    if ((layer_fields[i].required & (1u << kind)) && !json_object_get(o, layer_fields[i].name))
-      return fail(c, TSR_ERR_FORMAT, layer_fields[i].name, "missing (required for type '%s')", kn);
+  for (const struct _tsr_layer_field *f = ops->fields; f && f->name; f++)
+    if (f->required && !json_object_get(o, f->name))
+      return fail(c, TSR_ERR_FORMAT, f->name, "missing (required for type '%s')", ops->name);
   return TSR_OK;
 }
 
-/* Fills the layer spec from the fields check_fields let through. */
-static tsr_status parse_spec(const jctx *c, const json_t *o, tsr_layer_spec *s) {
+/* Reads one field into the spec, at the place and in the form its registry entry gives. */
+static tsr_status parse_field(const jctx *c, const json_t *v, const struct _tsr_layer_field *f, tsr_layer_spec *s) {
   char got[48];
-  const json_t *v;
-  if ((v = json_object_get(o, "shape"))) {
+  int *i = (int *)((char *)s + f->offset);
+  float *x = (float *)((char *)s + f->offset);
+  switch (f->type) {
+  case TSR_FIELD_SHAPE: {
     int d[3] = {0, 0, 0}, ok = json_is_array(v) && json_array_size(v) == 3;
-    for (size_t i = 0; ok && i < 3; i++) {
-      const json_t *x = json_array_get(v, i);
-      ok = json_is_integer(x) && json_integer_value(x) > 0 && json_integer_value(x) <= INT_MAX;
-      if (ok) d[i] = (int)json_integer_value(x);
+    for (size_t k = 0; ok && k < 3; k++) {
+      const json_t *e = json_array_get(v, k);
+      ok = json_is_integer(e) && json_integer_value(e) > 0 && json_integer_value(e) <= INT_MAX;
+      if (ok) d[k] = (int)json_integer_value(e);
     }
-    if (!ok) return fail(c, TSR_ERR_FORMAT, "shape", "expected [C, H, W] of positive integers, got %s", GOT(v));
-    s->channels = d[0], s->height = d[1], s->width = d[2];
+    if (!ok) return fail(c, TSR_ERR_FORMAT, f->name, "expected [C, H, W] of positive integers, got %s", GOT(v));
+    i[0] = d[0], i[1] = d[1], i[2] = d[2];
+    return TSR_OK;
   }
-  if ((v = json_object_get(o, "out_channels"))) TSR_TRY(get_int(c, v, "out_channels", 1, &s->out_channels));
-  if ((v = json_object_get(o, "out_features"))) TSR_TRY(get_int(c, v, "out_features", 1, &s->out_channels));
-  if ((v = json_object_get(o, "kernel"))) TSR_TRY(get_pair(c, v, "kernel", 1, &s->kernel_h, &s->kernel_w));
-  if ((v = json_object_get(o, "stride"))) TSR_TRY(get_pair(c, v, "stride", 1, &s->stride_h, &s->stride_w));
-  if ((v = json_object_get(o, "padding"))) TSR_TRY(get_pair(c, v, "padding", 0, &s->pad_h, &s->pad_w));
-  if ((v = json_object_get(o, "dilation"))) TSR_TRY(get_pair(c, v, "dilation", 1, &s->dilation_h, &s->dilation_w));
-  if ((v = json_object_get(o, "output_padding")))
-    TSR_TRY(get_pair(c, v, "output_padding", 0, &s->output_pad_h, &s->output_pad_w));
-  if ((v = json_object_get(o, "bias"))) TSR_TRY(get_bool(c, v, "bias", &s->bias));
-  if ((v = json_object_get(o, "alpha"))) TSR_TRY(get_num(c, v, "alpha", R_ANY, &s->alpha));
-  if ((v = json_object_get(o, "p"))) TSR_TRY(get_num(c, v, "p", R_PROB, &s->p));
-  if ((v = json_object_get(o, "eps"))) TSR_TRY(get_num(c, v, "eps", R_POS, &s->eps));
-  if ((v = json_object_get(o, "momentum"))) TSR_TRY(get_num(c, v, "momentum", R_UNIT, &s->momentum));
+  case TSR_FIELD_COUNT: return get_int(c, v, f->name, 1, i);
+  case TSR_FIELD_SIZE2: return get_pair(c, v, f->name, 1, &i[0], &i[1]);
+  case TSR_FIELD_PAD2: return get_pair(c, v, f->name, 0, &i[0], &i[1]);
+  case TSR_FIELD_BOOL: return get_bool(c, v, f->name, i);
+  case TSR_FIELD_REAL: return get_num(c, v, f->name, R_ANY, x);
+  case TSR_FIELD_POSITIVE: return get_num(c, v, f->name, R_POS, x);
+  case TSR_FIELD_PROB: return get_num(c, v, f->name, R_PROB, x);
+  case TSR_FIELD_UNIT: return get_num(c, v, f->name, R_UNIT, x);
+  }
+  return fail(c, TSR_ERR_FORMAT, f->name, "field type %d unknown to the reader", (int)f->type);
+}
+
+/* Fills the layer spec from the fields check_fields let through. */
+static tsr_status parse_spec(const jctx *c, const json_t *o, const struct _tsr_layer_ops *ops, tsr_layer_spec *s) {
+  for (const struct _tsr_layer_field *f = ops->fields; f && f->name; f++) {
+    const json_t *v = json_object_get(o, f->name);
+    if (v) TSR_TRY(parse_field(c, v, f, s));
+  }
   return TSR_OK;
 }
 
@@ -259,25 +244,26 @@ static tsr_status add_layer(jctx *c, tsr_model *m, const json_t *layers, size_t 
   if (!jt) return fail(c, TSR_ERR_FORMAT, "type", "missing (every layer needs a type)");
   tsr_layer_kind kind;
   if (!json_is_string(jt) || tsr_layer_kind_parse(json_string_value(jt), &kind) != TSR_OK) {
-    char known[320] = "";
+    char known[512] = "";
     size_t n = 0;
-    for (int k = 0; k < TSR_LAYER_KIND_COUNT && n < sizeof known; k++)
+    for (int k = 0; k < _tsr_layer_kind_count() && n < sizeof known; k++)
       n += snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", tsr_layer_kind_name((tsr_layer_kind)k));
     return fail(c, TSR_ERR_FORMAT, "type", "unknown layer type %s (expected one of: %s)", GOT(jt), known);
   }
-  TSR_TRY(check_fields(c, o, kind));
+  const struct _tsr_layer_ops *ops = _tsr_layer_ops_of((int)kind);
+  TSR_TRY(check_fields(c, o, ops));
   tsr_layer_spec spec = tsr_layer_spec_default(kind);
-  TSR_TRY(parse_spec(c, o, &spec));
+  TSR_TRY(parse_spec(c, o, ops, &spec));
 
   const json_t *in = json_object_get(o, "input"), *ins = json_object_get(o, "inputs");
   if (in && ins) return fail(c, TSR_ERR_FORMAT, "inputs", "give either 'input' or 'inputs', not both");
   const char *field = ins ? "inputs" : "input";
-  int n = kind == TSR_LAYER_INPUT ? 0 : ins ? (int)json_array_size(ins) : 1;
+  int n = ops->max_inputs == 0 ? 0 : ins ? (int)json_array_size(ins) : 1;
   if (ins && (!json_is_array(ins) || n == 0))
     return fail(c, TSR_ERR_FORMAT, "inputs", "expected a non-empty array of layer names, got %s", GOT(ins));
   if (in && !json_is_string(in))
     return fail(c, TSR_ERR_FORMAT, "input", "expected a layer name (string), got %s", GOT(in));
-  if (!in && !ins && kind != TSR_LAYER_INPUT && i == 0)
+  if (!in && !ins && ops->max_inputs > 0 && i == 0)
     return fail(c, TSR_ERR_FORMAT, "input",
                 "missing: the first layer has no previous layer to read (make it an input layer)");
   const char **names = calloc(n ? (size_t)n : 1, sizeof *names);

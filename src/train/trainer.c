@@ -1,7 +1,6 @@
 /* Trainer construction: slices the batch, lays parameters out contiguously in backward order
  * (so a gradient group is a contiguous range), allocates every per-slice buffer once, registers
  * the StarPU handles and initialises parameters as PyTorch does. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +11,6 @@
 #include "kernel_util.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
-#include "runtime/rng.h"
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o) {
   memset(o, 0, sizeof *o);
@@ -27,21 +25,10 @@ static void *zalloc(size_t bytes) {
   return p;
 }
 
-/* PyTorch's default initialisation: weights and biases uniform in +-1/sqrt(fan_in), where fan_in
- * is size(1) * kernel area (for transposed convolutions PyTorch takes size(1) = out channels). */
 static void init_tensor(struct _tsr_ptensor *p, const tsr_trainer *t, uint64_t seed) {
-  const struct _tsr_layer *L = &t->model->layers[p->layer];
-  if (L->spec.kind == TSR_LAYER_BATCHNORM) {
-    float v = (p->index == 0 || p->index == 3) ? 1.0f : 0.0f;
-    for (size_t i = 0; i < p->n; i++) p->w[i] = v;
-    return;
-  }
-  const struct _tsr_ptensor *w = p - p->index;
-  double fan_in = (double)w->shape.dims[1];
-  for (int d = 2; d < w->shape.ndim; d++) fan_in *= (double)w->shape.dims[d];
-  double bound = 1.0 / sqrt(fan_in);
-  struct _tsr_rng r = {.key = seed, .ctr = 0}; /* SplitMix64 from state `seed` */
-  for (size_t i = 0; i < p->n; i++) p->w[i] = (float)((_tsr_rng_uniform(&r) * 2 - 1) * bound);
+  struct _tsr_layer_view v;
+  _tsr_model_view(t->model, p->layer, &v);
+  _tsr_layer_init(t->model->layers[p->layer].ops, &v, p->index, p->w, p->n, seed);
 }
 
 static tsr_status layout_tensors(tsr_trainer *t) {
@@ -125,7 +112,7 @@ static tsr_status analyse(tsr_trainer *t) {
 
 int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
   const tsr_model *m = t->model;
-  if (m->layers[j].spec.kind == TSR_LAYER_CONCAT) return 1;
+  if (m->layers[j].ops->scratch) return 1;
   for (int l = 0; l < m->n; l++)
     for (int k = 0; k < m->layers[l].ninputs; k++)
       if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k]) return 1;
@@ -140,7 +127,8 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   st->elems = (size_t)L->c * L->h * L->w;
   if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
   int tmp = _tsr_layer_needs_tmp(t, l);
-  int ws = L->spec.kind == TSR_LAYER_MAXPOOL2D;
+  struct _tsr_layer_view v;
+  _tsr_model_view(t->model, l, &v);
   if (!ALLOC_SLICES(st->y) || !ALLOC_SLICES(st->g) || !ALLOC_SLICES(st->tmp) || !ALLOC_SLICES(st->ws) ||
       !ALLOC_SLICES(st->ybuf) || !ALLOC_SLICES(st->gbuf) || !ALLOC_SLICES(st->tmpbuf) || !ALLOC_SLICES(st->wsbuf))
     return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
@@ -154,28 +142,18 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
       if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
       st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
     }
-    if (ws) {
-      struct tsr_pool_desc d = {.n = t->slice_n[s], .c = t->model->layers[L->inputs[0]].c,
-                                .h = t->model->layers[L->inputs[0]].h, .w = t->model->layers[L->inputs[0]].w,
-                                .oh = L->h, .ow = L->w, .kh = L->spec.kernel_h, .kw = L->spec.kernel_w,
-                                .sh = L->spec.stride_h, .sw = L->spec.stride_w, .ph = L->spec.pad_h,
-                                .pw = L->spec.pad_w, .is_max = 1};
-      size_t bytes = _tsr_pool_ws_bytes(&d);
-      char why[512];
-      if (bytes == 0 && _tsr_kernel_error(why, sizeof why))
-        return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %s", L->name, why);
+    if (L->ops->workspace) {
+      size_t bytes;
+      TSR_TRY(L->ops->workspace(&v, t->slice_n[s], &bytes));
       if (!(st->wsbuf[s] = zalloc(bytes))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
       starpu_vector_data_register(&st->ws[s], STARPU_MAIN_RAM, (uintptr_t)st->wsbuf[s], (uint32_t)bytes, 1);
     }
   }
-  if (L->spec.kind == TSR_LAYER_BATCHNORM) {
-    st->acc_fbuf = zalloc(2 * L->c * sizeof(double));
-    st->acc_bbuf = zalloc(2 * L->c * sizeof(double));
-    st->statbuf = zalloc(2 * L->c * sizeof(float));
-    if (!st->acc_fbuf || !st->acc_bbuf || !st->statbuf) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
-    starpu_vector_data_register(&st->acc_f, STARPU_MAIN_RAM, (uintptr_t)st->acc_fbuf, 2 * L->c, sizeof(double));
-    starpu_vector_data_register(&st->acc_b, STARPU_MAIN_RAM, (uintptr_t)st->acc_bbuf, 2 * L->c, sizeof(double));
-    st->stat = _tsr_register_floats(st->statbuf, 2 * L->c);
+  for (int i = 0; L->ops->num_state && i < L->ops->num_state(&v); i++) {
+    size_t count, size;
+    L->ops->state(&v, i, &count, &size);
+    if (!(st->statebuf[i] = zalloc(count * size))) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+    starpu_vector_data_register(&st->state[i], STARPU_MAIN_RAM, (uintptr_t)st->statebuf[i], (uint32_t)count, size);
   }
   return TSR_OK;
 }
@@ -374,10 +352,10 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(st->g, (void **)st->gbuf, t->slices);
     unreg_slices(st->tmp, (void **)st->tmpbuf, t->slices);
     unreg_slices(st->ws, st->wsbuf, t->slices);
-    if (st->acc_f) starpu_data_unregister(st->acc_f);
-    if (st->acc_b) starpu_data_unregister(st->acc_b);
-    if (st->stat) starpu_data_unregister(st->stat);
-    free(st->acc_fbuf), free(st->acc_bbuf), free(st->statbuf);
+    for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) {
+      if (st->state[i]) starpu_data_unregister(st->state[i]);
+      free(st->statebuf[i]);
+    }
   }
   for (int p = 0; p < 2; p++) {
     unreg_slices(t->x[p], (void **)t->xbuf[p], t->slices);

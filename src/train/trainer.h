@@ -10,8 +10,6 @@
 #include "graph/model.h"
 #include "optim/loss_scale.h"
 
-_Static_assert(TSR_MAX_INPUTS <= TSR_MAX_CONCAT, "a layer may have more inputs than the concat codelet takes");
-
 struct _tsr_ptensor {
   char name[TSR_NAME_MAX + 16];
   tsr_shape shape;
@@ -27,13 +25,12 @@ struct _tsr_lstate {
   int needs_grad;       /* some parameter lies upstream, so its output gradient is needed */
   int first_tensor;     /* index of its first tensor in trainer->tensors, -1 if none */
   size_t elems;         /* per sample */
-  starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions */
+  starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions
+                                           * and the entry's scratch; ws the entry's workspace */
   float **ybuf, **gbuf, **tmpbuf;
   void **wsbuf;
-  /* batchnorm */
-  starpu_data_handle_t acc_f, acc_b, stat;
-  double *acc_fbuf, *acc_bbuf;
-  float *statbuf;
+  starpu_data_handle_t state[TSR_LAYER_MAX_STATE]; /* the entry's per-layer state (batchnorm's sums) */
+  void *statebuf[TSR_LAYER_MAX_STATE];
 };
 
 struct _tsr_pending {
@@ -114,10 +111,9 @@ tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step);
 /* Grows the loss and flag histories to hold step `step`. */
 tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step);
 
-/* layers.c: forward and backward of layer l for slice s of step `step` (parity p). */
+/* layers.c: forward and backward of layer l for slice s of step `step` (parity p), through the
+ * layer's registry entry. */
 int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t step);
 int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step);
-/* The handle holding layer l's output for slice s in step parity p. */
-starpu_data_handle_t _tsr_out(tsr_trainer *t, int l, int s, int p);
 
 #endif

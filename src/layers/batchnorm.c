@@ -1,0 +1,99 @@
+/* Batch normalisation over the whole batch (PyTorch's BatchNorm2d): statistics span every slice,
+ * so slice 0 opens an accumulation, each slice adds to it, and the last slice's call closes it and
+ * submits every slice's normalisation (forward) or data gradient (backward). State: the forward
+ * and backward sums (double [2c]) and the batch's mean and inverse std (float [2c]). */
+#include <stddef.h>
+#include <string.h>
+
+#include "codelets.h"
+#include "layers/layer.h"
+#include "runtime/error.h"
+
+enum { ACC_F, ACC_B, STAT, NSTATE };           /* state buffers */
+enum { GAMMA, BETA, RUNNING_MEAN, RUNNING_VAR }; /* tensors */
+
+static tsr_status bn_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const char *const *in_names) {
+  if (!(s->eps > 0) || !(s->momentum >= 0 && s->momentum <= 1))
+    return _tsr_error(TSR_ERR_ARG, "batchnorm '%s': eps %g must be > 0 and momentum %g in [0, 1]", v->name, s->eps,
+                      s->momentum);
+  return _tsr_infer_same(v, s, in_names);
+}
+
+static int bn_num_tensors(const tsr_layer_spec *s) { return 4; }
+
+static void bn_tensor(const struct _tsr_layer_view *v, int i, tsr_shape *shape, const char **suffix, int *trainable) {
+  static const char *const names[4] = {"weight", "bias", "running_mean", "running_var"};
+  memset(shape, 0, sizeof *shape);
+  shape->ndim = 1, shape->dims[0] = v->out.c;
+  *suffix = names[i];
+  *trainable = i == GAMMA || i == BETA;
+}
+
+/* gamma = 1, beta = 0, running mean 0, running variance 1 */
+static void bn_init(const struct _tsr_layer_view *v, int i, float *w, size_t n, uint64_t seed) {
+  float x = (i == GAMMA || i == RUNNING_VAR) ? 1.0f : 0.0f;
+  for (size_t j = 0; j < n; j++) w[j] = x;
+}
+
+static int bn_num_state(const struct _tsr_layer_view *v) { return NSTATE; }
+
+static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize) {
+  *count = 2 * (size_t)v->out.c;
+  *elemsize = i == STAT ? sizeof(float) : sizeof(double);
+}
+
+static struct tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
+  const struct _tsr_layer_view *v = c->v;
+  struct tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = c->batch,
+                          .eps = v->spec->eps, .momentum = v->spec->momentum};
+  return d;
+}
+
+static int bn_forward(const struct _tsr_layer_call *c) {
+  struct tsr_bn_desc d = bn_desc(c, c->s);
+  const starpu_data_handle_t *st = c->state, *w = c->w;
+  const char *nm = c->v->name;
+  if (!c->train)
+    return _tsr_insert_bn_fwd_eval(&d, c->x[0][c->s], w[RUNNING_MEAN], w[RUNNING_VAR], w[GAMMA], w[BETA],
+                                   c->y[c->s], nm);
+  int ret = 0;
+  if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_F], nm);
+  if (!ret) ret = _tsr_insert_bn_stats(&d, c->x[0][c->s], st[ACC_F], nm);
+  if (ret || c->s != c->slices - 1) return ret;
+  ret = _tsr_insert_bn_finalize(&d, st[ACC_F], st[STAT], w[RUNNING_MEAN], w[RUNNING_VAR], nm);
+  for (int k = 0; !ret && k < c->slices; k++) {
+    struct tsr_bn_desc dk = bn_desc(c, k);
+    ret = _tsr_insert_bn_fwd(&dk, c->x[0][k], st[STAT], w[GAMMA], w[BETA], c->y[k], nm);
+  }
+  return ret;
+}
+
+static int bn_backward(const struct _tsr_layer_call *c) {
+  struct tsr_bn_desc d = bn_desc(c, c->s);
+  const starpu_data_handle_t *st = c->state;
+  const char *nm = c->v->name;
+  int ret = 0;
+  if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_B], nm);
+  if (!ret) ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], st[ACC_B], nm);
+  if (ret || c->s != c->slices - 1) return ret;
+  ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
+  for (int k = 0; !ret && c->dx[0] && k < c->slices; k++) {
+    struct tsr_bn_desc dk = bn_desc(c, k);
+    ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[k], c->dx[0][k], nm);
+    if (!ret) ret = _tsr_layer_dx_done(c, 0, k);
+  }
+  return ret;
+}
+
+static const struct _tsr_layer_field bn_fields[] = {
+    TSR_LAYER_FIELD("eps", TSR_FIELD_POSITIVE, eps, 0),
+    TSR_LAYER_FIELD("momentum", TSR_FIELD_UNIT, momentum, 0),
+    {NULL},
+};
+
+const struct _tsr_layer_ops _tsr_layers_batchnorm[] = {
+    {.name = "batchnorm", .kind = TSR_LAYER_BATCHNORM, .fields = bn_fields, .min_inputs = 1, .max_inputs = 1,
+     .infer = bn_infer, .num_tensors = bn_num_tensors, .tensor = bn_tensor, .init = bn_init,
+     .num_state = bn_num_state, .state = bn_state, .forward = bn_forward, .backward = bn_backward},
+    {.name = NULL},
+};

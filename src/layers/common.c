@@ -1,0 +1,40 @@
+/* Pieces the layer families share: same-shape inference, PyTorch's default initialisation and
+ * the gradient hand-back to the trainer. */
+#include <math.h>
+
+#include "layers/layer.h"
+#include "runtime/rng.h"
+
+tsr_status _tsr_infer_same(struct _tsr_layer_view *v, tsr_layer_spec *spec, const char *const *in_names) {
+  v->out = v->in[0];
+  return TSR_OK;
+}
+
+size_t _tsr_view_out_elems(const struct _tsr_layer_view *v) { return (size_t)v->out.c * v->out.h * v->out.w; }
+
+void _tsr_init_uniform(float *w, size_t n, double bound, uint64_t seed) {
+  struct _tsr_rng r = {.key = seed, .ctr = 0}; /* SplitMix64 from state `seed` */
+  for (size_t i = 0; i < n; i++) w[i] = (float)((_tsr_rng_uniform(&r) * 2 - 1) * bound);
+}
+
+/* PyTorch's default: weights and biases uniform in +-1/sqrt(fan_in), where fan_in is size(1) of
+ * the weight times its kernel area (for transposed convolutions PyTorch takes size(1) = out
+ * channels, which is what the IOHW weight's size(1) is). */
+void _tsr_layer_init(const struct _tsr_layer_ops *ops, const struct _tsr_layer_view *v, int i, float *w, size_t n,
+                     uint64_t seed) {
+  if (ops->init) {
+    ops->init(v, i, w, n, seed);
+    return;
+  }
+  tsr_shape ws;
+  const char *suffix;
+  int trainable;
+  ops->tensor(v, 0, &ws, &suffix, &trainable);
+  double fan_in = (double)ws.dims[1];
+  for (int d = 2; d < ws.ndim; d++) fan_in *= (double)ws.dims[d];
+  _tsr_init_uniform(w, n, 1.0 / sqrt(fan_in), seed);
+}
+
+int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s) {
+  return c->dx[k] ? c->dx_done(c->owner, k, s) : 0;
+}

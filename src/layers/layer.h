@@ -1,0 +1,143 @@
+/* The layer registry: one entry (struct _tsr_layer_ops) per layer kind holds everything the rest of
+ * the library knows about that kind: its name and JSON fields, how many inputs it takes, shape
+ * inference, parameter tensors, FLOPs, initialisation, and the StarPU tasks of its forward and
+ * backward pass. The model (src/graph) and the trainer (src/train) call through the entry and never
+ * switch on the kind; entries see a layer through plain views (shapes, spec, handles), never the
+ * model or the trainer. Kinds of the public enum keep their values as registry indices; further
+ * kinds get the indices after TSR_LAYER_KIND_COUNT and are found by name. */
+#ifndef TSR_LAYERS_LAYER_H
+#define TSR_LAYERS_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <starpu.h>
+#include <tessera/model.h>
+
+/* Most inputs of one layer (concat, add). */
+#define TSR_MAX_INPUTS 32
+/* Most parameter tensors and per-layer state buffers of one layer. */
+#define TSR_LAYER_MAX_TENSORS 4
+#define TSR_LAYER_MAX_STATE 4
+/* The `kind` of an entry that is not in the public enum: it gets a registry index after
+ * TSR_LAYER_KIND_COUNT. */
+#define TSR_LAYER_REGISTERED (-1)
+
+/* Per-sample shape [C, H, W]. */
+struct _tsr_chw {
+  int c, h, w;
+};
+
+/* One layer as its entry sees it: name, parameters and per-sample shapes. */
+struct _tsr_layer_view {
+  const char *name;
+  const tsr_layer_spec *spec;
+  int ninputs;
+  struct _tsr_chw in[TSR_MAX_INPUTS];
+  struct _tsr_chw out;
+};
+
+/* How a JSON field is read into tsr_layer_spec (src/graph/model_json.c reads it). */
+enum _tsr_field_type {
+  TSR_FIELD_SHAPE,    /* [C, H, W] of positive integers: three ints */
+  TSR_FIELD_COUNT,    /* a positive integer */
+  TSR_FIELD_SIZE2,    /* a positive integer or [h, w]: two ints */
+  TSR_FIELD_PAD2,     /* a non-negative integer or [h, w]: two ints */
+  TSR_FIELD_BOOL,     /* true or false: an int */
+  TSR_FIELD_REAL,     /* any finite number: a float */
+  TSR_FIELD_POSITIVE, /* a number > 0 */
+  TSR_FIELD_PROB,     /* a number in [0, 1) */
+  TSR_FIELD_UNIT      /* a number in [0, 1] */
+};
+
+/* A layer field of the model file beyond name, type and input(s). Lists end with {NULL}. */
+struct _tsr_layer_field {
+  const char *name;
+  enum _tsr_field_type type;
+  size_t offset; /* in tsr_layer_spec, of the first int or float the field fills */
+  int required;
+};
+
+#define TSR_LAYER_FIELD(name, type, member, required) {name, type, offsetof(tsr_layer_spec, member), required}
+
+/* What a forward or backward function may use: filled by the trainer per (layer, slice). Arrays
+ * marked [slice] hold every slice's handle (batch normalisation spans slices). */
+struct _tsr_layer_call {
+  const struct _tsr_layer_view *v;
+  int s, slices;                            /* this slice, slices in the batch */
+  const int *slice_n;                       /* [slice] samples */
+  int batch;                                /* samples in the whole batch */
+  int train;                                /* forward: training (batch statistics, dropout) or evaluation */
+  uint64_t seed;                            /* random seed of this (step, layer, slice) */
+  starpu_data_handle_t *x[TSR_MAX_INPUTS];  /* [slice] input k */
+  starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
+  starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
+  starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */
+  starpu_data_handle_t w[TSR_LAYER_MAX_TENSORS], dw[TSR_LAYER_MAX_TENSORS]; /* dw NULL: not trainable */
+  starpu_data_handle_t state[TSR_LAYER_MAX_STATE];
+  /* Tells the trainer that input k's gradient of slice `s` is written into dx[k][s] (it adds the
+   * contributions of several consumers). Returns 0 or the failed submission's code. */
+  int (*dx_done)(void *owner, int k, int s);
+  void *owner;
+};
+
+/* One layer kind. Members marked (optional) may be NULL. */
+struct _tsr_layer_ops {
+  const char *name; /* in model files and messages: "conv2d" */
+  int kind;         /* its tsr_layer_kind, or TSR_LAYER_REGISTERED */
+  const struct _tsr_layer_field *fields; /* (optional) */
+  int min_inputs, max_inputs;
+  /* Defaults beyond those of tsr_layer_spec_default (optional). */
+  void (*defaults)(tsr_layer_spec *s);
+  /* Checks the spec against the inputs' shapes v->in and sets v->out, or returns an error naming
+   * the layer (v->name) and the inputs (in_names). May complete the spec (`spec` is v->spec). */
+  tsr_status (*infer)(struct _tsr_layer_view *v, tsr_layer_spec *spec, const char *const *in_names);
+  /* Parameter tensors in PyTorch order (optional: none): count, then each one's shape, name suffix
+   * ("weight") and whether the optimizer updates it. */
+  int (*num_tensors)(const tsr_layer_spec *s);
+  void (*tensor)(const struct _tsr_layer_view *v, int i, tsr_shape *shape, const char **suffix, int *trainable);
+  /* Initial values of tensor i (optional: PyTorch's uniform in +-1/sqrt(fan_in) of tensor 0). */
+  void (*init)(const struct _tsr_layer_view *v, int i, float *w, size_t n, uint64_t seed);
+  /* Multiply-adds of one sample's forward pass (optional: 0). */
+  double (*flops)(const struct _tsr_layer_view *v);
+  /* Bytes of the workspace a slice of n samples keeps from forward to backward (optional: none). */
+  tsr_status (*workspace)(const struct _tsr_layer_view *v, int n, size_t *bytes);
+  /* Per-layer state buffers shared by the slices' tasks (optional: none): count, then buffer i's
+   * element count and element size. */
+  int (*num_state)(const struct _tsr_layer_view *v);
+  void (*state)(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize);
+  int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size */
+  /* Submit the tasks of slice c->s; 0 or the failed submission's code (optional: the input layer). */
+  int (*forward)(const struct _tsr_layer_call *c);
+  int (*backward)(const struct _tsr_layer_call *c);
+};
+
+/* ---- the families, one file each; registry.c lists their tables (each ends with {.name = NULL}) ---- */
+extern const struct _tsr_layer_ops _tsr_layers_input[];      /* input.c: input, flatten */
+extern const struct _tsr_layer_ops _tsr_layers_conv[];       /* conv.c: conv2d, conv_transpose2d */
+extern const struct _tsr_layer_ops _tsr_layers_pool[];       /* pool.c: maxpool2d, avgpool2d */
+extern const struct _tsr_layer_ops _tsr_layers_activation[]; /* activation.c: relu, leaky_relu, tanh, ... */
+extern const struct _tsr_layer_ops _tsr_layers_batchnorm[];  /* batchnorm.c */
+extern const struct _tsr_layer_ops _tsr_layers_dropout[];    /* dropout.c: dropout, spatial_dropout */
+extern const struct _tsr_layer_ops _tsr_layers_merge[];      /* merge.c: concat, add */
+extern const struct _tsr_layer_ops _tsr_layers_dense[];      /* dense.c */
+
+/* ---- registry.c ---- */
+/* The entry of kind `kind` (a tsr_layer_kind or a registry index), NULL if none. */
+const struct _tsr_layer_ops *_tsr_layer_ops_of(int kind);
+/* Registry indices run from 0 to this count - 1. */
+int _tsr_layer_kind_count(void);
+
+/* ---- common.c: pieces several families share ---- */
+/* infer: the output has the shape of input 0. */
+tsr_status _tsr_infer_same(struct _tsr_layer_view *v, tsr_layer_spec *spec, const char *const *in_names);
+/* Uniform values in +-bound from `seed` (SplitMix64, runtime/rng.h): PyTorch's default law. */
+void _tsr_init_uniform(float *w, size_t n, double bound, uint64_t seed);
+/* Initial values of tensor i: the entry's init, else PyTorch's default uniform(+-1/sqrt(fan_in)). */
+void _tsr_layer_init(const struct _tsr_layer_ops *ops, const struct _tsr_layer_view *v, int i, float *w, size_t n,
+                     uint64_t seed);
+/* Elements of one sample's output. */
+size_t _tsr_view_out_elems(const struct _tsr_layer_view *v);
+/* Calls c->dx_done(k, s) when input k wants a gradient (0 otherwise). */
+int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s);
+
+#endif
