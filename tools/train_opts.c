@@ -126,7 +126,7 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
                                                                                             : TSR_PRECISION_F32;
       break;
     case O_GRADRED:
-      if (tsr_reduce_precision_parse(optarg, &o->grad_reduce)) cli_usage_error("--grad-reduce: '%s' (f32, bf16 or fp16)", optarg);
+      if (tsr_reduce_precision_parse(optarg, &o->grad_reduce)) cli_usage_error("--grad-reduce: %s", tsr_last_error());
       break;
     case O_LOSS_SCALE:
       o->loss_scale = !strcmp(optarg, "off") ? 0

@@ -37,6 +37,8 @@ typedef struct tsr_trainer tsr_trainer;
  * the bytes; received chunks are summed in float32, and every rank ends with the same values (the
  * reduced chunk is rounded once and shared). The control word stays float32. */
 typedef enum tsr_reduce_precision { TSR_REDUCE_F32 = 0, TSR_REDUCE_BF16 = 1, TSR_REDUCE_FP16 = 2 } tsr_reduce_precision;
+/* Names and values come from the library's registry of collectives: a reduction added there is
+ * selected by its name through parse, without a constant here. */
 const char *tsr_reduce_precision_name(int p); /* "f32", "bf16", "fp16" */
 tsr_status tsr_reduce_precision_parse(const char *name, int *p);
 

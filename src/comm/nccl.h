@@ -1,14 +1,7 @@
-/* NCCL reductions for GPU builds (nccl.c): set up when StarPU has CUDA workers and several ranks;
- * otherwise trainer->nccl stays NULL and the StarPU-MPI ring is used. */
+/* The NCCL launchers of the NCCL collectives (nccl.c: entries of the collective table, chosen when
+ * StarPU has CUDA workers and the communicator several ranks; otherwise the StarPU-MPI ring). */
 #ifndef TSR_COMM_NCCL_H
 #define TSR_COMM_NCCL_H
-
-#include <tessera/status.h>
-
-struct tsr_trainer;
-tsr_status _tsr_nccl_setup(struct tsr_trainer *t);
-int _tsr_nccl_allreduce(struct tsr_trainer *t, int g);
-void _tsr_nccl_teardown(struct tsr_trainer *t);
 
 #if defined(TSR_WITH_CUDA) || defined(__CUDACC__)
 /* The NCCL launchers (nccl_cuda.cu): plain functions on device pointers and a stream; 0, or -1

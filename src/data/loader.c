@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/rng.h"
+#include "tensor/dist.h"
 #include <tessera/data.h>
 #include <tessera/loader.h>
 #include <tessera/params.h>
@@ -295,13 +296,16 @@ tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
 
 /* ---- epoch order ---- */
 
+/* An epoch's samples are split along the batch over the ranks: rank r of P takes r, r + P, ... */
 int64_t tsr_loader_shard_size(int64_t n, int rank, int size) {
-  if (n <= 0 || size <= 0 || rank < 0 || rank >= size) return 0;
-  return n / size + (rank < n % size ? 1 : 0);
+  struct _tsr_dist d;
+  if (n <= 0 || _tsr_dist_batch(&d, NULL, rank, size) != TSR_OK) return 0;
+  return _tsr_dist_batch_count(&d, n);
 }
 
 tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int rank, int size, int64_t *out) {
-  if (n <= 0 || size <= 0 || rank < 0 || rank >= size || !out)
+  struct _tsr_dist d;
+  if (n <= 0 || !out || _tsr_dist_batch(&d, NULL, rank, size) != TSR_OK)
     return _tsr_error(TSR_ERR_ARG, "tsr_loader_epoch_indices: n %lld, rank %d of %d", (long long)n, rank, size);
   TSR_TRY(check_order_size("tsr_loader_epoch_indices", n));
   int64_t *perm = malloc(sizeof *perm * n);
@@ -314,7 +318,7 @@ tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int ran
     int64_t t = perm[i];
     perm[i] = perm[j], perm[j] = t;
   }
-  for (int64_t i = rank, k = 0; i < n; i += size) out[k++] = perm[i];
+  for (int64_t k = 0, m = _tsr_dist_batch_count(&d, n); k < m; k++) out[k] = perm[_tsr_dist_batch_index(&d, k)];
   free(perm);
   return TSR_OK;
 }

@@ -8,8 +8,8 @@
 #include <starpu_mpi.h>
 
 #include "train/fingerprint.h"
-#include "comm/groups.h"
 #include "train/trainer.h"
+#include "runtime/communicator.h"
 #include "runtime/error.h"
 
 #define AGREE_TAG ((starpu_mpi_tag_t)0x7A6E0000)
@@ -26,15 +26,6 @@ struct verdict {
   char label0[200];    /* rank 0's description of that entry */
 };
 
-static int xfer(void *buf, size_t bytes, int peer, int send, starpu_mpi_tag_t tag) {
-  starpu_data_handle_t h;
-  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)buf, (uint32_t)bytes, 1);
-  int ret = send ? starpu_mpi_send(h, peer, tag, MPI_COMM_WORLD)
-                 : starpu_mpi_recv(h, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  starpu_data_unregister(h);
-  return ret;
-}
-
 static int first_difference(const uint64_t *a, int na, const uint64_t *b, int nb) {
   int n = na < nb ? na : nb;
   for (int i = 0; i < n; i++)
@@ -48,16 +39,16 @@ tsr_status _tsr_agree(int rank, int size, int n, const uint64_t *hashes,
   int ret = 0;
   int64_t count = n;
   if (rank != 0) {
-    ret = xfer(&count, sizeof count, 0, 1, AGREE_TAG);
-    if (!ret && n > 0) ret = xfer((void *)hashes, n * sizeof *hashes, 0, 1, AGREE_TAG + 1);
-    if (!ret) ret = xfer(&v, sizeof v, 0, 0, AGREE_TAG + 2);
+    ret = _tsr_comm_xfer(&count, sizeof count, 0, 1, AGREE_TAG);
+    if (!ret && n > 0) ret = _tsr_comm_xfer((void *)hashes, n * sizeof *hashes, 0, 1, AGREE_TAG + 1);
+    if (!ret) ret = _tsr_comm_xfer(&v, sizeof v, 0, 0, AGREE_TAG + 2);
   } else {
     for (int r = 1; !ret && r < size; r++) {
       int64_t nr = 0;
-      ret = xfer(&nr, sizeof nr, r, 0, AGREE_TAG);
+      ret = _tsr_comm_xfer(&nr, sizeof nr, r, 0, AGREE_TAG);
       uint64_t *hr = calloc(nr > 0 ? nr : 1, sizeof *hr);
       if (!hr) return _tsr_error(TSR_ERR_NOMEM, "rank agreement: out of memory");
-      if (!ret && nr > 0) ret = xfer(hr, nr * sizeof *hr, r, 0, AGREE_TAG + 1);
+      if (!ret && nr > 0) ret = _tsr_comm_xfer(hr, nr * sizeof *hr, r, 0, AGREE_TAG + 1);
       int d = first_difference(hashes, n, hr, (int)nr);
       if (d < v.index) v.index = d, v.rank = r;
       free(hr);
@@ -68,7 +59,7 @@ tsr_status _tsr_agree(int rank, int size, int n, const uint64_t *hashes,
       else
         snprintf(v.label0, sizeof v.label0, "nothing (it has %d entries)", n);
     }
-    for (int r = 1; !ret && r < size; r++) ret = xfer(&v, sizeof v, r, 1, AGREE_TAG + 2);
+    for (int r = 1; !ret && r < size; r++) ret = _tsr_comm_xfer(&v, sizeof v, r, 1, AGREE_TAG + 2);
   }
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "rank agreement: StarPU-MPI transfer failed (%d)", ret);
   if (v.index == INT32_MAX) return TSR_OK;
@@ -101,7 +92,7 @@ static const char *trainer_label(void *user, int i, char *buf, size_t len) {
     snprintf(buf, len, "%s (%s, lr %g)", extra[EXTRA_OPT], tsr_optim_kind_name(t->opt.kind), t->opt.lr);
     break;
   case EXTRA_BATCH: snprintf(buf, len, "%s (%d)", extra[EXTRA_BATCH], t->batch); break;
-  case EXTRA_GROUPS: snprintf(buf, len, "%s (%d groups)", extra[EXTRA_GROUPS], t->ngroups); break;
+  case EXTRA_GROUPS: snprintf(buf, len, "%s (%d groups)", extra[EXTRA_GROUPS], t->groups.n); break;
   default: snprintf(buf, len, "%s", extra[i - m->n]);
   }
   return buf;
@@ -125,7 +116,7 @@ tsr_status _tsr_fingerprint_check(tsr_trainer *t) {
   h[m->n + EXTRA_LOSS] = _tsr_hash(_tsr_hash(TSR_HASH_INIT, loss, sizeof loss), &m->huber_delta, sizeof(float));
   h[m->n + EXTRA_BATCH] = _tsr_hash(TSR_HASH_INIT, &t->batch, sizeof t->batch);
   uint64_t g = TSR_HASH_INIT;
-  for (int i = 0; i < t->ngroups; i++) g = _tsr_hash(g, &t->groups[i].n, sizeof t->groups[i].n);
+  for (int i = 0; i < t->groups.n; i++) g = _tsr_hash(g, &t->groups.g[i].n, sizeof t->groups.g[i].n);
   h[m->n + EXTRA_GROUPS] = g;
   h[m->n + EXTRA_PARAMS] = _tsr_hash(_tsr_hash(TSR_HASH_INIT, t->params, t->nparams * sizeof(float)), t->state,
                                      t->nstate * sizeof(float));

@@ -1,7 +1,7 @@
 /* The bytes a trainer will allocate on this process (its workers share them), layer by layer, added
  * up before anything large is allocated: a model that cannot fit is refused naming its largest layer
  * instead of zero-filling buffers until the machine swaps. Mirrors layout_tensors, alloc_layer and
- * alloc_io in trainer.c and the reduction buffers of comm/groups.c. */
+ * alloc_io in trainer.c and the reduction buffers of comm/ring.c. */
 #include <stdio.h>
 
 #include "train/trainer.h"

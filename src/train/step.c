@@ -56,7 +56,8 @@ static struct starpu_codelet load_cl = {
     .cpu_funcs = {load_cpu}, .cpu_funcs_name = {"load_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_load", .model = &load_model};
 
-static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->size; }
+/* The ranks whose gradients a step's reductions sum: the parts the batch is split into. */
+static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->batch_dist.parts; }
 
 static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
   static const enum tsr_opt kinds[] = {[TSR_OPTIM_SGD] = TSR_OPT_SGD, [TSR_OPTIM_ADAM] = TSR_OPT_ADAM,
@@ -190,10 +191,10 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   for (int l = m->n - 1; l >= 0; l--) {
     if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
     for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
-    for (; g < t->ngroups && t->tensors[t->groups[g].end - 1].layer == l; g++) {
-      SUBMIT(_tsr_group_allreduce(t, g, id));
-      if (t->scaler_h) SUBMIT(submit_check(t, &t->groups[g]));
-      for (int i = t->groups[g].first; i < t->groups[g].end; i++)
+    for (; g < t->groups.n && t->tensors[t->groups.g[g].end - 1].layer == l; g++) {
+      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(&t->groups, g, id));
+      if (t->scaler_h) SUBMIT(submit_check(t, &t->groups.g[g]));
+      for (int i = t->groups.g[g].first; i < t->groups.g[g].end; i++)
         if (t->tensors[i].trainable) {
           if (t->check_finite && !t->scaler_h) /* with dynamic scaling an overflow skips the step */
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));

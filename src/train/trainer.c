@@ -1,12 +1,11 @@
 /* Trainer construction: slices the batch, lays parameters out contiguously in backward order
  * (so a gradient group is a contiguous range), allocates every per-slice buffer once, registers
  * the StarPU handles and initialises parameters as PyTorch does. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/groups.h"
-#include "train/fingerprint.h"
-#include "comm/nccl.h"
+#include "comm/collective.h"
 #include "train/trainer.h"
 #include "kernel_util.h"
 #include "runtime/env.h"
@@ -180,15 +179,6 @@ static tsr_status alloc_io(tsr_trainer *t) {
   return t->pending ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
 }
 
-/* Group size: the API's, else TESSERA_GROUP_BYTES, else the model file's, else the default. */
-static long long group_bytes(const tsr_trainer_opts *o, const tsr_model *m) {
-  if (o->group_bytes) return o->group_bytes;
-  long long env = _tsr_env_group_bytes();
-  if (env) return env;
-  if (m->group_bytes) return m->group_bytes;
-  return TSR_DEFAULT_GROUP_BYTES;
-}
-
 /* The options of multi-rank runs that fall back to the environment (runtime/env.h). */
 static void multirank_opts(tsr_trainer *t, const tsr_trainer_opts *o) {
   t->skip_reduce = o->skip_reduce ? o->skip_reduce > 0 : _tsr_env_skip_reduce();
@@ -270,9 +260,10 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (!o) o = &def;
   if (o->batch <= 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: batch = %d must be positive", o->batch);
   _tsr_kernel_error_clear(); /* an earlier trainer's kernel failure is not this one's */
-  if (o->grad_reduce < TSR_REDUCE_F32 || o->grad_reduce > TSR_REDUCE_FP16)
-    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: grad_reduce = %d (TSR_REDUCE_F32, _BF16 or _FP16)",
-                      o->grad_reduce);
+  char names[256];
+  if (!_tsr_collective_name(o->grad_reduce))
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: grad_reduce = %d (a tsr_reduce_precision: %s)", o->grad_reduce,
+                      _tsr_collective_names(names, sizeof names));
   if (o->slices < 0 || o->window < 0)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: slices %d and window %d must not be negative", o->slices, o->window);
   if (m->n == 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: model '%s' has no layers", m->name);
@@ -291,7 +282,6 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     _tsr_log(1, "skip_reduce (TESSERA_SKIP_ALLREDUCE) is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
-  t->grad_reduce = o->grad_reduce;
   t->loss_scale = o->loss_scale;
   _tsr_finite_init(&t->nonfinite);
   int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
@@ -316,9 +306,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = _tsr_trainer_footprint(t);
   if (st == TSR_OK) st = layout_tensors(t);
-  if (st == TSR_OK) st = _tsr_groups_build(t, group_bytes(o, m));
-  if (st == TSR_OK && t->size > 1) st = _tsr_fingerprint_check(t);
-  if (st == TSR_OK) st = _tsr_nccl_setup(t);
+  if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
@@ -362,8 +350,7 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(t->t[p], (void **)t->tbuf[p], t->slices);
   }
   unreg_slices(t->loss, NULL, t->slices);
-  _tsr_nccl_teardown(t);
-  _tsr_groups_destroy(t);
+  _tsr_reduce_teardown(t);
   if (t->scaler_h) starpu_data_unregister(t->scaler_h);
   free(t->scaler_state);
   for (int i = 0; i < t->ntensors; i++) {

@@ -7,8 +7,11 @@
 #include <tessera.h>
 #include "codelets.h"
 #include "check_finite.h"
+#include "comm/groups.h"
 #include "graph/model.h"
 #include "optim/loss_scale.h"
+#include "runtime/communicator.h"
+#include "tensor/dist.h"
 
 struct _tsr_ptensor {
   char name[TSR_NAME_MAX + 16];
@@ -73,19 +76,17 @@ struct tsr_trainer {
   double *history;      /* loss per step, filled when waited */
   double *flag_history; /* control word sum per step (0 for eval steps), same indexing */
   float flag;           /* this rank's control value for steps submitted from now on */
-  starpu_data_handle_t ctl; /* the control word: a child of group 0 (registered alone without groups) */
-  int ctl_own;          /* ctl registered on its own (no gradient group): unregister it */
+  starpu_data_handle_t ctl; /* the control word: the kept word of the gradient groups (groups.head) */
   int64_t history_cap;
-  /* data parallelism: gradient groups reduced across ranks (src/comm) */
-  int rank, size, ngroups;
+  int rank, size;        /* this process in the world */
   int skip_reduce;      /* benchmarks: no reduction across ranks (tsr_trainer_opts.skip_reduce) */
   int use_nccl;         /* reduce over NCCL when CUDA workers exist (tsr_trainer_opts.nccl) */
   double step_timeout;  /* seconds a multi-rank step may take; 0 = adaptive, < 0 = no limit */
   double longest_step;  /* seconds from submission to loss of the slowest step so far */
-  struct _tsr_group *groups;
-  void *nccl;           /* NCCL state when reductions run on GPUs (src/comm/nccl.c), else NULL */
-  int grad_reduce;      /* tsr_reduce_precision of the ring's chunks */
-  int64_t reduce_bytes; /* bytes posted by this rank's ring sends (tsr_trainer_reduce_bytes) */
+  /* data parallelism: the batch is split over the world, gradient groups summed over it (src/comm) */
+  struct _tsr_comm world;
+  struct _tsr_dist batch_dist;
+  struct _tsr_groups groups;
   /* loss scaling: a fixed scale, or the dynamic scaler's state in a handle read by the step's tasks */
   double loss_scale;    /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC */
   struct _tsr_loss_scaler scaler;
@@ -104,6 +105,10 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int l);
 /* footprint.c: refuses, before anything large is allocated, a trainer whose buffers exceed the
  * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live and edge_first. */
 tsr_status _tsr_trainer_footprint(const tsr_trainer *t);
+/* grad_reduce.c: the world, the batch's distribution, the gradient groups and their collective
+ * (after the tensors are laid out; agrees with the other ranks on the trainer's fingerprint). */
+tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
+void _tsr_reduce_teardown(tsr_trainer *t);
 
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);

@@ -1,0 +1,133 @@
+/* Suite "comm": what spreads work over ranks, checked without MPI. Distribution descriptors
+ * (src/tensor/dist.h): a batch split gives part p of P the samples p, p + P, ... (the loader's
+ * shards); a spatial split cuts the last axes into a grid of blocks that cover the tensor exactly
+ * once, the first whole % grid blocks one value longer, each widened by its halos on the sides
+ * that have a neighbour; bad grids and halos are refused by name. The collective registry: its
+ * names are tsr_reduce_precision's values. Communicators and the rings on them are tested under
+ * mpirun (tests/mpi_comm.sh). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <tessera.h>
+
+#include "comm/collective.h"
+#include "runtime/communicator.h"
+#include "tensor/dist.h"
+#include "testutil.h"
+
+START_TEST(a_batch_split_interleaves_the_samples_like_the_loader) {
+  for (int parts = 1; parts <= 5; parts++)
+    for (int64_t n = 1; n <= 13; n++) {
+      int64_t total = 0;
+      for (int p = 0; p < parts; p++) {
+        struct _tsr_dist d;
+        ck_assert_int_eq(_tsr_dist_batch(&d, NULL, p, parts), TSR_OK);
+        int64_t k = _tsr_dist_batch_count(&d, n);
+        ck_assert_int_eq(k, tsr_loader_shard_size(n, p, parts));
+        for (int64_t i = 0; i < k; i++) ck_assert_int_eq(_tsr_dist_batch_index(&d, i), p + i * parts);
+        total += k;
+      }
+      ck_assert_int_eq(total, n);
+    }
+  struct _tsr_dist r = _tsr_dist_replicated();
+  ck_assert_int_eq(_tsr_dist_batch_count(&r, 9), 9);
+  ck_assert_int_eq(_tsr_dist_batch_index(&r, 4), 4);
+  struct _tsr_dist d;
+  ck_assert_int_eq(_tsr_dist_batch(&d, NULL, 3, 3), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "part 3 of 3"));
+}
+END_TEST
+
+START_TEST(a_batch_split_over_a_communicator_takes_its_size_and_index) {
+  struct _tsr_comm w = {.size = 4, .index = 2};
+  struct _tsr_dist d;
+  ck_assert_int_eq(_tsr_dist_batch(&d, &w, 0, 0), TSR_OK);
+  ck_assert(d.comm == &w && d.parts == 4 && d.part == 2);
+  ck_assert_int_eq(_tsr_dist_batch_count(&d, 10), 2);
+}
+END_TEST
+
+/* A 10 x 7 plane in a 3 x 2 grid of blocks with halos 1 (rows) and 2 (columns). */
+START_TEST(spatial_blocks_cover_the_tensor_and_add_halos_inside_only) {
+  const int grid[2] = {3, 2}, halo[2] = {1, 2};
+  const int64_t whole[2] = {10, 7};
+  int seen[10][7] = {{0}};
+  for (int p = 0; p < 6; p++) {
+    struct _tsr_dist d;
+    int64_t first[2], owned[2], ext[2];
+    ck_assert_int_eq(_tsr_dist_spatial(&d, NULL, p, 2, grid, halo), TSR_OK);
+    ck_assert_int_eq(d.parts, 6);
+    ck_assert_int_eq(_tsr_dist_block(&d, whole, first, owned, ext), TSR_OK);
+    int row = p / 2, col = p % 2; /* row-major: the last axis varies fastest */
+    ck_assert_int_eq(owned[0], row == 0 ? 4 : 3); /* 10 = 4 + 3 + 3 */
+    ck_assert_int_eq(owned[1], col == 0 ? 4 : 3); /* 7 = 4 + 3 */
+    ck_assert_int_eq(ext[0], owned[0] + (row > 0) + (row < 2));
+    ck_assert_int_eq(ext[1], owned[1] + 2);
+    for (int64_t i = first[0]; i < first[0] + owned[0]; i++)
+      for (int64_t j = first[1]; j < first[1] + owned[1]; j++) seen[i][j]++;
+  }
+  for (int i = 0; i < 10; i++)
+    for (int j = 0; j < 7; j++) ck_assert_msg(seen[i][j] == 1, "value (%d, %d) owned %d times", i, j, seen[i][j]);
+}
+END_TEST
+
+START_TEST(bad_spatial_splits_are_refused_by_name) {
+  struct _tsr_dist d;
+  int64_t first[3], owned[3], ext[3];
+  const int grid[3] = {2, 2, 4}, halo[3] = {0, 1, 3};
+  ck_assert_int_eq(_tsr_dist_spatial(&d, NULL, 0, 4, grid, halo), TSR_ERR_ARG);
+  ck_assert_int_eq(_tsr_dist_spatial(&d, NULL, 16, 3, grid, halo), TSR_ERR_ARG);
+  struct _tsr_comm two = {.size = 2, .index = 1};
+  ck_assert_int_eq(_tsr_dist_spatial(&d, &two, 0, 3, grid, halo), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "a grid of 16 blocks over 2 ranks"));
+  ck_assert_int_eq(_tsr_dist_spatial(&d, NULL, 5, 3, grid, halo), TSR_OK);
+  const int64_t fine[3] = {4, 4, 12}, thin[3] = {4, 4, 8}, few[3] = {1, 4, 12};
+  ck_assert_int_eq(_tsr_dist_block(&d, fine, first, owned, ext), TSR_OK);
+  ck_assert_int_eq(_tsr_dist_block(&d, thin, first, owned, ext), TSR_ERR_SHAPE); /* blocks of 2 < halo 3 */
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "axis 2 has 8 values for 4 blocks with halo 3"));
+  ck_assert_int_eq(_tsr_dist_block(&d, few, first, owned, ext), TSR_ERR_SHAPE);
+  struct _tsr_dist b;
+  ck_assert_int_eq(_tsr_dist_batch(&b, NULL, 0, 2), TSR_OK);
+  ck_assert_int_eq(_tsr_dist_block(&b, fine, first, owned, ext), TSR_ERR_ARG);
+}
+END_TEST
+
+START_TEST(the_registry_names_the_reduction_precisions) {
+  ck_assert_int_eq(_tsr_collective_count(), 3);
+  const char *names[] = {[TSR_REDUCE_F32] = "f32", [TSR_REDUCE_BF16] = "bf16", [TSR_REDUCE_FP16] = "fp16"};
+  for (int i = 0; i < 3; i++) {
+    int p = -1;
+    ck_assert_str_eq(tsr_reduce_precision_name(i), names[i]);
+    ck_assert_int_eq(tsr_reduce_precision_parse(names[i], &p), TSR_OK);
+    ck_assert_int_eq(p, i);
+  }
+  ck_assert_str_eq(tsr_reduce_precision_name(3), "unknown");
+  int p;
+  ck_assert_int_eq(tsr_reduce_precision_parse("int8", &p), TSR_ERR_ARG);
+  ck_assert_str_eq(tsr_last_error(), "gradient reduction precision 'int8' (f32, bf16 or fp16)");
+  /* without NCCL every name falls back to the StarPU-MPI ring in its own wire format */
+  struct _tsr_comm two = {.size = 2, .index = 0};
+  for (int i = 0; i < 3; i++) {
+    const struct _tsr_collective_ops *ops = _tsr_collective_select(names[i], &two, "nccl");
+    ck_assert_ptr_nonnull(ops);
+    ck_assert_str_eq(ops->impl, "ring");
+    ck_assert_str_eq(ops->name, names[i]);
+    ck_assert_ptr_null(ops->state); /* no reduction keeps state across steps yet */
+  }
+  ck_assert_ptr_null(_tsr_collective_select("int8", &two, NULL));
+}
+END_TEST
+
+static Suite *make_comm_suite(void) {
+  Suite *s = suite_create("comm");
+  TCase *t = tcase_create("comm");
+  tcase_add_test(t, a_batch_split_interleaves_the_samples_like_the_loader);
+  tcase_add_test(t, a_batch_split_over_a_communicator_takes_its_size_and_index);
+  tcase_add_test(t, spatial_blocks_cover_the_tensor_and_add_halos_inside_only);
+  tcase_add_test(t, bad_spatial_splits_are_refused_by_name);
+  tcase_add_test(t, the_registry_names_the_reduction_precisions);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+TT_MAIN(make_comm_suite)
