@@ -17,7 +17,7 @@
 
 /* ---- raw kernels ---- */
 
-void _tsr_bn_stats_cpu(const struct tsr_bn_desc *d, const float *x, double *acc) {
+void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
   const size_t hw = (size_t)d->h * d->w;
   const int c = d->c;
   for (int i = 0; i < d->n; i++)
@@ -35,7 +35,7 @@ void _tsr_bn_stats_cpu(const struct tsr_bn_desc *d, const float *x, double *acc)
     }
 }
 
-void _tsr_bn_finalize_cpu(const struct tsr_bn_desc *d, const double *acc, float *stat, float *running_mean,
+void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat, float *running_mean,
                           float *running_var) {
   const double m = (double)d->total * d->h * d->w;
   /* PyTorch stores the unbiased variance; with one value per channel it raises, we keep the biased one. */
@@ -54,7 +54,7 @@ void _tsr_bn_finalize_cpu(const struct tsr_bn_desc *d, const double *acc, float 
 
 /* y = a (x - mean) + beta with a = gamma invstd: centring first keeps the float error relative to
  * the spread of x rather than to its mean (the folded a x + b cancels when |mean| >> std). */
-static void normalise(const struct tsr_bn_desc *d, const float *x, const float *mean, const float *invstd,
+static void normalise(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *invstd,
                       const float *gamma, const float *beta, float *y) {
   const size_t hw = (size_t)d->h * d->w;
   for (int i = 0; i < d->n; i++)
@@ -68,12 +68,12 @@ static void normalise(const struct tsr_bn_desc *d, const float *x, const float *
     }
 }
 
-void _tsr_bn_fwd_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                      const float *beta, float *y) {
   normalise(d, x, stat, stat + d->c, gamma, beta, y);
 }
 
-void _tsr_bn_fwd_eval_cpu(const struct tsr_bn_desc *d, const float *x, const float *running_mean,
+void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
                           const float *running_var, const float *gamma, const float *beta, float *y) {
   const size_t hw = (size_t)d->h * d->w;
   for (int i = 0; i < d->n; i++)
@@ -88,7 +88,7 @@ void _tsr_bn_fwd_eval_cpu(const struct tsr_bn_desc *d, const float *x, const flo
     }
 }
 
-void _tsr_bn_bwd_stats_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            double *acc) {
   const size_t hw = (size_t)d->h * d->w;
   const int c = d->c;
@@ -111,14 +111,14 @@ void _tsr_bn_bwd_stats_cpu(const struct tsr_bn_desc *d, const float *x, const fl
     }
 }
 
-void _tsr_bn_bwd_params_cpu(const struct tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta) {
+void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta) {
   for (int ch = 0; ch < d->c; ch++) {
     dgamma[ch] += (float)acc[d->c + ch];
     dbeta[ch] += (float)acc[ch];
   }
 }
 
-void _tsr_bn_bwd_data_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, float *dx) {
   const size_t hw = (size_t)d->h * d->w;
   const double m = (double)d->total * hw;
@@ -253,42 +253,42 @@ int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name) {
   return _tsr_submit(&cl_zero_doubles, NULL, 0, STARPU_DEFAULT_PRIO, name, 1, bufs);
 }
 
-int _tsr_insert_bn_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc,
+int _tsr_insert_bn_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc,
                          const char *name) {
   SUBMIT(cl_bn_stats, d, name, {x, STARPU_R}, {acc, _tsr_accum_mode()});
 }
 
-int _tsr_insert_bn_finalize(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
+int _tsr_insert_bn_finalize(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
                             starpu_data_handle_t running_mean, starpu_data_handle_t running_var, const char *name) {
   SUBMIT(cl_bn_finalize, d, name, {acc, STARPU_R}, {stat, STARPU_W}, {running_mean, STARPU_RW},
          {running_var, STARPU_RW});
 }
 
-int _tsr_insert_bn_fwd(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+int _tsr_insert_bn_fwd(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                        starpu_data_handle_t gamma, starpu_data_handle_t beta, starpu_data_handle_t y,
                        const char *name) {
   SUBMIT(cl_bn_fwd, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {beta, STARPU_R},
          {y, STARPU_W});
 }
 
-int _tsr_insert_bn_fwd_eval(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
+int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
                             starpu_data_handle_t running_var, starpu_data_handle_t gamma, starpu_data_handle_t beta,
                             starpu_data_handle_t y, const char *name) {
   SUBMIT(cl_bn_fwd_eval, d, name, {x, STARPU_R}, {running_mean, STARPU_R}, {running_var, STARPU_R},
          {gamma, STARPU_R}, {beta, STARPU_R}, {y, STARPU_W});
 }
 
-int _tsr_insert_bn_bwd_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                              starpu_data_handle_t dy, starpu_data_handle_t acc, const char *name) {
   SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, _tsr_accum_mode()});
 }
 
-int _tsr_insert_bn_bwd_params(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
+int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
                               starpu_data_handle_t dbeta, const char *name) {
   SUBMIT(cl_bn_bwd_params, d, name, {acc, STARPU_R}, {dgamma, _tsr_accum_mode()}, {dbeta, _tsr_accum_mode()});
 }
 
-int _tsr_insert_bn_bwd_data(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                             starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
                             starpu_data_handle_t dx, const char *name) {
   SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},

@@ -4,7 +4,7 @@
 
 #include "cuda_util.h"
 
-__global__ static void bn_stats_k(tsr_bn_desc d, const float *x, const float *stat, const float *dy, double *acc) {
+__global__ static void bn_stats_k(_tsr_bn_desc d, const float *x, const float *stat, const float *dy, double *acc) {
   const int ch = blockIdx.x;
   const size_t hw = (size_t)d.h * d.w, tot = (size_t)d.n * hw;
   const double mean = stat ? stat[ch] : 0;
@@ -28,7 +28,7 @@ __global__ static void bn_stats_k(tsr_bn_desc d, const float *x, const float *st
   }
 }
 
-__global__ static void bn_finalize_k(tsr_bn_desc d, const double *acc, float *stat, float *rm, float *rv) {
+__global__ static void bn_finalize_k(_tsr_bn_desc d, const double *acc, float *stat, float *rm, float *rv) {
   int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= d.c) return;
   const double m = (double)d.total * d.h * d.w, unbias = m > 1 ? m / (m - 1) : 1.0, mom = d.momentum;
@@ -40,7 +40,7 @@ __global__ static void bn_finalize_k(tsr_bn_desc d, const double *acc, float *st
   rv[ch] = (float)((1 - mom) * rv[ch] + mom * var * unbias);
 }
 
-__global__ static void bn_elem_k(tsr_bn_desc d, int op, const float *x, const float *f0, const float *f1,
+__global__ static void bn_elem_k(_tsr_bn_desc d, int op, const float *x, const float *f0, const float *f1,
                                  const float *f2, const float *f3, const double *acc, float *y) {
   const size_t hw = (size_t)d.h * d.w, len = (size_t)d.n * d.c * hw;
   const double m = (double)d.total * hw;
@@ -67,7 +67,7 @@ __global__ static void bn_params_k(int c, const double *acc, float *dgamma, floa
   dbeta[ch] += (float)acc[ch];
 }
 
-extern "C" int _tsr_bn_cuda(cudaStream_t s, const struct tsr_bn_desc *d, int op, const float *x, const float *f0,
+extern "C" int _tsr_bn_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, int op, const float *x, const float *f0,
                             const float *f1, const float *f2, const float *f3, double *acc, float *out0,
                             float *out1) {
   size_t len = (size_t)d->n * d->c * d->h * d->w;
@@ -81,7 +81,7 @@ extern "C" int _tsr_bn_cuda(cudaStream_t s, const struct tsr_bn_desc *d, int op,
   return 0;
 }
 
-extern "C" int _tsr_bn_finalize_cuda(cudaStream_t s, const struct tsr_bn_desc *d, const double *acc, float *stat,
+extern "C" int _tsr_bn_finalize_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, const double *acc, float *stat,
                                      float *running_mean, float *running_var) {
   bn_finalize_k<<<(d->c + 63) / 64, 64, 0, s>>>(*d, acc, stat, running_mean, running_var);
   LAUNCHED("batch-norm finalize kernel");

@@ -34,7 +34,7 @@ int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, 
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);  /* y = x */
 
 /* ---- conv2d and conv_transpose2d (conv2d.c, conv_transpose2d.c; oneDNN) ---- */
-struct tsr_conv_desc {
+struct _tsr_conv_desc {
   int n, ci, h, w;      /* input */
   int co, oh, ow;       /* output */
   int kh, kw, sh, sw, ph, pw, dh, dw; /* dilation 1 = none */
@@ -42,45 +42,45 @@ struct tsr_conv_desc {
   int has_bias;
 };
 
-void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
-void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);
-void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
+void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
+void _tsr_conv2d_bwd_data_cpu(const struct _tsr_conv_desc *d, const float *dy, const float *w, float *dx);
+void _tsr_conv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
 /* StarPU's can_execute of the conv and transposed-conv codelets: in fp16 only non-CPU workers. */
 int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
-int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+int _tsr_insert_conv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                            starpu_data_handle_t b /* NULL if no bias */, starpu_data_handle_t y, const char *name);
-int _tsr_insert_conv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+int _tsr_insert_conv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                 starpu_data_handle_t dx, const char *name);
-int _tsr_insert_conv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+int _tsr_insert_conv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                    starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
 /* Weights w: IOHW [ci, co, kh, kw]. */
-void _tsr_deconv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
-void _tsr_deconv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx);
-void _tsr_deconv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
-int _tsr_insert_deconv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+void _tsr_deconv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
+void _tsr_deconv2d_bwd_data_cpu(const struct _tsr_conv_desc *d, const float *dy, const float *w, float *dx);
+void _tsr_deconv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
+int _tsr_insert_deconv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                              starpu_data_handle_t b, starpu_data_handle_t y, const char *name);
-int _tsr_insert_deconv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+int _tsr_insert_deconv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                   starpu_data_handle_t dx, const char *name);
-int _tsr_insert_deconv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+int _tsr_insert_deconv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                      starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
 
 /* ---- pooling (pool.c; oneDNN) ---- */
-struct tsr_pool_desc {
+struct _tsr_pool_desc {
   int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
   int is_max;           /* 1 max, 0 average (padding counted, as PyTorch's default) */
 };
 /* Bytes of the saved state of max pooling for one slice (0 for average). */
-size_t _tsr_pool_ws_bytes(const struct tsr_pool_desc *d);
-void _tsr_pool_fwd_cpu(const struct tsr_pool_desc *d, const float *x, float *y, void *ws);
-void _tsr_pool_bwd_cpu(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
+size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d);
+void _tsr_pool_fwd_cpu(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws);
+void _tsr_pool_bwd_cpu(const struct _tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
 /* ws: vector handle of bytes (registered with elemsize 1), NULL for average pooling. */
-int _tsr_insert_pool_fwd(const struct tsr_pool_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+int _tsr_insert_pool_fwd(const struct _tsr_pool_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
                          starpu_data_handle_t ws, const char *name);
-int _tsr_insert_pool_bwd(const struct tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
+int _tsr_insert_pool_bwd(const struct _tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
                          starpu_data_handle_t dx, const char *name);
 
 /* ---- activations (eltwise.c; oneDNN): a table of activations found by name ("relu") ---- */
-struct tsr_act_desc {
+struct _tsr_act_desc {
   int op;               /* index in eltwise.c's table: _tsr_act_find(name) */
   float alpha;          /* leaky_relu slope */
   size_t len;           /* elements in the slice */
@@ -90,11 +90,11 @@ struct tsr_act_desc {
 int _tsr_act_find(const char *name);
 const char *_tsr_act_name(int op);
 int _tsr_act_count(void);
-void _tsr_act_fwd_cpu(const struct tsr_act_desc *d, const float *x, float *y);
+void _tsr_act_fwd_cpu(const struct _tsr_act_desc *d, const float *x, float *y);
 /* x is the forward input and y its output; kernels use whichever their derivative needs. */
-void _tsr_act_bwd_cpu(const struct tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx);
-int _tsr_insert_act_fwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y, const char *name);
-int _tsr_insert_act_bwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+void _tsr_act_bwd_cpu(const struct _tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx);
+int _tsr_insert_act_fwd(const struct _tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y, const char *name);
+int _tsr_insert_act_bwd(const struct _tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
                         starpu_data_handle_t dy, starpu_data_handle_t dx, const char *name);
 
 /* ---- batch normalisation over the whole batch across slices (batchnorm.c) ----
@@ -104,93 +104,93 @@ int _tsr_insert_act_bwd(const struct tsr_act_desc *d, starpu_data_handle_t x, st
  * Backward mirrors it: per slice accumulate sum(dy) and sum(dy * xhat) into `acc` (double [2c]),
  * then dgamma/dbeta and each slice's dx. Layouts are planar: acc = [sum | sum of squares] forward,
  * [sum dy | sum dy*xhat] backward; stat = [mean | invstd]. */
-struct tsr_bn_desc {
+struct _tsr_bn_desc {
   int n, c, h, w;       /* slice */
   int64_t total;        /* samples in the whole batch (all slices) */
   float eps, momentum;
 };
-void _tsr_bn_stats_cpu(const struct tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
-void _tsr_bn_finalize_cpu(const struct tsr_bn_desc *d, const double *acc, float *stat,
+void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
+void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
                           float *running_mean, float *running_var);                      /* unbiased running var */
-void _tsr_bn_fwd_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                      const float *beta, float *y);
 /* eval: normalise with the running statistics */
-void _tsr_bn_fwd_eval_cpu(const struct tsr_bn_desc *d, const float *x, const float *running_mean,
+void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
                           const float *running_var, const float *gamma, const float *beta, float *y);
-void _tsr_bn_bwd_stats_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            double *acc);                                                 /* acc += */
 /* dgamma += sum(dy xhat), dbeta += sum(dy) */
-void _tsr_bn_bwd_params_cpu(const struct tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
-void _tsr_bn_bwd_data_cpu(const struct tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
+void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, float *dx);
 /* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The graph zeroes acc handles
  * (with _tsr_insert_zero_doubles) before the first slice's stats task. */
 int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name);
-int _tsr_insert_bn_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc, const char *name);
-int _tsr_insert_bn_finalize(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
+int _tsr_insert_bn_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc, const char *name);
+int _tsr_insert_bn_finalize(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
                             starpu_data_handle_t running_mean, starpu_data_handle_t running_var, const char *name);
-int _tsr_insert_bn_fwd(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+int _tsr_insert_bn_fwd(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                        starpu_data_handle_t gamma, starpu_data_handle_t beta, starpu_data_handle_t y, const char *name);
-int _tsr_insert_bn_fwd_eval(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
+int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
                             starpu_data_handle_t running_var, starpu_data_handle_t gamma, starpu_data_handle_t beta,
                             starpu_data_handle_t y, const char *name);
-int _tsr_insert_bn_bwd_stats(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                              starpu_data_handle_t dy, starpu_data_handle_t acc, const char *name);
-int _tsr_insert_bn_bwd_params(const struct tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
+int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
                               starpu_data_handle_t dbeta, const char *name);
-int _tsr_insert_bn_bwd_data(const struct tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
+int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                             starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
                             starpu_data_handle_t dx, const char *name);
 
 /* ---- dropout (dropout.c): the mask is a pure function of (seed, element index), so backward
  * recomputes it and results do not depend on which worker runs the task. ---- */
-struct tsr_dropout_desc {
+struct _tsr_dropout_desc {
   int n, c, h, w;
   float p;
   int spatial;          /* 1: one draw per (sample, channel) */
 };
 /* seed already mixes step, layer and slice (masks depend on the slicing, not on the worker) */
-void _tsr_dropout_fwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *x, float *y);
-void _tsr_dropout_bwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx);
-int _tsr_insert_dropout_fwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,
+void _tsr_dropout_fwd_cpu(const struct _tsr_dropout_desc *d, uint64_t seed, const float *x, float *y);
+void _tsr_dropout_bwd_cpu(const struct _tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx);
+int _tsr_insert_dropout_fwd(const struct _tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,
                             starpu_data_handle_t y, const char *name);
-int _tsr_insert_dropout_bwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t dy,
+int _tsr_insert_dropout_bwd(const struct _tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t dy,
                             starpu_data_handle_t dx, const char *name);
 
 /* ---- channel concatenation and sum (concat.c) ---- */
 #define TSR_MAX_CONCAT 32
-struct tsr_concat_desc {
+struct _tsr_concat_desc {
   int n, h, w, k;       /* k inputs */
   int c[TSR_MAX_CONCAT];
 };
-void _tsr_concat_fwd_cpu(const struct tsr_concat_desc *d, const float *const *xs, float *y);
-void _tsr_concat_bwd_cpu(const struct tsr_concat_desc *d, const float *dy, float *const *dxs);
-int _tsr_insert_concat_fwd(const struct tsr_concat_desc *d, const starpu_data_handle_t *xs, starpu_data_handle_t y,
+void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y);
+void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs);
+int _tsr_insert_concat_fwd(const struct _tsr_concat_desc *d, const starpu_data_handle_t *xs, starpu_data_handle_t y,
                            const char *name);
-int _tsr_insert_concat_bwd(const struct tsr_concat_desc *d, starpu_data_handle_t dy, const starpu_data_handle_t *dxs,
+int _tsr_insert_concat_bwd(const struct _tsr_concat_desc *d, starpu_data_handle_t dy, const starpu_data_handle_t *dxs,
                            const char *name);
 /* y = sum of k inputs of len elements */
 void _tsr_add_fwd_cpu(size_t len, int k, const float *const *xs, float *y);
 int _tsr_insert_add_fwd(size_t len, int k, const starpu_data_handle_t *xs, starpu_data_handle_t y, const char *name);
 
 /* ---- dense (dense.c; OpenBLAS) ---- */
-struct tsr_dense_desc {
+struct _tsr_dense_desc {
   int n, in, out, has_bias;
 };
-void _tsr_dense_fwd_cpu(const struct tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y);
-void _tsr_dense_bwd_data_cpu(const struct tsr_dense_desc *d, const float *dy, const float *w, float *dx);
-void _tsr_dense_bwd_weights_cpu(const struct tsr_dense_desc *d, const float *x, const float *dy, float *dw, float *db);
-int _tsr_insert_dense_fwd(const struct tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+void _tsr_dense_fwd_cpu(const struct _tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y);
+void _tsr_dense_bwd_data_cpu(const struct _tsr_dense_desc *d, const float *dy, const float *w, float *dx);
+void _tsr_dense_bwd_weights_cpu(const struct _tsr_dense_desc *d, const float *x, const float *dy, float *dw, float *db);
+int _tsr_insert_dense_fwd(const struct _tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                           starpu_data_handle_t b, starpu_data_handle_t y, const char *name);
-int _tsr_insert_dense_bwd_data(const struct tsr_dense_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+int _tsr_insert_dense_bwd_data(const struct _tsr_dense_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                starpu_data_handle_t dx, const char *name);
-int _tsr_insert_dense_bwd_weights(const struct tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+int _tsr_insert_dense_bwd_weights(const struct _tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
 
 /* ---- losses (loss.c): mean over every element of the whole batch (all slices). ---- */
-enum tsr_loss { TSR_L_MSE, TSR_L_L1, TSR_L_HUBER, TSR_L_SOFTMAX_CE };
-struct tsr_loss_desc {
-  enum tsr_loss kind;
+enum _tsr_loss { TSR_L_MSE, TSR_L_L1, TSR_L_HUBER, TSR_L_SOFTMAX_CE };
+struct _tsr_loss_desc {
+  enum _tsr_loss kind;
   int n, c, h, w;       /* slice; softmax over c */
   int nvalid;           /* samples of this slice that count (the rest is padding) */
   double scale;         /* 1 / (elements counted in the whole batch); CE: 1 / (positions counted) */
@@ -198,9 +198,9 @@ struct tsr_loss_desc {
 };
 /* Writes dyhat = scale * dL/dyhat (0 for padding samples) and *loss = scale * sum of the slice's
  * per-element losses (double, so slices add up to the batch mean). */
-void _tsr_loss_cpu(const struct tsr_loss_desc *d, const float *yhat, const float *y, float *dyhat, double *loss);
+void _tsr_loss_cpu(const struct _tsr_loss_desc *d, const float *yhat, const float *y, float *dyhat, double *loss);
 /* loss: vector handle of one double */
-int _tsr_insert_loss(const struct tsr_loss_desc *d, starpu_data_handle_t yhat, starpu_data_handle_t y,
+int _tsr_insert_loss(const struct _tsr_loss_desc *d, starpu_data_handle_t yhat, starpu_data_handle_t y,
                      starpu_data_handle_t dyhat, starpu_data_handle_t loss, const char *name);
 
 /* ---- optimizers (optim.c): one task per parameter tensor ---- */

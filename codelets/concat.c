@@ -8,7 +8,7 @@
 #include "cuda_util.h"
 #include "runtime/error.h"
 
-void _tsr_concat_fwd_cpu(const struct tsr_concat_desc *d, const float *const *xs, float *y) {
+void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y) {
   size_t hw = (size_t)d->h * d->w;
   for (int s = 0; s < d->n; s++) {
     for (int i = 0; i < d->k; i++) {
@@ -19,7 +19,7 @@ void _tsr_concat_fwd_cpu(const struct tsr_concat_desc *d, const float *const *xs
   }
 }
 
-void _tsr_concat_bwd_cpu(const struct tsr_concat_desc *d, const float *dy, float *const *dxs) {
+void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs) {
   size_t hw = (size_t)d->h * d->w;
   for (int s = 0; s < d->n; s++) {
     for (int i = 0; i < d->k; i++) {
@@ -56,7 +56,7 @@ struct add_desc {
 /* Buffers: the k inputs, then y. */
 static void concat_fwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_concat_desc *d = cl_arg;
+  const struct _tsr_concat_desc *d = cl_arg;
   const float *xs[TSR_MAX_CONCAT];
   for (int i = 0; i < d->k; i++) xs[i] = TSR_BUF(buffers, i);
   _tsr_concat_fwd_cpu(d, xs, TSR_BUF(buffers, d->k));
@@ -65,7 +65,7 @@ static void concat_fwd_cpu(void *buffers[], void *cl_arg) {
 /* Buffers: dy, then the k input gradients. */
 static void concat_bwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_concat_desc *d = cl_arg;
+  const struct _tsr_concat_desc *d = cl_arg;
   float *dxs[TSR_MAX_CONCAT];
   for (int i = 0; i < d->k; i++) dxs[i] = TSR_BUF(buffers, i + 1);
   _tsr_concat_bwd_cpu(d, TSR_BUF(buffers, 0), dxs);
@@ -83,13 +83,13 @@ static void add_fwd_cpu(void *buffers[], void *cl_arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (concat_cuda.cu) */
 static void concat_fwd_cpu_cuda(void *b[], void *a) {
-  const struct tsr_concat_desc *d = a;
+  const struct _tsr_concat_desc *d = a;
   float *parts[TSR_MAX_CONCAT];
   for (int i = 0; i < d->k; i++) parts[i] = TSR_BUF(b, i);
   RUN(_tsr_concat_cuda(STREAM, d, 0, parts, TSR_BUF(b, d->k)));
 }
 static void concat_bwd_cpu_cuda(void *b[], void *a) {
-  const struct tsr_concat_desc *d = a;
+  const struct _tsr_concat_desc *d = a;
   float *parts[TSR_MAX_CONCAT];
   for (int i = 0; i < d->k; i++) parts[i] = TSR_BUF(b, 1 + i);
   RUN(_tsr_concat_cuda(STREAM, d, 1, parts, TSR_BUF(b, 0)));
@@ -142,7 +142,7 @@ static int check_k(int k, const char *name) {
   return 0;
 }
 
-int _tsr_insert_concat_fwd(const struct tsr_concat_desc *d, const starpu_data_handle_t *xs, starpu_data_handle_t y,
+int _tsr_insert_concat_fwd(const struct _tsr_concat_desc *d, const starpu_data_handle_t *xs, starpu_data_handle_t y,
                            const char *name) {
   int ret = check_k(d->k, name);
   if (ret) return ret;
@@ -152,7 +152,7 @@ int _tsr_insert_concat_fwd(const struct tsr_concat_desc *d, const starpu_data_ha
   return _tsr_submit(&cl_concat_fwd, d, sizeof(*d), STARPU_DEFAULT_PRIO, name, d->k + 1, bufs);
 }
 
-int _tsr_insert_concat_bwd(const struct tsr_concat_desc *d, starpu_data_handle_t dy, const starpu_data_handle_t *dxs,
+int _tsr_insert_concat_bwd(const struct _tsr_concat_desc *d, starpu_data_handle_t dy, const starpu_data_handle_t *dxs,
                            const char *name) {
   int ret = check_k(d->k, name);
   if (ret) return ret;

@@ -2,7 +2,7 @@
  * codelets/concat.c. */
 #include "cuda_util.h"
 
-extern "C" int _tsr_concat_cuda(cudaStream_t s, const struct tsr_concat_desc *d, int bwd, float *const *parts,
+extern "C" int _tsr_concat_cuda(cudaStream_t s, const struct _tsr_concat_desc *d, int bwd, float *const *parts,
                                 float *whole) {
   size_t hw = (size_t)d->h * d->w, row = 0, off = 0;
   for (int i = 0; i < d->k; i++) row += (size_t)d->c[i] * hw;

@@ -13,10 +13,10 @@
 
 /* Prototypes of the helpers conv_transpose2d.c and the tests share with this file. */
 enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1);
-const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
-int _tsr_convlike_types(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
+const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
+int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
 #define CONV_CACHE_TAG 0x636f6e76 /* "conv" */
 
@@ -26,7 +26,7 @@ int _tsr_convlike_types(const struct tsr_conv_desc *d, int deconv, enum _tsr_con
  * transposed convs. A 1x1 conv on NCHW is a plain GEMM with no im2col: plain was ~10% faster. */
 enum { ROLE_SRC, ROLE_WEI, ROLE_BIA, ROLE_DST, NROLE };
 
-static int any_roles(const struct tsr_conv_desc *d, int deconv) {
+static int any_roles(const struct _tsr_conv_desc *d, int deconv) {
   int pointwise = !deconv && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->ph == 0 && d->pw == 0;
   return pointwise ? 0 : (1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST);
 }
@@ -50,7 +50,7 @@ struct plan {
 };
 
 struct plan_key {
-  struct tsr_conv_desc d;
+  struct _tsr_conv_desc d;
   int deconv, pass, precision;
 };
 
@@ -85,7 +85,7 @@ static void plan_free(void *p) {
 }
 
 /* Plain memory descriptors of the four roles in the forward sense (src = conv input). */
-static void plain_mds(const struct tsr_conv_desc *d, int deconv, dnnl_memory_desc_t md[NROLE]) {
+static void plain_mds(const struct _tsr_conv_desc *d, int deconv, dnnl_memory_desc_t md[NROLE]) {
   dnnl_dims_t src = {d->n, d->ci, d->h, d->w}, dst = {d->n, d->co, d->oh, d->ow};
   dnnl_dims_t wei = {d->co, d->ci, d->kh, d->kw}, bia = {d->co};
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_SRC], 4, src, dnnl_f32, dnnl_nchw));
@@ -95,7 +95,7 @@ static void plain_mds(const struct tsr_conv_desc *d, int deconv, dnnl_memory_des
 }
 
 /* Op descriptor for one pass; `md` carries the layouts asked for (any or plain). */
-static void op_desc(const struct tsr_conv_desc *d, int deconv, int pass, const dnnl_memory_desc_t md[NROLE],
+static void op_desc(const struct _tsr_conv_desc *d, int deconv, int pass, const dnnl_memory_desc_t md[NROLE],
                     dnnl_convolution_desc_t *out) {
   dnnl_dims_t st = {d->sh, d->sw}, dil = {d->dh - 1, d->dw - 1}, pl = {d->ph, d->pw}, pr;
   const dnnl_memory_desc_t *bia = d->has_bias ? &md[ROLE_BIA] : NULL;
@@ -161,7 +161,7 @@ static void plan_arg_init(struct plan_arg *a, int exec_arg, int is_out, int accu
 }
 
 /* Memory descriptors asked of oneDNN: layout `any` for the roles of any_roles, bf16 for `bf16`. */
-static void ask_mds(const struct tsr_conv_desc *d, int deconv, int bf16, const dnnl_memory_desc_t user[NROLE],
+static void ask_mds(const struct _tsr_conv_desc *d, int deconv, int bf16, const dnnl_memory_desc_t user[NROLE],
                     dnnl_memory_desc_t ask[NROLE]) {
   /* bf16 kernels (brgconv, AMX) want blocked layouts also for 1x1 */
   int any = bf16 ? (1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST) : any_roles(d, deconv);
@@ -177,7 +177,7 @@ static void ask_mds(const struct tsr_conv_desc *d, int deconv, int bf16, const d
 }
 
 /* NULL when precision is bf16 and oneDNN has no bf16 implementation for this shape. */
-static struct plan *plan_create(const struct tsr_conv_desc *d, int deconv, int pass, int precision) {
+static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int pass, int precision) {
   dnnl_engine_t eng = _tsr_dnnl_engine();
   dnnl_memory_desc_t user[NROLE], ask[NROLE], hint_ask[NROLE];
   int bf16 = precision == TSR_PRECISION_BF16;
@@ -233,7 +233,7 @@ static struct plan *plan_create(const struct tsr_conv_desc *d, int deconv, int p
   return p;
 }
 
-static struct plan *plan_get(const struct tsr_conv_desc *d, int deconv, int pass) {
+static struct plan *plan_get(const struct _tsr_conv_desc *d, int deconv, int pass) {
   struct plan_key key;
   memset(&key, 0, sizeof key);
   key.d = *d;
@@ -258,7 +258,7 @@ static void run_reorder(struct plan_arg *a) {
 
 /* Inputs and outputs in the order the plan declared them (fwd: x, w, [b] -> y; bwd_data:
  * dy, w -> dx; bwd_weights: x, dy -> dw, [db]); absent bias pointers are skipped. */
-static void convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+static void convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                          const float *in1, const float *in2, float *out0, float *out1) {
   struct plan *p = plan_get(d, deconv, pass);
   void *ptr[NROLE];
@@ -299,7 +299,7 @@ static void convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_co
 /* ---- entry points, each under a kernel guard ---- */
 
 struct convlike_call {
-  const struct tsr_conv_desc *d;
+  const struct _tsr_conv_desc *d;
   int deconv;
   enum _tsr_conv_pass pass;
   const float *in[3];
@@ -321,7 +321,7 @@ static void convlike_impl_body(void *arg) {
 }
 
 /* NULL when the plan could not be made (the failure is recorded, see _tsr_kernel_error). */
-const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
+const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
   struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass};
   return _tsr_kernel_guard(convlike_op(deconv, pass), convlike_impl_body, &c) ? c.impl : NULL;
 }
@@ -338,7 +338,7 @@ static void convlike_types_body(void *arg) {
 /* The data types of the primitive that runs the pass at the current precision, as oneDNN reports
  * them: the pass's two inputs and its output in the order of _tsr_convlike_run (fwd x, w -> y;
  * bwd_data dy, w -> dx; bwd_weights x, dy -> dw). -1 when the plan could not be made. */
-int _tsr_convlike_types(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass,
+int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass,
                         dnnl_data_type_t types[3]) {
   struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass, .types = types};
   return _tsr_kernel_guard(convlike_op(deconv, pass), convlike_types_body, &c) ? 0 : -1;
@@ -349,21 +349,21 @@ static void convlike_run_body(void *arg) {
   convlike_run(c->d, c->deconv, c->pass, c->in[0], c->in[1], c->in[2], c->out[0], c->out[1]);
 }
 
-void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1) {
   struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
   _tsr_kernel_guard(convlike_op(deconv, pass), convlike_run_body, &c);
 }
 
-void _tsr_conv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
   _tsr_convlike_run(d, 0, TSR_CONV_FWD, x, w, b, y, NULL);
 }
 
-void _tsr_conv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx) {
+void _tsr_conv2d_bwd_data_cpu(const struct _tsr_conv_desc *d, const float *dy, const float *w, float *dx) {
   _tsr_convlike_run(d, 0, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
 }
 
-void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw,
+void _tsr_conv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *x, const float *dy, float *dw,
                                  float *db) {
   _tsr_convlike_run(d, 0, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
 }
@@ -372,7 +372,7 @@ void _tsr_conv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, 
 
 static void conv2d_fwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_conv_desc *d = cl_arg;
+  const struct _tsr_conv_desc *d = cl_arg;
   int has_b = d->has_bias;
   _tsr_conv2d_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), has_b ? TSR_BUF(buffers, 2) : NULL,
                       TSR_BUF(buffers, 2 + has_b));
@@ -385,7 +385,7 @@ static void conv2d_bwd_data_cpu(void *buffers[], void *cl_arg) {
 
 static void conv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_conv_desc *d = cl_arg;
+  const struct _tsr_conv_desc *d = cl_arg;
   _tsr_conv2d_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
                               d->has_bias ? TSR_BUF(buffers, 3) : NULL);
 }
@@ -393,7 +393,7 @@ static void conv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (conv2d_cuda.cu), shared with conv_transpose2d.c. Buffers: fwd x, w, [b], y; bwd_data dy,
  * w, dx; bwd_weights x, dy, dw, [db] */
-void _tsr_convlike_cuda(void *b[], const struct tsr_conv_desc *d, int deconv, int pass) {
+void _tsr_convlike_cuda(void *b[], const struct _tsr_conv_desc *d, int deconv, int pass) {
   int hb = d->has_bias, prec = _tsr_get_precision();
   if (pass == PASS_FWD)
     RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
@@ -438,7 +438,7 @@ static struct starpu_codelet cl_conv2d_bwd_weights = {
     .can_execute = _tsr_conv_can_execute,
 };
 
-int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+int _tsr_insert_conv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                            starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
   struct _tsr_buf bufs[4];
   int n = 0;
@@ -449,13 +449,13 @@ int _tsr_insert_conv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x
   return _tsr_submit(&cl_conv2d_fwd, d, sizeof *d, 0, name, n, bufs);
 }
 
-int _tsr_insert_conv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+int _tsr_insert_conv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                 starpu_data_handle_t dx, const char *name) {
   struct _tsr_buf bufs[3] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
   return _tsr_submit(&cl_conv2d_bwd_data, d, sizeof *d, 0, name, 3, bufs);
 }
 
-int _tsr_insert_conv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+int _tsr_insert_conv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                    starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
   struct _tsr_buf bufs[4] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, _tsr_accum_mode()}, {db, _tsr_accum_mode()}};
   return _tsr_submit(&cl_conv2d_bwd_weights, d, sizeof *d, 0, name, d->has_bias ? 4 : 3, bufs);

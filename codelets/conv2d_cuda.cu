@@ -36,7 +36,7 @@ static const size_t WORKSPACE_LIMIT = (size_t)512 << 20;
 
 /* In cuDNN's terms: "in" is the conv's input space, "out" its output space. */
 struct conv_key {
-  tsr_conv_desc d;
+  _tsr_conv_desc d;
   int deconv, pass, precision, deterministic;
 };
 struct conv_plan {
@@ -93,7 +93,7 @@ static int pick(const Perf *perf, int got, int precision, int deterministic, con
 }
 
 /* 0, 1 when cuDNN has no algorithm that fits (or no support for the data type), -1 on failure. */
-static int plan_make(cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pass, int precision, int deterministic,
+static int plan_make(cudnnHandle_t h, const _tsr_conv_desc *d, int deconv, int pass, int precision, int deterministic,
                      conv_plan *p) {
   int cin = deconv ? d->co : d->ci, hin = deconv ? d->oh : d->h, win = deconv ? d->ow : d->w;
   int cout = deconv ? d->ci : d->co, hout = deconv ? d->h : d->oh, wout = deconv ? d->w : d->ow;
@@ -143,7 +143,7 @@ static int plan_make(cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pa
   return rc;
 }
 
-static conv_plan *plan_get(int worker, cudnnHandle_t h, const tsr_conv_desc *d, int deconv, int pass, int precision) {
+static conv_plan *plan_get(int worker, cudnnHandle_t h, const _tsr_conv_desc *d, int deconv, int pass, int precision) {
   conv_key key;
   memset(&key, 0, sizeof key);
   key.d = *d;
@@ -228,7 +228,7 @@ static int conv_call(int worker, cudaStream_t s, cudnnHandle_t h, conv_plan *p, 
 
 /* Inputs/outputs in the order of _tsr_convlike_run: fwd x, w, b -> y; bwd_data dy, w -> dx;
  * bwd_weights x, dy -> dw (+=), db (+=). */
-extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_desc *d, int deconv, int pass,
+extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv_desc *d, int deconv, int pass,
                               int precision, const float *in0, const float *in1, const float *in2, float *out0,
                               float *out1) {
   cudnnHandle_t h;

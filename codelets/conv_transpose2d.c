@@ -7,18 +7,18 @@
 
 /* Shared with conv2d.c, which defines them. */
 enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-void _tsr_convlike_run(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1);
 
-void _tsr_deconv2d_fwd_cpu(const struct tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
+void _tsr_deconv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
   _tsr_convlike_run(d, 1, TSR_CONV_FWD, x, w, b, y, NULL);
 }
 
-void _tsr_deconv2d_bwd_data_cpu(const struct tsr_conv_desc *d, const float *dy, const float *w, float *dx) {
+void _tsr_deconv2d_bwd_data_cpu(const struct _tsr_conv_desc *d, const float *dy, const float *w, float *dx) {
   _tsr_convlike_run(d, 1, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
 }
 
-void _tsr_deconv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x, const float *dy, float *dw,
+void _tsr_deconv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *x, const float *dy, float *dw,
                                    float *db) {
   _tsr_convlike_run(d, 1, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
 }
@@ -27,7 +27,7 @@ void _tsr_deconv2d_bwd_weights_cpu(const struct tsr_conv_desc *d, const float *x
 
 static void deconv2d_fwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_conv_desc *d = cl_arg;
+  const struct _tsr_conv_desc *d = cl_arg;
   int has_b = d->has_bias;
   _tsr_deconv2d_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), has_b ? TSR_BUF(buffers, 2) : NULL,
                       TSR_BUF(buffers, 2 + has_b));
@@ -40,7 +40,7 @@ static void deconv2d_bwd_data_cpu(void *buffers[], void *cl_arg) {
 
 static void deconv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_conv_desc *d = cl_arg;
+  const struct _tsr_conv_desc *d = cl_arg;
   _tsr_deconv2d_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
                               d->has_bias ? TSR_BUF(buffers, 3) : NULL);
 }
@@ -81,7 +81,7 @@ static struct starpu_codelet cl_deconv2d_bwd_weights = {
     .can_execute = _tsr_conv_can_execute,
 };
 
-int _tsr_insert_deconv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+int _tsr_insert_deconv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                            starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
   struct _tsr_buf bufs[4];
   int n = 0;
@@ -92,13 +92,13 @@ int _tsr_insert_deconv2d_fwd(const struct tsr_conv_desc *d, starpu_data_handle_t
   return _tsr_submit(&cl_deconv2d_fwd, d, sizeof *d, 0, name, n, bufs);
 }
 
-int _tsr_insert_deconv2d_bwd_data(const struct tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+int _tsr_insert_deconv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                 starpu_data_handle_t dx, const char *name) {
   struct _tsr_buf bufs[3] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
   return _tsr_submit(&cl_deconv2d_bwd_data, d, sizeof *d, 0, name, 3, bufs);
 }
 
-int _tsr_insert_deconv2d_bwd_weights(const struct tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+int _tsr_insert_deconv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                    starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
   struct _tsr_buf bufs[4] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, _tsr_accum_mode()}, {db, _tsr_accum_mode()}};
   return _tsr_submit(&cl_deconv2d_bwd_weights, d, sizeof *d, 0, name, d->has_bias ? 4 : 3, bufs);

@@ -102,31 +102,31 @@ void *_tsr_cuda_scratch(int worker, size_t bytes, cudaStream_t stream);
 /* ---- launchers: 0, or -1 after reporting the failed call; `worker` keys handles and caches ---- */
 /* Passes of the conv and dense launchers (as enum _tsr_conv_pass in conv2d.c). */
 enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS };
-int _tsr_conv_cuda(int worker, cudaStream_t s, const struct tsr_conv_desc *d, int deconv, int pass, int precision,
+int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv_desc *d, int deconv, int pass, int precision,
                    const float *in0, const float *in1, const float *in2, float *out0, float *out1);
-int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dense_desc *d, int pass, const float *in0,
+int _tsr_dense_cuda(int worker, cudaStream_t s, const struct _tsr_dense_desc *d, int pass, const float *in0,
                     const float *in1, const float *in2, float *out0, float *out1);
 /* Pooling (pool_cuda.cu): fwd in = x, out = y, ws written for max pooling; bwd in = dy, ws read
  * for max pooling, out = dx. ws is oneDNN's workspace layout (see pool_cuda.cu). */
-int _tsr_pool_cuda(int worker, cudaStream_t s, const struct tsr_pool_desc *d, int bwd, const float *in, void *ws,
+int _tsr_pool_cuda(int worker, cudaStream_t s, const struct _tsr_pool_desc *d, int bwd, const float *in, void *ws,
                    float *out);
 /* Bytes of the max-pooling workspace in oneDNN's layout (what _tsr_pool_ws_bytes returns). */
-size_t _tsr_pool_cuda_ws_bytes(const struct tsr_pool_desc *d);
+size_t _tsr_pool_cuda_ws_bytes(const struct _tsr_pool_desc *d);
 /* The pooling kernels' per-element code run on the host (tests compare it with oneDNN without a
  * GPU): max forward (y and ws) and the backward of either kind. */
-void _tsr_pool_max_fwd_host(const struct tsr_pool_desc *d, const float *x, float *y, void *ws);
-void _tsr_pool_bwd_host(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
+void _tsr_pool_max_fwd_host(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws);
+void _tsr_pool_bwd_host(const struct _tsr_pool_desc *d, const float *dy, const void *ws, float *dx);
 /* Activations (eltwise_cuda.cu): fwd x -> out = y; bwd x, y, dy -> out = dx. */
-int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *y,
+int _tsr_act_cuda(int worker, cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x, const float *y,
                   const float *dy, float *out);
-int _tsr_bn_cuda(cudaStream_t s, const struct tsr_bn_desc *d, int op, const float *x, const float *f0,
+int _tsr_bn_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, int op, const float *x, const float *f0,
                  const float *f1, const float *f2, const float *f3, double *acc, float *out0, float *out1);
-int _tsr_bn_finalize_cuda(cudaStream_t s, const struct tsr_bn_desc *d, const double *acc, float *stat,
+int _tsr_bn_finalize_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, const double *acc, float *stat,
                           float *running_mean, float *running_var);
-int _tsr_dropout_cuda(cudaStream_t s, const struct tsr_dropout_desc *d, uint64_t seed, const float *in, float *out);
-int _tsr_concat_cuda(cudaStream_t s, const struct tsr_concat_desc *d, int bwd, float *const *parts, float *whole);
+int _tsr_dropout_cuda(cudaStream_t s, const struct _tsr_dropout_desc *d, uint64_t seed, const float *in, float *out);
+int _tsr_concat_cuda(cudaStream_t s, const struct _tsr_concat_desc *d, int bwd, float *const *parts, float *whole);
 int _tsr_add_cuda(cudaStream_t s, size_t len, int k, const float *const *xs, float *y);
-int _tsr_loss_cuda(int worker, cudaStream_t s, const struct tsr_loss_desc *d, const float *yhat, const float *y,
+int _tsr_loss_cuda(int worker, cudaStream_t s, const struct _tsr_loss_desc *d, const float *yhat, const float *y,
                    float *dyhat, double *loss);
 /* gate: the loss scaler's state in device memory (the update is skipped unless it says apply), or NULL */
 int _tsr_opt_update_cuda(cudaStream_t s, const struct tsr_opt_args *a, size_t n, float *w, const float *g, float *m,
@@ -176,6 +176,6 @@ enum _tsr_bn_op {
  * (kernel_util.c). */
 void _tsr_cuda_task_failed(const char *codelet, void *buffers[]);
 /* conv2d.c: the CUDA function of conv2d's and conv_transpose2d's codelets for one pass. */
-void _tsr_convlike_cuda(void *b[], const struct tsr_conv_desc *d, int deconv, int pass);
+void _tsr_convlike_cuda(void *b[], const struct _tsr_conv_desc *d, int deconv, int pass);
 #endif
 #endif

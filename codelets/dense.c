@@ -8,7 +8,7 @@
 #include "cuda_util.h"
 #include "runtime/error.h"
 
-void _tsr_dense_fwd_cpu(const struct tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
+void _tsr_dense_fwd_cpu(const struct _tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y) {
   float beta = 0.0f;
   if (d->has_bias) {
     for (int i = 0; i < d->n; i++)
@@ -19,12 +19,12 @@ void _tsr_dense_fwd_cpu(const struct tsr_dense_desc *d, const float *x, const fl
               d->out);
 }
 
-void _tsr_dense_bwd_data_cpu(const struct tsr_dense_desc *d, const float *dy, const float *w, float *dx) {
+void _tsr_dense_bwd_data_cpu(const struct _tsr_dense_desc *d, const float *dy, const float *w, float *dx) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->n, d->in, d->out, 1.0f, dy, d->out, w, d->in, 0.0f, dx,
               d->in);
 }
 
-void _tsr_dense_bwd_weights_cpu(const struct tsr_dense_desc *d, const float *x, const float *dy, float *dw,
+void _tsr_dense_bwd_weights_cpu(const struct _tsr_dense_desc *d, const float *x, const float *dy, float *dw,
                                 float *db) {
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, dy, d->out, x, d->in, 1.0f, dw,
               d->in);
@@ -41,7 +41,7 @@ void _tsr_dense_bwd_weights_cpu(const struct tsr_dense_desc *d, const float *x, 
 
 static void dense_fwd_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_dense_desc *d = cl_arg;
+  const struct _tsr_dense_desc *d = cl_arg;
   int yi = d->has_bias ? 3 : 2;
   _tsr_dense_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), d->has_bias ? TSR_BUF(buffers, 2) : NULL,
                      TSR_BUF(buffers, yi));
@@ -54,14 +54,14 @@ static void dense_bwd_data_cpu(void *buffers[], void *cl_arg) {
 
 static void dense_bwd_weights_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_dense_desc *d = cl_arg;
+  const struct _tsr_dense_desc *d = cl_arg;
   _tsr_dense_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
                              d->has_bias ? TSR_BUF(buffers, 3) : NULL);
 }
 
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (dense_cuda.cu) */
-static void dense_cuda(void *b[], const struct tsr_dense_desc *d, int pass) {
+static void dense_cuda(void *b[], const struct _tsr_dense_desc *d, int pass) {
   int hb = d->has_bias;
   if (pass == PASS_FWD)
     RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
@@ -104,7 +104,7 @@ static struct starpu_codelet cl_dense_bwd_weights = {
     .model = &bwd_weights_model,
 };
 
-static int check_bias(const struct tsr_dense_desc *d, starpu_data_handle_t b, const char *name) {
+static int check_bias(const struct _tsr_dense_desc *d, starpu_data_handle_t b, const char *name) {
   if (d->has_bias && !b) {
     _tsr_error(TSR_ERR_ARG, "dense '%s': has_bias is set but no bias handle was given", name);
     return -EINVAL;
@@ -112,7 +112,7 @@ static int check_bias(const struct tsr_dense_desc *d, starpu_data_handle_t b, co
   return 0;
 }
 
-int _tsr_insert_dense_fwd(const struct tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+int _tsr_insert_dense_fwd(const struct _tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                           starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
   int ret = check_bias(d, b, name);
   if (ret) return ret;
@@ -123,13 +123,13 @@ int _tsr_insert_dense_fwd(const struct tsr_dense_desc *d, starpu_data_handle_t x
   return _tsr_submit(&cl_dense_fwd, d, sizeof(*d), STARPU_DEFAULT_PRIO, name, nb, bufs);
 }
 
-int _tsr_insert_dense_bwd_data(const struct tsr_dense_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
+int _tsr_insert_dense_bwd_data(const struct _tsr_dense_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                starpu_data_handle_t dx, const char *name) {
   struct _tsr_buf bufs[] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
   return _tsr_submit(&cl_dense_bwd_data, d, sizeof(*d), STARPU_DEFAULT_PRIO, name, 3, bufs);
 }
 
-int _tsr_insert_dense_bwd_weights(const struct tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
+int _tsr_insert_dense_bwd_weights(const struct _tsr_dense_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
   int ret = check_bias(d, db, name);
   if (ret) return ret;

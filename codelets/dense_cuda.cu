@@ -11,7 +11,7 @@ __global__ static void fill_k(int n, float v, float *y) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = v;
 }
 
-extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct tsr_dense_desc *d, int pass, const float *in0,
+extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct _tsr_dense_desc *d, int pass, const float *in0,
                                const float *in1, const float *in2, float *out0, float *out1) {
   cublasHandle_t h;
   if (_tsr_cuda_handles(worker, s, NULL, &h)) return -1;

@@ -39,7 +39,7 @@ TSR_HASH_CLONES static void mask_elements(size_t len, uint64_t key, uint64_t thr
 }
 
 /* out = in * mask * 1/(1-p); shared by forward (x -> y) and backward (dy -> dx). */
-static void apply_mask(const struct tsr_dropout_desc *d, uint64_t seed, const float *restrict in,
+static void apply_mask(const struct _tsr_dropout_desc *d, uint64_t seed, const float *restrict in,
                        float *restrict out) {
   const size_t hw = (size_t)d->h * d->w;
   const size_t len = (size_t)d->n * d->c * hw;
@@ -63,17 +63,17 @@ static void apply_mask(const struct tsr_dropout_desc *d, uint64_t seed, const fl
   mask_elements(len, key, thr, scale, in, out);
 }
 
-void _tsr_dropout_fwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *x, float *y) {
+void _tsr_dropout_fwd_cpu(const struct _tsr_dropout_desc *d, uint64_t seed, const float *x, float *y) {
   apply_mask(d, seed, x, y);
 }
 
-void _tsr_dropout_bwd_cpu(const struct tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx) {
+void _tsr_dropout_bwd_cpu(const struct _tsr_dropout_desc *d, uint64_t seed, const float *dy, float *dx) {
   apply_mask(d, seed, dy, dx);
 }
 
 /* The task argument: descriptor and seed in one byte copy. */
 struct dropout_arg {
-  struct tsr_dropout_desc d;
+  struct _tsr_dropout_desc d;
   uint64_t seed;
 };
 
@@ -112,7 +112,7 @@ static struct starpu_codelet cl_dropout_bwd = {.cpu_funcs = {dropout_bwd_cpu}, T
                                                .model = &dropout_bwd_model,
                                                .name = "tsr_dropout_bwd"};
 
-static int submit(struct starpu_codelet *cl, const struct tsr_dropout_desc *d, uint64_t seed,
+static int submit(struct starpu_codelet *cl, const struct _tsr_dropout_desc *d, uint64_t seed,
                   starpu_data_handle_t in, starpu_data_handle_t out, const char *name) {
   if (!(d->p >= 0 && d->p < 1))
     return _tsr_error(TSR_ERR_ARG, "dropout '%s': p = %g, expected 0 <= p < 1", name ? name : "?", (double)d->p);
@@ -124,12 +124,12 @@ static int submit(struct starpu_codelet *cl, const struct tsr_dropout_desc *d, u
   return _tsr_submit(cl, &a, sizeof(a), STARPU_DEFAULT_PRIO, name, 2, bufs);
 }
 
-int _tsr_insert_dropout_fwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,
+int _tsr_insert_dropout_fwd(const struct _tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t x,
                             starpu_data_handle_t y, const char *name) {
   return submit(&cl_dropout_fwd, d, seed, x, y, name);
 }
 
-int _tsr_insert_dropout_bwd(const struct tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t dy,
+int _tsr_insert_dropout_bwd(const struct _tsr_dropout_desc *d, uint64_t seed, starpu_data_handle_t dy,
                             starpu_data_handle_t dx, const char *name) {
   return submit(&cl_dropout_bwd, d, seed, dy, dx, name);
 }

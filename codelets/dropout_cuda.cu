@@ -15,7 +15,7 @@ __global__ static void dropout_k(size_t len, size_t hw, int spatial, uint64_t ke
   }
 }
 
-extern "C" int _tsr_dropout_cuda(cudaStream_t s, const struct tsr_dropout_desc *d, uint64_t seed, const float *in,
+extern "C" int _tsr_dropout_cuda(cudaStream_t s, const struct _tsr_dropout_desc *d, uint64_t seed, const float *in,
                                  float *out) {
   size_t hw = (size_t)d->h * d->w, len = (size_t)d->n * d->c * hw;
   if (d->p == 0) {

@@ -55,14 +55,14 @@ int _tsr_act_find(const char *name) {
 const char *_tsr_act_name(int op) { return op >= 0 && op < NACT ? act_ops[op].name : NULL; }
 
 /* The key ignores alpha where the activation has none, so one primitive serves every layer. */
-static struct tsr_act_desc act_key(const struct tsr_act_desc *d) {
-  struct tsr_act_desc k = *d;
+static struct _tsr_act_desc act_key(const struct _tsr_act_desc *d) {
+  struct _tsr_act_desc k = *d;
   if (k.op < 0 || k.op >= NACT) _tsr_kernel_fail(__FILE__, __LINE__, "activation index", (int)dnnl_invalid_arguments);
   if (!act_ops[k.op].has_alpha) k.alpha = 0;
   return k;
 }
 
-static dnnl_primitive_desc_t act_fwd_pd(const struct tsr_act_desc *d, const dnnl_memory_desc_t *md) {
+static dnnl_primitive_desc_t act_fwd_pd(const struct _tsr_act_desc *d, const dnnl_memory_desc_t *md) {
   dnnl_eltwise_desc_t op;
   TSR_DNNL_CHECK(dnnl_eltwise_forward_desc_init(&op, dnnl_forward_training, act_ops[d->op].alg, md, d->alpha, 0.f));
   dnnl_primitive_desc_t pd;
@@ -70,8 +70,8 @@ static dnnl_primitive_desc_t act_fwd_pd(const struct tsr_act_desc *d, const dnnl
   return pd;
 }
 
-static struct act_prim *act_get(const struct tsr_act_desc *desc, int bwd) {
-  struct tsr_act_desc d = act_key(desc);
+static struct act_prim *act_get(const struct _tsr_act_desc *desc, int bwd) {
+  struct _tsr_act_desc d = act_key(desc);
   int tag = bwd ? TAG_ACT_BWD : TAG_ACT_FWD;
   struct act_prim *ap = _tsr_cache_get(tag, &d, sizeof d);
   if (ap) return ap;
@@ -116,7 +116,7 @@ static void act_run(struct act_prim *ap, const void *const *ptrs) {
 /* ---- entry points, each under a kernel guard ---- */
 
 struct act_call {
-  const struct tsr_act_desc *d;
+  const struct _tsr_act_desc *d;
   const float *x, *y, *dy;
   float *out;
 };
@@ -132,12 +132,12 @@ static void act_bwd_body(void *arg) {
   act_run(ap, (const void *[]){ap->arg[0] == DNNL_ARG_DST ? c->y : c->x, c->dy, c->out});
 }
 
-void _tsr_act_fwd_cpu(const struct tsr_act_desc *d, const float *x, float *y) {
+void _tsr_act_fwd_cpu(const struct _tsr_act_desc *d, const float *x, float *y) {
   struct act_call c = {.d = d, .x = x, .out = y};
   _tsr_kernel_guard("act_fwd", act_fwd_body, &c);
 }
 
-void _tsr_act_bwd_cpu(const struct tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx) {
+void _tsr_act_bwd_cpu(const struct _tsr_act_desc *d, const float *x, const float *y, const float *dy, float *dx) {
   struct act_call c = {.d = d, .x = x, .y = y, .dy = dy, .out = dx};
   _tsr_kernel_guard("act_bwd", act_bwd_body, &c);
 }
@@ -183,13 +183,13 @@ static struct starpu_codelet cl_act_bwd = {
     .name = "tsr_act_bwd",
 };
 
-int _tsr_insert_act_fwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+int _tsr_insert_act_fwd(const struct _tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
                         const char *name) {
   struct _tsr_buf bufs[] = {{x, STARPU_R}, {y, STARPU_W}};
   return _tsr_submit(&cl_act_fwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, 2, bufs);
 }
 
-int _tsr_insert_act_bwd(const struct tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+int _tsr_insert_act_bwd(const struct _tsr_act_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
                         starpu_data_handle_t dy, starpu_data_handle_t dx, const char *name) {
   struct _tsr_buf bufs[] = {{x, STARPU_R}, {y, STARPU_R}, {dy, STARPU_R}, {dx, STARPU_W}};
   return _tsr_submit(&cl_act_bwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, 4, bufs);

@@ -10,7 +10,7 @@ __global__ static void leaky_k(size_t n, float alpha, int bwd, const float *x, c
     out[i] = bwd ? (x[i] > 0 ? dy[i] : alpha * dy[i]) : (x[i] > 0 ? x[i] : alpha * x[i]);
 }
 
-static int leaky_run(cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *dy,
+static int leaky_run(cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x, const float *dy,
                      float *out) {
   leaky_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
   LAUNCHED("leaky relu kernel");
@@ -25,7 +25,7 @@ __global__ static void gelu_k(size_t n, int bwd, const float *x, const float *dy
   }
 }
 
-static int gelu_run(cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *dy,
+static int gelu_run(cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x, const float *dy,
                     float *out) {
   gelu_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, bwd, x, dy, out);
   LAUNCHED("gelu kernel");
@@ -35,7 +35,7 @@ static int gelu_run(cudaStream_t s, const struct tsr_act_desc *d, int bwd, const
 static const struct cuda_act {
   const char *name;
   int mode; /* a cudnnActivationMode_t, or -1: run `kernel` (forward from x; backward from x and dy) */
-  int (*kernel)(cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x, const float *dy, float *out);
+  int (*kernel)(cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x, const float *dy, float *out);
 } cuda_acts[] = {
     {"relu", CUDNN_ACTIVATION_RELU, NULL},
     {"leaky_relu", -1, leaky_run},
@@ -44,7 +44,7 @@ static const struct cuda_act {
     {"gelu", -1, gelu_run},
 };
 
-extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct tsr_act_desc *d, int bwd, const float *x,
+extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x,
                              const float *y, const float *dy, float *out) {
   const char *name = _tsr_act_name(d->op);
   const struct cuda_act *a = NULL;

@@ -8,7 +8,7 @@
 #include "codelets.h"
 #include "cuda_util.h"
 
-static double elementwise(const struct tsr_loss_desc *d, size_t len, const float *restrict yhat,
+static double elementwise(const struct _tsr_loss_desc *d, size_t len, const float *restrict yhat,
                           const float *restrict y, float *restrict dyhat) {
   double sum = 0;
   const double scale = d->scale;
@@ -88,7 +88,7 @@ static double softmax_ce_sample(int c, size_t hw, double scale, const float *yha
   return sum;
 }
 
-void _tsr_loss_cpu(const struct tsr_loss_desc *d, const float *yhat, const float *y, float *dyhat, double *loss) {
+void _tsr_loss_cpu(const struct _tsr_loss_desc *d, const float *yhat, const float *y, float *dyhat, double *loss) {
   size_t hw = (size_t)d->h * d->w, per = (size_t)d->c * hw;
   int nv = d->nvalid < 0 ? 0 : d->nvalid > d->n ? d->n : d->nvalid;
   double sum = 0;
@@ -127,7 +127,7 @@ static struct starpu_codelet cl_loss = {
     .model = &loss_model,
 };
 
-int _tsr_insert_loss(const struct tsr_loss_desc *d, starpu_data_handle_t yhat, starpu_data_handle_t y,
+int _tsr_insert_loss(const struct _tsr_loss_desc *d, starpu_data_handle_t yhat, starpu_data_handle_t y,
                      starpu_data_handle_t dyhat, starpu_data_handle_t loss, const char *name) {
   struct _tsr_buf bufs[] = {{yhat, STARPU_R}, {y, STARPU_R}, {dyhat, STARPU_W}, {loss, STARPU_W}};
   return _tsr_submit(&cl_loss, d, sizeof(*d), STARPU_DEFAULT_PRIO, name, 4, bufs);

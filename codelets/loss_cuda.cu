@@ -6,7 +6,7 @@
 
 enum { LOSS_BLOCKS = 256 };
 
-__global__ static void loss_elem_k(tsr_loss_desc d, size_t len, const float *yhat, const float *y, float *g,
+__global__ static void loss_elem_k(_tsr_loss_desc d, size_t len, const float *yhat, const float *y, float *g,
                                    double *part) {
   double sum = 0, unused = 0;
   for (size_t i = blockIdx.x * (size_t)TSR_THREADS + threadIdx.x; i < len; i += (size_t)LOSS_BLOCKS * TSR_THREADS) {
@@ -21,7 +21,7 @@ __global__ static void loss_elem_k(tsr_loss_desc d, size_t len, const float *yha
 }
 
 /* softmax cross-entropy over channels: one thread per (sample, position) */
-__global__ static void loss_ce_k(tsr_loss_desc d, int nv, const float *z, const float *t, float *g, double *part) {
+__global__ static void loss_ce_k(_tsr_loss_desc d, int nv, const float *z, const float *t, float *g, double *part) {
   const size_t hw = (size_t)d.h * d.w, npos = (size_t)nv * hw;
   double sum = 0, unused = 0;
   for (size_t p = blockIdx.x * (size_t)TSR_THREADS + threadIdx.x; p < npos; p += (size_t)LOSS_BLOCKS * TSR_THREADS) {
@@ -47,7 +47,7 @@ __global__ static void loss_final_k(const double *part, double scale, double *lo
   if (threadIdx.x == 0) *loss = scale * s;
 }
 
-extern "C" int _tsr_loss_cuda(int worker, cudaStream_t s, const struct tsr_loss_desc *d, const float *yhat,
+extern "C" int _tsr_loss_cuda(int worker, cudaStream_t s, const struct _tsr_loss_desc *d, const float *yhat,
                               const float *y, float *dyhat, double *loss) {
   size_t per = (size_t)d->c * d->h * d->w;
   int nv = d->nvalid < 0 ? 0 : d->nvalid > d->n ? d->n : d->nvalid;

@@ -31,7 +31,7 @@ static void pool_prim_destroy(void *p) {
   free(pp);
 }
 
-static void pool_mds(const struct tsr_pool_desc *d, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
+static void pool_mds(const struct _tsr_pool_desc *d, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
   dnnl_dims_t sd = {d->n, d->c, d->h, d->w}, dd = {d->n, d->c, d->oh, d->ow};
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, 4, sd, dnnl_f32, dnnl_nchw));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, 4, dd, dnnl_f32, dnnl_nchw));
@@ -46,7 +46,7 @@ static dnnl_primitive_attr_t user_scratchpad_attr(void) {
 
 /* Symmetric padding on both sides matches PyTorch's floor mode: oneDNN checks
  * (h - k + 2p) / s + 1 == oh with integer division, which is PyTorch's formula. */
-static dnnl_primitive_desc_t pool_fwd_pd(const struct tsr_pool_desc *d) {
+static dnnl_primitive_desc_t pool_fwd_pd(const struct _tsr_pool_desc *d) {
   dnnl_memory_desc_t src, dst;
   pool_mds(d, &src, &dst);
   dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
@@ -60,7 +60,7 @@ static dnnl_primitive_desc_t pool_fwd_pd(const struct tsr_pool_desc *d) {
   return pd;
 }
 
-static dnnl_primitive_desc_t pool_bwd_pd(const struct tsr_pool_desc *d) {
+static dnnl_primitive_desc_t pool_bwd_pd(const struct _tsr_pool_desc *d) {
   dnnl_memory_desc_t src, dst;
   pool_mds(d, &src, &dst);
   dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
@@ -81,7 +81,7 @@ static size_t md_bytes(dnnl_primitive_desc_t pd, dnnl_query_t what) {
   return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
-static struct pool_prim *pool_get(const struct tsr_pool_desc *d, int bwd) {
+static struct pool_prim *pool_get(const struct _tsr_pool_desc *d, int bwd) {
   int tag = bwd ? TAG_POOL_BWD : TAG_POOL_FWD;
   struct pool_prim *pp = _tsr_cache_get(tag, d, sizeof *d);
   if (pp) return pp;
@@ -124,7 +124,7 @@ static void pool_run(struct pool_prim *pp, int in_arg, const void *in, int out_a
 /* ---- entry points, each under a kernel guard ---- */
 
 struct pool_call {
-  const struct tsr_pool_desc *d;
+  const struct _tsr_pool_desc *d;
   const void *in;
   void *out, *ws;
   size_t bytes;
@@ -139,7 +139,7 @@ static void ws_bytes_body(void *arg) {
 
 /* Asks oneDNN rather than assuming its layout (u8 or s32 indices depending on the window size).
  * 0 also when oneDNN failed (recorded, see _tsr_kernel_error). */
-size_t _tsr_pool_ws_bytes(const struct tsr_pool_desc *d) {
+size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d) {
   struct pool_call c = {.d = d};
   if (d->is_max) _tsr_kernel_guard("pool_fwd", ws_bytes_body, &c);
   return c.bytes;
@@ -155,12 +155,12 @@ static void pool_bwd_body(void *arg) {
   pool_run(pool_get(c->d, 1), DNNL_ARG_DIFF_DST, c->in, DNNL_ARG_DIFF_SRC, c->out, c->ws);
 }
 
-void _tsr_pool_fwd_cpu(const struct tsr_pool_desc *d, const float *x, float *y, void *ws) {
+void _tsr_pool_fwd_cpu(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws) {
   struct pool_call c = {.d = d, .in = x, .out = y, .ws = ws};
   _tsr_kernel_guard("pool_fwd", pool_fwd_body, &c);
 }
 
-void _tsr_pool_bwd_cpu(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
+void _tsr_pool_bwd_cpu(const struct _tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
   struct pool_call c = {.d = d, .in = dy, .out = dx, .ws = (void *)ws};
   _tsr_kernel_guard("pool_bwd", pool_bwd_body, &c);
 }
@@ -168,7 +168,7 @@ void _tsr_pool_bwd_cpu(const struct tsr_pool_desc *d, const float *dy, const voi
 /* Buffers: x, y[, ws] */
 static void pool_fwd_func(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_pool_desc *d = cl_arg;
+  const struct _tsr_pool_desc *d = cl_arg;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(buffers[2]) : NULL;
   _tsr_pool_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), ws);
 }
@@ -176,7 +176,7 @@ static void pool_fwd_func(void *buffers[], void *cl_arg) {
 /* Buffers: dy[, ws], dx */
 static void pool_bwd_func(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  const struct tsr_pool_desc *d = cl_arg;
+  const struct _tsr_pool_desc *d = cl_arg;
   const void *ws = d->is_max ? (const void *)STARPU_VECTOR_GET_PTR(buffers[1]) : NULL;
   _tsr_pool_bwd_cpu(d, TSR_BUF(buffers, 0), ws, TSR_BUF(buffers, d->is_max ? 2 : 1));
 }
@@ -184,7 +184,7 @@ static void pool_bwd_func(void *buffers[], void *cl_arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (pool_cuda.cu). Buffers as above: fwd x, y[, ws]; bwd dy[, ws], dx. The workspace must
  * have oneDNN's size, since CPU workers read and write the same handle. */
-static int pool_ws_ok(const struct tsr_pool_desc *d, void *ws_buf) {
+static int pool_ws_ok(const struct _tsr_pool_desc *d, void *ws_buf) {
   size_t want = _tsr_pool_cuda_ws_bytes(d);
   size_t got = (size_t)STARPU_VECTOR_GET_NX(ws_buf) * STARPU_VECTOR_GET_ELEMSIZE(ws_buf);
   if (got == want) return 0;
@@ -192,12 +192,12 @@ static int pool_ws_ok(const struct tsr_pool_desc *d, void *ws_buf) {
                           got, want);
 }
 static void pool_fwd_func_cuda(void *b[], void *a) {
-  const struct tsr_pool_desc *d = a;
+  const struct _tsr_pool_desc *d = a;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[2]) : NULL;
   RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(WORKER, STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
 }
 static void pool_bwd_func_cuda(void *b[], void *a) {
-  const struct tsr_pool_desc *d = a;
+  const struct _tsr_pool_desc *d = a;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[1]) : NULL;
   RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
       _tsr_pool_cuda(WORKER, STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
@@ -223,7 +223,7 @@ static struct starpu_codelet cl_pool_bwd = {
     .name = "tsr_pool_bwd",
 };
 
-static int check_ws(const struct tsr_pool_desc *d, starpu_data_handle_t ws, const char *name) {
+static int check_ws(const struct _tsr_pool_desc *d, starpu_data_handle_t ws, const char *name) {
   if (d->is_max && !ws) {
     _tsr_error(TSR_ERR_ARG, "pool '%s': max pooling needs a workspace handle", name);
     return -EINVAL;
@@ -231,7 +231,7 @@ static int check_ws(const struct tsr_pool_desc *d, starpu_data_handle_t ws, cons
   return 0;
 }
 
-int _tsr_insert_pool_fwd(const struct tsr_pool_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+int _tsr_insert_pool_fwd(const struct _tsr_pool_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
                          starpu_data_handle_t ws, const char *name) {
   int ret = check_ws(d, ws, name);
   if (ret) return ret;
@@ -239,7 +239,7 @@ int _tsr_insert_pool_fwd(const struct tsr_pool_desc *d, starpu_data_handle_t x, 
   return _tsr_submit(&cl_pool_fwd, d, sizeof *d, STARPU_DEFAULT_PRIO, name, d->is_max ? 3 : 2, bufs);
 }
 
-int _tsr_insert_pool_bwd(const struct tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
+int _tsr_insert_pool_bwd(const struct _tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
                          starpu_data_handle_t dx, const char *name) {
   int ret = check_ws(d, ws, name);
   if (ret) return ret;

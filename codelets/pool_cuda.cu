@@ -15,15 +15,15 @@
  * maximum in row-major order over the elements inside the image (padding never wins); uint8 when
  * kh*kw < 256, int32 otherwise. */
 static __host__ __device__ inline int imin(int a, int b) { return a < b ? a : b; }
-static __host__ __device__ inline int wide_ws(const tsr_pool_desc &d) { return d.kh * d.kw >= 256; }
+static __host__ __device__ inline int wide_ws(const _tsr_pool_desc &d) { return d.kh * d.kw >= 256; }
 
-extern "C" size_t _tsr_pool_cuda_ws_bytes(const struct tsr_pool_desc *d) {
+extern "C" size_t _tsr_pool_cuda_ws_bytes(const struct _tsr_pool_desc *d) {
   if (!d->is_max) return 0;
   return (size_t)d->n * d->c * d->oh * d->ow * (wide_ws(*d) ? sizeof(int32_t) : sizeof(uint8_t));
 }
 
 /* Output element o (flat NCHW index): y and the argmax index. */
-static __host__ __device__ inline void max_window(const tsr_pool_desc &d, const float *x, size_t o, float *y,
+static __host__ __device__ inline void max_window(const _tsr_pool_desc &d, const float *x, size_t o, float *y,
                                                   int *arg) {
   const size_t ohw = (size_t)d.oh * d.ow;
   const float *plane = x + (o / ohw) * d.h * d.w;
@@ -44,7 +44,7 @@ static __host__ __device__ inline void max_window(const tsr_pool_desc &d, const 
   *arg = at;
 }
 
-static __host__ __device__ inline void max_store(const tsr_pool_desc &d, const float *x, size_t o, float *y,
+static __host__ __device__ inline void max_store(const _tsr_pool_desc &d, const float *x, size_t o, float *y,
                                                  void *ws) {
   int arg;
   max_window(d, x, o, &y[o], &arg);
@@ -54,7 +54,7 @@ static __host__ __device__ inline void max_store(const tsr_pool_desc &d, const f
 
 /* Input element i (flat NCHW index) of dx: the sum over the windows that hold it of dy (max: when
  * the window's argmax is this element) or dy / (kh*kw) (average). */
-static __host__ __device__ inline float window_grad(const tsr_pool_desc &d, const float *dy, const void *ws,
+static __host__ __device__ inline float window_grad(const _tsr_pool_desc &d, const float *dy, const void *ws,
                                                     size_t i) {
   const size_t hw = (size_t)d.h * d.w, ohw = (size_t)d.oh * d.ow, plane = i / hw;
   const int ih = (int)(i % hw / d.w), iw = (int)(i % d.w);
@@ -77,16 +77,16 @@ static __host__ __device__ inline float window_grad(const tsr_pool_desc &d, cons
 }
 
 
-__global__ static void max_fwd_k(tsr_pool_desc d, size_t ny, const float *x, float *y, void *ws) {
+__global__ static void max_fwd_k(_tsr_pool_desc d, size_t ny, const float *x, float *y, void *ws) {
   TSR_GRID_LOOP(o, ny) max_store(d, x, o, y, ws);
 }
 
-__global__ static void bwd_k(tsr_pool_desc d, size_t nx, const float *dy, const void *ws, float *dx) {
+__global__ static void bwd_k(_tsr_pool_desc d, size_t nx, const float *dy, const void *ws, float *dx) {
   TSR_GRID_LOOP(i, nx) dx[i] = window_grad(d, dy, ws, i);
 }
 
 /* cuDNN average forward; descriptors are cheap host objects, made per call. */
-static int avg_fwd_cudnn(int worker, cudaStream_t s, const tsr_pool_desc *d, const float *x, float *y) {
+static int avg_fwd_cudnn(int worker, cudaStream_t s, const _tsr_pool_desc *d, const float *x, float *y) {
   cudnnHandle_t h;
   if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;
   cudnnPoolingDescriptor_t pd = NULL;
@@ -115,7 +115,7 @@ static int avg_fwd_cudnn(int worker, cudaStream_t s, const tsr_pool_desc *d, con
   return 0;
 }
 
-extern "C" int _tsr_pool_cuda(int worker, cudaStream_t s, const struct tsr_pool_desc *d, int bwd, const float *in,
+extern "C" int _tsr_pool_cuda(int worker, cudaStream_t s, const struct _tsr_pool_desc *d, int bwd, const float *in,
                               void *ws, float *out) {
   const size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->c * d->oh * d->ow;
   if (d->is_max && !ws) return _tsr_cuda_report("max pooling without its workspace");
@@ -129,12 +129,12 @@ extern "C" int _tsr_pool_cuda(int worker, cudaStream_t s, const struct tsr_pool_
   return 0;
 }
 
-extern "C" void _tsr_pool_max_fwd_host(const struct tsr_pool_desc *d, const float *x, float *y, void *ws) {
+extern "C" void _tsr_pool_max_fwd_host(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws) {
   const size_t ny = (size_t)d->n * d->c * d->oh * d->ow;
   for (size_t o = 0; o < ny; o++) max_store(*d, x, o, y, ws);
 }
 
-extern "C" void _tsr_pool_bwd_host(const struct tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
+extern "C" void _tsr_pool_bwd_host(const struct _tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
   const size_t nx = (size_t)d->n * d->c * d->h * d->w;
   for (size_t i = 0; i < nx; i++) dx[i] = window_grad(*d, dy, ws, i);
 }

@@ -48,8 +48,8 @@ struct split {
 };
 static const struct split SPLITS[] = {{2, {3, 2}}, {3, {2, 2, 1}}};
 
-static struct tsr_bn_desc slice_desc(int n) {
-  return (struct tsr_bn_desc){.n = n, .c = C, .h = H, .w = W, .total = N, .eps = EPS, .momentum = MOM};
+static struct _tsr_bn_desc slice_desc(int n) {
+  return (struct _tsr_bn_desc){.n = n, .c = C, .h = H, .w = W, .total = N, .eps = EPS, .momentum = MOM};
 }
 
 /* Training forward with the raw kernels, slice by slice, as the graph schedules it. */
@@ -58,15 +58,15 @@ static void slices_fwd(const struct split *sp, const float *x, const float *gamm
   double acc[2 * C] = {0};
   size_t off = 0;
   for (int s = 0; s < sp->ns; s++) {
-    struct tsr_bn_desc d = slice_desc(sp->sizes[s]);
+    struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
     _tsr_bn_stats_cpu(&d, x + off, acc);
     off += (size_t)sp->sizes[s] * C * HW;
   }
-  struct tsr_bn_desc whole = slice_desc(sp->sizes[0]);
+  struct _tsr_bn_desc whole = slice_desc(sp->sizes[0]);
   _tsr_bn_finalize_cpu(&whole, acc, stat, rmean, rvar);
   off = 0;
   for (int s = 0; s < sp->ns; s++) {
-    struct tsr_bn_desc d = slice_desc(sp->sizes[s]);
+    struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
     _tsr_bn_fwd_cpu(&d, x + off, stat, gamma, beta, y + off);
     off += (size_t)sp->sizes[s] * C * HW;
   }
@@ -77,15 +77,15 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   double acc[2 * C] = {0};
   size_t off = 0;
   for (int s = 0; s < sp->ns; s++) {
-    struct tsr_bn_desc d = slice_desc(sp->sizes[s]);
+    struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
     _tsr_bn_bwd_stats_cpu(&d, x + off, stat, dy + off, acc);
     off += (size_t)sp->sizes[s] * C * HW;
   }
-  struct tsr_bn_desc whole = slice_desc(sp->sizes[0]);
+  struct _tsr_bn_desc whole = slice_desc(sp->sizes[0]);
   _tsr_bn_bwd_params_cpu(&whole, acc, dgamma, dbeta);
   off = 0;
   for (int s = 0; s < sp->ns; s++) {
-    struct tsr_bn_desc d = slice_desc(sp->sizes[s]);
+    struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
     _tsr_bn_bwd_data_cpu(&d, x + off, stat, gamma, acc, dy + off, dx + off);
     off += (size_t)sp->sizes[s] * C * HW;
   }
@@ -150,7 +150,7 @@ START_TEST(bn_eval_normalises_with_running_stats) {
         ref[i] = gamma[c] * (x[i] - rmean[c]) / sqrt(rvar[c] + (double)EPS) + beta[c];
       }
   /* two slices, to check the offsets are the caller's business only */
-  struct tsr_bn_desc a = slice_desc(2), b = slice_desc(N - 2);
+  struct _tsr_bn_desc a = slice_desc(2), b = slice_desc(N - 2);
   _tsr_bn_fwd_eval_cpu(&a, x, rmean, rvar, gamma, beta, y);
   _tsr_bn_fwd_eval_cpu(&b, x + 2 * C * HW, rmean, rvar, gamma, beta, y + 2 * C * HW);
   tt_assert_close(y, ref, LEN, 1e-5, 1e-5, "eval y");
@@ -204,8 +204,8 @@ END_TEST
 
 enum { DN = 16, DC = 64, DH = 32, DW = 32, DLEN = DN * DC * DH * DW };
 
-static struct tsr_dropout_desc drop_desc(float p, int spatial) {
-  return (struct tsr_dropout_desc){.n = DN, .c = DC, .h = DH, .w = DW, .p = p, .spatial = spatial};
+static struct _tsr_dropout_desc drop_desc(float p, int spatial) {
+  return (struct _tsr_dropout_desc){.n = DN, .c = DC, .h = DH, .w = DW, .p = p, .spatial = spatial};
 }
 
 static float *drop_input(void) {
@@ -218,7 +218,7 @@ static float *drop_input(void) {
 START_TEST(dropout_keeps_fraction_1_minus_p_and_scales_kept) {
   const float p = 0.3f;
   float *x = drop_input(), *y = malloc(DLEN * sizeof(float));
-  struct tsr_dropout_desc d = drop_desc(p, 0);
+  struct _tsr_dropout_desc d = drop_desc(p, 0);
   _tsr_dropout_fwd_cpu(&d, 1234, x, y);
   /* per-element ck_assert would cost a pipe write each (Check's mark_point): count, assert once */
   size_t kept = 0, bad = 0, first_bad = 0;
@@ -240,7 +240,7 @@ END_TEST
 
 START_TEST(dropout_p0_is_identity) {
   float *x = drop_input(), *y = malloc(DLEN * sizeof(float));
-  struct tsr_dropout_desc d = drop_desc(0, 0);
+  struct _tsr_dropout_desc d = drop_desc(0, 0);
   _tsr_dropout_fwd_cpu(&d, 7, x, y);
   ck_assert_msg(memcmp(x, y, DLEN * sizeof(float)) == 0, "p = 0 changed the input");
   free(x);
@@ -258,7 +258,7 @@ static double mask_difference(const float *a, const float *b) {
 START_TEST(dropout_mask_depends_on_seed_only) {
   const float p = 0.5f;
   float *x = drop_input(), *a = malloc(DLEN * sizeof(float)), *b = malloc(DLEN * sizeof(float));
-  struct tsr_dropout_desc d = drop_desc(p, 0);
+  struct _tsr_dropout_desc d = drop_desc(p, 0);
   _tsr_dropout_fwd_cpu(&d, 99, x, a);
   _tsr_dropout_fwd_cpu(&d, 99, x, b);
   ck_assert_msg(memcmp(a, b, DLEN * sizeof(float)) == 0, "same seed gave different outputs");
@@ -284,7 +284,7 @@ START_TEST(dropout_backward_uses_forward_mask) {
   tt_fill_uniform(dy, DLEN, 61, 0.5f, 1.5f);
   memset(dx, 0xff, DLEN * sizeof(float)); /* NaN: backward must overwrite */
   for (int spatial = 0; spatial < 2; spatial++) {
-    struct tsr_dropout_desc d = drop_desc(p, spatial);
+    struct _tsr_dropout_desc d = drop_desc(p, spatial);
     _tsr_dropout_fwd_cpu(&d, 555, x, y);
     _tsr_dropout_bwd_cpu(&d, 555, dy, dx);
     size_t bad = 0, first_bad = 0;
@@ -305,7 +305,7 @@ END_TEST
 START_TEST(spatial_dropout_drops_whole_channels) {
   const float p = 0.4f;
   float *x = drop_input(), *y = malloc(DLEN * sizeof(float));
-  struct tsr_dropout_desc d = drop_desc(p, 1);
+  struct _tsr_dropout_desc d = drop_desc(p, 1);
   _tsr_dropout_fwd_cpu(&d, 77, x, y);
   const size_t hw = DH * DW, planes = DN * DC;
   size_t dropped = 0, mixed = 0;
@@ -325,7 +325,7 @@ START_TEST(spatial_dropout_drops_whole_channels) {
 END_TEST
 
 START_TEST(dropout_rejects_p_of_one) {
-  struct tsr_dropout_desc d = drop_desc(1.0f, 0);
+  struct _tsr_dropout_desc d = drop_desc(1.0f, 0);
   ck_assert_int_eq(_tsr_insert_dropout_fwd(&d, 1, NULL, NULL, "drop"), TSR_ERR_ARG);
   d.p = -0.1f;
   ck_assert_int_eq(_tsr_insert_dropout_bwd(&d, 1, NULL, NULL, "drop"), TSR_ERR_ARG);
@@ -376,7 +376,7 @@ START_TEST(bn_phases_as_tasks_over_two_slices_match_raw_kernels) {
   starpu_data_handle_t hdg = _tsr_register_floats(dg, C), hdb = _tsr_register_floats(db, C);
   starpu_data_handle_t hacc = register_doubles(acc, 2 * C), hbacc = register_doubles(bacc, 2 * C);
 
-  struct tsr_bn_desc d[2] = {slice_desc(sp->sizes[0]), slice_desc(sp->sizes[1])};
+  struct _tsr_bn_desc d[2] = {slice_desc(sp->sizes[0]), slice_desc(sp->sizes[1])};
   ck_assert_int_eq(_tsr_insert_zero_doubles(hacc, "bn.acc0"), 0);
   for (int s = 0; s < 2; s++) ck_assert_int_eq(_tsr_insert_bn_stats(&d[s], hx[s], hacc, "bn.stats"), 0);
   ck_assert_int_eq(_tsr_insert_bn_finalize(&d[0], hacc, hstat, hrm, hrv, "bn.finalize"), 0);
@@ -408,7 +408,7 @@ START_TEST(bn_eval_as_task_matches_raw_kernel) {
   bn_inputs(x, gamma, beta, 80);
   tt_fill_uniform(rm, C, 81, 0.5f, 2);
   tt_fill_uniform(rv, C, 82, 0.2f, 2);
-  struct tsr_bn_desc d = slice_desc(N);
+  struct _tsr_bn_desc d = slice_desc(N);
   _tsr_bn_fwd_eval_cpu(&d, x, rm, rv, gamma, beta, want);
   starpu_data_handle_t h[] = {_tsr_register_floats(x, LEN), _tsr_register_floats(rm, C), _tsr_register_floats(rv, C),
                               _tsr_register_floats(gamma, C), _tsr_register_floats(beta, C),
@@ -424,7 +424,7 @@ START_TEST(dropout_as_tasks_matches_raw_kernels) {
   float *x = drop_input(), *y = malloc(DLEN * sizeof(float)), *dx = malloc(DLEN * sizeof(float));
   float *want_y = malloc(DLEN * sizeof(float)), *want_dx = malloc(DLEN * sizeof(float));
   for (int spatial = 0; spatial < 2; spatial++) {
-    struct tsr_dropout_desc d = drop_desc(0.25f, spatial);
+    struct _tsr_dropout_desc d = drop_desc(0.25f, spatial);
     _tsr_dropout_fwd_cpu(&d, 4242, x, want_y);
     _tsr_dropout_bwd_cpu(&d, 4242, x, want_dx);
     starpu_data_handle_t hx = _tsr_register_floats(x, DLEN), hy = _tsr_register_floats(y, DLEN);

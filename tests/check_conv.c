@@ -14,7 +14,7 @@
 
 /* Defined in codelets/conv2d.c. */
 enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-const char *_tsr_convlike_impl(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
+const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 
 /* Float sums of up to a few hundred products of values in [-1, 1]. */
 #define FWD_ATOL 1e-4
@@ -29,8 +29,8 @@ struct cfg {
   int n, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, oph, opw, has_bias;
 };
 
-static struct tsr_conv_desc make_desc(const struct cfg *c, int deconv) {
-  struct tsr_conv_desc d = {.n = c->n, .ci = c->ci, .h = c->h, .w = c->w, .co = c->co, .kh = c->kh, .kw = c->kw,
+static struct _tsr_conv_desc make_desc(const struct cfg *c, int deconv) {
+  struct _tsr_conv_desc d = {.n = c->n, .ci = c->ci, .h = c->h, .w = c->w, .co = c->co, .kh = c->kh, .kw = c->kw,
                             .sh = c->sh, .sw = c->sw, .ph = c->ph, .pw = c->pw, .dh = c->dh, .dw = c->dw,
                             .oph = c->oph, .opw = c->opw, .has_bias = c->has_bias};
   if (deconv) {
@@ -43,13 +43,13 @@ static struct tsr_conv_desc make_desc(const struct cfg *c, int deconv) {
   return d;
 }
 
-static size_t nx(const struct tsr_conv_desc *d) { return (size_t)d->n * d->ci * d->h * d->w; }
-static size_t ny(const struct tsr_conv_desc *d) { return (size_t)d->n * d->co * d->oh * d->ow; }
-static size_t nw(const struct tsr_conv_desc *d) { return (size_t)d->ci * d->co * d->kh * d->kw; }
+static size_t nx(const struct _tsr_conv_desc *d) { return (size_t)d->n * d->ci * d->h * d->w; }
+static size_t ny(const struct _tsr_conv_desc *d) { return (size_t)d->n * d->co * d->oh * d->ow; }
+static size_t nw(const struct _tsr_conv_desc *d) { return (size_t)d->ci * d->co * d->kh * d->kw; }
 
 /* Direct convolution in float64. Conv: y[n,o,oy,ox] += x[n,c,oy*s-p+ky*d, ...] w[o,c,ky,kx].
  * Transposed conv scatters instead: y[n,o,iy*s-p+ky*d, ...] += x[n,c,iy,ix] w[c,o,ky,kx]. */
-static void ref_fwd(const struct tsr_conv_desc *d, int deconv, const float *x, const float *w, const float *b,
+static void ref_fwd(const struct _tsr_conv_desc *d, int deconv, const float *x, const float *w, const float *b,
                     double *y) {
   for (int n = 0; n < d->n; n++)
     for (int o = 0; o < d->co; o++)
@@ -74,14 +74,14 @@ static void ref_fwd(const struct tsr_conv_desc *d, int deconv, const float *x, c
           }
 }
 
-static void run_fwd(const struct tsr_conv_desc *d, int deconv, const float *x, const float *w, const float *b,
+static void run_fwd(const struct _tsr_conv_desc *d, int deconv, const float *x, const float *w, const float *b,
                     float *y) {
   (deconv ? _tsr_deconv2d_fwd_cpu : _tsr_conv2d_fwd_cpu)(d, x, w, b, y);
 }
-static void run_bwd_data(const struct tsr_conv_desc *d, int deconv, const float *dy, const float *w, float *dx) {
+static void run_bwd_data(const struct _tsr_conv_desc *d, int deconv, const float *dy, const float *w, float *dx) {
   (deconv ? _tsr_deconv2d_bwd_data_cpu : _tsr_conv2d_bwd_data_cpu)(d, dy, w, dx);
 }
-static void run_bwd_weights(const struct tsr_conv_desc *d, int deconv, const float *x, const float *dy, float *dw,
+static void run_bwd_weights(const struct _tsr_conv_desc *d, int deconv, const float *x, const float *dy, float *dw,
                             float *db) {
   (deconv ? _tsr_deconv2d_bwd_weights_cpu : _tsr_conv2d_bwd_weights_cpu)(d, x, dy, dw, db);
 }
@@ -111,7 +111,7 @@ static const struct cfg *cfg_of(int deconv, int i) { return deconv ? &deconv_cfg
 /* ---- forward against the direct convolution ---- */
 
 static void check_fwd(int deconv, int i) {
-  struct tsr_conv_desc d = make_desc(cfg_of(deconv, i), deconv);
+  struct _tsr_conv_desc d = make_desc(cfg_of(deconv, i), deconv);
   float *x = malloc(nx(&d) * sizeof *x), *w = malloc(nw(&d) * sizeof *w), *b = malloc(d.co * sizeof *b);
   float *y = malloc(ny(&d) * sizeof *y);
   double *ref = malloc(ny(&d) * sizeof *ref);
@@ -135,7 +135,7 @@ END_TEST
 /* ---- gradients against finite differences of L = sum(y * r), y from the float64 reference ---- */
 
 struct fd_ctx {
-  const struct tsr_conv_desc *d;
+  const struct _tsr_conv_desc *d;
   int deconv;
   float *x, *w, *b;
   const double *r;
@@ -151,7 +151,7 @@ static double fd_loss(void *user) {
 }
 
 struct grad_case {
-  struct tsr_conv_desc d;
+  struct _tsr_conv_desc d;
   struct fd_ctx ctx;
   float *x, *w, *b, *r_f;
   double *r, *y;
@@ -159,7 +159,7 @@ struct grad_case {
 
 static void grad_case_init(struct grad_case *g, int deconv, int i) {
   g->d = make_desc(cfg_of(deconv, i), deconv);
-  const struct tsr_conv_desc *d = &g->d;
+  const struct _tsr_conv_desc *d = &g->d;
   g->x = malloc(nx(d) * sizeof(float));
   g->w = malloc(nw(d) * sizeof(float));
   g->b = malloc(d->co * sizeof(float));
@@ -204,7 +204,7 @@ END_TEST
 static void check_bwd_weights(int deconv, int i) {
   struct grad_case g;
   grad_case_init(&g, deconv, i);
-  const struct tsr_conv_desc *d = &g.d;
+  const struct _tsr_conv_desc *d = &g.d;
   size_t n = nw(d);
   float *dw = malloc(n * sizeof *dw), *db = malloc(d->co * sizeof *db);
   float *dw0 = malloc(n * sizeof *dw0), *db0 = malloc(d->co * sizeof *db0);
@@ -245,13 +245,13 @@ END_TEST
  * transposed conv from co to ci channels. h = 10 needs output padding 1 to come back to 10. */
 START_TEST(test_deconv2d_is_adjoint_of_conv2d) {
   struct cfg cc = {2, 4, 10, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0};
-  struct tsr_conv_desc c = make_desc(&cc, 0);
+  struct _tsr_conv_desc c = make_desc(&cc, 0);
   struct cfg dc = {2, 6, c.oh, c.ow, 4, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0};
   dc.oph = cc.h - _tsr_deconv_out(c.oh, 3, 2, 1, 1, 0);
   dc.opw = cc.w - _tsr_deconv_out(c.ow, 3, 2, 1, 1, 0);
   ck_assert_int_eq(dc.oph, 1);
   ck_assert_int_eq(dc.opw, 0);
-  struct tsr_conv_desc t = make_desc(&dc, 1);
+  struct _tsr_conv_desc t = make_desc(&dc, 1);
   ck_assert_int_eq(t.oh, cc.h);
   ck_assert_int_eq(t.ow, cc.w);
   float *x = malloc(nx(&c) * sizeof *x), *w = malloc(nw(&c) * sizeof *w);
@@ -297,7 +297,7 @@ START_TEST(test_fcdensenet_shapes_avoid_reference_kernels) {
   };
   for (int i = 0; i < 4; i++) {
     int deconv = i == 3;
-    struct tsr_conv_desc d = make_desc(&shapes[i], deconv);
+    struct _tsr_conv_desc d = make_desc(&shapes[i], deconv);
     for (int pass = TSR_CONV_FWD; pass <= TSR_CONV_BWD_WEIGHTS; pass++) {
       const char *impl = _tsr_convlike_impl(&d, deconv, pass);
       ck_assert_msg(impl && strncmp(impl, "ref", 3) != 0, "shape %d pass %d uses '%s'", i, pass, impl);
@@ -313,7 +313,7 @@ static void starpu_down(void) { tt_starpu_stop(); }
 
 /* One pass of one op with bias, as a task on registered buffers and as a raw call on copies. */
 static void check_task(int deconv, int pass) {
-  struct tsr_conv_desc d = make_desc(cfg_of(deconv, deconv ? 4 : 5), deconv);
+  struct _tsr_conv_desc d = make_desc(cfg_of(deconv, deconv ? 4 : 5), deconv);
   size_t sx = nx(&d), sy = ny(&d), sw = nw(&d), sb = d.co;
   /* in0/in1/in2 are the pass's inputs, out0/out1 its outputs (with their raw-call twins). */
   size_t s_in0 = pass == TSR_CONV_BWD_DATA ? sy : sx, s_in1 = pass == TSR_CONV_BWD_WEIGHTS ? sy : sw;
@@ -372,9 +372,9 @@ END_TEST
 
 /* A descriptor oneDNN rejects (output height inconsistent with the input and kernel): the graph
  * never makes one, so this is the clean way to see a oneDNN failure inside a kernel. */
-static struct tsr_conv_desc rejected_desc(void) {
+static struct _tsr_conv_desc rejected_desc(void) {
   struct cfg c = {1, 2, 6, 6, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1};
-  struct tsr_conv_desc d = make_desc(&c, 0);
+  struct _tsr_conv_desc d = make_desc(&c, 0);
   d.oh += 5;
   return d;
 }
@@ -382,7 +382,7 @@ static struct tsr_conv_desc rejected_desc(void) {
 /* The kernel returns instead of aborting, and the failure is kept with the op and oneDNN's status. */
 START_TEST(test_onednn_failure_is_recorded_not_fatal) {
   _tsr_kernel_error_clear();
-  struct tsr_conv_desc d = rejected_desc();
+  struct _tsr_conv_desc d = rejected_desc();
   float x[72] = {0}, w[54] = {0}, b[3] = {0}, y[3 * 11 * 6];
   char msg[512];
   ck_assert(!_tsr_kernel_error(msg, sizeof msg));
@@ -398,7 +398,7 @@ END_TEST
 /* As a StarPU task: the task completes, its write-only output is zeroed, the failure is recorded. */
 START_TEST(test_onednn_failure_in_task_zeroes_output) {
   _tsr_kernel_error_clear();
-  struct tsr_conv_desc d = rejected_desc();
+  struct _tsr_conv_desc d = rejected_desc();
   size_t ny = (size_t)d.n * d.co * d.oh * d.ow;
   float x[72], w[54], b[3], *y = malloc(ny * sizeof *y);
   tt_fill_uniform(y, ny, 7, 1, 2);

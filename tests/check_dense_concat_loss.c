@@ -10,7 +10,7 @@
 
 /* ---- dense ---- */
 
-static void dense_ref(const struct tsr_dense_desc *d, const float *x, const float *w, const float *b, double *y) {
+static void dense_ref(const struct _tsr_dense_desc *d, const float *x, const float *w, const float *b, double *y) {
   for (int i = 0; i < d->n; i++)
     for (int o = 0; o < d->out; o++) {
       double s = d->has_bias ? b[o] : 0.0;
@@ -21,7 +21,7 @@ static void dense_ref(const struct tsr_dense_desc *d, const float *x, const floa
 
 START_TEST(dense_fwd_matches_float64_with_and_without_bias) {
   for (int bias = 0; bias <= 1; bias++) {
-    struct tsr_dense_desc d = {5, 37, 11, bias};
+    struct _tsr_dense_desc d = {5, 37, 11, bias};
     float x[5 * 37], w[11 * 37], b[11], y[5 * 11];
     double ref[5 * 11];
     tt_fill_uniform(x, 5 * 37, 1, -1, 1);
@@ -36,7 +36,7 @@ START_TEST(dense_fwd_matches_float64_with_and_without_bias) {
 END_TEST
 
 struct dense_fd {
-  struct tsr_dense_desc d;
+  struct _tsr_dense_desc d;
   float *x, *w, *b, *y, *r;
 };
 
@@ -72,7 +72,7 @@ START_TEST(dense_bwd_matches_finite_differences) {
 END_TEST
 
 START_TEST(dense_bwd_weights_accumulates_into_gradients) {
-  struct tsr_dense_desc d = {4, 5, 3, 1};
+  struct _tsr_dense_desc d = {4, 5, 3, 1};
   float x[20], dy[12], dw[15] = {0}, db[3] = {0}, dw1[15], db1[3];
   double ref_w[15], ref_b[3];
   tt_fill_uniform(x, 20, 8, -1, 1);
@@ -92,7 +92,7 @@ END_TEST
 /* ---- concat and add ---- */
 
 /* Input i's element (s, ch, p) lands at channel (offset of i) + ch of sample s. */
-static void concat_ref(const struct tsr_concat_desc *d, const float *const *xs, double *y) {
+static void concat_ref(const struct _tsr_concat_desc *d, const float *const *xs, double *y) {
   int hw = d->h * d->w, ctot = 0;
   for (int i = 0; i < d->k; i++) ctot += d->c[i];
   for (int s = 0; s < d->n; s++) {
@@ -106,7 +106,7 @@ static void concat_ref(const struct tsr_concat_desc *d, const float *const *xs, 
 }
 
 START_TEST(concat_three_inputs_fwd_and_bwd_match_reference) {
-  struct tsr_concat_desc d = {.n = 2, .h = 3, .w = 4, .k = 3, .c = {2, 3, 1}};
+  struct _tsr_concat_desc d = {.n = 2, .h = 3, .w = 4, .k = 3, .c = {2, 3, 1}};
   enum { HW = 12, TOT = 2 * 6 * HW };
   float x0[2 * 2 * HW], x1[2 * 3 * HW], x2[2 * 1 * HW], y[TOT], back0[2 * 2 * HW], back1[2 * 3 * HW], back2[2 * HW];
   double ref[TOT];
@@ -145,7 +145,7 @@ END_TEST
 static const char *loss_name[] = {"mse", "l1", "huber", "softmax_ce"};
 
 /* float64 reference: per-element (or per-position) losses summed, times scale; gradient too */
-static double loss_ref(const struct tsr_loss_desc *d, const float *yh, const float *y, double *g) {
+static double loss_ref(const struct _tsr_loss_desc *d, const float *yh, const float *y, double *g) {
   size_t hw = (size_t)d->h * d->w, per = d->c * hw;
   double sum = 0;
   for (size_t i = 0; i < d->n * per; i++) g[i] = 0;
@@ -184,7 +184,7 @@ static double loss_ref(const struct tsr_loss_desc *d, const float *yh, const flo
 /* yhat, and targets placed away from the kinks of L1 and Huber so that finite differences with a
  * step of 1e-3 see a smooth function; CE targets are non-negative and deliberately not normalised
  * (the gradient then carries the sum of the targets). */
-static void loss_data(const struct tsr_loss_desc *d, uint64_t seed, float *yh, float *y) {
+static void loss_data(const struct _tsr_loss_desc *d, uint64_t seed, float *yh, float *y) {
   size_t len = (size_t)d->n * d->c * d->h * d->w;
   tt_fill_uniform(yh, len, seed, -2, 2);
   tt_fill_uniform(y, len, seed + 1, 0, 1);
@@ -197,7 +197,7 @@ static void loss_data(const struct tsr_loss_desc *d, uint64_t seed, float *yh, f
 }
 
 struct loss_fd {
-  struct tsr_loss_desc d;
+  struct _tsr_loss_desc d;
   float *yh, *y;
   double *g;
 };
@@ -210,15 +210,15 @@ static double loss_value(void *u) {
   return loss_ref(&p->d, p->yh, p->y, p->g);
 }
 
-static struct tsr_loss_desc loss_desc(int kind, int n, int nvalid) {
-  struct tsr_loss_desc d = {.kind = kind, .n = n, .c = 3, .h = 2, .w = 5, .nvalid = nvalid, .delta = 0.5f};
+static struct _tsr_loss_desc loss_desc(int kind, int n, int nvalid) {
+  struct _tsr_loss_desc d = {.kind = kind, .n = n, .c = 3, .h = 2, .w = 5, .nvalid = nvalid, .delta = 0.5f};
   d.scale = kind == TSR_L_SOFTMAX_CE ? 1.0 / (nvalid * 10) : 1.0 / (nvalid * 30);
   return d;
 }
 
 START_TEST(loss_value_and_gradient_match_float64_and_finite_differences) {
   int kind = _i;
-  struct tsr_loss_desc d = loss_desc(kind, 4, 4);
+  struct _tsr_loss_desc d = loss_desc(kind, 4, 4);
   enum { LEN = 4 * 30 };
   float yh[LEN], y[LEN], g[LEN];
   double gref[LEN], gfd[LEN], scratch[LEN], l;
@@ -235,7 +235,7 @@ END_TEST
 
 START_TEST(loss_slices_add_up_to_the_whole_batch) {
   int kind = _i;
-  struct tsr_loss_desc whole = loss_desc(kind, 6, 6), half = whole;
+  struct _tsr_loss_desc whole = loss_desc(kind, 6, 6), half = whole;
   half.n = half.nvalid = 3; /* same scale: 1 / count over the whole batch */
   enum { LEN = 6 * 30 };
   float yh[LEN], y[LEN], g[LEN], gs[LEN];
@@ -254,7 +254,7 @@ END_TEST
 
 START_TEST(loss_padding_samples_count_for_nothing) {
   int kind = _i;
-  struct tsr_loss_desc d = loss_desc(kind, 4, 3), valid = d;
+  struct _tsr_loss_desc d = loss_desc(kind, 4, 3), valid = d;
   valid.n = 3;
   enum { LEN = 4 * 30, PER = 30 };
   float yh[LEN], y[LEN], g[LEN], gv[3 * PER];
@@ -273,7 +273,7 @@ END_TEST
 
 /* the loss of a confident correct prediction must not overflow: log-softmax has to be stable */
 START_TEST(softmax_ce_is_stable_for_large_logits) {
-  struct tsr_loss_desc d = {.kind = TSR_L_SOFTMAX_CE, .n = 1, .c = 3, .h = 1, .w = 2, .nvalid = 1, .scale = 0.5};
+  struct _tsr_loss_desc d = {.kind = TSR_L_SOFTMAX_CE, .n = 1, .c = 3, .h = 1, .w = 2, .nvalid = 1, .scale = 0.5};
   float yh[6] = {1000, -1000, 0, 0, 1000, 1000}, y[6] = {1, 0, 0, 0, 0, 1}, g[6];
   double l, gref[6];
   _tsr_loss_cpu(&d, yh, y, g, &l);
@@ -288,7 +288,7 @@ END_TEST
 
 /* torch.sign(0) = 0: an exact prediction gets no L1 gradient; Huber is smooth there */
 START_TEST(l1_gradient_is_zero_at_an_exact_prediction) {
-  struct tsr_loss_desc d = {.kind = TSR_L_L1, .n = 1, .c = 3, .h = 1, .w = 1, .nvalid = 1, .scale = 1.0 / 3};
+  struct _tsr_loss_desc d = {.kind = TSR_L_L1, .n = 1, .c = 3, .h = 1, .w = 1, .nvalid = 1, .scale = 1.0 / 3};
   float yh[3] = {0.5f, -1, 2}, y[3] = {0.5f, 0, 2}, g[3];
   double l;
   _tsr_loss_cpu(&d, yh, y, g, &l);
@@ -353,7 +353,7 @@ END_TEST
 
 START_TEST(dense_runs_through_starpu) {
   enum { N = 8, IN = 20, OUT = 6 };
-  struct tsr_dense_desc d = {N, IN, OUT, 1};
+  struct _tsr_dense_desc d = {N, IN, OUT, 1};
   float x[N * IN], w[OUT * IN], b[OUT], r[N * OUT], y[N * OUT], dx[N * IN], dw[OUT * IN] = {0}, db[OUT] = {0};
   float y0[N * OUT], dx0[N * IN], dw0[OUT * IN] = {0}, db0[OUT] = {0};
   tt_fill_uniform(x, N * IN, 70, -1, 1);
@@ -389,7 +389,7 @@ END_TEST
 /* 9 inputs: the tasks have 10 buffers, more than STARPU_NMAXBUFS */
 START_TEST(concat_and_add_with_nine_inputs_run_through_starpu) {
   enum { K = 9, N = 2, HW = 6 };
-  struct tsr_concat_desc d = {.n = N, .h = 2, .w = 3, .k = K};
+  struct _tsr_concat_desc d = {.n = N, .h = 2, .w = 3, .k = K};
   float *xs[K], *dxs[K], y[N * 45 * HW], y0[N * 45 * HW], sum[N * HW], sum0[N * HW];
   starpu_data_handle_t hx[K], hdx[K], hadd[K];
   for (int i = 0; i < K; i++) {
@@ -435,7 +435,7 @@ END_TEST
 
 START_TEST(loss_runs_through_starpu) {
   for (int kind = 0; kind < 4; kind++) {
-    struct tsr_loss_desc d = loss_desc(kind, 4, 3);
+    struct _tsr_loss_desc d = loss_desc(kind, 4, 3);
     enum { LEN = 4 * 30 };
     float yh[LEN], y[LEN], g[LEN], g0[LEN];
     double l = NAN, l0;

@@ -20,7 +20,7 @@
 static int out_size(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
 
 /* 0: kernel 2 stride 2; 1: kernel 3 stride 2 pad 1 on odd sizes; 2: non-square everything. */
-static struct tsr_pool_desc pool_case(int i, int is_max) {
+static struct _tsr_pool_desc pool_case(int i, int is_max) {
   static const int c[NPOOL_CASES][10] = {
       /* n c h  w  kh kw sh sw ph pw */
       {2, 3, 8, 8, 2, 2, 2, 2, 0, 0},
@@ -28,17 +28,17 @@ static struct tsr_pool_desc pool_case(int i, int is_max) {
       {1, 2, 7, 10, 3, 2, 2, 1, 1, 0},
   };
   const int *v = c[i];
-  return (struct tsr_pool_desc){.n = v[0], .c = v[1], .h = v[2], .w = v[3],
+  return (struct _tsr_pool_desc){.n = v[0], .c = v[1], .h = v[2], .w = v[3],
                                 .oh = out_size(v[2], v[4], v[6], v[8]), .ow = out_size(v[3], v[5], v[7], v[9]),
                                 .kh = v[4], .kw = v[5], .sh = v[6], .sw = v[7], .ph = v[8], .pw = v[9],
                                 .is_max = is_max};
 }
 
-static size_t in_len(const struct tsr_pool_desc *d) { return (size_t)d->n * d->c * d->h * d->w; }
-static size_t out_len(const struct tsr_pool_desc *d) { return (size_t)d->n * d->c * d->oh * d->ow; }
+static size_t in_len(const struct _tsr_pool_desc *d) { return (size_t)d->n * d->c * d->h * d->w; }
+static size_t out_len(const struct _tsr_pool_desc *d) { return (size_t)d->n * d->c * d->oh * d->ow; }
 
 /* Average divides by kh * kw wherever the window lies (padding counted). */
-static void pool_ref(const struct tsr_pool_desc *d, const float *x, double *y) {
+static void pool_ref(const struct _tsr_pool_desc *d, const float *x, double *y) {
   for (int nc = 0; nc < d->n * d->c; nc++)
     for (int oy = 0; oy < d->oh; oy++)
       for (int ox = 0; ox < d->ow; ox++) {
@@ -66,21 +66,21 @@ static void fill_distinct(float *x, size_t n, uint64_t seed) {
   free(key);
 }
 
-static void fill_pool_input(const struct tsr_pool_desc *d, float *x, uint64_t seed) {
+static void fill_pool_input(const struct _tsr_pool_desc *d, float *x, uint64_t seed) {
   if (d->is_max)
     fill_distinct(x, in_len(d), seed);
   else
     tt_fill_uniform(x, in_len(d), seed, -1, 1);
 }
 
-static void *alloc_ws(const struct tsr_pool_desc *d) {
+static void *alloc_ws(const struct _tsr_pool_desc *d) {
   size_t bytes = _tsr_pool_ws_bytes(d);
   return bytes ? malloc(bytes) : NULL;
 }
 
 static void pool_fwd_case(int is_max, double atol, double rtol) {
   for (int i = 0; i < NPOOL_CASES; i++) {
-    struct tsr_pool_desc d = pool_case(i, is_max);
+    struct _tsr_pool_desc d = pool_case(i, is_max);
     float *x = malloc(in_len(&d) * sizeof *x), *y = malloc(out_len(&d) * sizeof *y);
     double *ref = malloc(out_len(&d) * sizeof *ref);
     void *ws = alloc_ws(&d);
@@ -101,7 +101,7 @@ START_TEST(pool_avg_forward_counts_padding_like_reference) { pool_fwd_case(0, 1e
 END_TEST
 
 START_TEST(pool_ws_bytes_nonzero_for_max_only) {
-  struct tsr_pool_desc d = pool_case(1, 1);
+  struct _tsr_pool_desc d = pool_case(1, 1);
   ck_assert_uint_ge(_tsr_pool_ws_bytes(&d), out_len(&d));
   d.is_max = 0;
   ck_assert_uint_eq(_tsr_pool_ws_bytes(&d), 0);
@@ -109,7 +109,7 @@ START_TEST(pool_ws_bytes_nonzero_for_max_only) {
 END_TEST
 
 struct pool_fd {
-  const struct tsr_pool_desc *d;
+  const struct _tsr_pool_desc *d;
   float *x, *y;
   void *ws;
   const float *r;
@@ -125,7 +125,7 @@ static double pool_loss(void *user) {
 
 static void pool_bwd_case(int is_max, double h, double atol, double rtol) {
   for (int i = 0; i < NPOOL_CASES; i++) {
-    struct tsr_pool_desc d = pool_case(i, is_max);
+    struct _tsr_pool_desc d = pool_case(i, is_max);
     size_t ni = in_len(&d), no = out_len(&d);
     float *x = malloc(ni * sizeof *x), *y = malloc(no * sizeof *y), *r = malloc(no * sizeof *r);
     float *dx = malloc(ni * sizeof *dx);
@@ -159,10 +159,10 @@ END_TEST
 static const char *const act_names[] = {"relu", "leaky_relu", "tanh", "sigmoid", "gelu"};
 #define NACT ((int)(sizeof act_names / sizeof act_names[0]))
 
-static struct tsr_act_desc act_desc(int i) {
+static struct _tsr_act_desc act_desc(int i) {
   int op = _tsr_act_find(act_names[i]);
   ck_assert_msg(op >= 0, "eltwise.c has no activation '%s'", act_names[i]);
-  return (struct tsr_act_desc){.op = op, .alpha = LEAKY_ALPHA, .len = ACT_LEN};
+  return (struct _tsr_act_desc){.op = op, .alpha = LEAKY_ALPHA, .len = ACT_LEN};
 }
 
 static double act_ref(int i, double x) {
@@ -185,7 +185,7 @@ static void fill_act_input(float *x, size_t n, uint64_t seed) {
 
 START_TEST(act_forward_matches_reference) {
   for (int i = 0; i < NACT; i++) {
-    struct tsr_act_desc d = act_desc(i);
+    struct _tsr_act_desc d = act_desc(i);
     float x[ACT_LEN], y[ACT_LEN];
     double ref[ACT_LEN];
     tt_fill_uniform(x, ACT_LEN, 40 + i, -6, 6);
@@ -198,7 +198,7 @@ START_TEST(act_forward_matches_reference) {
 END_TEST
 
 struct act_fd {
-  const struct tsr_act_desc *d;
+  const struct _tsr_act_desc *d;
   float *x, *y;
   const float *r;
 };
@@ -213,7 +213,7 @@ static double act_loss(void *user) {
 
 START_TEST(act_backward_matches_finite_differences) {
   for (int i = 0; i < NACT; i++) {
-    struct tsr_act_desc d = act_desc(i);
+    struct _tsr_act_desc d = act_desc(i);
     float x[ACT_LEN], y[ACT_LEN], r[ACT_LEN], dx[ACT_LEN];
     double fd[ACT_LEN];
     fill_act_input(x, ACT_LEN, 50 + i);
@@ -257,7 +257,7 @@ static void assert_same(const float *a, const float *b, size_t n, const char *wh
 
 /* Runs slices through the forward (bwd = 0) or backward task of case 1 pooling and compares. */
 static void pool_task_case(int is_max, int bwd) {
-  struct tsr_pool_desc d = pool_case(1, is_max);
+  struct _tsr_pool_desc d = pool_case(1, is_max);
   size_t ni = in_len(&d), no = out_len(&d), wsb = _tsr_pool_ws_bytes(&d);
   float *x[NSLICES], *y[NSLICES], *dx[NSLICES], *want[NSLICES];
   unsigned char *ws[NSLICES];
@@ -316,7 +316,7 @@ END_TEST
 
 START_TEST(act_fwd_task_matches_kernel) {
   static float x[NACT][ACT_LEN], y[NACT][ACT_LEN], want[NACT][ACT_LEN];
-  struct tsr_act_desc d[NACT];
+  struct _tsr_act_desc d[NACT];
   starpu_data_handle_t hx[NACT], hy[NACT];
   for (int i = 0; i < NACT; i++) {
     d[i] = act_desc(i);
@@ -337,7 +337,7 @@ END_TEST
 
 START_TEST(act_bwd_task_matches_kernel) {
   static float x[NACT][ACT_LEN], y[NACT][ACT_LEN], dy[NACT][ACT_LEN], dx[NACT][ACT_LEN], want[NACT][ACT_LEN];
-  struct tsr_act_desc d[NACT];
+  struct _tsr_act_desc d[NACT];
   starpu_data_handle_t h[NACT][4];
   for (int i = 0; i < NACT; i++) {
     d[i] = act_desc(i);

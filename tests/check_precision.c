@@ -17,7 +17,7 @@
 #include "testutil.h"
 
 enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-int _tsr_convlike_types(const struct tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
+int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
 /* Rounding a value to bf16 (8 significant bits, nearest) moves it by at most 2^-8 of itself, so
  * rounding both factors moves each product by at most (1 + 2^-8)^2 - 1 < 1.01 2^-7 of its magnitude;
@@ -41,8 +41,8 @@ static const struct cfg cfgs[] = {
 #define NCFG ((int)(sizeof cfgs / sizeof cfgs[0]))
 static const char *pass_names[] = {"forward", "backward data", "backward weights"};
 
-static struct tsr_conv_desc desc_of(const struct cfg *c) {
-  struct tsr_conv_desc d = {.n = c->n, .ci = c->ci, .h = c->h, .w = c->w, .co = c->co, .kh = c->k, .kw = c->k,
+static struct _tsr_conv_desc desc_of(const struct cfg *c) {
+  struct _tsr_conv_desc d = {.n = c->n, .ci = c->ci, .h = c->h, .w = c->w, .co = c->co, .kh = c->k, .kw = c->k,
                             .sh = c->s, .sw = c->s, .ph = c->p, .pw = c->p, .dh = 1, .dw = 1, .oph = c->op,
                             .opw = c->op, .has_bias = c->bias};
   d.oh = c->deconv ? _tsr_deconv_out(c->h, c->k, c->s, c->p, 1, c->op) : _tsr_conv_out(c->h, c->k, c->s, c->p, 1);
@@ -76,7 +76,7 @@ static int onednn_has_bf16_conv(void) {
 /* Both ops are sums over (x index, w index, y index) triples: conv gathers y[o, oy] from
  * x[c, oy s - p + ky], transposed conv scatters x[c, iy] into y[o, iy s - p + ky]. The reference
  * visits every triple once; `pass` says which product it accumulates where (with its magnitude). */
-static void reference(const struct tsr_conv_desc *d, int deconv, int pass, const float *x, const float *w,
+static void reference(const struct _tsr_conv_desc *d, int deconv, int pass, const float *x, const float *w,
                       const float *y, double *out, double *mag) {
   for (int n = 0; n < d->n; n++)
     for (int o = 0; o < d->co; o++)
@@ -107,7 +107,7 @@ static void reference(const struct tsr_conv_desc *d, int deconv, int pass, const
 
 /* The float64 result of `pass` over n outputs, the bias (not rounded: oneDNN adds it in float32)
  * included in the forward one. */
-static void reference_pass(const struct tsr_conv_desc *d, int deconv, int pass, const float *x, const float *w,
+static void reference_pass(const struct _tsr_conv_desc *d, int deconv, int pass, const float *x, const float *w,
                            const float *dy, const float *b, size_t n, double *out, double *mag) {
   memset(out, 0, n * sizeof *out);
   memset(mag, 0, n * sizeof *mag);
@@ -147,7 +147,7 @@ START_TEST(test_bf16_conv_passes_within_bf16_bound) {
     return;
   }
   const struct cfg *c = &cfgs[_i];
-  struct tsr_conv_desc d = desc_of(c);
+  struct _tsr_conv_desc d = desc_of(c);
   size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow;
   size_t nw = (size_t)d.ci * d.co * d.kh * d.kw, nmax = nx > ny ? (nx > nw ? nx : nw) : (ny > nw ? ny : nw);
   float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(d.co * 4), *y = malloc(ny * 4), *dy = malloc(ny * 4);
@@ -198,7 +198,7 @@ END_TEST
 
 START_TEST(test_f32_precision_is_unchanged_by_bf16_plans) {
   /* Plans are cached per precision: switching back gives float32 results again. */
-  struct tsr_conv_desc d = desc_of(&cfgs[0]);
+  struct _tsr_conv_desc d = desc_of(&cfgs[0]);
   size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.ci * d.co * 9;
   float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = calloc(d.co, 4), *y = malloc(ny * 4);
   double *ref = calloc(ny, 8), *mag = calloc(ny, 8);

@@ -398,7 +398,7 @@ START_TEST(kernel_failure_is_returned_by_the_trainer) {
   double loss;
   ck_assert_int_eq(tsr_trainer_step(t, fill, &cin, &id), TSR_OK);
   ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
-  struct tsr_conv_desc d = {.n = 1, .ci = 1, .h = 4, .w = 4, .co = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+  struct _tsr_conv_desc d = {.n = 1, .ci = 1, .h = 4, .w = 4, .co = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
                             .dh = 1, .dw = 1, .oh = 9, .ow = 2}; /* 4x4 input, 3x3 kernel: not 9x2 */
   float x[16] = {0}, w[9] = {0}, y[18];
   _tsr_conv2d_fwd_cpu(&d, x, w, NULL, y);

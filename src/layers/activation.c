@@ -16,19 +16,19 @@ static tsr_status act_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const 
   return _tsr_infer_same(v, s, in_names);
 }
 
-static struct tsr_act_desc act_desc(const struct _tsr_layer_call *c) {
-  struct tsr_act_desc d = {.op = act_op(c->v->spec), .alpha = c->v->spec->alpha,
+static struct _tsr_act_desc act_desc(const struct _tsr_layer_call *c) {
+  struct _tsr_act_desc d = {.op = act_op(c->v->spec), .alpha = c->v->spec->alpha,
                            .len = (size_t)c->slice_n[c->s] * _tsr_view_out_elems(c->v)};
   return d;
 }
 
 static int act_forward(const struct _tsr_layer_call *c) {
-  struct tsr_act_desc d = act_desc(c);
+  struct _tsr_act_desc d = act_desc(c);
   return _tsr_insert_act_fwd(&d, c->x[0][c->s], c->y[c->s], c->v->name);
 }
 
 static int act_backward(const struct _tsr_layer_call *c) {
-  struct tsr_act_desc d = act_desc(c);
+  struct _tsr_act_desc d = act_desc(c);
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_act_bwd(&d, c->x[0][c->s], c->y[c->s], c->dy[c->s], c->dx[0][c->s], c->v->name);
   return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);

@@ -42,15 +42,15 @@ static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size
   *elemsize = i == STAT ? sizeof(float) : sizeof(double);
 }
 
-static struct tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
+static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
   const struct _tsr_layer_view *v = c->v;
-  struct tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = c->batch,
+  struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = c->batch,
                           .eps = v->spec->eps, .momentum = v->spec->momentum};
   return d;
 }
 
 static int bn_forward(const struct _tsr_layer_call *c) {
-  struct tsr_bn_desc d = bn_desc(c, c->s);
+  struct _tsr_bn_desc d = bn_desc(c, c->s);
   const starpu_data_handle_t *st = c->state, *w = c->w;
   const char *nm = c->v->name;
   if (!c->train)
@@ -62,14 +62,14 @@ static int bn_forward(const struct _tsr_layer_call *c) {
   if (ret || c->s != c->slices - 1) return ret;
   ret = _tsr_insert_bn_finalize(&d, st[ACC_F], st[STAT], w[RUNNING_MEAN], w[RUNNING_VAR], nm);
   for (int k = 0; !ret && k < c->slices; k++) {
-    struct tsr_bn_desc dk = bn_desc(c, k);
+    struct _tsr_bn_desc dk = bn_desc(c, k);
     ret = _tsr_insert_bn_fwd(&dk, c->x[0][k], st[STAT], w[GAMMA], w[BETA], c->y[k], nm);
   }
   return ret;
 }
 
 static int bn_backward(const struct _tsr_layer_call *c) {
-  struct tsr_bn_desc d = bn_desc(c, c->s);
+  struct _tsr_bn_desc d = bn_desc(c, c->s);
   const starpu_data_handle_t *st = c->state;
   const char *nm = c->v->name;
   int ret = 0;
@@ -78,7 +78,7 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   if (ret || c->s != c->slices - 1) return ret;
   ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
   for (int k = 0; !ret && c->dx[0] && k < c->slices; k++) {
-    struct tsr_bn_desc dk = bn_desc(c, k);
+    struct _tsr_bn_desc dk = bn_desc(c, k);
     ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[k], c->dx[0][k], nm);
     if (!ret) ret = _tsr_layer_dx_done(c, 0, k);
   }

@@ -68,10 +68,10 @@ static double conv_flops(const struct _tsr_layer_view *v) {
   return transposed(v->spec) ? (double)in->c * in->h * in->w * o->c * k : (double)o->c * o->h * o->w * in->c * k;
 }
 
-static struct tsr_conv_desc conv_desc(const struct _tsr_layer_view *v, int n) {
+static struct _tsr_conv_desc conv_desc(const struct _tsr_layer_view *v, int n) {
   const tsr_layer_spec *p = v->spec;
   const struct _tsr_chw *I = &v->in[0], *O = &v->out;
-  struct tsr_conv_desc d = {.n = n, .ci = I->c, .h = I->h, .w = I->w, .co = O->c, .oh = O->h, .ow = O->w,
+  struct _tsr_conv_desc d = {.n = n, .ci = I->c, .h = I->h, .w = I->w, .co = O->c, .oh = O->h, .ow = O->w,
                             .kh = p->kernel_h, .kw = p->kernel_w, .sh = p->stride_h, .sw = p->stride_w,
                             .ph = p->pad_h, .pw = p->pad_w, .dh = p->dilation_h, .dw = p->dilation_w,
                             .oph = p->output_pad_h, .opw = p->output_pad_w, .has_bias = p->bias};
@@ -79,7 +79,7 @@ static struct tsr_conv_desc conv_desc(const struct _tsr_layer_view *v, int n) {
 }
 
 static int conv_forward(const struct _tsr_layer_call *c) {
-  struct tsr_conv_desc d = conv_desc(c->v, c->slice_n[c->s]);
+  struct _tsr_conv_desc d = conv_desc(c->v, c->slice_n[c->s]);
   starpu_data_handle_t x = c->x[0][c->s], b = d.has_bias ? c->w[1] : NULL;
   const char *nm = c->v->name;
   return transposed(c->v->spec) ? _tsr_insert_deconv2d_fwd(&d, x, c->w[0], b, c->y[c->s], nm)
@@ -87,7 +87,7 @@ static int conv_forward(const struct _tsr_layer_call *c) {
 }
 
 static int conv_backward(const struct _tsr_layer_call *c) {
-  struct tsr_conv_desc d = conv_desc(c->v, c->slice_n[c->s]);
+  struct _tsr_conv_desc d = conv_desc(c->v, c->slice_n[c->s]);
   starpu_data_handle_t x = c->x[0][c->s], dy = c->dy[c->s], db = d.has_bias ? c->dw[1] : NULL;
   const char *nm = c->v->name;
   int t = transposed(c->v->spec), ret = 0;

@@ -33,19 +33,19 @@ static void dense_tensor(const struct _tsr_layer_view *v, int i, tsr_shape *shap
 
 static double dense_flops(const struct _tsr_layer_view *v) { return (double)v->out.c * v->in[0].c; }
 
-static struct tsr_dense_desc dense_desc(const struct _tsr_layer_call *c) {
-  struct tsr_dense_desc d = {.n = c->slice_n[c->s], .in = c->v->in[0].c, .out = c->v->out.c,
+static struct _tsr_dense_desc dense_desc(const struct _tsr_layer_call *c) {
+  struct _tsr_dense_desc d = {.n = c->slice_n[c->s], .in = c->v->in[0].c, .out = c->v->out.c,
                              .has_bias = c->v->spec->bias};
   return d;
 }
 
 static int dense_forward(const struct _tsr_layer_call *c) {
-  struct tsr_dense_desc d = dense_desc(c);
+  struct _tsr_dense_desc d = dense_desc(c);
   return _tsr_insert_dense_fwd(&d, c->x[0][c->s], c->w[0], d.has_bias ? c->w[1] : NULL, c->y[c->s], c->v->name);
 }
 
 static int dense_backward(const struct _tsr_layer_call *c) {
-  struct tsr_dense_desc d = dense_desc(c);
+  struct _tsr_dense_desc d = dense_desc(c);
   starpu_data_handle_t dy = c->dy[c->s];
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_dense_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], c->v->name);

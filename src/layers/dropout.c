@@ -13,9 +13,9 @@ static tsr_status dropout_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, co
   return _tsr_infer_same(v, s, in_names);
 }
 
-static struct tsr_dropout_desc dropout_desc(const struct _tsr_layer_call *c) {
+static struct _tsr_dropout_desc dropout_desc(const struct _tsr_layer_call *c) {
   const struct _tsr_layer_view *v = c->v;
-  struct tsr_dropout_desc d = {.n = c->slice_n[c->s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .p = v->spec->p,
+  struct _tsr_dropout_desc d = {.n = c->slice_n[c->s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .p = v->spec->p,
                                .spatial = v->spec->kind == TSR_LAYER_SPATIAL_DROPOUT};
   return d;
 }
@@ -23,12 +23,12 @@ static struct tsr_dropout_desc dropout_desc(const struct _tsr_layer_call *c) {
 static int dropout_forward(const struct _tsr_layer_call *c) {
   starpu_data_handle_t x = c->x[0][c->s], y = c->y[c->s];
   if (!c->train || c->v->spec->p == 0) return _tsr_insert_copy(y, x, c->v->name);
-  struct tsr_dropout_desc d = dropout_desc(c);
+  struct _tsr_dropout_desc d = dropout_desc(c);
   return _tsr_insert_dropout_fwd(&d, c->seed, x, y, c->v->name);
 }
 
 static int dropout_backward(const struct _tsr_layer_call *c) {
-  struct tsr_dropout_desc d = dropout_desc(c);
+  struct _tsr_dropout_desc d = dropout_desc(c);
   int ret = 0;
   if (c->dx[0])
     ret = c->v->spec->p == 0 ? _tsr_insert_copy(c->dx[0][c->s], c->dy[c->s], c->v->name)

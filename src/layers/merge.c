@@ -28,9 +28,9 @@ static tsr_status merge_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, cons
   return TSR_OK;
 }
 
-static struct tsr_concat_desc concat_desc(const struct _tsr_layer_call *c) {
+static struct _tsr_concat_desc concat_desc(const struct _tsr_layer_call *c) {
   const struct _tsr_layer_view *v = c->v;
-  struct tsr_concat_desc d = {.n = c->slice_n[c->s], .h = v->out.h, .w = v->out.w, .k = v->ninputs};
+  struct _tsr_concat_desc d = {.n = c->slice_n[c->s], .h = v->out.h, .w = v->out.w, .k = v->ninputs};
   for (int i = 0; i < v->ninputs; i++) d.c[i] = v->in[i].c;
   return d;
 }
@@ -41,13 +41,13 @@ static int merge_forward(const struct _tsr_layer_call *c) {
   for (int i = 0; i < v->ninputs; i++) xs[i] = c->x[i][c->s];
   if (v->spec->kind == TSR_LAYER_ADD)
     return _tsr_insert_add_fwd((size_t)c->slice_n[c->s] * _tsr_view_out_elems(v), v->ninputs, xs, c->y[c->s], v->name);
-  struct tsr_concat_desc d = concat_desc(c);
+  struct _tsr_concat_desc d = concat_desc(c);
   return _tsr_insert_concat_fwd(&d, xs, c->y[c->s], v->name);
 }
 
 /* Inputs that need no gradient share the scratch output: concat_bwd writes it, nobody reads it. */
 static int concat_backward(const struct _tsr_layer_call *c) {
-  struct tsr_concat_desc d = concat_desc(c);
+  struct _tsr_concat_desc d = concat_desc(c);
   starpu_data_handle_t dxs[TSR_MAX_CONCAT];
   for (int k = 0; k < c->v->ninputs; k++) dxs[k] = c->dx[k] ? c->dx[k][c->s] : c->scratch[c->s];
   int ret = _tsr_insert_concat_bwd(&d, c->dy[c->s], dxs, c->v->name);

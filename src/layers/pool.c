@@ -30,17 +30,17 @@ static tsr_status pool_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const
   return TSR_OK;
 }
 
-static struct tsr_pool_desc pool_desc(const struct _tsr_layer_view *v, int n) {
+static struct _tsr_pool_desc pool_desc(const struct _tsr_layer_view *v, int n) {
   const tsr_layer_spec *p = v->spec;
   const struct _tsr_chw *I = &v->in[0];
-  struct tsr_pool_desc d = {.n = n, .c = I->c, .h = I->h, .w = I->w, .oh = v->out.h, .ow = v->out.w,
+  struct _tsr_pool_desc d = {.n = n, .c = I->c, .h = I->h, .w = I->w, .oh = v->out.h, .ow = v->out.w,
                             .kh = p->kernel_h, .kw = p->kernel_w, .sh = p->stride_h, .sw = p->stride_w,
                             .ph = p->pad_h, .pw = p->pad_w, .is_max = p->kind == TSR_LAYER_MAXPOOL2D};
   return d;
 }
 
 static tsr_status pool_workspace(const struct _tsr_layer_view *v, int n, size_t *bytes) {
-  struct tsr_pool_desc d = pool_desc(v, n);
+  struct _tsr_pool_desc d = pool_desc(v, n);
   char why[512];
   *bytes = _tsr_pool_ws_bytes(&d);
   if (*bytes == 0 && _tsr_kernel_error(why, sizeof why))
@@ -49,12 +49,12 @@ static tsr_status pool_workspace(const struct _tsr_layer_view *v, int n, size_t 
 }
 
 static int pool_forward(const struct _tsr_layer_call *c) {
-  struct tsr_pool_desc d = pool_desc(c->v, c->slice_n[c->s]);
+  struct _tsr_pool_desc d = pool_desc(c->v, c->slice_n[c->s]);
   return _tsr_insert_pool_fwd(&d, c->x[0][c->s], c->y[c->s], c->ws ? c->ws[c->s] : NULL, c->v->name);
 }
 
 static int pool_backward(const struct _tsr_layer_call *c) {
-  struct tsr_pool_desc d = pool_desc(c->v, c->slice_n[c->s]);
+  struct _tsr_pool_desc d = pool_desc(c->v, c->slice_n[c->s]);
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_pool_bwd(&d, c->dy[c->s], c->ws ? c->ws[c->s] : NULL, c->dx[0][c->s], c->v->name);
   return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);

@@ -79,15 +79,15 @@ static int submit_check(tsr_trainer *t, const struct _tsr_group *gr) {
   return n ? _tsr_insert_scale_check(t->scaler_h, n, h, "loss_scale_check") : 0;
 }
 
-static struct tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) {
-  static const enum tsr_loss kinds[] = {[TSR_LOSS_MSE] = TSR_L_MSE, [TSR_LOSS_L1] = TSR_L_L1,
+static struct _tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) {
+  static const enum _tsr_loss kinds[] = {[TSR_LOSS_MSE] = TSR_L_MSE, [TSR_LOSS_L1] = TSR_L_L1,
                                         [TSR_LOSS_HUBER] = TSR_L_HUBER,
                                         [TSR_LOSS_SOFTMAX_CROSS_ENTROPY] = TSR_L_SOFTMAX_CE};
   const struct _tsr_layer *L = &t->model->layers[t->output_layer];
   int v = nvalid - t->slice_off[s];
   v = v < 0 ? 0 : v > t->slice_n[s] ? t->slice_n[s] : v;
   double per_sample = t->model->loss == TSR_LOSS_SOFTMAX_CROSS_ENTROPY ? (double)L->h * L->w : (double)L->c * L->h * L->w;
-  struct tsr_loss_desc d = {.kind = kinds[t->model->loss], .n = t->slice_n[s], .c = L->c, .h = L->h, .w = L->w,
+  struct _tsr_loss_desc d = {.kind = kinds[t->model->loss], .n = t->slice_n[s], .c = L->c, .h = L->h, .w = L->w,
                             .nvalid = v, .scale = 1.0 / (per_sample * nvalid), .delta = t->model->huber_delta};
   return d;
 }
@@ -172,7 +172,7 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
   for (int l = 0; l < m->n; l++)
     for (int s = 0; t->ls[l].live && s < t->slices; s++) SUBMIT(_tsr_layer_forward(t, l, s, p, train, id));
   for (int s = 0; s < t->slices; s++) {
-    struct tsr_loss_desc d = loss_desc(t, s, nvalid);
+    struct _tsr_loss_desc d = loss_desc(t, s, nvalid);
     SUBMIT(_tsr_insert_loss(&d, t->ls[t->output_layer].y[s], t->t[p][s], t->ls[t->output_layer].g[s], t->loss[s],
                             "loss"));
     if (train && t->loss_scale != 0)

@@ -46,8 +46,8 @@ void gt_same(const void *gpu, const void *cpu, size_t bytes, const char *what) {
 #ifdef TSR_WITH_CUDA
 /* ---- host: pooling kernel code (pool_cuda.cu) against oneDNN (pool.c) ---- */
 
-static struct tsr_pool_desc pool_desc(int n, int c, int h, int w, int k, int s, int p, int is_max) {
-  struct tsr_pool_desc d = {.n = n, .c = c, .h = h, .w = w, .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p,
+static struct _tsr_pool_desc pool_desc(int n, int c, int h, int w, int k, int s, int p, int is_max) {
+  struct _tsr_pool_desc d = {.n = n, .c = c, .h = h, .w = w, .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p,
                             .is_max = is_max};
   d.oh = (h + 2 * p - k) / s + 1;
   d.ow = (w + 2 * p - k) / s + 1;
@@ -56,7 +56,7 @@ static struct tsr_pool_desc pool_desc(int n, int c, int h, int w, int k, int s, 
 
 /* ties: after a ReLU most windows hold several zeros; the first in row-major order must win, as
  * in oneDNN, or the gradient lands on another element than on CPUs */
-static void pool_host_case(struct tsr_pool_desc d, int ties, uint64_t seed) {
+static void pool_host_case(struct _tsr_pool_desc d, int ties, uint64_t seed) {
   size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * d.oh * d.ow;
   float *x = gt_rand(nx, seed), *dy = gt_rand(ny, seed + 1);
   if (ties)
@@ -101,9 +101,9 @@ static void cpu_down(void) {
 }
 
 START_TEST(test_fp16_convolutions_never_run_on_cpu_workers) {
-  struct tsr_conv_desc d = {.n = 1, .ci = 2, .h = 5, .w = 5, .co = 3, .oh = 5, .ow = 5, .kh = 3, .kw = 3, .sh = 1,
+  struct _tsr_conv_desc d = {.n = 1, .ci = 2, .h = 5, .w = 5, .co = 3, .oh = 5, .ow = 5, .kh = 3, .kw = 3, .sh = 1,
                             .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1};
-  struct tsr_conv_desc t = d; /* transposed: 3 -> 2 channels */
+  struct _tsr_conv_desc t = d; /* transposed: 3 -> 2 channels */
   t.ci = 3, t.co = 2;
   float *x = gt_rand(50, 1), *w = gt_rand(54, 2), *y = calloc(75, 4), *x3 = gt_rand(75, 3), *y2 = calloc(50, 4);
   starpu_data_handle_t hx = _tsr_register_floats(x, 50), hw = _tsr_register_floats(w, 54),

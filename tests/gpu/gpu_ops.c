@@ -69,7 +69,7 @@ static float *copy_of(const float *x, size_t n) {
 
 /* ---- convolution and transposed convolution ---- */
 
-static void conv_case(struct tsr_conv_desc d, int deconv, double atol, double rtol, const char *what) {
+static void conv_case(struct _tsr_conv_desc d, int deconv, double atol, double rtol, const char *what) {
   size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.co * d.ci * d.kh * d.kw;
   float *x = gt_rand(nx, 1), *w = gt_rand(nw, 2), *b = gt_rand(d.co, 3), *dy = gt_rand(ny, 4);
   float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
@@ -106,8 +106,8 @@ static void conv_case(struct tsr_conv_desc d, int deconv, double atol, double rt
   free(x), free(w), free(b), free(dy), free(y), free(yc), free(dx), free(dxc), free(dw), free(dwc), free(db), free(dbc);
 }
 
-static struct tsr_conv_desc conv_desc(int n, int ci, int h, int co, int k, int s, int p, int bias, int deconv, int op) {
-  struct tsr_conv_desc d = {.n = n, .ci = ci, .h = h, .w = h + 1, .co = co, .kh = k, .kw = k, .sh = s, .sw = s,
+static struct _tsr_conv_desc conv_desc(int n, int ci, int h, int co, int k, int s, int p, int bias, int deconv, int op) {
+  struct _tsr_conv_desc d = {.n = n, .ci = ci, .h = h, .w = h + 1, .co = co, .kh = k, .kw = k, .sh = s, .sw = s,
                             .ph = p, .pw = p, .dh = 1, .dw = 1, .oph = op, .opw = op, .has_bias = bias};
   d.oh = deconv ? _tsr_deconv_out(d.h, k, s, p, 1, op) : _tsr_conv_out(d.h, k, s, p, 1);
   d.ow = deconv ? _tsr_deconv_out(d.w, k, s, p, 1, op) : _tsr_conv_out(d.w, k, s, p, 1);
@@ -134,7 +134,7 @@ static void round_to(int precision, float *x, size_t n) {
 }
 
 static void reduced_conv_case(int precision) {
-  struct tsr_conv_desc d = conv_desc(2, 16, 12, 8, 3, 1, 1, 0, 0, 0);
+  struct _tsr_conv_desc d = conv_desc(2, 16, 12, 8, 3, 1, 1, 0, 0, 0);
   size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.co * d.ci * 9;
   float *x = gt_rand(nx, 11), *w = gt_rand(nw, 12), *y = calloc(ny, 4), *y32 = calloc(ny, 4), *yref = calloc(ny, 4);
   _tsr_set_precision(precision);
@@ -163,7 +163,7 @@ END_TEST
 /* Deterministic mode: cuDNN algorithms without atomics; the same pass twice is bitwise equal. */
 START_TEST(test_deterministic_conv_gradients_repeat_bitwise) {
   _tsr_set_deterministic(1);
-  struct tsr_conv_desc d = conv_desc(4, 16, 20, 16, 3, 1, 1, 1, 0, 0);
+  struct _tsr_conv_desc d = conv_desc(4, 16, 20, 16, 3, 1, 1, 1, 0, 0);
   size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.co * d.ci * 9;
   float *x = gt_rand(nx, 21), *dy = gt_rand(ny, 22), *w = gt_rand(nw, 23);
   float *dw[2] = {calloc(nw, 4), calloc(nw, 4)}, *db[2] = {calloc(16, 4), calloc(16, 4)};
@@ -185,7 +185,7 @@ END_TEST
 /* ---- dense ---- */
 
 START_TEST(test_dense_passes_match_cpu) {
-  struct tsr_dense_desc d = {.n = 5, .in = 33, .out = 7, .has_bias = 1};
+  struct _tsr_dense_desc d = {.n = 5, .in = 33, .out = 7, .has_bias = 1};
   size_t nx = 5 * 33, ny = 5 * 7, nw = 7 * 33;
   float *x = gt_rand(nx, 31), *w = gt_rand(nw, 32), *b = gt_rand(7, 33), *dy = gt_rand(ny, 34);
   float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
@@ -212,7 +212,7 @@ END_TEST
 START_TEST(test_activations_match_cpu) {
   const size_t n = 1000;
   for (int k = 0; k < _tsr_act_count(); k++) {
-    struct tsr_act_desc d = {.op = k, .alpha = 0.1f, .len = n};
+    struct _tsr_act_desc d = {.op = k, .alpha = 0.1f, .len = n};
     float *x = gt_rand(n, 40 + k), *dy = gt_rand(n, 50 + k), *y = calloc(n, 4), *dx = calloc(n, 4);
     float *yc = calloc(n, 4), *dxc = calloc(n, 4);
     starpu_data_handle_t hs[] = {REG(x, n), REG(y, n), REG(dy, n), REG(dx, n)};
@@ -232,7 +232,7 @@ END_TEST
 /* ---- pooling: y and the saved argmax bitwise, dx to float rounding ---- */
 
 static void pool_case(int is_max, int k, int s, int p, uint64_t seed) {
-  struct tsr_pool_desc d = {.n = 2, .c = 3, .h = 9, .w = 10, .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p,
+  struct _tsr_pool_desc d = {.n = 2, .c = 3, .h = 9, .w = 10, .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p,
                             .is_max = is_max};
   d.oh = (d.h + 2 * p - k) / s + 1, d.ow = (d.w + 2 * p - k) / s + 1;
   size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * d.oh * d.ow, wsb = _tsr_pool_ws_bytes(&d);
@@ -269,7 +269,7 @@ END_TEST
 /* ---- batch normalisation: the whole chain of tasks ---- */
 
 START_TEST(test_batchnorm_chain_matches_cpu) {
-  struct tsr_bn_desc d = {.n = 3, .c = 4, .h = 5, .w = 6, .total = 3, .eps = 1e-5f, .momentum = 0.1f};
+  struct _tsr_bn_desc d = {.n = 3, .c = 4, .h = 5, .w = 6, .total = 3, .eps = 1e-5f, .momentum = 0.1f};
   size_t n = 3 * 4 * 30;
   float *x = gt_rand(n, 70), *dy = gt_rand(n, 71), *gamma = gt_rand(4, 72), *beta = gt_rand(4, 73);
   for (size_t i = 0; i < n; i++) x[i] = 2 * x[i] + 0.5f;
@@ -317,11 +317,11 @@ END_TEST
 /* ---- dropout (masks bitwise), concat, add, tensor ops (zero, fill, accumulate, copy) ---- */
 
 START_TEST(test_dropout_concat_add_tensor_ops_match_cpu) {
-  struct tsr_dropout_desc dr = {.n = 2, .c = 3, .h = 5, .w = 7, .p = 0.3f}, drs = dr;
+  struct _tsr_dropout_desc dr = {.n = 2, .c = 3, .h = 5, .w = 7, .p = 0.3f}, drs = dr;
   drs.spatial = 1;
   size_t nd = 210;
   float *dx = gt_rand(nd, 80), *d1 = calloc(nd, 4), *d2 = calloc(nd, 4), *d3 = calloc(nd, 4);
-  struct tsr_concat_desc cd = {.n = 2, .h = 3, .w = 4, .k = 3, .c = {1, 4, 2}};
+  struct _tsr_concat_desc cd = {.n = 2, .h = 3, .w = 4, .k = 3, .c = {1, 4, 2}};
   size_t np[3] = {2 * 12, 2 * 48, 2 * 24}, nw = 2 * 7 * 12;
   float *p[3] = {gt_rand(np[0], 81), gt_rand(np[1], 82), gt_rand(np[2], 83)}, *q[3] = {calloc(np[0], 4), calloc(np[1], 4), calloc(np[2], 4)};
   float *whole = calloc(nw, 4), *dwhole = gt_rand(nw, 84), *sum = calloc(np[0], 4);
@@ -375,11 +375,11 @@ END_TEST
 /* ---- losses (double sums, so 1e-10 relative; CE's exp/log in float: 1e-5) and optimizers ---- */
 
 START_TEST(test_losses_match_cpu) {
-  const enum tsr_loss kinds[] = {TSR_L_MSE, TSR_L_L1, TSR_L_HUBER, TSR_L_SOFTMAX_CE};
+  const enum _tsr_loss kinds[] = {TSR_L_MSE, TSR_L_L1, TSR_L_HUBER, TSR_L_SOFTMAX_CE};
   const char *names[] = {"MSE", "L1", "Huber", "softmax cross-entropy"};
   for (int k = 0; k < 4; k++) {
     /* 3 samples of which 2 count (the third is padding: zero gradient) */
-    struct tsr_loss_desc d = {.kind = kinds[k], .n = 3, .c = 4, .h = 5, .w = 6, .nvalid = 2, .delta = 0.3f};
+    struct _tsr_loss_desc d = {.kind = kinds[k], .n = 3, .c = 4, .h = 5, .w = 6, .nvalid = 2, .delta = 0.3f};
     size_t n = 3 * 4 * 30;
     d.scale = kinds[k] == TSR_L_SOFTMAX_CE ? 1.0 / (2 * 30) : 1.0 / (2 * 120.0);
     float *yh = gt_rand(n, 90 + k), *t = gt_rand(n, 95 + k), *g = calloc(n, 4), *gc = calloc(n, 4);
