@@ -3,6 +3,7 @@
  * caller's NCHW activations / PyTorch weights and the layouts oneDNN chose. Calls allocate
  * nothing: inner buffers and oneDNN's scratchpad come from _tsr_scratch. Weight gradients are
  * computed into scratch and added by a reorder with a sum post-op (slices accumulate). */
+#include <stdatomic.h>
 #include <string.h>
 
 #include <tessera/context.h>
@@ -10,6 +11,7 @@
 #include "codelets.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
+#include "runtime/error.h"
 
 /* Prototypes of the helpers conv_transpose2d.c and the tests share with this file. */
 enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
@@ -243,7 +245,13 @@ static struct plan *plan_get(const struct _tsr_conv_desc *d, int deconv, int pas
   struct plan *p = _tsr_cache_get(CONV_CACHE_TAG, &key, sizeof key);
   if (!p) {
     p = plan_create(d, deconv, pass, _tsr_get_precision());
-    if (!p) p = plan_create(d, deconv, pass, TSR_PRECISION_F32); /* no bf16 kernel: float32 */
+    if (!p && key.precision == TSR_PRECISION_BF16) { /* no bf16 kernel here: float32, said once */
+      static atomic_int warned;
+      if (!atomic_exchange(&warned, 1))
+        _tsr_log(1, "bf16 was asked for, but oneDNN offers no bf16 %s for some layers on this CPU (its bf16 "
+                    "kernels need AVX-512): those run in float32", deconv ? "transposed convolution" : "convolution");
+      p = plan_create(d, deconv, pass, TSR_PRECISION_F32);
+    }
     _tsr_cache_put(CONV_CACHE_TAG, &key, sizeof key, p, plan_free);
   }
   return p;
