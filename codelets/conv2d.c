@@ -9,16 +9,11 @@
 #include <tessera/context.h>
 
 #include "codelets.h"
+#include "conv_plan.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
 
-/* Prototypes of the helpers conv_transpose2d.c and the tests share with this file. */
-enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
-                       const float *in1, const float *in2, float *out0, float *out1);
-const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
-int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
 #define CONV_CACHE_TAG 0x636f6e76 /* "conv" */
 
@@ -446,25 +441,34 @@ static struct starpu_codelet cl_conv2d_bwd_weights = {
     .can_execute = _tsr_conv_can_execute,
 };
 
+int _tsr_convlike_insert(struct starpu_codelet *cl, enum _tsr_conv_pass pass, const struct _tsr_conv_desc *d,
+                         starpu_data_handle_t h0, starpu_data_handle_t h1, starpu_data_handle_t h2,
+                         starpu_data_handle_t h3, const char *name) {
+  struct _tsr_buf bufs[4] = {{h0, STARPU_R}, {h1, STARPU_R}};
+  int n = 2;
+  if (pass == TSR_CONV_FWD) {
+    if (d->has_bias) bufs[n++] = (struct _tsr_buf){h2, STARPU_R};
+    bufs[n++] = (struct _tsr_buf){h3, STARPU_W};
+  } else if (pass == TSR_CONV_BWD_DATA) {
+    bufs[n++] = (struct _tsr_buf){h2, STARPU_W};
+  } else {
+    bufs[n++] = (struct _tsr_buf){h2, _tsr_accum_mode()};
+    if (d->has_bias) bufs[n++] = (struct _tsr_buf){h3, _tsr_accum_mode()};
+  }
+  return _tsr_submit(cl, d, sizeof *d, 0, name, n, bufs);
+}
+
 int _tsr_insert_conv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
                            starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
-  struct _tsr_buf bufs[4];
-  int n = 0;
-  bufs[n++] = (struct _tsr_buf){x, STARPU_R};
-  bufs[n++] = (struct _tsr_buf){w, STARPU_R};
-  if (d->has_bias) bufs[n++] = (struct _tsr_buf){b, STARPU_R};
-  bufs[n++] = (struct _tsr_buf){y, STARPU_W};
-  return _tsr_submit(&cl_conv2d_fwd, d, sizeof *d, 0, name, n, bufs);
+  return _tsr_convlike_insert(&cl_conv2d_fwd, TSR_CONV_FWD, d, x, w, b, y, name);
 }
 
 int _tsr_insert_conv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
                                 starpu_data_handle_t dx, const char *name) {
-  struct _tsr_buf bufs[3] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
-  return _tsr_submit(&cl_conv2d_bwd_data, d, sizeof *d, 0, name, 3, bufs);
+  return _tsr_convlike_insert(&cl_conv2d_bwd_data, TSR_CONV_BWD_DATA, d, dy, w, dx, NULL, name);
 }
 
 int _tsr_insert_conv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                    starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
-  struct _tsr_buf bufs[4] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, _tsr_accum_mode()}, {db, _tsr_accum_mode()}};
-  return _tsr_submit(&cl_conv2d_bwd_weights, d, sizeof *d, 0, name, d->has_bias ? 4 : 3, bufs);
+  return _tsr_convlike_insert(&cl_conv2d_bwd_weights, TSR_CONV_BWD_WEIGHTS, d, x, dy, dw, db, name);
 }

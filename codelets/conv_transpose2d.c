@@ -3,12 +3,9 @@
  * functions. oneDNN runs IOHW weights in its jit kernels (OIHW would fall back to the reference
  * one); the plan asks for the layout it prefers and reorders. */
 #include "codelets.h"
+#include "conv_plan.h"
 #include "cuda_util.h"
 
-/* Shared with conv2d.c, which defines them. */
-enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
-                       const float *in1, const float *in2, float *out0, float *out1);
 
 void _tsr_deconv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
   _tsr_convlike_run(d, 1, TSR_CONV_FWD, x, w, b, y, NULL);
@@ -82,24 +79,16 @@ static struct starpu_codelet cl_deconv2d_bwd_weights = {
 };
 
 int _tsr_insert_deconv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
-                           starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
-  struct _tsr_buf bufs[4];
-  int n = 0;
-  bufs[n++] = (struct _tsr_buf){x, STARPU_R};
-  bufs[n++] = (struct _tsr_buf){w, STARPU_R};
-  if (d->has_bias) bufs[n++] = (struct _tsr_buf){b, STARPU_R};
-  bufs[n++] = (struct _tsr_buf){y, STARPU_W};
-  return _tsr_submit(&cl_deconv2d_fwd, d, sizeof *d, 0, name, n, bufs);
+                             starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
+  return _tsr_convlike_insert(&cl_deconv2d_fwd, TSR_CONV_FWD, d, x, w, b, y, name);
 }
 
 int _tsr_insert_deconv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_handle_t dy, starpu_data_handle_t w,
-                                starpu_data_handle_t dx, const char *name) {
-  struct _tsr_buf bufs[3] = {{dy, STARPU_R}, {w, STARPU_R}, {dx, STARPU_W}};
-  return _tsr_submit(&cl_deconv2d_bwd_data, d, sizeof *d, 0, name, 3, bufs);
+                                  starpu_data_handle_t dx, const char *name) {
+  return _tsr_convlike_insert(&cl_deconv2d_bwd_data, TSR_CONV_BWD_DATA, d, dy, w, dx, NULL, name);
 }
 
 int _tsr_insert_deconv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
-                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
-  struct _tsr_buf bufs[4] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, _tsr_accum_mode()}, {db, _tsr_accum_mode()}};
-  return _tsr_submit(&cl_deconv2d_bwd_weights, d, sizeof *d, 0, name, d->has_bias ? 4 : 3, bufs);
+                                     starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
+  return _tsr_convlike_insert(&cl_deconv2d_bwd_weights, TSR_CONV_BWD_WEIGHTS, d, x, dy, dw, db, name);
 }

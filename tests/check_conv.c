@@ -8,13 +8,12 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "conv_plan.h"
 #include "tensor/shape.h"
 #include "kernel_util.h"
 #include "testutil.h"
 
 /* Defined in codelets/conv2d.c. */
-enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 
 /* Float sums of up to a few hundred products of values in [-1, 1]. */
 #define FWD_ATOL 1e-4

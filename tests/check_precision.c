@@ -11,13 +11,12 @@
 
 #include <tessera.h>
 #include "codelets.h"
+#include "conv_plan.h"
 #include "tensor/shape.h"
 #include "convert.h"
 #include "optim/loss_scale.h"
 #include "testutil.h"
 
-enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
 /* Rounding a value to bf16 (8 significant bits, nearest) moves it by at most 2^-8 of itself, so
  * rounding both factors moves each product by at most (1 + 2^-8)^2 - 1 < 1.01 2^-7 of its magnitude;

@@ -1,0 +1,24 @@
+/* What conv2d.c (which defines them) shares with conv_transpose2d.c and the tests: the three passes,
+ * the oneDNN plan runner, what the plan runs (implementation and data types, for tests), and one
+ * insert function for both codelet families. */
+#ifndef TSR_CODELETS_CONV_PLAN_H
+#define TSR_CODELETS_CONV_PLAN_H
+
+#include <dnnl.h>
+#include "codelets.h"
+
+enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
+
+void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                       const float *in1, const float *in2, float *out0, float *out1);
+const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
+int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
+
+/* Submits a task of codelet cl for pass `pass`: h0, h1 read; forward: h2 the bias (read, when the
+ * descriptor has one), h3 the output; backward data: h2 the output (h3 unused); backward weights:
+ * h2 dw and h3 db (when it has a bias), accumulated. */
+int _tsr_convlike_insert(struct starpu_codelet *cl, enum _tsr_conv_pass pass, const struct _tsr_conv_desc *d,
+                         starpu_data_handle_t h0, starpu_data_handle_t h1, starpu_data_handle_t h2,
+                         starpu_data_handle_t h3, const char *name);
+
+#endif
