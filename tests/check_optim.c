@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "optim/optim.h"
 #include "testutil.h"
 
 /* float64 state of the reference optimizer */
@@ -15,27 +16,27 @@ struct ref {
 
 /* torch.optim.SGD / Adam / AdamW step (PyTorch 1.13 single-tensor code paths, dampening 0,
  * amsgrad off), with the gradient multiplied by grad_scale first. */
-static void ref_step(const struct tsr_opt_args *a, size_t n, struct ref *r, const float *g32) {
-  double lr = a->lr, wd = a->weight_decay, mu = a->momentum, b1 = a->beta1, b2 = a->beta2;
+static void ref_step(const struct _tsr_optim_args *a, size_t n, struct ref *r, const float *g32) {
+  double lr = a->h.lr, wd = a->h.weight_decay, mu = a->h.momentum, b1 = a->h.beta1, b2 = a->h.beta2;
   for (size_t i = 0; i < n; i++) {
     double g = (double)g32[i] * a->grad_scale;
-    if (a->kind == TSR_OPT_SGD) {
+    if (a->h.kind == TSR_OPTIM_SGD) {
       g += wd * r->w[i];
       if (mu != 0) {
         r->m[i] = a->step == 1 ? g : mu * r->m[i] + g;
-        g = a->nesterov ? g + mu * r->m[i] : r->m[i];
+        g = a->h.nesterov ? g + mu * r->m[i] : r->m[i];
       }
       r->w[i] -= lr * g;
       continue;
     }
-    if (a->kind == TSR_OPT_ADAMW)
+    if (a->h.kind == TSR_OPTIM_ADAMW)
       r->w[i] *= 1 - lr * wd;
     else
       g += wd * r->w[i];
     r->m[i] = b1 * r->m[i] + (1 - b1) * g;
     r->v[i] = b2 * r->v[i] + (1 - b2) * g * g;
     double bc1 = 1 - pow(b1, (double)a->step), bc2 = 1 - pow(b2, (double)a->step);
-    double denom = sqrt(r->v[i]) / sqrt(bc2) + a->eps;
+    double denom = sqrt(r->v[i]) / sqrt(bc2) + a->h.eps;
     r->w[i] -= lr / bc1 * r->m[i] / denom;
   }
 }
@@ -43,7 +44,7 @@ static void ref_step(const struct tsr_opt_args *a, size_t n, struct ref *r, cons
 /* Runs `steps` steps of the kernel and of the reference from the same start and compares the
  * weights and the state after every step. m starts as NaN for SGD: PyTorch's momentum buffer has
  * no prior value, so whatever it held must not leak into the first step. */
-static void compare_steps(struct tsr_opt_args a, int steps, const char *what) {
+static void compare_steps(struct _tsr_optim_args a, int steps, const char *what) {
   enum { N = 257 }; /* odd, so vector loops run their scalar tails */
   float w[N], g[N], m[N], v[N];
   double rw[N], rm[N], rv[N];
@@ -52,69 +53,69 @@ static void compare_steps(struct tsr_opt_args a, int steps, const char *what) {
   for (int i = 0; i < N; i++) {
     rw[i] = w[i];
     rm[i] = rv[i] = 0;
-    m[i] = a.kind == TSR_OPT_SGD ? NAN : 0.0f;
+    m[i] = a.h.kind == TSR_OPTIM_SGD ? NAN : 0.0f;
     v[i] = 0;
   }
   for (int t = 1; t <= steps; t++) {
     a.step = t;
     tt_fill_uniform(g, N, 100 + t, -1, 1);
-    _tsr_opt_update_cpu(&a, N, w, g, m, v);
+    _tsr_optim_update_cpu(&a, N, w, g, (float *[]){m, v});
     ref_step(&a, N, &r, g);
     tt_assert_close(w, rw, N, 1e-6, 1e-5, what);
-    if (a.kind != TSR_OPT_SGD || a.momentum != 0) tt_assert_close(m, rm, N, 1e-6, 1e-5, what);
-    if (a.kind != TSR_OPT_SGD) tt_assert_close(v, rv, N, 1e-7, 1e-5, what);
+    if (a.h.kind != TSR_OPTIM_SGD || a.h.momentum != 0) tt_assert_close(m, rm, N, 1e-6, 1e-5, what);
+    if (a.h.kind != TSR_OPTIM_SGD) tt_assert_close(v, rv, N, 1e-7, 1e-5, what);
   }
 }
 
-static const struct tsr_opt_args sgd = {.kind = TSR_OPT_SGD, .lr = 0.1f, .grad_scale = 1};
+static const struct _tsr_optim_args sgd = {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .grad_scale = 1};
 
 START_TEST(sgd_plain_matches_float64) { compare_steps(sgd, 5, "sgd"); }
 END_TEST
 
 START_TEST(sgd_weight_decay_and_grad_scale_match_float64) {
-  struct tsr_opt_args a = sgd;
-  a.weight_decay = 0.05f;
+  struct _tsr_optim_args a = sgd;
+  a.h.weight_decay = 0.05f;
   a.grad_scale = 0.5f;
   compare_steps(a, 5, "sgd weight decay");
 }
 END_TEST
 
 START_TEST(sgd_momentum_matches_float64) {
-  struct tsr_opt_args a = sgd;
-  a.momentum = 0.9f;
+  struct _tsr_optim_args a = sgd;
+  a.h.momentum = 0.9f;
   compare_steps(a, 6, "sgd momentum");
 }
 END_TEST
 
 START_TEST(sgd_nesterov_weight_decay_and_grad_scale_match_float64) {
-  struct tsr_opt_args a = sgd;
-  a.momentum = 0.8f;
-  a.nesterov = 1;
-  a.weight_decay = 0.01f;
+  struct _tsr_optim_args a = sgd;
+  a.h.momentum = 0.8f;
+  a.h.nesterov = 1;
+  a.h.weight_decay = 0.01f;
   a.grad_scale = 0.5f;
   compare_steps(a, 6, "sgd nesterov");
 }
 END_TEST
 
-static const struct tsr_opt_args adam = {.kind = TSR_OPT_ADAM, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f,
-                                         .eps = 1e-8f, .grad_scale = 1};
+static const struct _tsr_optim_args adam = {.h.kind = TSR_OPTIM_ADAM, .h.lr = 1e-2f, .h.beta1 = 0.9f,
+                                            .h.beta2 = 0.999f, .h.eps = 1e-8f, .grad_scale = 1};
 
 START_TEST(adam_matches_float64) { compare_steps(adam, 8, "adam"); }
 END_TEST
 
 START_TEST(adam_l2_weight_decay_and_grad_scale_match_float64) {
-  struct tsr_opt_args a = adam;
-  a.weight_decay = 0.1f;
+  struct _tsr_optim_args a = adam;
+  a.h.weight_decay = 0.1f;
   a.grad_scale = 0.25f;
-  a.beta2 = 0.99f;
+  a.h.beta2 = 0.99f;
   compare_steps(a, 8, "adam weight decay");
 }
 END_TEST
 
 START_TEST(adamw_decoupled_weight_decay_matches_float64) {
-  struct tsr_opt_args a = adam;
-  a.kind = TSR_OPT_ADAMW;
-  a.weight_decay = 0.1f;
+  struct _tsr_optim_args a = adam;
+  a.h.kind = TSR_OPTIM_ADAMW;
+  a.h.weight_decay = 0.1f;
   compare_steps(a, 8, "adamw");
 }
 END_TEST
@@ -124,12 +125,12 @@ START_TEST(adam_and_adamw_weight_decay_differ) {
   float w1[4] = {1, -2, 3, 0.5f}, w2[4], g[4] = {0.1f, 0.1f, -0.1f, 0.2f}, m1[4] = {0}, v1[4] = {0}, m2[4] = {0},
         v2[4] = {0};
   memcpy(w2, w1, sizeof(w1));
-  struct tsr_opt_args a = adam;
-  a.weight_decay = 0.5f;
+  struct _tsr_optim_args a = adam;
+  a.h.weight_decay = 0.5f;
   a.step = 1;
-  _tsr_opt_update_cpu(&a, 4, w1, g, m1, v1);
-  a.kind = TSR_OPT_ADAMW;
-  _tsr_opt_update_cpu(&a, 4, w2, g, m2, v2);
+  _tsr_optim_update_cpu(&a, 4, w1, g, (float *[]){m1, v1});
+  a.h.kind = TSR_OPTIM_ADAMW;
+  _tsr_optim_update_cpu(&a, 4, w2, g, (float *[]){m2, v2});
   ck_assert_msg(fabsf(w1[0] - w2[0]) > 1e-4f, "Adam %g and AdamW %g", w1[0], w2[0]);
 }
 END_TEST
@@ -147,24 +148,24 @@ static const double TORCH_SGD_NESTEROV[4] = {5.051634312e-01, -1.306701422e+00, 
 static const double TORCH_ADAM[4] = {4.811518788e-01, -1.240637898e+00, 1.976289630e+00, 1.047810074e-03};
 static const double TORCH_ADAMW[4] = {4.826563895e-01, -1.244104743e+00, 1.977938056e+00, 1.039623749e-03};
 
-static void torch_case(struct tsr_opt_args a, const double *expect, const char *what) {
+static void torch_case(struct _tsr_optim_args a, const double *expect, const char *what) {
   float w[4], m[4] = {0}, v[4] = {0};
   memcpy(w, W0, sizeof(w));
   for (int t = 1; t <= 3; t++) {
     a.step = t;
-    _tsr_opt_update_cpu(&a, 4, w, GRADS[t - 1], m, v);
+    _tsr_optim_update_cpu(&a, 4, w, GRADS[t - 1], (float *[]){m, v});
   }
   tt_assert_close(w, expect, 4, 1e-6, 1e-6, what);
 }
 
 START_TEST(three_steps_match_values_from_pytorch) {
-  struct tsr_opt_args s = {.kind = TSR_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .nesterov = 1, .weight_decay = 0.01f,
-                           .grad_scale = 1};
+  struct _tsr_optim_args s = {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .h.momentum = 0.9f, .h.nesterov = 1,
+                              .h.weight_decay = 0.01f, .grad_scale = 1};
   torch_case(s, TORCH_SGD_NESTEROV, "torch SGD nesterov");
-  struct tsr_opt_args a = {.kind = TSR_OPT_ADAM, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f,
-                           .weight_decay = 0.1f, .grad_scale = 1};
+  struct _tsr_optim_args a = {.h.kind = TSR_OPTIM_ADAM, .h.lr = 0.01f, .h.beta1 = 0.9f, .h.beta2 = 0.99f,
+                              .h.eps = 1e-8f, .h.weight_decay = 0.1f, .grad_scale = 1};
   torch_case(a, TORCH_ADAM, "torch Adam");
-  a.kind = TSR_OPT_ADAMW;
+  a.h.kind = TSR_OPTIM_ADAMW;
   torch_case(a, TORCH_ADAMW, "torch AdamW");
 }
 END_TEST
@@ -179,17 +180,17 @@ START_TEST(adam_update_runs_through_starpu) {
   tt_fill_uniform(w, N, 7, -1, 1);
   tt_fill_uniform(g, N, 8, -1, 1);
   memcpy(w0, w, sizeof(w));
-  struct tsr_opt_args a = adam;
-  a.weight_decay = 0.01f;
+  struct _tsr_optim_args a = adam;
+  a.h.weight_decay = 0.01f;
   for (int t = 1; t <= 2; t++) {
     a.step = t;
-    _tsr_opt_update_cpu(&a, N, w0, g, m0, v0);
+    _tsr_optim_update_cpu(&a, N, w0, g, (float *[]){m0, v0});
   }
   starpu_data_handle_t hw = _tsr_register_floats(w, N), hg = _tsr_register_floats(g, N),
                        hm = _tsr_register_floats(m, N), hv = _tsr_register_floats(v, N);
   for (int t = 1; t <= 2; t++) {
     a.step = t; /* the task keeps its own copy of the arguments */
-    ck_assert_int_eq(_tsr_insert_opt_update(&a, hw, hg, hm, hv, NULL, "adam"), 0);
+    ck_assert_int_eq(_tsr_optim_submit(&a, hw, hg, (starpu_data_handle_t[]){hm, hv}, NULL, "adam"), 0);
   }
   starpu_task_wait_for_all();
   starpu_data_unregister(hw);
