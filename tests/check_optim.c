@@ -1,11 +1,18 @@
 /* Optimizer updates: several steps of SGD (plain, momentum, Nesterov, weight decay, gradient
  * scaling), Adam and AdamW against a float64 implementation of PyTorch's update rules written here,
- * a cross-check against values produced once by PyTorch 1.13, and one update through StarPU. */
+ * a cross-check against values produced once by PyTorch 1.13, and one update through StarPU. The
+ * interface: registry entries and their state tensors, the trainer keeping exactly those, and an
+ * SGD checkpoint in the layout written before optimizers were entries (a zero second moment, no
+ * list of state tensors) that loads and continues bitwise. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <hdf5.h>
+#include <tessera.h>
+
 #include "codelets.h"
+#include "io/checkpoint_int.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -203,6 +210,109 @@ START_TEST(adam_update_runs_through_starpu) {
 }
 END_TEST
 
+/* ---- the interface ---- */
+
+START_TEST(registry_entries_name_their_kinds_and_state_tensors) {
+  static const int nstate[TSR_OPTIM_KIND_COUNT] = {1, 2, 2};
+  for (int k = 0; k < TSR_OPTIM_KIND_COUNT; k++) {
+    const struct _tsr_optim_ops *e = _tsr_optim_ops_of(k);
+    ck_assert_ptr_nonnull(e);
+    tsr_optim_kind got;
+    ck_assert_int_eq(tsr_optim_kind_parse(e->name, &got), TSR_OK);
+    ck_assert_int_eq(got, k);
+    ck_assert_int_eq(e->nstate, nstate[k]);
+    ck_assert_str_eq(e->state[0], "moment0"); /* the checkpoint groups of before */
+    if (e->nstate > 1) ck_assert_str_eq(e->state[1], "moment1");
+  }
+  ck_assert_ptr_null(_tsr_optim_ops_of(TSR_OPTIM_KIND_COUNT));
+  tsr_optim_kind got;
+  ck_assert_int_eq(tsr_optim_kind_parse("lion", &got), TSR_ERR_ARG);
+  ck_assert_msg(strstr(tsr_last_error(), "expected sgd, adam, adamw"), "%s", tsr_last_error());
+}
+END_TEST
+
+enum { S = 6 };
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int p = 0; p < S * S; p++) x[p] = sinf(0.3f * (p + 1) * (index + 1) + 0.2f * (float)(step % 4));
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] - 0.25f * x[(p + 3) % (S * S)];
+  return 0;
+}
+
+static tsr_trainer *sgd_trainer(tsr_context *ctx, tsr_model *m) {
+  tsr_optim_spec o = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  o.lr = 0.05f, o.nesterov = 1;
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = 4, to.slices = 2, to.seed = 7;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &o, &to) == TSR_OK, "%s", tsr_last_error());
+  return t;
+}
+
+static void train(tsr_trainer *t, int steps, double *loss) {
+  int64_t id[8];
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, fill, NULL, &id[i]), TSR_OK);
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, id[i], &loss[i]), TSR_OK);
+}
+
+/* ck (read from an SGD checkpoint) as files were before: moment0 and a zero moment1, no list. */
+static void write_old_layout(struct _tsr_ck *ck, const char *path) {
+  ck->nstate = 2;
+  strcpy(ck->state[1], "moment1");
+  for (int i = 0; i < ck->n; i++)
+    if (ck->t[i].trainable) ck->t[i].state[1] = calloc((size_t)tsr_shape_numel(&ck->t[i].shape), sizeof(float));
+  ck->meta.optim.extra[2] = 0.5f; /* extra hyperparameters travel too */
+  ck->checksum = _tsr_ck_checksum(ck);
+  ck_assert_msg(_tsr_ck_write(ck, path) == TSR_OK, "%s", tsr_last_error());
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+  ck_assert(f >= 0 && g >= 0 && H5Adelete(g, "state_tensors") >= 0);
+  H5Gclose(g), H5Fclose(f);
+  ck_assert_int_eq(_tsr_ck_write_sum(path), TSR_OK);
+}
+
+START_TEST(trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 2, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "opt"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 3, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_TANH, "c1"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "r1", 1, 3, 1, 1), TSR_OK);
+  tsr_trainer *a = sgd_trainer(ctx, m), *b = sgd_trainer(ctx, m);
+  double la[6], lb[3];
+  train(a, 3, la);
+  float buf[27];
+  int w = tsr_trainer_tensor_find(a, "c1.weight");
+  ck_assert_int_eq(tsr_trainer_moment_get(a, w, 0, buf), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_moment_get(a, w, 1, buf), TSR_ERR_ARG); /* SGD keeps one state tensor */
+  char path[512], old[512];
+  snprintf(path, sizeof path, "%s/sgd.h5", tt_tmpdir());
+  snprintf(old, sizeof old, "%s/sgd-old.h5", tt_tmpdir());
+  tsr_checkpoint_meta meta = {.step = 3, .epoch = 1, .nranks = 1, .batch = 4};
+  ck_assert_msg(tsr_checkpoint_save(a, path, &meta) == TSR_OK, "%s", tsr_last_error());
+  struct _tsr_ck ck;
+  ck_assert_msg(_tsr_ck_read(&ck, path) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(ck.nstate, 1);
+  write_old_layout(&ck, old);
+  _tsr_ck_free(&ck);
+  ck_assert_msg(_tsr_ck_read(&ck, old) == TSR_OK, "%s", tsr_last_error());
+  ck_assert(ck.nstate == 2 && ck.meta.optim.extra[2] == 0.5f);
+  _tsr_ck_free(&ck);
+  ck_assert_msg(tsr_checkpoint_load(b, old, NULL) == TSR_OK, "%s", tsr_last_error());
+  train(a, 3, la + 3);
+  train(b, 3, lb);
+  for (int i = 0; i < 3; i++) ck_assert_msg(la[3 + i] == lb[i], "step %d: %.17g, resumed %.17g", 4 + i, la[3 + i], lb[i]);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_optim_suite(void) {
   Suite *s = suite_create("optim");
   TCase *raw = tcase_create("raw");
@@ -221,6 +331,11 @@ static Suite *make_optim_suite(void) {
   tcase_set_timeout(sp, 20);
   tcase_add_test(sp, adam_update_runs_through_starpu);
   suite_add_tcase(s, sp);
+  TCase *itf = tcase_create("interface");
+  tcase_set_timeout(itf, 60);
+  tcase_add_test(itf, registry_entries_name_their_kinds_and_state_tensors);
+  tcase_add_test(itf, trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load);
+  suite_add_tcase(s, itf);
   return s;
 }
 

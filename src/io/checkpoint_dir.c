@@ -69,7 +69,8 @@ void _tsr_ck_dir_path(char *out, size_t cap, const char *dir, int64_t step) {
 }
 
 tsr_status tsr_checkpoint_find_latest(const char *dir, char *path_out, size_t cap, tsr_checkpoint_meta *meta) {
-  if (!dir || !path_out || cap == 0) return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_find_latest: dir and path_out are required");
+  if (!dir || !path_out || cap == 0)
+    return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_find_latest: dir and path_out are required");
   int64_t *steps;
   int n;
   TSR_TRY(list_steps(dir, &steps, &n));

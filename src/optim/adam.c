@@ -53,9 +53,19 @@ static const struct _tsr_optim_hyper adamw_hyper[] = {
 };
 
 const struct _tsr_optim_ops _tsr_optim_adam[] = {
-    {.name = "adam", .kind = TSR_OPTIM_ADAM, .hyper = adam_hyper, .nstate = 2, .state = {"moment0", "moment1"},
-     .cpu = adam, TSR_OPTIM_CUDA(_tsr_adam_cuda)},
-    {.name = "adamw", .kind = TSR_OPTIM_ADAMW, .hyper = adamw_hyper, .nstate = 2, .state = {"moment0", "moment1"},
-     .cpu = adamw, TSR_OPTIM_CUDA(_tsr_adamw_cuda)},
+    {.name = "adam",
+     .kind = TSR_OPTIM_ADAM,
+     .hyper = adam_hyper,
+     .nstate = 2,
+     .state = {"moment0", "moment1"},
+     .cpu = adam,
+     TSR_OPTIM_CUDA(_tsr_adam_cuda)},
+    {.name = "adamw",
+     .kind = TSR_OPTIM_ADAMW,
+     .hyper = adamw_hyper,
+     .nstate = 2,
+     .state = {"moment0", "moment1"},
+     .cpu = adamw,
+     TSR_OPTIM_CUDA(_tsr_adamw_cuda)},
     {.name = NULL},
 };

@@ -48,7 +48,12 @@ static const struct _tsr_optim_hyper hyper[] = {
 };
 
 const struct _tsr_optim_ops _tsr_optim_sgd[] = {
-    {.name = "sgd", .kind = TSR_OPTIM_SGD, .hyper = hyper, .nstate = 1, .state = {"moment0"}, .cpu = sgd,
+    {.name = "sgd",
+     .kind = TSR_OPTIM_SGD,
+     .hyper = hyper,
+     .nstate = 1,
+     .state = {"moment0"},
+     .cpu = sgd,
      TSR_OPTIM_CUDA(_tsr_sgd_cuda)},
     {.name = NULL},
 };

@@ -42,7 +42,8 @@ static tsr_status gather(tsr_trainer *t, struct _tsr_ck *ck) {
       return _tsr_error(TSR_ERR_ARG, "checkpoint: tensor name '%s' is longer than %d bytes", name, TSR_CK_NAME_MAX - 1);
     strcpy(c->name, name);
     size_t bytes = (size_t)tsr_shape_numel(&c->shape) * sizeof(float);
-    if (!(c->w = malloc(bytes ? bytes : 1))) return _tsr_error(TSR_ERR_NOMEM, "checkpoint: out of memory for '%s'", name);
+    if (!(c->w = malloc(bytes ? bytes : 1)))
+      return _tsr_error(TSR_ERR_NOMEM, "checkpoint: out of memory for '%s'", name);
     TSR_TRY(tsr_trainer_tensor_get(t, i, c->w));
     for (int k = 0; c->trainable && k < ck->nstate; k++) {
       if (!(c->state[k] = malloc(bytes ? bytes : 1)))
@@ -222,8 +223,10 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
   }
   if (s == TSR_OK) s = tsr_trainer_set_counters(t, ck.meta.trainer_steps, ck.meta.trainer_updates);
   if (s == TSR_OK && t->scaler_h && ck.meta.loss_scale != 0) {
-    tsr_loss_scale_state ls = {.scale = ck.meta.loss_scale, .good_steps = ck.meta.loss_scale_good_steps,
-                               .steps = ck.meta.loss_scale_steps, .skipped = ck.meta.loss_scale_skipped};
+    tsr_loss_scale_state ls = {.scale = ck.meta.loss_scale,
+                               .good_steps = ck.meta.loss_scale_good_steps,
+                               .steps = ck.meta.loss_scale_steps,
+                               .skipped = ck.meta.loss_scale_skipped};
     s = tsr_trainer_loss_scale_set(t, &ls);
     char why[1024]; /* _tsr_error formats into the buffer tsr_last_error returns */
     if (s != TSR_OK)
@@ -237,7 +240,8 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
 
 tsr_status tsr_checkpoint_save_rotating(tsr_trainer *t, const char *dir, int keep, const tsr_checkpoint_meta *meta,
                                         char *path_out, size_t cap) {
-  if (!t || !dir || !meta) return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_save_rotating: trainer, dir and meta are required");
+  if (!t || !dir || !meta)
+    return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_save_rotating: trainer, dir and meta are required");
   char path[4096];
   _tsr_ck_dir_path(path, sizeof path, dir, meta->step);
   if (path_out && cap) snprintf(path_out, cap, "%s", path);
