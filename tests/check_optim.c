@@ -224,9 +224,10 @@ START_TEST(registry_entries_name_their_kinds_and_state_tensors) {
     ck_assert_str_eq(e->state[0], "moment0"); /* the checkpoint groups of before */
     if (e->nstate > 1) ck_assert_str_eq(e->state[1], "moment1");
   }
-  ck_assert_ptr_null(_tsr_optim_ops_of(TSR_OPTIM_KIND_COUNT));
+  char names[256]; /* the built-in ones first; entries past the public enum follow */
+  ck_assert_msg(strncmp(_tsr_optim_names(names, sizeof names), "sgd, adam, adamw", 16) == 0, "%s", names);
   tsr_optim_kind got;
-  ck_assert_int_eq(tsr_optim_kind_parse("lion", &got), TSR_ERR_ARG);
+  ck_assert_int_eq(tsr_optim_kind_parse("rmsprop", &got), TSR_ERR_ARG);
   ck_assert_msg(strstr(tsr_last_error(), "expected sgd, adam, adamw"), "%s", tsr_last_error());
 }
 END_TEST
