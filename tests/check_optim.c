@@ -306,7 +306,8 @@ START_TEST(trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load) {
   ck_assert_msg(tsr_checkpoint_load(b, old, NULL) == TSR_OK, "%s", tsr_last_error());
   train(a, 3, la + 3);
   train(b, 3, lb);
-  for (int i = 0; i < 3; i++) ck_assert_msg(la[3 + i] == lb[i], "step %d: %.17g, resumed %.17g", 4 + i, la[3 + i], lb[i]);
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg(la[3 + i] == lb[i], "step %d: %.17g, resumed %.17g", 4 + i, la[3 + i], lb[i]);
   tsr_trainer_destroy(a);
   tsr_trainer_destroy(b);
   tsr_model_destroy(m);

@@ -400,8 +400,8 @@ static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o
     char valid[256] = "type";
     size_t n = strlen(valid);
     for (h = hyper; h->key && n < sizeof valid; h++) n += snprintf(valid + n, sizeof valid - n, ", %s", h->key);
-    return fail(c, TSR_ERR_FORMAT, key, "unknown field for optimizer '%s' (valid fields: %s)", tsr_optim_kind_name(kind),
-                valid);
+    return fail(c, TSR_ERR_FORMAT, key, "unknown field for optimizer '%s' (valid fields: %s)",
+                tsr_optim_kind_name(kind), valid);
   }
   return TSR_OK;
 }

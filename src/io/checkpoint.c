@@ -130,7 +130,8 @@ static herr_t attr_write_str(hid_t obj, const char *name, const char *v) {
 static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   const tsr_optim_spec *o = &ck->meta.optim;
   char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME] = "";
-  for (int k = 0; k < ck->nstate; k++) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? "," : "", ck->state[k]);
+  for (int k = 0, len = 0; k < ck->nstate; k++)
+    len += snprintf(names + len, sizeof names - len, "%s%s", k ? "," : "", ck->state[k]);
   hid_t g = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   herr_t e = g < 0 ? -1 : attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
   if (e >= 0) e = attr_write_str(g, "state_tensors", names);
@@ -222,7 +223,8 @@ static herr_t write_values(hid_t f, const struct _tsr_ck *ck, const char *group,
     if (which >= 0 && !t->trainable) continue;
     hsize_t dims[TSR_MAX_DIMS];
     for (int d = 0; d < t->shape.ndim; d++) dims[d] = (hsize_t)t->shape.dims[d];
-    e = dset_write(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->shape.ndim, dims, which < 0 ? t->w : t->state[which]);
+    const float *v = which < 0 ? t->w : t->state[which];
+    e = dset_write(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->shape.ndim, dims, v);
   }
   if (g >= 0 && H5Gclose(g) < 0) e = -1;
   return e;

@@ -60,9 +60,9 @@ static struct starpu_codelet load_cl = {
 static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->batch_dist.parts; }
 
 static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
-  struct _tsr_optim_args a = {.h = t->opt, .step = t->nupdates,
-                              .grad_scale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, ranks(t))};
-  a.h.lr = t->lr;
+  float unscale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, ranks(t));
+  struct _tsr_optim_args a = {.h = t->opt, .step = t->nupdates, .grad_scale = unscale};
+  a.h.lr = t->lr; /* tsr_trainer_set_lr's */
   return _tsr_optim_submit(&a, p->hw, p->hg, p->hst, t->scaler_h, p->name);
 }
 
