@@ -203,15 +203,7 @@ void _tsr_loss_cpu(const struct _tsr_loss_desc *d, const float *yhat, const floa
 int _tsr_insert_loss(const struct _tsr_loss_desc *d, starpu_data_handle_t yhat, starpu_data_handle_t y,
                      starpu_data_handle_t dyhat, starpu_data_handle_t loss, const char *name);
 
-/* ---- optimizers (optim.c): one task per parameter tensor ---- */
-enum tsr_opt { TSR_OPT_SGD, TSR_OPT_ADAM, TSR_OPT_ADAMW };
-struct tsr_opt_args {
-  enum tsr_opt kind;
-  float lr, momentum, weight_decay, beta1, beta2, eps;
-  int nesterov;
-  int64_t step;         /* 1-based, for Adam's bias correction */
-  float grad_scale;     /* gradients are multiplied by this first (1, or 1/ranks) */
-};
+/* ---- loss scaling (the optimizers' update tasks are in src/optim) ---- */
 /* Dynamic loss scaler state as tasks see it (one StarPU variable; the policy is in
  * src/optim/loss_scale.c). The check tasks of a step set `overflow`, the step's decision task turns
  * it into `apply` and `unscale` for that step's updates and moves `scale` for the next step. */
@@ -223,12 +215,6 @@ struct _tsr_scale_state {
   int good_steps;       /* finite steps in a row since the scale last changed */
   int64_t steps, skipped;
 };
-/* PyTorch semantics (torch.optim.SGD, Adam, AdamW). SGD uses m only; Adam uses m and v. */
-void _tsr_opt_update_cpu(const struct tsr_opt_args *a, size_t n, float *w, const float *g, float *m, float *v);
-/* scaler: the loss scaler's state (R; the update then skips overflowing steps, see optim.c), or NULL. */
-int _tsr_insert_opt_update(const struct tsr_opt_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
-                           starpu_data_handle_t m, starpu_data_handle_t v, starpu_data_handle_t scaler,
-                           const char *name);
 
 /* ---- per-step loss collection (tensor_ops.c) ---- */
 /* Sums k double handles into *out (host memory that outlives the task). */

@@ -128,9 +128,6 @@ int _tsr_concat_cuda(cudaStream_t s, const struct _tsr_concat_desc *d, int bwd, 
 int _tsr_add_cuda(cudaStream_t s, size_t len, int k, const float *const *xs, float *y);
 int _tsr_loss_cuda(int worker, cudaStream_t s, const struct _tsr_loss_desc *d, const float *yhat, const float *y,
                    float *dyhat, double *loss);
-/* gate: the loss scaler's state in device memory (the update is skipped unless it says apply), or NULL */
-int _tsr_opt_update_cuda(cudaStream_t s, const struct tsr_opt_args *a, size_t n, float *w, const float *g, float *m,
-                         float *v, const struct _tsr_scale_state *gate);
 /* float32 <-> bf16 / fp16 (precision TSR_PRECISION_BF16 or _FP16; convert_cuda.cu) for the
  * reduced-precision cuDNN calls; widen adds into y when `accumulate`. */
 int _tsr_narrow_cuda(const float *x, uint16_t *y, size_t n, int precision, cudaStream_t stream);

@@ -1,11 +1,19 @@
 /* Optimizer updates: several steps of SGD (plain, momentum, Nesterov, weight decay, gradient
  * scaling), Adam and AdamW against a float64 implementation of PyTorch's update rules written here,
- * a cross-check against values produced once by PyTorch 1.13, and one update through StarPU. */
+ * a cross-check against values produced once by PyTorch 1.13, and one update through StarPU. The
+ * interface: registry entries and their state tensors, the trainer keeping exactly those, and an
+ * SGD checkpoint in the layout written before optimizers were entries (a zero second moment, no
+ * list of state tensors) that loads and continues bitwise. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <hdf5.h>
+#include <tessera.h>
+
 #include "codelets.h"
+#include "io/checkpoint_int.h"
+#include "optim/optim.h"
 #include "testutil.h"
 
 /* float64 state of the reference optimizer */
@@ -15,27 +23,27 @@ struct ref {
 
 /* torch.optim.SGD / Adam / AdamW step (PyTorch 1.13 single-tensor code paths, dampening 0,
  * amsgrad off), with the gradient multiplied by grad_scale first. */
-static void ref_step(const struct tsr_opt_args *a, size_t n, struct ref *r, const float *g32) {
-  double lr = a->lr, wd = a->weight_decay, mu = a->momentum, b1 = a->beta1, b2 = a->beta2;
+static void ref_step(const struct _tsr_optim_args *a, size_t n, struct ref *r, const float *g32) {
+  double lr = a->h.lr, wd = a->h.weight_decay, mu = a->h.momentum, b1 = a->h.beta1, b2 = a->h.beta2;
   for (size_t i = 0; i < n; i++) {
     double g = (double)g32[i] * a->grad_scale;
-    if (a->kind == TSR_OPT_SGD) {
+    if (a->h.kind == TSR_OPTIM_SGD) {
       g += wd * r->w[i];
       if (mu != 0) {
         r->m[i] = a->step == 1 ? g : mu * r->m[i] + g;
-        g = a->nesterov ? g + mu * r->m[i] : r->m[i];
+        g = a->h.nesterov ? g + mu * r->m[i] : r->m[i];
       }
       r->w[i] -= lr * g;
       continue;
     }
-    if (a->kind == TSR_OPT_ADAMW)
+    if (a->h.kind == TSR_OPTIM_ADAMW)
       r->w[i] *= 1 - lr * wd;
     else
       g += wd * r->w[i];
     r->m[i] = b1 * r->m[i] + (1 - b1) * g;
     r->v[i] = b2 * r->v[i] + (1 - b2) * g * g;
     double bc1 = 1 - pow(b1, (double)a->step), bc2 = 1 - pow(b2, (double)a->step);
-    double denom = sqrt(r->v[i]) / sqrt(bc2) + a->eps;
+    double denom = sqrt(r->v[i]) / sqrt(bc2) + a->h.eps;
     r->w[i] -= lr / bc1 * r->m[i] / denom;
   }
 }
@@ -43,7 +51,7 @@ static void ref_step(const struct tsr_opt_args *a, size_t n, struct ref *r, cons
 /* Runs `steps` steps of the kernel and of the reference from the same start and compares the
  * weights and the state after every step. m starts as NaN for SGD: PyTorch's momentum buffer has
  * no prior value, so whatever it held must not leak into the first step. */
-static void compare_steps(struct tsr_opt_args a, int steps, const char *what) {
+static void compare_steps(struct _tsr_optim_args a, int steps, const char *what) {
   enum { N = 257 }; /* odd, so vector loops run their scalar tails */
   float w[N], g[N], m[N], v[N];
   double rw[N], rm[N], rv[N];
@@ -52,69 +60,69 @@ static void compare_steps(struct tsr_opt_args a, int steps, const char *what) {
   for (int i = 0; i < N; i++) {
     rw[i] = w[i];
     rm[i] = rv[i] = 0;
-    m[i] = a.kind == TSR_OPT_SGD ? NAN : 0.0f;
+    m[i] = a.h.kind == TSR_OPTIM_SGD ? NAN : 0.0f;
     v[i] = 0;
   }
   for (int t = 1; t <= steps; t++) {
     a.step = t;
     tt_fill_uniform(g, N, 100 + t, -1, 1);
-    _tsr_opt_update_cpu(&a, N, w, g, m, v);
+    _tsr_optim_update_cpu(&a, N, w, g, (float *[]){m, v});
     ref_step(&a, N, &r, g);
     tt_assert_close(w, rw, N, 1e-6, 1e-5, what);
-    if (a.kind != TSR_OPT_SGD || a.momentum != 0) tt_assert_close(m, rm, N, 1e-6, 1e-5, what);
-    if (a.kind != TSR_OPT_SGD) tt_assert_close(v, rv, N, 1e-7, 1e-5, what);
+    if (a.h.kind != TSR_OPTIM_SGD || a.h.momentum != 0) tt_assert_close(m, rm, N, 1e-6, 1e-5, what);
+    if (a.h.kind != TSR_OPTIM_SGD) tt_assert_close(v, rv, N, 1e-7, 1e-5, what);
   }
 }
 
-static const struct tsr_opt_args sgd = {.kind = TSR_OPT_SGD, .lr = 0.1f, .grad_scale = 1};
+static const struct _tsr_optim_args sgd = {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .grad_scale = 1};
 
 START_TEST(sgd_plain_matches_float64) { compare_steps(sgd, 5, "sgd"); }
 END_TEST
 
 START_TEST(sgd_weight_decay_and_grad_scale_match_float64) {
-  struct tsr_opt_args a = sgd;
-  a.weight_decay = 0.05f;
+  struct _tsr_optim_args a = sgd;
+  a.h.weight_decay = 0.05f;
   a.grad_scale = 0.5f;
   compare_steps(a, 5, "sgd weight decay");
 }
 END_TEST
 
 START_TEST(sgd_momentum_matches_float64) {
-  struct tsr_opt_args a = sgd;
-  a.momentum = 0.9f;
+  struct _tsr_optim_args a = sgd;
+  a.h.momentum = 0.9f;
   compare_steps(a, 6, "sgd momentum");
 }
 END_TEST
 
 START_TEST(sgd_nesterov_weight_decay_and_grad_scale_match_float64) {
-  struct tsr_opt_args a = sgd;
-  a.momentum = 0.8f;
-  a.nesterov = 1;
-  a.weight_decay = 0.01f;
+  struct _tsr_optim_args a = sgd;
+  a.h.momentum = 0.8f;
+  a.h.nesterov = 1;
+  a.h.weight_decay = 0.01f;
   a.grad_scale = 0.5f;
   compare_steps(a, 6, "sgd nesterov");
 }
 END_TEST
 
-static const struct tsr_opt_args adam = {.kind = TSR_OPT_ADAM, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f,
-                                         .eps = 1e-8f, .grad_scale = 1};
+static const struct _tsr_optim_args adam = {.h.kind = TSR_OPTIM_ADAM, .h.lr = 1e-2f, .h.beta1 = 0.9f,
+                                            .h.beta2 = 0.999f, .h.eps = 1e-8f, .grad_scale = 1};
 
 START_TEST(adam_matches_float64) { compare_steps(adam, 8, "adam"); }
 END_TEST
 
 START_TEST(adam_l2_weight_decay_and_grad_scale_match_float64) {
-  struct tsr_opt_args a = adam;
-  a.weight_decay = 0.1f;
+  struct _tsr_optim_args a = adam;
+  a.h.weight_decay = 0.1f;
   a.grad_scale = 0.25f;
-  a.beta2 = 0.99f;
+  a.h.beta2 = 0.99f;
   compare_steps(a, 8, "adam weight decay");
 }
 END_TEST
 
 START_TEST(adamw_decoupled_weight_decay_matches_float64) {
-  struct tsr_opt_args a = adam;
-  a.kind = TSR_OPT_ADAMW;
-  a.weight_decay = 0.1f;
+  struct _tsr_optim_args a = adam;
+  a.h.kind = TSR_OPTIM_ADAMW;
+  a.h.weight_decay = 0.1f;
   compare_steps(a, 8, "adamw");
 }
 END_TEST
@@ -124,12 +132,12 @@ START_TEST(adam_and_adamw_weight_decay_differ) {
   float w1[4] = {1, -2, 3, 0.5f}, w2[4], g[4] = {0.1f, 0.1f, -0.1f, 0.2f}, m1[4] = {0}, v1[4] = {0}, m2[4] = {0},
         v2[4] = {0};
   memcpy(w2, w1, sizeof(w1));
-  struct tsr_opt_args a = adam;
-  a.weight_decay = 0.5f;
+  struct _tsr_optim_args a = adam;
+  a.h.weight_decay = 0.5f;
   a.step = 1;
-  _tsr_opt_update_cpu(&a, 4, w1, g, m1, v1);
-  a.kind = TSR_OPT_ADAMW;
-  _tsr_opt_update_cpu(&a, 4, w2, g, m2, v2);
+  _tsr_optim_update_cpu(&a, 4, w1, g, (float *[]){m1, v1});
+  a.h.kind = TSR_OPTIM_ADAMW;
+  _tsr_optim_update_cpu(&a, 4, w2, g, (float *[]){m2, v2});
   ck_assert_msg(fabsf(w1[0] - w2[0]) > 1e-4f, "Adam %g and AdamW %g", w1[0], w2[0]);
 }
 END_TEST
@@ -147,24 +155,24 @@ static const double TORCH_SGD_NESTEROV[4] = {5.051634312e-01, -1.306701422e+00, 
 static const double TORCH_ADAM[4] = {4.811518788e-01, -1.240637898e+00, 1.976289630e+00, 1.047810074e-03};
 static const double TORCH_ADAMW[4] = {4.826563895e-01, -1.244104743e+00, 1.977938056e+00, 1.039623749e-03};
 
-static void torch_case(struct tsr_opt_args a, const double *expect, const char *what) {
+static void torch_case(struct _tsr_optim_args a, const double *expect, const char *what) {
   float w[4], m[4] = {0}, v[4] = {0};
   memcpy(w, W0, sizeof(w));
   for (int t = 1; t <= 3; t++) {
     a.step = t;
-    _tsr_opt_update_cpu(&a, 4, w, GRADS[t - 1], m, v);
+    _tsr_optim_update_cpu(&a, 4, w, GRADS[t - 1], (float *[]){m, v});
   }
   tt_assert_close(w, expect, 4, 1e-6, 1e-6, what);
 }
 
 START_TEST(three_steps_match_values_from_pytorch) {
-  struct tsr_opt_args s = {.kind = TSR_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .nesterov = 1, .weight_decay = 0.01f,
-                           .grad_scale = 1};
+  struct _tsr_optim_args s = {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .h.momentum = 0.9f, .h.nesterov = 1,
+                              .h.weight_decay = 0.01f, .grad_scale = 1};
   torch_case(s, TORCH_SGD_NESTEROV, "torch SGD nesterov");
-  struct tsr_opt_args a = {.kind = TSR_OPT_ADAM, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f,
-                           .weight_decay = 0.1f, .grad_scale = 1};
+  struct _tsr_optim_args a = {.h.kind = TSR_OPTIM_ADAM, .h.lr = 0.01f, .h.beta1 = 0.9f, .h.beta2 = 0.99f,
+                              .h.eps = 1e-8f, .h.weight_decay = 0.1f, .grad_scale = 1};
   torch_case(a, TORCH_ADAM, "torch Adam");
-  a.kind = TSR_OPT_ADAMW;
+  a.h.kind = TSR_OPTIM_ADAMW;
   torch_case(a, TORCH_ADAMW, "torch AdamW");
 }
 END_TEST
@@ -179,17 +187,17 @@ START_TEST(adam_update_runs_through_starpu) {
   tt_fill_uniform(w, N, 7, -1, 1);
   tt_fill_uniform(g, N, 8, -1, 1);
   memcpy(w0, w, sizeof(w));
-  struct tsr_opt_args a = adam;
-  a.weight_decay = 0.01f;
+  struct _tsr_optim_args a = adam;
+  a.h.weight_decay = 0.01f;
   for (int t = 1; t <= 2; t++) {
     a.step = t;
-    _tsr_opt_update_cpu(&a, N, w0, g, m0, v0);
+    _tsr_optim_update_cpu(&a, N, w0, g, (float *[]){m0, v0});
   }
   starpu_data_handle_t hw = _tsr_register_floats(w, N), hg = _tsr_register_floats(g, N),
                        hm = _tsr_register_floats(m, N), hv = _tsr_register_floats(v, N);
   for (int t = 1; t <= 2; t++) {
     a.step = t; /* the task keeps its own copy of the arguments */
-    ck_assert_int_eq(_tsr_insert_opt_update(&a, hw, hg, hm, hv, NULL, "adam"), 0);
+    ck_assert_int_eq(_tsr_optim_submit(&a, hw, hg, (starpu_data_handle_t[]){hm, hv}, NULL, "adam"), 0);
   }
   starpu_task_wait_for_all();
   starpu_data_unregister(hw);
@@ -199,6 +207,111 @@ START_TEST(adam_update_runs_through_starpu) {
   ck_assert_mem_eq(w, w0, sizeof(w));
   ck_assert_mem_eq(m, m0, sizeof(m));
   ck_assert_mem_eq(v, v0, sizeof(v));
+}
+END_TEST
+
+/* ---- the interface ---- */
+
+START_TEST(registry_entries_name_their_kinds_and_state_tensors) {
+  static const int nstate[TSR_OPTIM_KIND_COUNT] = {1, 2, 2};
+  for (int k = 0; k < TSR_OPTIM_KIND_COUNT; k++) {
+    const struct _tsr_optim_ops *e = _tsr_optim_ops_of(k);
+    ck_assert_ptr_nonnull(e);
+    tsr_optim_kind got;
+    ck_assert_int_eq(tsr_optim_kind_parse(e->name, &got), TSR_OK);
+    ck_assert_int_eq(got, k);
+    ck_assert_int_eq(e->nstate, nstate[k]);
+    ck_assert_str_eq(e->state[0], "moment0"); /* the checkpoint groups of before */
+    if (e->nstate > 1) ck_assert_str_eq(e->state[1], "moment1");
+  }
+  char names[256]; /* the built-in ones first; entries past the public enum follow */
+  ck_assert_msg(strncmp(_tsr_optim_names(names, sizeof names), "sgd, adam, adamw", 16) == 0, "%s", names);
+  tsr_optim_kind got;
+  ck_assert_int_eq(tsr_optim_kind_parse("rmsprop", &got), TSR_ERR_ARG);
+  ck_assert_msg(strstr(tsr_last_error(), "expected sgd, adam, adamw"), "%s", tsr_last_error());
+}
+END_TEST
+
+enum { S = 6 };
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int p = 0; p < S * S; p++) x[p] = sinf(0.3f * (p + 1) * (index + 1) + 0.2f * (float)(step % 4));
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] - 0.25f * x[(p + 3) % (S * S)];
+  return 0;
+}
+
+static tsr_trainer *sgd_trainer(tsr_context *ctx, tsr_model *m) {
+  tsr_optim_spec o = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  o.lr = 0.05f, o.nesterov = 1;
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = 4, to.slices = 2, to.seed = 7;
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, &o, &to) == TSR_OK, "%s", tsr_last_error());
+  return t;
+}
+
+static void train(tsr_trainer *t, int steps, double *loss) {
+  int64_t id[8];
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, fill, NULL, &id[i]), TSR_OK);
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, id[i], &loss[i]), TSR_OK);
+}
+
+/* ck (read from an SGD checkpoint) as files were before: moment0 and a zero moment1, no list. */
+static void write_old_layout(struct _tsr_ck *ck, const char *path) {
+  ck->nstate = 2;
+  strcpy(ck->state[1], "moment1");
+  for (int i = 0; i < ck->n; i++)
+    if (ck->t[i].trainable) ck->t[i].state[1] = calloc((size_t)tsr_shape_numel(&ck->t[i].shape), sizeof(float));
+  ck->meta.optim.extra[2] = 0.5f; /* extra hyperparameters travel too */
+  ck->checksum = _tsr_ck_checksum(ck);
+  ck_assert_msg(_tsr_ck_write(ck, path) == TSR_OK, "%s", tsr_last_error());
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+  ck_assert(f >= 0 && g >= 0 && H5Adelete(g, "state_tensors") >= 0);
+  H5Gclose(g), H5Fclose(f);
+  ck_assert_int_eq(_tsr_ck_write_sum(path), TSR_OK);
+}
+
+START_TEST(trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 2, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "opt"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 3, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_TANH, "c1"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "r1", 1, 3, 1, 1), TSR_OK);
+  tsr_trainer *a = sgd_trainer(ctx, m), *b = sgd_trainer(ctx, m);
+  double la[6], lb[3];
+  train(a, 3, la);
+  float buf[27];
+  int w = tsr_trainer_tensor_find(a, "c1.weight");
+  ck_assert_int_eq(tsr_trainer_moment_get(a, w, 0, buf), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_moment_get(a, w, 1, buf), TSR_ERR_ARG); /* SGD keeps one state tensor */
+  char path[512], old[512];
+  snprintf(path, sizeof path, "%s/sgd.h5", tt_tmpdir());
+  snprintf(old, sizeof old, "%s/sgd-old.h5", tt_tmpdir());
+  tsr_checkpoint_meta meta = {.step = 3, .epoch = 1, .nranks = 1, .batch = 4};
+  ck_assert_msg(tsr_checkpoint_save(a, path, &meta) == TSR_OK, "%s", tsr_last_error());
+  struct _tsr_ck ck;
+  ck_assert_msg(_tsr_ck_read(&ck, path) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(ck.nstate, 1);
+  write_old_layout(&ck, old);
+  _tsr_ck_free(&ck);
+  ck_assert_msg(_tsr_ck_read(&ck, old) == TSR_OK, "%s", tsr_last_error());
+  ck_assert(ck.nstate == 2 && ck.meta.optim.extra[2] == 0.5f);
+  _tsr_ck_free(&ck);
+  ck_assert_msg(tsr_checkpoint_load(b, old, NULL) == TSR_OK, "%s", tsr_last_error());
+  train(a, 3, la + 3);
+  train(b, 3, lb);
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg(la[3 + i] == lb[i], "step %d: %.17g, resumed %.17g", 4 + i, la[3 + i], lb[i]);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
 }
 END_TEST
 
@@ -220,6 +333,11 @@ static Suite *make_optim_suite(void) {
   tcase_set_timeout(sp, 20);
   tcase_add_test(sp, adam_update_runs_through_starpu);
   suite_add_tcase(s, sp);
+  TCase *itf = tcase_create("interface");
+  tcase_set_timeout(itf, 60);
+  tcase_add_test(itf, registry_entries_name_their_kinds_and_state_tensors);
+  tcase_add_test(itf, trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load);
+  suite_add_tcase(s, itf);
   return s;
 }
 

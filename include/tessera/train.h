@@ -12,8 +12,11 @@
 extern "C" {
 #endif
 
+/* The optimizers built in; optimizers added to the library's registry get the values after
+ * TSR_OPTIM_KIND_COUNT and are found by name (tsr_optim_kind_parse). */
 typedef enum tsr_optim_kind { TSR_OPTIM_SGD, TSR_OPTIM_ADAM, TSR_OPTIM_ADAMW, TSR_OPTIM_KIND_COUNT } tsr_optim_kind;
 
+#define TSR_OPTIM_EXTRA 4
 typedef struct tsr_optim_spec {
   tsr_optim_kind kind;
   float lr;
@@ -21,11 +24,13 @@ typedef struct tsr_optim_spec {
   int nesterov;         /* SGD */
   float weight_decay;   /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
   float beta1, beta2, eps; /* Adam, AdamW */
+  float extra[TSR_OPTIM_EXTRA]; /* hyperparameters of registry optimizers that have no field above */
 } tsr_optim_spec;
 
-/* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01. */
+/* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01.
+ * Fields the kind does not use hold Adam's defaults. */
 tsr_optim_spec tsr_optim_spec_default(tsr_optim_kind kind);
-const char *tsr_optim_kind_name(tsr_optim_kind kind);
+const char *tsr_optim_kind_name(tsr_optim_kind kind); /* "sgd", "adam", "adamw"; "?" for none */
 tsr_status tsr_optim_kind_parse(const char *name, tsr_optim_kind *kind);
 /* The hyperparameters that `to`'s kind uses and that differ in `from`, written to out (cap bytes) as
  * "lr 0.001 -> 0.002, beta2 0.999 -> 0.99"; returns how many. */
@@ -147,8 +152,9 @@ int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name);
 int tsr_trainer_num_groups(const tsr_trainer *t);
 tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first_tensor, int *count, size_t *bytes);
 
-/* Optimizer state of trainable tensor `index` (same shape as the tensor): moment 0 is SGD's momentum
- * buffer or Adam's first moment, moment 1 Adam's second moment. Synchronous; for checkpoints. */
+/* Optimizer state tensor `moment` of trainable tensor `index` (same shape as the tensor): SGD keeps
+ * one (0: its momentum buffer), Adam and AdamW two (0 and 1: the first and second moments).
+ * Synchronous; TSR_ERR_ARG for a moment the optimizer does not keep. */
 tsr_status tsr_trainer_moment_get(tsr_trainer *t, int index, int moment, float *out);
 tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const float *in);
 /* Counters that make a resumed run continue exactly: steps submitted (train and eval; dropout masks

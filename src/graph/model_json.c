@@ -17,6 +17,7 @@
 #include <tessera/train.h>
 
 #include "layers/layer.h"
+#include "optim/optim.h"
 #include "runtime/error.h"
 
 /* Where the reader is, for messages. */
@@ -346,9 +347,33 @@ static tsr_status parse_output(jctx *c, tsr_model *m, const json_t *root) {
   return TSR_OK;
 }
 
-/* Reads "optimizer" into *o (Adam's defaults when the section is absent). */
-static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o) {
+/* Reads one hyperparameter into the spec, at the place and in the form its registry entry gives. */
+static tsr_status parse_hyper(const jctx *c, const json_t *v, const struct _tsr_optim_hyper *h, tsr_optim_spec *o) {
   char got[48];
+  float *x[2] = {(float *)((char *)o + h->offset[0]), (float *)((char *)o + h->offset[1])};
+  switch (h->type) {
+  case TSR_HYPER_POSITIVE: return get_num(c, v, h->key, R_POS, x[0]);
+  case TSR_HYPER_NONNEG: return get_num(c, v, h->key, R_NONNEG, x[0]);
+  case TSR_HYPER_PROB: return get_num(c, v, h->key, R_PROB, x[0]);
+  case TSR_HYPER_BOOL: return get_bool(c, v, h->key, (int *)x[0]);
+  case TSR_HYPER_PROB_PAIR: {
+    const json_t *a = json_array_get(v, 0), *b = json_array_get(v, 1);
+    if (json_array_size(v) != 2 || !json_is_number(a) || !json_is_number(b) || !(json_number_value(a) >= 0) ||
+        !(json_number_value(a) < 1) || !(json_number_value(b) >= 0) || !(json_number_value(b) < 1))
+      return fail(c, TSR_ERR_FORMAT, h->key, "expected [%s, %s] with both in [0, 1), got %s", h->name[0], h->name[1],
+                  GOT(v));
+    *x[0] = (float)json_number_value(a);
+    *x[1] = (float)json_number_value(b);
+    return TSR_OK;
+  }
+  }
+  return fail(c, TSR_ERR_FORMAT, h->key, "hyperparameter type %d unknown to the reader", (int)h->type);
+}
+
+/* Reads "optimizer" into *o (Adam's defaults when the section is absent); which fields a type takes
+ * comes from its registry entry (src/optim). */
+static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o) {
+  char got[48], names[256];
   const json_t *jo = json_object_get(root, "optimizer");
   *o = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   if (!jo) return TSR_OK;
@@ -358,34 +383,25 @@ static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o
   if (!jt) return fail(c, TSR_ERR_FORMAT, "type", "missing");
   tsr_optim_kind kind;
   if (!json_is_string(jt) || tsr_optim_kind_parse(json_string_value(jt), &kind) != TSR_OK)
-    return fail(c, TSR_ERR_FORMAT, "type", "unknown optimizer type %s (expected sgd, adam, adamw)", GOT(jt));
+    return fail(c, TSR_ERR_FORMAT, "type", "unknown optimizer type %s (expected %s)", GOT(jt),
+                _tsr_optim_names(names, sizeof names));
   *o = tsr_optim_spec_default(kind);
-  int sgd = kind == TSR_OPTIM_SGD;
+  const struct _tsr_optim_hyper *hyper = _tsr_optim_ops_of(kind)->hyper;
   const char *key;
   const json_t *v;
   json_object_foreach((json_t *)jo, key, v) {
     if (strcmp(key, "type") == 0) continue;
-    if (strcmp(key, "lr") == 0) {
-      TSR_TRY(get_num(c, v, key, R_POS, &o->lr));
-    } else if (strcmp(key, "weight_decay") == 0) {
-      TSR_TRY(get_num(c, v, key, R_NONNEG, &o->weight_decay));
-    } else if (sgd && strcmp(key, "momentum") == 0) {
-      TSR_TRY(get_num(c, v, key, R_PROB, &o->momentum));
-    } else if (sgd && strcmp(key, "nesterov") == 0) {
-      TSR_TRY(get_bool(c, v, key, &o->nesterov));
-    } else if (!sgd && strcmp(key, "eps") == 0) {
-      TSR_TRY(get_num(c, v, key, R_POS, &o->eps));
-    } else if (!sgd && strcmp(key, "betas") == 0) {
-      const json_t *b1 = json_array_get(v, 0), *b2 = json_array_get(v, 1);
-      if (json_array_size(v) != 2 || !json_is_number(b1) || !json_is_number(b2) || !(json_number_value(b1) >= 0) ||
-          !(json_number_value(b1) < 1) || !(json_number_value(b2) >= 0) || !(json_number_value(b2) < 1))
-        return fail(c, TSR_ERR_FORMAT, key, "expected [beta1, beta2] with both in [0, 1), got %s", GOT(v));
-      o->beta1 = (float)json_number_value(b1);
-      o->beta2 = (float)json_number_value(b2);
-    } else {
-      return fail(c, TSR_ERR_FORMAT, key, "unknown field for optimizer '%s' (valid fields: type, lr, weight_decay, %s)",
-                  tsr_optim_kind_name(kind), sgd ? "momentum, nesterov" : "betas, eps");
+    const struct _tsr_optim_hyper *h = hyper;
+    while (h->key && strcmp(h->key, key) != 0) h++;
+    if (h->key) {
+      TSR_TRY(parse_hyper(c, v, h, o));
+      continue;
     }
+    char valid[256] = "type";
+    size_t n = strlen(valid);
+    for (h = hyper; h->key && n < sizeof valid; h++) n += snprintf(valid + n, sizeof valid - n, ", %s", h->key);
+    return fail(c, TSR_ERR_FORMAT, key, "unknown field for optimizer '%s' (valid fields: %s)",
+                tsr_optim_kind_name(kind), valid);
   }
   return TSR_OK;
 }

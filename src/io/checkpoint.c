@@ -1,10 +1,11 @@
 /* Checkpoint files: one HDF5 file with the run's metadata as root attributes, the optimizer as
- * attributes of /optimizer (kind, hyperparameters), the input normalisation (/input_norm/mean, std),
- * the tensor layout (/layout/names, /layout/shapes, /layout/trainable, in the trainer's order) and one
- * float32 dataset per tensor under /params, /moment0 and /moment1. A 64-bit checksum over all of it is
- * stored as the root attribute "checksum"; the reader recomputes it, so a truncated or corrupted file
- * is rejected before anything of it is used. Folder handling is in checkpoint_dir.c, the digest
- * file beside each checkpoint in checkpoint_digest.c. */
+ * attributes of /optimizer (kind, the fields of tsr_optim_spec, the names of its state tensors), the
+ * input normalisation (/input_norm/mean, std), the tensor layout (/layout/names, /layout/shapes,
+ * /layout/trainable, in the trainer's order) and one float32 dataset per tensor under /params and,
+ * for trainable ones, under one group per optimizer state tensor (/moment0 and /moment1 for Adam).
+ * A 64-bit checksum over all of it is stored as the root attribute "checksum"; the reader recomputes
+ * it, so a truncated or corrupted file is rejected before anything of it is used. Folder handling is
+ * in checkpoint_dir.c, the digest file beside each checkpoint in checkpoint_digest.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +21,29 @@
 #include "runtime/error.h"
 
 enum { CK_MAX_TENSORS = 1 << 20, CK_MAX_CHANNELS = 1 << 20, CK_KIND_MAX = 32 };
-static const char *const moment_group[2] = {"moment0", "moment1"};
+/* The state tensors of files that do not list them. */
+static const char *const legacy_state[2] = {"moment0", "moment1"};
 
 void _tsr_ck_free(struct _tsr_ck *ck) {
-  for (int i = 0; ck->t && i < ck->n; i++) free(ck->t[i].w), free(ck->t[i].m[0]), free(ck->t[i].m[1]);
+  for (int i = 0; ck->t && i < ck->n; i++) {
+    free(ck->t[i].w);
+    for (int k = 0; k < TSR_CK_MAX_STATE; k++) free(ck->t[i].state[k]);
+  }
   free(ck->t), free(ck->norm_mean), free(ck->norm_std);
   ck->t = NULL, ck->n = 0, ck->norm_mean = ck->norm_std = NULL, ck->norm_c = 0;
 }
 
 static uint64_t hash_i64(uint64_t h, int64_t v) { return _tsr_ck_hash(h, &v, sizeof v); }
+
+static int is_legacy_state(const struct _tsr_ck *ck) {
+  return ck->nstate == 2 && !strcmp(ck->state[0], legacy_state[0]) && !strcmp(ck->state[1], legacy_state[1]);
+}
+
+static int has_extra(const tsr_optim_spec *o) {
+  int any = 0;
+  for (int i = 0; i < TSR_OPTIM_EXTRA; i++) any |= o->extra[i] != 0;
+  return any;
+}
 
 uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
   const tsr_checkpoint_meta *m = &ck->meta;
@@ -52,6 +67,12 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
     h = hash_i64(h, ck->norm_c);
     h = _tsr_ck_hash(h, ck->norm_mean, sizeof(float) * ck->norm_c);
     h = _tsr_ck_hash(h, ck->norm_std, sizeof(float) * ck->norm_c);
+    /* absent from files written before there were registry optimizers */
+    if (has_extra(o)) h = _tsr_ck_hash(h, o->extra, sizeof o->extra);
+    if (!is_legacy_state(ck)) {
+      h = hash_i64(h, ck->nstate);
+      for (int k = 0; k < ck->nstate; k++) h = _tsr_ck_hash(h, ck->state[k], strlen(ck->state[k]) + 1);
+    }
   }
   h = hash_i64(h, ck->n);
   for (int i = 0; i < ck->n; i++) {
@@ -62,7 +83,7 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
     for (int d = 0; d < t->shape.ndim; d++) h = hash_i64(h, t->shape.dims[d]);
     h = hash_i64(h, t->trainable);
     h = _tsr_ck_hash(h, t->w, bytes);
-    for (int k = 0; t->trainable && k < 2; k++) h = _tsr_ck_hash(h, t->m[k], bytes);
+    for (int k = 0; t->trainable && k < ck->nstate; k++) h = _tsr_ck_hash(h, t->state[k], bytes);
   }
   return h ^ (h >> 29);
 }
@@ -104,10 +125,21 @@ static herr_t attr_write_str(hid_t obj, const char *name, const char *v) {
   return e;
 }
 
-/* /optimizer: its kind by name and every hyperparameter of tsr_optim_spec, as attributes. */
-static herr_t write_optim(hid_t f, const tsr_optim_spec *o) {
+/* /optimizer: its kind by name, every hyperparameter of tsr_optim_spec (extra0.. only when one is
+ * set) and the names of its state tensors ("moment0,moment1"), as attributes. */
+static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
+  const tsr_optim_spec *o = &ck->meta.optim;
+  char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME] = "";
+  for (int k = 0, len = 0; k < ck->nstate; k++)
+    len += snprintf(names + len, sizeof names - len, "%s%s", k ? "," : "", ck->state[k]);
   hid_t g = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   herr_t e = g < 0 ? -1 : attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
+  if (e >= 0) e = attr_write_str(g, "state_tensors", names);
+  for (int i = 0; e >= 0 && has_extra(o) && i < TSR_OPTIM_EXTRA; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "extra%d", i);
+    e = attr_write(g, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &o->extra[i]);
+  }
   struct {
     const char *name;
     const float *v;
@@ -153,7 +185,7 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
     if (e >= 0) e = attr_write(f, "loss_scale_option", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_option);
     if (e >= 0) e = attr_write(f, "loss_scale_init", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_init);
     if (e >= 0) e = attr_write(f, "loss_scale_interval", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->loss_scale_interval);
-    if (e >= 0) e = write_optim(f, &m->optim);
+    if (e >= 0) e = write_optim(f, ck);
     if (e >= 0) e = write_norm(f, ck);
   }
   if (e >= 0) e = attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
@@ -191,7 +223,8 @@ static herr_t write_values(hid_t f, const struct _tsr_ck *ck, const char *group,
     if (which >= 0 && !t->trainable) continue;
     hsize_t dims[TSR_MAX_DIMS];
     for (int d = 0; d < t->shape.ndim; d++) dims[d] = (hsize_t)t->shape.dims[d];
-    e = dset_write(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->shape.ndim, dims, which < 0 ? t->w : t->m[which]);
+    const float *v = which < 0 ? t->w : t->state[which];
+    e = dset_write(g, t->name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t->shape.ndim, dims, v);
   }
   if (g >= 0 && H5Gclose(g) < 0) e = -1;
   return e;
@@ -213,7 +246,7 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
   herr_t e = f < 0 ? -1 : write_meta(f, ck);
   if (e >= 0) e = write_layout(f, ck);
   if (e >= 0) e = write_values(f, ck, "params", -1);
-  for (int k = 0; e >= 0 && k < 2; k++) e = write_values(f, ck, moment_group[k], k);
+  for (int k = 0; e >= 0 && k < ck->nstate; k++) e = write_values(f, ck, ck->state[k], k);
   if (f >= 0 && e < 0) s = _tsr_error(TSR_ERR_IO, "%s: cannot write the checkpoint (%s)", tmp, _tsr_hdf5_reason(why));
   if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close the checkpoint", tmp);
   _tsr_hdf5_unlock();
@@ -266,7 +299,24 @@ static tsr_status attr_read_str(hid_t obj, const char *file, const char *name, c
                          cap - 1);
 }
 
-static tsr_status read_optim(hid_t f, const char *file, tsr_optim_spec *o) {
+/* ck->state from "a,b": names of 1 to TSR_CK_STATE_NAME - 1 bytes without '/'. */
+static tsr_status parse_state_names(struct _tsr_ck *ck, const char *file, const char *list) {
+  ck->nstate = 0;
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    if (ck->nstate == TSR_CK_MAX_STATE || len == 0 || len >= TSR_CK_STATE_NAME || memchr(p, '/', len) ||
+        (len == 1 && *p == '.'))
+      return _tsr_error(TSR_ERR_FORMAT, "%s: optimizer state tensors '%s': at most %d names of 1 to %d bytes", file,
+                        list, TSR_CK_MAX_STATE, TSR_CK_STATE_NAME - 1);
+    memcpy(ck->state[ck->nstate], p, len);
+    ck->state[ck->nstate++][len] = '\0';
+    p += len + (p[len] == ',');
+  }
+  return TSR_OK;
+}
+
+static tsr_status read_optim(hid_t f, const char *file, struct _tsr_ck *ck) {
+  tsr_optim_spec *o = &ck->meta.optim;
   if (H5Lexists(f, "optimizer", H5P_DEFAULT) <= 0)
     return _tsr_error(TSR_ERR_FORMAT, "%s: group 'optimizer' is missing", file);
   hid_t g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
@@ -274,8 +324,9 @@ static tsr_status read_optim(hid_t f, const char *file, tsr_optim_spec *o) {
   char kind[CK_KIND_MAX];
   int32_t nesterov = 0;
   tsr_status s = attr_read_str(g, file, "kind", kind, sizeof kind);
+  char why[512];
   if (s == TSR_OK && tsr_optim_kind_parse(kind, &o->kind) != TSR_OK)
-    s = _tsr_error(TSR_ERR_FORMAT, "%s: unknown optimizer '%s' (expected sgd, adam, adamw)", file, kind);
+    snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", file, why);
   struct {
     const char *name;
     float *v;
@@ -285,6 +336,16 @@ static tsr_status read_optim(hid_t f, const char *file, tsr_optim_spec *o) {
     s = attr_read(g, file, f32[i].name, H5T_NATIVE_FLOAT, f32[i].v);
   if (s == TSR_OK) s = attr_read(g, file, "nesterov", H5T_NATIVE_INT32, &nesterov);
   o->nesterov = nesterov;
+  for (int i = 0; s == TSR_OK && H5Aexists(g, "extra0") > 0 && i < TSR_OPTIM_EXTRA; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "extra%d", i);
+    s = attr_read(g, file, name, H5T_NATIVE_FLOAT, &o->extra[i]);
+  }
+  char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME];
+  if (s == TSR_OK && H5Aexists(g, "state_tensors") > 0) {
+    s = attr_read_str(g, file, "state_tensors", names, sizeof names);
+    if (s == TSR_OK) s = parse_state_names(ck, file, names);
+  }
   H5Gclose(g);
   return s;
 }
@@ -317,7 +378,7 @@ static tsr_status read_meta(hid_t f, const char *file, struct _tsr_ck *ck) {
     TSR_TRY(attr_read(f, file, "loss_scale_option", H5T_NATIVE_DOUBLE, &m->loss_scale_option));
     TSR_TRY(attr_read(f, file, "loss_scale_init", H5T_NATIVE_DOUBLE, &m->loss_scale_init));
     TSR_TRY(attr_read(f, file, "loss_scale_interval", H5T_NATIVE_INT32, &m->loss_scale_interval));
-    TSR_TRY(read_optim(f, file, &m->optim));
+    TSR_TRY(read_optim(f, file, ck));
   }
   return attr_read(f, file, "checksum", H5T_NATIVE_UINT64, &ck->checksum);
 }
@@ -453,7 +514,7 @@ static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, con
       break;
     }
     if (which < 0) t->w = buf;
-    else t->m[which] = buf;
+    else t->state[which] = buf;
     hsize_t dims[TSR_MAX_DIMS];
     for (int d = 0; d < t->shape.ndim; d++) dims[d] = (hsize_t)t->shape.dims[d];
     hid_t d;
@@ -496,6 +557,8 @@ static tsr_status read_norm(hid_t f, const char *file, struct _tsr_ck *ck) {
 
 tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
   memset(ck, 0, sizeof *ck);
+  ck->nstate = 2; /* unless the file lists them */
+  strcpy(ck->state[0], legacy_state[0]), strcpy(ck->state[1], legacy_state[1]);
   if (access(path, R_OK) != 0) return _tsr_error(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   TSR_TRY(_tsr_ck_check_sum(path));
   char why[256];
@@ -507,7 +570,7 @@ tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
   if (s == TSR_OK && ck->version >= 2) s = read_norm(f, path, ck);
   if (s == TSR_OK) s = read_layout(f, path, ck);
   if (s == TSR_OK) s = read_values(f, path, ck, "params", -1);
-  for (int k = 0; s == TSR_OK && k < 2; k++) s = read_values(f, path, ck, moment_group[k], k);
+  for (int k = 0; s == TSR_OK && k < ck->nstate; k++) s = read_values(f, path, ck, ck->state[k], k);
   if (f >= 0) H5Fclose(f);
   _tsr_hdf5_unlock();
   if (s == TSR_OK) {

@@ -22,7 +22,7 @@ tsr_status _tsr_loss_scaler_init(struct _tsr_loss_scaler *p, struct _tsr_scale_s
 /* After a step's gradients are known (and reduced across ranks): returns 1 when the step must be
  * applied, 0 when it must be skipped, and moves the scale for the next step. */
 int _tsr_loss_scaler_update(const struct _tsr_loss_scaler *p, struct _tsr_scale_state *s, int grads_finite);
-/* Factor for tsr_opt_args.grad_scale: 1 / (scale * ranks), exact for a power-of-two scale. */
+/* Factor for _tsr_optim_args.grad_scale: 1 / (scale * ranks), exact for a power-of-two scale. */
 float _tsr_loss_scaler_unscale(double scale, int ranks);
 
 /* Tasks. x *= scale (RW x), the scale read from `state` (R) or, when state is NULL, `fixed`. */

@@ -28,8 +28,8 @@ static void vector_fits(struct bad *b, uint64_t n, const char *what, const char 
                     what, name, (unsigned long long)n, (unsigned long long)UINT32_MAX);
 }
 
-/* Weights, and for trainable tensors gradients, both optimizer moments (allocated whatever the
- * optimizer) and, with several ranks, the reduction's receive (and wire) buffers of as many bytes. */
+/* Weights, and for trainable tensors gradients, the optimizer's state tensors and, with several
+ * ranks, the reduction's receive (and wire) buffers of as many bytes. */
 static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
   uint64_t sum = 0;
@@ -40,7 +40,7 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
     _tsr_layer_tensor(L, t->model, i, &sh, &suffix, &trainable);
     uint64_t n = (uint64_t)tsr_shape_numel(&sh); /* exact: tsr_model_add checked it */
     vector_fits(b, n, L->name, suffix);
-    uint64_t copies = trainable ? 4 + (t->size > 1) : 1;
+    uint64_t copies = trainable ? 2 + (uint64_t)t->optim->nstate + (t->size > 1) : 1;
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, _tsr_mul_sat((n + 15) & ~(uint64_t)15, sizeof(float))));
   }
   return sum;
@@ -80,6 +80,16 @@ static uint64_t io_bytes(const tsr_trainer *t, int l, const char *what, struct b
   return sum;
 }
 
+/* ", 2 optimizer moments": the optimizer's state tensors per trainable tensor ("" for none). */
+static const char *state_str(const tsr_trainer *t, char *buf, size_t cap) {
+  int n = t->optim->nstate;
+  if (n)
+    snprintf(buf, cap, ", %d optimizer moment%s", n, n > 1 ? "s" : "");
+  else
+    buf[0] = '\0';
+  return buf;
+}
+
 tsr_status _tsr_trainer_footprint(const tsr_trainer *t) {
   const tsr_model *m = t->model;
   struct bad b = {TSR_OK};
@@ -98,15 +108,15 @@ tsr_status _tsr_trainer_footprint(const tsr_trainer *t) {
     total = _tsr_add_sat(total, sum);
     if (top_layer < 0 || sum > top_bytes) top_layer = l, top_bytes = sum, top = p;
   }
-  char what[256], detail[512], a[48], c[48], d[48];
+  char what[256], detail[512], a[48], c[48], d[48], state[64];
   snprintf(what, sizeof what, "model '%s': training on this process (batch %d in %d slices)", m->name, t->batch,
            t->slices);
   const struct _tsr_layer *L = &m->layers[top_layer];
   snprintf(detail, sizeof detail,
-           "; the largest part is %s '%s' with %s: %s of parameters (weights, gradients, 2 optimizer moments%s) and "
+           "; the largest part is %s '%s' with %s: %s of parameters (weights, gradients%s%s) and "
            "%s of batch buffers (outputs and their gradients, inputs, targets)",
            tsr_layer_kind_name(L->spec.kind), L->name, _tsr_bytes_str(top_bytes, a), _tsr_bytes_str(top.params, c),
-           t->size > 1 ? ", reduction buffers" : "", _tsr_bytes_str(top.acts, d));
+           state_str(t, state, sizeof state), t->size > 1 ? ", reduction buffers" : "", _tsr_bytes_str(top.acts, d));
   TSR_TRY(_tsr_memory_check(total, what, detail));
   return b.s;
 }

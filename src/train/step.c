@@ -60,13 +60,10 @@ static struct starpu_codelet load_cl = {
 static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->batch_dist.parts; }
 
 static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
-  static const enum tsr_opt kinds[] = {[TSR_OPTIM_SGD] = TSR_OPT_SGD, [TSR_OPTIM_ADAM] = TSR_OPT_ADAM,
-                                       [TSR_OPTIM_ADAMW] = TSR_OPT_ADAMW};
-  struct tsr_opt_args a = {.kind = kinds[t->opt.kind], .lr = t->lr, .momentum = t->opt.momentum,
-                           .weight_decay = t->opt.weight_decay, .beta1 = t->opt.beta1, .beta2 = t->opt.beta2,
-                           .eps = t->opt.eps, .nesterov = t->opt.nesterov, .step = t->nupdates,
-                           .grad_scale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, ranks(t))};
-  return _tsr_insert_opt_update(&a, p->hw, p->hg, p->hm, p->hv, t->scaler_h, p->name);
+  float unscale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, ranks(t));
+  struct _tsr_optim_args a = {.h = t->opt, .step = t->nupdates, .grad_scale = unscale};
+  a.h.lr = t->lr; /* tsr_trainer_set_lr's */
+  return _tsr_optim_submit(&a, p->hw, p->hg, p->hst, t->scaler_h, p->name);
 }
 
 /* Dynamic loss scaling: every finite-check of the step, then the decision, then the updates that

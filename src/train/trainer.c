@@ -58,10 +58,11 @@ static tsr_status layout_tensors(tsr_trainer *t) {
   }
   t->nparams = off_p, t->nstate = off_s;
   /* the gradient buffer starts with the control word (tsr_trainer_set_flag), then the gradients */
-  t->params = zalloc(off_p * 4), t->grads = zalloc((off_p + TSR_CTL_FLOATS) * 4), t->mom = zalloc(off_p * 4);
-  t->vel = zalloc(off_p * 4);
+  int nst = t->optim->nstate;
+  t->params = zalloc(off_p * 4), t->grads = zalloc((off_p + TSR_CTL_FLOATS) * 4);
+  t->opt_state = zalloc(nst * off_p * 4);
   t->state = zalloc(off_s * 4);
-  if (!t->params || !t->grads || !t->mom || !t->vel || !t->state)
+  if (!t->params || !t->grads || !t->opt_state || !t->state)
     return _tsr_error(TSR_ERR_NOMEM, "trainer: cannot allocate %zu parameters", off_p);
   for (int i = 0; i < t->ntensors; i++) {
     struct _tsr_ptensor *p = &t->tensors[i];
@@ -70,9 +71,11 @@ static tsr_status layout_tensors(tsr_trainer *t) {
     init_tensor(p, t, t->seed * 1000003u + (uint64_t)i);
     p->hw = _tsr_register_floats(p->w, p->n);
     if (!p->trainable) continue;
-    p->g = t->grads + TSR_CTL_FLOATS + off, p->m = t->mom + off, p->v = t->vel + off; /* hg: a child of its gradient group */
-    p->hm = _tsr_register_floats(p->m, p->n);
-    p->hv = _tsr_register_floats(p->v, p->n);
+    p->g = t->grads + TSR_CTL_FLOATS + off; /* hg: a child of its gradient group */
+    for (int k = 0; k < nst; k++) {
+      p->st[k] = t->opt_state + k * off_p + off;
+      p->hst[k] = _tsr_register_floats(p->st[k], p->n);
+    }
   }
   return TSR_OK;
 }
@@ -269,11 +272,12 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (m->n == 0) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: model '%s' has no layers", m->name);
   tsr_optim_spec dopt = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   if (!opt) opt = &dopt;
-  if ((unsigned)opt->kind >= TSR_OPTIM_KIND_COUNT || !(opt->lr >= 0))
+  const struct _tsr_optim_ops *optim = _tsr_optim_ops_of(opt->kind);
+  if (!optim || !(opt->lr >= 0))
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: optimizer kind %d, lr %g", (int)opt->kind, opt->lr);
   tsr_trainer *t = calloc(1, sizeof *t);
   if (!t) return _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory");
-  t->ctx = ctx, t->model = m, t->opt = *opt, t->lr = opt->lr, t->batch = o->batch;
+  t->ctx = ctx, t->model = m, t->opt = *opt, t->optim = optim, t->lr = opt->lr, t->batch = o->batch;
   t->window = o->window ? o->window : 2;
   t->rank = tsr_context_rank(ctx), t->size = tsr_context_size(ctx);
   /* Benchmarks only: measure the step without its reductions (results are then wrong). */
@@ -356,10 +360,10 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   for (int i = 0; i < t->ntensors; i++) {
     struct _tsr_ptensor *p = &t->tensors[i];
     if (p->hw) starpu_data_unregister(p->hw);
-    if (p->hm) starpu_data_unregister(p->hm);
-    if (p->hv) starpu_data_unregister(p->hv);
+    for (int k = 0; k < TSR_OPTIM_MAX_STATE; k++)
+      if (p->hst[k]) starpu_data_unregister(p->hst[k]);
   }
-  free(t->params), free(t->grads), free(t->mom), free(t->vel), free(t->state);
+  free(t->params), free(t->grads), free(t->opt_state), free(t->state);
   free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
   free(t->lossbuf), free(t->pending), free(t->history), free(t->flag_history);
   free(t->norm_mean), free(t->norm_std);
@@ -441,15 +445,17 @@ int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name) {
   return -1;
 }
 
-/* Copies between user memory and one buffer of tensor i: which = -1 the tensor, 0/1 its moments. */
+/* Copies between user memory and one buffer of tensor i: which = -1 the tensor, else that state
+ * tensor of the optimizer. */
 static tsr_status tensor_io(tsr_trainer *t, int i, int which, float *dst, const float *src) {
   TSR_TRY(tsr_trainer_tensor_info(t, i, NULL, NULL, NULL));
   struct _tsr_ptensor *p = &t->tensors[i];
   if (!dst && !src) return _tsr_error(TSR_ERR_ARG, "tensor '%s': data pointer is NULL", p->name);
-  if (which >= 0 && (!p->trainable || which > 1))
-    return _tsr_error(TSR_ERR_ARG, "tensor '%s' has no optimizer moment %d", p->name, which);
-  starpu_data_handle_t h = which < 0 ? p->hw : which == 0 ? p->hm : p->hv;
-  float *buf = which < 0 ? p->w : which == 0 ? p->m : p->v;
+  if (which >= 0 && (!p->trainable || which >= t->optim->nstate))
+    return _tsr_error(TSR_ERR_ARG, "tensor '%s' has no optimizer moment %d (%s keeps %d per trainable tensor)",
+                      p->name, which, t->optim->name, t->optim->nstate);
+  starpu_data_handle_t h = which < 0 ? p->hw : p->hst[which];
+  float *buf = which < 0 ? p->w : p->st[which];
   int ret = starpu_data_acquire(h, dst ? STARPU_R : STARPU_W);
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "tensor '%s': starpu_data_acquire failed (%d)", p->name, ret);
   if (dst)
@@ -463,10 +469,10 @@ static tsr_status tensor_io(tsr_trainer *t, int i, int which, float *dst, const 
 tsr_status tsr_trainer_tensor_get(tsr_trainer *t, int i, float *out) { return tensor_io(t, i, -1, out, NULL); }
 tsr_status tsr_trainer_tensor_set(tsr_trainer *t, int i, const float *in) { return tensor_io(t, i, -1, NULL, in); }
 tsr_status tsr_trainer_moment_get(tsr_trainer *t, int i, int moment, float *out) {
-  return tensor_io(t, i, moment < 0 ? 2 : moment, out, NULL);
+  return tensor_io(t, i, moment < 0 ? TSR_OPTIM_MAX_STATE : moment, out, NULL);
 }
 tsr_status tsr_trainer_moment_set(tsr_trainer *t, int i, int moment, const float *in) {
-  return tensor_io(t, i, moment < 0 ? 2 : moment, NULL, in);
+  return tensor_io(t, i, moment < 0 ? TSR_OPTIM_MAX_STATE : moment, NULL, in);
 }
 
 void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates) {

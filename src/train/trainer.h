@@ -10,6 +10,7 @@
 #include "comm/groups.h"
 #include "graph/model.h"
 #include "optim/loss_scale.h"
+#include "optim/optim.h"
 #include "runtime/communicator.h"
 #include "tensor/dist.h"
 
@@ -18,8 +19,9 @@ struct _tsr_ptensor {
   tsr_shape shape;
   size_t n;
   int layer, index, trainable;
-  float *w, *g, *m, *v;                 /* g, m, v NULL for running statistics */
-  starpu_data_handle_t hw, hg, hm, hv;
+  float *w, *g;                         /* g NULL for running statistics */
+  float *st[TSR_OPTIM_MAX_STATE];       /* the optimizer's state tensors (trainable tensors) */
+  starpu_data_handle_t hw, hg, hst[TSR_OPTIM_MAX_STATE];
 };
 
 /* Per layer: handles per slice and the layer's state. */
@@ -52,6 +54,7 @@ struct tsr_trainer {
   tsr_context *ctx;
   tsr_model *model;
   tsr_optim_spec opt;
+  const struct _tsr_optim_ops *optim; /* opt.kind's registry entry */
   int batch, slices, window, input_layer, output_layer;
   int *slice_n, *slice_off;
   uint64_t seed;
@@ -59,7 +62,8 @@ struct tsr_trainer {
 
   int ntensors;
   struct _tsr_ptensor *tensors;
-  float *params, *grads, *mom, *vel, *state; /* contiguous buffers */
+  float *params, *grads, *opt_state, *state; /* contiguous buffers; opt_state: the optimizer's
+                                                state tensors, nparams floats each */
   size_t nparams, nstate;
 
   struct _tsr_lstate *ls;

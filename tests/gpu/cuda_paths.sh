@@ -7,7 +7,7 @@ set -u
 : "${TSR_CUDA_PATHS_CC:?set by make check in CUDA builds (the C compiler and the flags of the library)}"
 src=${TESSERA_SRCDIR:?set by make check}
 fail=0
-for f in "$src"/codelets/*.c "$src"/src/optim/loss_scale.c "$src"/src/comm/nccl.c "$src"/tests/gpu/*.c; do
+for f in "$src"/codelets/*.c "$src"/src/optim/*.c "$src"/src/comm/nccl.c "$src"/tests/gpu/*.c; do
   # implicit declarations and pointer mismatches are only warnings in C: make them count
   if ! out=$($TSR_CUDA_PATHS_CC -DSTARPU_USE_CUDA -Wno-deprecated-declarations -Werror=implicit-function-declaration \
     -Werror=incompatible-pointer-types -Werror=int-conversion -fsyntax-only "$f" 2>&1); then

@@ -20,6 +20,7 @@
 #include "gpu_test.h"
 #include "kernel_util.h"
 #include "optim/loss_scale.h"
+#include "optim/optim.h"
 
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
 
@@ -400,12 +401,15 @@ START_TEST(test_losses_match_cpu) {
 END_TEST
 
 START_TEST(test_optimizers_match_cpu) {
-  struct tsr_opt_args cases[] = {
-      {.kind = TSR_OPT_SGD, .lr = 0.1f, .grad_scale = 1, .step = 1},
-      {.kind = TSR_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 0.5f, .step = 1},
-      {.kind = TSR_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .nesterov = 1, .grad_scale = 1, .step = 4},
-      {.kind = TSR_OPT_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = 3, .grad_scale = 1},
-      {.kind = TSR_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1, .grad_scale = 0.25f},
+  struct _tsr_optim_args cases[] = {
+      {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .grad_scale = 1, .step = 1},
+      {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .h.momentum = 0.9f, .h.weight_decay = 0.01f, .grad_scale = 0.5f,
+       .step = 1},
+      {.h.kind = TSR_OPTIM_SGD, .h.lr = 0.1f, .h.momentum = 0.9f, .h.nesterov = 1, .grad_scale = 1, .step = 4},
+      {.h.kind = TSR_OPTIM_ADAM, .h.lr = 1e-3f, .h.beta1 = 0.9f, .h.beta2 = 0.999f, .h.eps = 1e-8f,
+       .h.weight_decay = 0.01f, .step = 3, .grad_scale = 1},
+      {.h.kind = TSR_OPTIM_ADAMW, .h.lr = 1e-3f, .h.beta1 = 0.9f, .h.beta2 = 0.99f, .h.eps = 1e-8f,
+       .h.weight_decay = 0.1f, .step = 1, .grad_scale = 0.25f},
   };
   const char *names[] = {"SGD", "SGD momentum + weight decay", "SGD Nesterov", "Adam", "AdamW"};
   const size_t n = 300;
@@ -414,9 +418,9 @@ START_TEST(test_optimizers_match_cpu) {
     for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
     float *wc = copy_of(w, n), *mc = copy_of(m, n), *vc = copy_of(v, n);
     starpu_data_handle_t hs[] = {REG(w, n), REG(g, n), REG(m, n), REG(v, n)};
-    ck_assert_int_eq(_tsr_insert_opt_update(&cases[c], hs[0], hs[1], hs[2], hs[3], NULL, "update"), 0);
+    ck_assert_int_eq(_tsr_optim_submit(&cases[c], hs[0], hs[1], &hs[2], NULL, "update"), 0);
     finish(hs, 4);
-    _tsr_opt_update_cpu(&cases[c], n, wc, g, mc, vc);
+    _tsr_optim_update_cpu(&cases[c], n, wc, g, (float *[]){mc, vc});
     char msg[80];
     snprintf(msg, sizeof msg, "%s weights", names[c]), gt_close(w, wc, n, ELEM_ATOL, ELEM_RTOL, msg);
     snprintf(msg, sizeof msg, "%s first moment", names[c]), gt_close(m, mc, n, ELEM_ATOL, ELEM_RTOL, msg);
@@ -429,7 +433,7 @@ START_TEST(test_optimizers_match_cpu) {
                                        {.scale = 512, .unscale = 1.0f / 512, .apply = 0, .skipped = 3}};
   for (int st = 0; st < 2; st++)
     for (int c = 2; c < 5; c++) {
-      struct tsr_opt_args a = cases[c];
+      struct _tsr_optim_args a = cases[c];
       a.step = 5;
       float *w = gt_rand(n, 150 + c), *g = gt_rand(n, 160 + c), *m = gt_rand(n, 170 + c), *v = gt_rand(n, 180 + c);
       for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]), g[i] *= (float)states[st].scale;
@@ -437,12 +441,12 @@ START_TEST(test_optimizers_match_cpu) {
       struct _tsr_scale_state state = states[st];
       starpu_data_handle_t hs[5] = {REG(w, n), REG(g, n), REG(m, n), REG(v, n)};
       starpu_variable_data_register(&hs[4], STARPU_MAIN_RAM, (uintptr_t)&state, sizeof state);
-      ck_assert_int_eq(_tsr_insert_opt_update(&a, hs[0], hs[1], hs[2], hs[3], hs[4], "gated update"), 0);
+      ck_assert_int_eq(_tsr_optim_submit(&a, hs[0], hs[1], &hs[2], hs[4], "gated update"), 0);
       finish(hs, 5);
       if (state.apply) {
         a.grad_scale = state.unscale;
         a.step -= state.skipped;
-        _tsr_opt_update_cpu(&a, n, wc, g, mc, vc);
+        _tsr_optim_update_cpu(&a, n, wc, g, (float *[]){mc, vc});
       }
       char msg[96];
       snprintf(msg, sizeof msg, "%s gated (%s) weights", names[c], state.apply ? "applied" : "skipped");

@@ -1,0 +1,102 @@
+/* Optimizers as an interface: one entry (struct _tsr_optim_ops) per optimizer, defined in the
+ * optimizer's own file (sgd.c; adam.c holds Adam and AdamW) and listed in registry.c. An entry
+ * names the optimizer, lists its hyperparameters (fields of tsr_optim_spec, with their defaults and
+ * model-file keys), the state tensors it keeps per trainable tensor (the trainer allocates exactly
+ * those; checkpoints store each under its name) and its update kernels, which update.c runs as one
+ * task per tensor. Adding an optimizer: its file (+ its CUDA twin <name>_cuda.cu, optional), one
+ * line in registry.c, Makefile.am. Learning-rate schedules: the only one, the linear scaling rule
+ * with warm-up, lives in tools/tessera-train.c (it calls tsr_trainer_set_lr). */
+#ifndef TSR_OPTIM_OPTIM_H
+#define TSR_OPTIM_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <starpu.h>
+#include <tessera/train.h>
+
+#include "cuda_util.h" /* TSR_CUDA_CODELETS */
+
+#ifdef __cplusplus /* the CUDA kernels (*_cuda.cu) read struct _tsr_optim_args */
+extern "C" {
+#endif
+
+#define TSR_OPTIM_MAX_STATE 4
+/* The `kind` of an entry that is not in the public enum: it gets a tsr_optim_kind value after
+ * TSR_OPTIM_KIND_COUNT, in registry order (stable within one build; files name kinds by string). */
+#define TSR_OPTIM_REGISTERED (-1)
+
+struct _tsr_scale_state; /* codelets.h */
+
+/* What an update kernel reads: the hyperparameters (h.lr is this step's rate), the 1-based count
+ * of applied updates (bias corrections) and the factor every gradient is multiplied by first. */
+struct _tsr_optim_args {
+  tsr_optim_spec h;
+  int64_t step;
+  float grad_scale;
+};
+
+/* How a model file gives a hyperparameter (and the range it must be in). */
+enum _tsr_hyper_type {
+  TSR_HYPER_POSITIVE, /* a number > 0: a float field */
+  TSR_HYPER_NONNEG,   /* a number >= 0 */
+  TSR_HYPER_PROB,     /* a number in [0, 1) */
+  TSR_HYPER_BOOL,     /* true or false: an int field */
+  TSR_HYPER_PROB_PAIR /* [a, b], each in [0, 1): two float fields */
+};
+
+struct _tsr_optim_hyper {
+  const char *key; /* in model files; NULL ends a list */
+  enum _tsr_hyper_type type;
+  const char *name[2]; /* the fields as reports of changed hyperparameters name them; [1]: pairs only */
+  size_t offset[2];    /* of the fields in tsr_optim_spec (an extra[] slot for what it has no field for) */
+  float def[2];        /* defaults */
+};
+#define TSR_HYPER(key, type, field, def) {key, type, {#field, NULL}, {offsetof(tsr_optim_spec, field), 0}, {def, 0}}
+#define TSR_HYPER_PAIR(key, f1, f2, d1, d2)                                                                  \
+  {key, TSR_HYPER_PROB_PAIR, {#f1, #f2}, {offsetof(tsr_optim_spec, f1), offsetof(tsr_optim_spec, f2)}, {d1, d2}}
+
+/* Update kernels, on one tensor of n values: w -= f(g, state). state: the entry's nstate buffers of n
+ * values each, zero before the first update. The CUDA one gets the loss scaler's state in device
+ * memory (gate, or NULL): when given, it skips the update unless gate->apply, and otherwise uses
+ * gate->unscale for grad_scale and step - gate->skipped for step (update_cuda.h reads it). */
+typedef void _tsr_optim_cpu_fn(const struct _tsr_optim_args *a, size_t n, float *w, const float *g,
+                               float *const *state);
+typedef int _tsr_optim_cuda_fn(void *stream, const struct _tsr_optim_args *a, size_t n, float *w, const float *g,
+                               float *const *state, const struct _tsr_scale_state *gate);
+
+struct _tsr_optim_ops {
+  const char *name; /* in model files, checkpoints and messages; NULL ends a table */
+  int kind;         /* its tsr_optim_kind, or TSR_OPTIM_REGISTERED */
+  const struct _tsr_optim_hyper *hyper;
+  int nstate; /* state tensors per trainable tensor (its shape), in this order */
+  const char *state[TSR_OPTIM_MAX_STATE]; /* their names: checkpoint groups */
+  _tsr_optim_cpu_fn *cpu;
+  _tsr_optim_cuda_fn *cuda; /* NULL: updates run on CPU workers only */
+};
+
+/* In an entry: its CUDA kernel, named only when StarPU can run CUDA tasks. */
+#ifdef TSR_CUDA_CODELETS
+#define TSR_OPTIM_CUDA(f) .cuda = f
+#else
+#define TSR_OPTIM_CUDA(f) .cuda = NULL
+#endif
+
+/* ---- registry.c ---- */
+/* The entry of kind `kind` (a tsr_optim_kind or a registry index), NULL if none. */
+const struct _tsr_optim_ops *_tsr_optim_ops_of(int kind);
+/* "sgd, adam, adamw": the registered names, for messages. */
+const char *_tsr_optim_names(char *buf, size_t cap);
+
+/* ---- update.c ---- */
+/* Runs the kind's CPU kernel (the task's CPU function; tests call it directly). */
+void _tsr_optim_update_cpu(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *const *state);
+/* One update task: w (RW), g (R), the entry's state handles (RW) and, when scaler is not NULL, the
+ * loss scaler's state (R): the update then skips overflowing steps, which do not count in `step`
+ * (as torch.cuda.amp skips optimizer.step()). */
+int _tsr_optim_submit(const struct _tsr_optim_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
+                      const starpu_data_handle_t *state, starpu_data_handle_t scaler, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,90 @@
+/* The update task of every optimizer, one per parameter tensor: buffers w (RW), g (R), the
+ * optimizer's state tensors (RW) and, gated by the dynamic loss scaler, its state (R). The task runs
+ * the kernels of the optimizer's registry entry; CUDA workers take it only when the entry has a
+ * CUDA kernel. */
+#include "codelets.h"
+#include "optim/optim.h"
+#include "runtime/submit.h"
+
+void _tsr_optim_update_cpu(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *const *state) {
+  _tsr_optim_ops_of(a->h.kind)->cpu(a, n, w, g, state);
+}
+
+/* The state buffers of a task with buffers w, g, state... */
+static void state_of(void *buffers[], int nstate, float **state) {
+  for (int k = 0; k < nstate; k++) state[k] = TSR_BUF(buffers, 2 + k);
+}
+
+static void opt_update_cpu(void *buffers[], void *cl_arg) {
+  const struct _tsr_optim_args *a = cl_arg;
+  float *state[TSR_OPTIM_MAX_STATE];
+  state_of(buffers, _tsr_optim_ops_of(a->h.kind)->nstate, state);
+  _tsr_worker_enter();
+  _tsr_optim_update_cpu(a, TSR_NX(buffers, 0), TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), state);
+}
+
+/* With loss scaling: a skipped step leaves w and the state untouched and does not count in the step
+ * number. */
+static void opt_update_gated_cpu(void *buffers[], void *cl_arg) {
+  struct _tsr_optim_args a = *(const struct _tsr_optim_args *)cl_arg;
+  int nstate = _tsr_optim_ops_of(a.h.kind)->nstate;
+  const struct _tsr_scale_state *s = (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(buffers[2 + nstate]);
+  if (!s->apply) return;
+  float *state[TSR_OPTIM_MAX_STATE];
+  state_of(buffers, nstate, state);
+  _tsr_worker_enter();
+  a.grad_scale = s->unscale;
+  a.step -= s->skipped;
+  _tsr_optim_update_cpu(&a, TSR_NX(buffers, 0), TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), state);
+}
+
+#ifdef TSR_CUDA_CODELETS
+/* gated: the scaler's state is read on the device by the kernel */
+static void update_cuda(void *b[], const struct _tsr_optim_args *a, int gated) {
+  const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
+  float *state[TSR_OPTIM_MAX_STATE];
+  state_of(b, ops->nstate, state);
+  const struct _tsr_scale_state *gate =
+      gated ? (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(b[2 + ops->nstate]) : NULL;
+  RUN(ops->cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), state, gate));
+}
+static void opt_update_cpu_cuda(void *b[], void *a) { update_cuda(b, a, 0); }
+static void opt_update_gated_cpu_cuda(void *b[], void *a) { update_cuda(b, a, 1); }
+
+static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl) {
+  const struct _tsr_optim_args *a = task->cl_arg;
+  return starpu_worker_get_type((int)worker) != STARPU_CUDA_WORKER || _tsr_optim_ops_of(a->h.kind)->cuda;
+}
+#define CAN_EXECUTE .can_execute = can_execute,
+#else
+#define CAN_EXECUTE
+#endif
+
+static struct starpu_perfmodel update_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_update"};
+static struct starpu_perfmodel update_gated_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_update_gated"};
+
+static struct starpu_codelet cl_update = {
+    .cpu_funcs = {opt_update_cpu}, TSR_CUDA_FUNCS(opt_update_cpu_cuda) CAN_EXECUTE
+    .cpu_funcs_name = {"opt_update_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_opt_update",
+    .model = &update_model,
+};
+
+static struct starpu_codelet cl_update_gated = {
+    .cpu_funcs = {opt_update_gated_cpu}, TSR_CUDA_FUNCS(opt_update_gated_cpu_cuda) CAN_EXECUTE
+    .cpu_funcs_name = {"opt_update_gated_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_opt_update_gated",
+    .model = &update_gated_model,
+};
+
+int _tsr_optim_submit(const struct _tsr_optim_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
+                      const starpu_data_handle_t *state, starpu_data_handle_t scaler, const char *name) {
+  int nstate = _tsr_optim_ops_of(a->h.kind)->nstate;
+  struct _tsr_buf bufs[3 + TSR_OPTIM_MAX_STATE] = {{w, STARPU_RW}, {g, STARPU_R}};
+  for (int k = 0; k < nstate; k++) bufs[2 + k] = (struct _tsr_buf){state[k], STARPU_RW};
+  bufs[2 + nstate] = (struct _tsr_buf){scaler, STARPU_R};
+  if (scaler) return _tsr_submit(&cl_update_gated, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 3 + nstate, bufs);
+  return _tsr_submit(&cl_update, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 2 + nstate, bufs);
+}
