@@ -17,14 +17,6 @@ static int python_has(const char *module) {
   return access(PYTHON, X_OK) == 0 && system(cmd) == 0;
 }
 
-static char *path_in(const char *dir, const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ % 4];
-  ck_assert(snprintf(p, 512, "%s/%s", dir, name) < 512);
-  return p;
-}
-
 START_TEST(test_npy_round_trip_keeps_shape_and_bits) {
   char dir[64];
   snprintf(dir, sizeof dir, "%s", tt_tmpdir());
@@ -34,7 +26,7 @@ START_TEST(test_npy_round_trip_keeps_shape_and_bits) {
     size_t n = (size_t)tsr_shape_numel(&s);
     float *x = malloc((n ? n : 1) * sizeof *x);
     tt_fill_uniform(x, n, 10 + c, -3, 3);
-    const char *p = path_in(dir, "a.npy");
+    const char *p = tt_path_in(dir, "a.npy");
     ck_assert_msg(tsr_npy_write(p, &s, x) == TSR_OK, "%s", tsr_last_error());
     FILE *f = fopen(p, "rb");
     unsigned char head[10];
@@ -47,7 +39,7 @@ START_TEST(test_npy_round_trip_keeps_shape_and_bits) {
     ck_assert_int_eq(r.ndim, s.ndim);
     for (int d = 0; d < s.ndim; d++) ck_assert_int_eq(r.dims[d], s.dims[d]);
     ck_assert(n == 0 || memcmp(x, y, n * sizeof *x) == 0);
-    ck_assert_int_eq(access(path_in(dir, "a.npy.tmp"), F_OK), -1);
+    ck_assert_int_eq(access(tt_path_in(dir, "a.npy.tmp"), F_OK), -1);
     free(x);
     free(y);
   }
@@ -69,7 +61,7 @@ START_TEST(test_npy_interoperates_with_numpy) {
   ck_assert_int_eq(system(cmd), 0);
   tsr_shape s;
   float *x = NULL;
-  ck_assert_msg(tsr_npy_read(path_in(dir, "np.npy"), &s, &x) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_npy_read(tt_path_in(dir, "np.npy"), &s, &x) == TSR_OK, "%s", tsr_last_error());
   ck_assert_int_eq(s.ndim, 3);
   ck_assert(s.dims[0] == 2 && s.dims[1] == 3 && s.dims[2] == 4);
   double ref[24];
@@ -78,7 +70,7 @@ START_TEST(test_npy_interoperates_with_numpy) {
 
   for (int i = 0; i < 24; i++) x[i] = (float)(i * 0.25 - 1);
   s = tsr_shape_make(2, (int64_t[]){4, 6});
-  ck_assert(tsr_npy_write(path_in(dir, "ours.npy"), &s, x) == TSR_OK);
+  ck_assert(tsr_npy_write(tt_path_in(dir, "ours.npy"), &s, x) == TSR_OK);
   snprintf(cmd, sizeof cmd,
            PYTHON " -c 'import numpy as np, sys; a = np.load(\"%s/ours.npy\"); "
                   "sys.exit(0 if a.dtype == np.float32 and a.shape == (4, 6) and a.flags.c_contiguous and "
@@ -114,7 +106,7 @@ START_TEST(test_npy_reads_version_2_and_3_headers) {
   snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   const double d[3] = {1.5, -2.25, 1e-3};
   for (int major = 2; major <= 3; major++) {
-    const char *p = make_npy(path_in(dir, "v.npy"), major, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
+    const char *p = make_npy(tt_path_in(dir, "v.npy"), major, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
                              d, sizeof d, 0);
     tsr_shape s;
     float *x = NULL;
@@ -152,7 +144,7 @@ START_TEST(test_npy_rejects_malformed_file) {
   char dir[64];
   snprintf(dir, sizeof dir, "%s", tt_tmpdir());
   float zeros[8] = {0};
-  const char *p = make_npy(path_in(dir, "bad.npy"), b->major, b->dict, zeros, b->nbytes, b->cut);
+  const char *p = make_npy(tt_path_in(dir, "bad.npy"), b->major, b->dict, zeros, b->nbytes, b->cut);
   tsr_shape s;
   float *x = (float *)zeros;
   tsr_status st = tsr_npy_read(p, &s, &x);
@@ -167,7 +159,7 @@ END_TEST
 START_TEST(test_npy_rejects_bad_magic_and_missing_file) {
   char dir[64];
   snprintf(dir, sizeof dir, "%s", tt_tmpdir());
-  const char *p = path_in(dir, "text.npy");
+  const char *p = tt_path_in(dir, "text.npy");
   FILE *f = fopen(p, "w");
   fputs("this is not a numpy file at all\n", f);
   fclose(f);
@@ -175,7 +167,7 @@ START_TEST(test_npy_rejects_bad_magic_and_missing_file) {
   float *x = NULL;
   ck_assert_int_eq(tsr_npy_read(p, &s, &x), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(tsr_last_error(), "bad magic") && strstr(tsr_last_error(), p), "%s", tsr_last_error());
-  p = path_in(dir, "absent.npy");
+  p = tt_path_in(dir, "absent.npy");
   ck_assert_int_eq(tsr_npy_read(p, &s, &x), TSR_ERR_IO);
   ck_assert_msg(strstr(tsr_last_error(), p), "%s", tsr_last_error());
 }

@@ -17,14 +17,6 @@
 
 #define PYTHON "/usr/bin/python3"
 
-static char *path_in(const char *dir, const char *name) {
-  static char buf[4][512];
-  static int k;
-  char *p = buf[k++ % 4];
-  ck_assert(snprintf(p, 512, "%s/%s", dir, name) < 512);
-  return p;
-}
-
 /* ---- through a trainer ---- */
 
 /* in [2,5,7] -> c1 conv2d 3x2 pad 1 -> bn -> relu -> up conv_transpose2d 2x3 stride 2 -> flatten -> fc.
@@ -134,7 +126,7 @@ START_TEST(test_export_import_round_trip_npy_and_hdf5) {
   snprintf(d, sizeof d, "%s/random.hdf5", dir);
   ck_assert_msg(tsr_params_export(trainer, a) == TSR_OK, "%s", tsr_last_error());
   ck_assert_msg(tsr_params_export(trainer, b) == TSR_OK, "%s", tsr_last_error());
-  ck_assert_int_eq(access(path_in(dir, "orig.h5.tmp"), F_OK), -1);
+  ck_assert_int_eq(access(tt_path_in(dir, "orig.h5.tmp"), F_OK), -1);
 
   /* the HDF5 file holds one float32 dataset per tensor, named as the tensor */
   hid_t f = H5Fopen(b, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -163,7 +155,7 @@ START_TEST(test_export_import_round_trip_npy_and_hdf5) {
   }
   tsr_shape one = tsr_shape_make(0, NULL);
   float nbt = 5;
-  ck_assert(tsr_npy_write(path_in(c, "bn.num_batches_tracked.npy"), &one, &nbt) == TSR_OK);
+  ck_assert(tsr_npy_write(tt_path_in(c, "bn.num_batches_tracked.npy"), &one, &nbt) == TSR_OK);
   ck_assert_msg(tsr_params_import(trainer, c) == TSR_OK, "%s", tsr_last_error());
   assert_trainer_holds(rnd, n, "after importing random .npy files");
 
@@ -193,7 +185,7 @@ START_TEST(test_import_rejects_wrong_shape_and_missing_tensor) {
   /* c1.weight with kernel 2x3 instead of 3x2 (same element count) */
   float w[36] = {0};
   tsr_shape bad = tsr_shape_make(4, (int64_t[]){3, 2, 2, 3});
-  const char *file = path_in(a, "c1.weight.npy");
+  const char *file = tt_path_in(a, "c1.weight.npy");
   ck_assert(tsr_npy_write(file, &bad, w) == TSR_OK);
   ck_assert_int_eq(tsr_params_import(trainer, a), TSR_ERR_SHAPE);
   const char *msg = tsr_last_error();
@@ -215,7 +207,7 @@ START_TEST(test_import_rejects_wrong_shape_and_missing_tensor) {
 
   /* a missing tensor */
   ck_assert(tsr_params_export(trainer, a) == TSR_OK);
-  ck_assert(remove(path_in(a, "fc.bias.npy")) == 0);
+  ck_assert(remove(tt_path_in(a, "fc.bias.npy")) == 0);
   ck_assert_int_eq(tsr_params_import(trainer, a), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(tsr_last_error(), "fc.bias") && strstr(tsr_last_error(), "missing"), "%s", tsr_last_error());
   assert_trainer_holds(orig, n, "after rejected imports");
@@ -297,7 +289,7 @@ START_TEST(test_export_carries_normalisation_and_import_predicts_alike) {
   }
 
   /* one of the two alone is refused and changes nothing */
-  ck_assert(remove(path_in(a, "input_std.npy")) == 0);
+  ck_assert(remove(tt_path_in(a, "input_std.npy")) == 0);
   ck_assert_int_eq(tsr_trainer_set_input_norm(b, NULL, NULL, 0), TSR_OK);
   ck_assert_int_eq(tsr_params_import(b, a), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(tsr_last_error(), "input_std") && strstr(tsr_last_error(), a), "%s", tsr_last_error());
@@ -305,7 +297,7 @@ START_TEST(test_export_carries_normalisation_and_import_predicts_alike) {
   tsr_trainer_input_norm(b, &m, &sd);
   ck_assert(!m && !sd);
   /* an older export (neither) keeps the trainer's normalisation */
-  ck_assert(remove(path_in(a, "input_mean.npy")) == 0);
+  ck_assert(remove(tt_path_in(a, "input_mean.npy")) == 0);
   ck_assert_int_eq(tsr_trainer_set_input_norm(b, norm_mean, norm_std, 2), TSR_OK);
   ck_assert_msg(tsr_params_import(b, a) == TSR_OK, "%s", tsr_last_error());
   tsr_trainer_input_norm(b, &m, &sd);
@@ -363,7 +355,7 @@ START_TEST(test_pytorch_state_dict_gives_pytorch_output) {
   }
   char dir[64];
   snprintf(dir, sizeof dir, "%s", tt_tmpdir());
-  FILE *f = fopen(path_in(dir, "make.py"), "w");
+  FILE *f = fopen(tt_path_in(dir, "make.py"), "w");
   fputs(torch_script, f);
   fclose(f);
   char cmd[1024];
@@ -379,8 +371,8 @@ START_TEST(test_pytorch_state_dict_gives_pytorch_output) {
 
   tsr_shape xs, ys;
   float *x = NULL, *y = NULL;
-  ck_assert(tsr_npy_read(path_in(dir, "input_x.npy"), &xs, &x) == TSR_OK);
-  ck_assert(tsr_npy_read(path_in(dir, "output_y.npy"), &ys, &y) == TSR_OK);
+  ck_assert(tsr_npy_read(tt_path_in(dir, "input_x.npy"), &xs, &x) == TSR_OK);
+  ck_assert(tsr_npy_read(tt_path_in(dir, "output_y.npy"), &ys, &y) == TSR_OK);
   ck_assert(tsr_shape_numel(&xs) == 2 * 2 * 5 * 7 && tsr_shape_numel(&ys) == 8);
   float out[8];
   ck_assert_msg(tsr_trainer_predict(trainer, x, 2, out) == TSR_OK, "%s", tsr_last_error());
@@ -440,17 +432,17 @@ START_TEST(test_pytorch_twin_predicts_from_raw_inputs_as_tessera) {
   }
   char dir[64];
   snprintf(dir, sizeof dir, "%s", tt_tmpdir());
-  FILE *f = fopen(path_in(dir, "tiny.json"), "w");
+  FILE *f = fopen(tt_path_in(dir, "tiny.json"), "w");
   fputs(tiny_json, f);
   fclose(f);
-  f = fopen(path_in(dir, "check.py"), "w");
+  f = fopen(tt_path_in(dir, "check.py"), "w");
   fputs(interop_script, f);
   fclose(f);
   tsr_context_opts o;
   tsr_context_opts_default(&o);
   o.ncpus = 2, o.use_mpi = 0, o.verbose = 0;
   ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
-  ck_assert_msg(tsr_model_load_json(&model, NULL, path_in(dir, "tiny.json")) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_model_load_json(&model, NULL, tt_path_in(dir, "tiny.json")) == TSR_OK, "%s", tsr_last_error());
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
   to.batch = 2;
@@ -460,10 +452,10 @@ START_TEST(test_pytorch_twin_predicts_from_raw_inputs_as_tessera) {
   raw_inputs(x, 2, 8);
   ck_assert_msg(tsr_trainer_predict(trainer, x, 2, y) == TSR_OK, "%s", tsr_last_error());
   tsr_shape xs = tsr_shape_make(4, (int64_t[]){2, 2, 5, 7}), ys = tsr_shape_make(2, (int64_t[]){2, 4});
-  ck_assert(tsr_npy_write(path_in(dir, "x.npy"), &xs, x) == TSR_OK);
-  ck_assert(tsr_npy_write(path_in(dir, "y.npy"), &ys, y) == TSR_OK);
-  ck_assert_msg(tsr_params_export(trainer, path_in(dir, "exp")) == TSR_OK, "%s", tsr_last_error());
-  ck_assert_msg(tsr_params_export(trainer, path_in(dir, "exp.h5")) == TSR_OK, "%s", tsr_last_error());
+  ck_assert(tsr_npy_write(tt_path_in(dir, "x.npy"), &xs, x) == TSR_OK);
+  ck_assert(tsr_npy_write(tt_path_in(dir, "y.npy"), &ys, y) == TSR_OK);
+  ck_assert_msg(tsr_params_export(trainer, tt_path_in(dir, "exp")) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_params_export(trainer, tt_path_in(dir, "exp.h5")) == TSR_OK, "%s", tsr_last_error());
   trainer_teardown();
   char cmd[1024];
   snprintf(cmd, sizeof cmd, PYTHON " %s/check.py %s %s", dir, src, dir);

@@ -102,6 +102,14 @@ const char *tt_tmpdir(void) {
   return path;
 }
 
+char *tt_path_in(const char *dir, const char *name) {
+  static char buf[4][512];
+  static int k;
+  char *p = buf[k++ % 4];
+  ck_assert(snprintf(p, 512, "%s/%s", dir, name) < 512);
+  return p;
+}
+
 void tt_cap_address_space(void) {
 #if !defined(__SANITIZE_ADDRESS__)
   FILE *f = fopen("/proc/self/statm", "r");

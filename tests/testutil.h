@@ -34,6 +34,8 @@ void tt_starpu_stop(void);
 
 /* A fresh temporary folder (removed by nobody: under /tmp). */
 const char *tt_tmpdir(void);
+/* "dir/name" in one of four rotating static buffers (so up to four may be live at once). */
+char *tt_path_in(const char *dir, const char *name);
 
 /* Allows 1 GiB more address space than now, so that code allocating what it should have refused
  * fails at once instead of filling the machine (Check runs each test in its own process, so the
