@@ -60,16 +60,6 @@ const char *_tsr_collective_names(char *buf, size_t len) {
   return buf;
 }
 
-const struct _tsr_collective_ops *_tsr_collective_select(const char *name, const struct _tsr_comm *comm,
-                                                         const char *skip_impl) {
-  for (int e = 0; name && e < NENTRIES; e++) {
-    const struct _tsr_collective_ops *o = entries[e];
-    if (strcmp(o->name, name) == 0 && !(skip_impl && strcmp(o->impl, skip_impl) == 0) && (!o->usable || o->usable(comm)))
-      return o;
-  }
-  return NULL;
-}
-
 int _tsr_collective_usable(const char *name, const char *impl, const struct _tsr_comm *comm, const char *skip_impl,
                            const struct _tsr_collective_ops **out, int max) {
   int n = 0;
@@ -105,4 +95,10 @@ const char *_tsr_collective_algos(char *buf, size_t len) {
     if (first_of_impl(e) == e) at += (size_t)snprintf(buf + at, len - at, "%s, ", entries[e]->impl);
   if (at < len) snprintf(buf + at, len - at, "or auto");
   return buf;
+}
+
+const struct _tsr_collective_ops *_tsr_collective_select(const char *name, const struct _tsr_comm *comm,
+                                                         const char *skip_impl) {
+  const struct _tsr_collective_ops *o = NULL;
+  return _tsr_collective_usable(name, NULL, comm, skip_impl, &o, 1) ? o : NULL;
 }
