@@ -3,14 +3,17 @@
  * shards); a spatial split cuts the last axes into a grid of blocks that cover the tensor exactly
  * once, the first whole % grid blocks one value longer, each widened by its halos on the sides
  * that have a neighbour; bad grids and halos are refused by name. The collective registry: its
- * names are tsr_reduce_precision's values. Communicators and the rings on them are tested under
- * mpirun (tests/mpi_comm.sh). */
+ * names are tsr_reduce_precision's values, its algorithms are found by name; the alpha-beta costs
+ * that "auto" compares, and the link text it may be given. Communicators and the collectives on
+ * them are tested under mpirun (tests/mpi_comm.sh, tests/mpi_collectives.sh). */
 #include <stdlib.h>
 #include <string.h>
 
 #include <tessera.h>
 
 #include "comm/collective.h"
+#include "comm/net.h"
+#include "comm/tree.h"
 #include "runtime/communicator.h"
 #include "tensor/dist.h"
 #include "testutil.h"
@@ -118,6 +121,71 @@ START_TEST(the_registry_names_the_reduction_precisions) {
 }
 END_TEST
 
+START_TEST(every_algorithm_is_an_entry_of_every_format) {
+  struct _tsr_comm three = {.size = 3, .index = 0};
+  const char *names[] = {"f32", "bf16", "fp16"}, *algos[] = {"ring", "rd", "tree", "hier"};
+  for (int i = 0; i < 3; i++)
+    for (int a = 0; a < 4; a++) {
+      const struct _tsr_collective_ops *o[4];
+      ck_assert_int_eq(_tsr_collective_usable(names[i], algos[a], &three, "nccl", o, 4), 1);
+      ck_assert_str_eq(o[0]->impl, algos[a]);
+      ck_assert_str_eq(o[0]->name, names[i]);
+      ck_assert_ptr_nonnull(o[0]->cost); /* all of them take part in "auto" */
+      ck_assert(_tsr_collective_algo_known(algos[a]));
+    }
+  const struct _tsr_collective_ops *o[8];
+  ck_assert_int_eq(_tsr_collective_usable("f32", NULL, &three, "nccl", o, 8), 4);
+  ck_assert_str_eq(o[0]->impl, "ring"); /* the default stays first */
+  ck_assert(_tsr_collective_algo_known("auto") && !_tsr_collective_algo_known("ring2"));
+  char buf[128];
+  ck_assert_ptr_nonnull(strstr(_tsr_collective_algos(buf, sizeof buf), "ring, rd, tree, hier, "));
+  ck_assert_ptr_nonnull(strstr(buf, ", or auto"));
+}
+END_TEST
+
+/* alpha 10 us, 1 GB/s (beta 1 ns per byte), 1 MB */
+START_TEST(the_cost_formulas_follow_the_alpha_beta_model) {
+  struct _tsr_link l = {1e-5, 1e-9};
+  ck_assert_double_eq_tol(_tsr_cost_ring(4, 1e6, l), 6 * (1e-5 + 2.5e5 * 1e-9), 1e-12);
+  ck_assert_double_eq_tol(_tsr_cost_rd(4, 1e6, l), 2 * (1e-5 + 1e-3), 1e-12);
+  ck_assert_double_eq_tol(_tsr_cost_rd(3, 1e6, l), 3 * (1e-5 + 1e-3), 1e-12); /* 1 round + hand-over and back */
+  ck_assert_double_eq_tol(_tsr_cost_tree(3, 1e6, l), 4 * (1e-5 + 1e-3), 1e-12);
+  ck_assert(_tsr_cost_ring(1, 1e6, l) == 0);
+  /* small groups: recursive doubling's log2 p messages win; large ones: the ring's 2 (p-1)/p bytes */
+  for (int p = 4; p <= 64; p *= 2) {
+    ck_assert(_tsr_cost_rd(p, 1e3, l) < _tsr_cost_ring(p, 1e3, l));
+    ck_assert(_tsr_cost_ring(p, 1e8, l) < _tsr_cost_rd(p, 1e8, l));
+  }
+}
+END_TEST
+
+START_TEST(a_binomial_tree_sends_each_member_s_values_twice_but_the_root_s) {
+  for (int p = 1; p <= 17; p++) {
+    int total = 0;
+    for (int me = 0; me < p; me++) total += _tsr_tree_messages(me, p);
+    ck_assert_int_eq(total, 2 * (p - 1)); /* one message up and one down per edge */
+    ck_assert_int_eq(_tsr_tree_messages(0, p), _tsr_tree_depth(p));
+  }
+}
+END_TEST
+
+START_TEST(the_link_text_gives_latency_and_bandwidth) {
+  struct _tsr_link r, l;
+  ck_assert_int_eq(_tsr_net_parse_link("50,1", &r, &l), TSR_OK);
+  ck_assert_double_eq_tol(r.alpha, 50e-6, 1e-15);
+  ck_assert_double_eq_tol(r.beta, 8e-9, 1e-20);
+  ck_assert(l.alpha == r.alpha && l.beta == r.beta);
+  ck_assert_int_eq(_tsr_net_parse_link("50,10,2,100", &r, &l), TSR_OK);
+  ck_assert_double_eq_tol(l.alpha, 2e-6, 1e-15);
+  ck_assert_double_eq_tol(l.beta, 8e-11, 1e-20);
+  const char *bad[] = {"50", "50,", "50,0", "a,b", "1,2,3", "1,2,3,4,5", "-1,2"};
+  for (int i = 0; i < 7; i++) {
+    ck_assert_int_eq(_tsr_net_parse_link(bad[i], &r, &l), TSR_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(tsr_last_error(), bad[i]));
+  }
+}
+END_TEST
+
 static Suite *make_comm_suite(void) {
   Suite *s = suite_create("comm");
   TCase *t = tcase_create("comm");
@@ -126,6 +194,10 @@ static Suite *make_comm_suite(void) {
   tcase_add_test(t, spatial_blocks_cover_the_tensor_and_add_halos_inside_only);
   tcase_add_test(t, bad_spatial_splits_are_refused_by_name);
   tcase_add_test(t, the_registry_names_the_reduction_precisions);
+  tcase_add_test(t, every_algorithm_is_an_entry_of_every_format);
+  tcase_add_test(t, the_cost_formulas_follow_the_alpha_beta_model);
+  tcase_add_test(t, a_binomial_tree_sends_each_member_s_values_twice_but_the_root_s);
+  tcase_add_test(t, the_link_text_gives_latency_and_bandwidth);
   suite_add_tcase(s, t);
   return s;
 }

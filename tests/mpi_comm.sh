@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sub-communicators on 1 rank and under mpirun (4 and 3 ranks, oversubscribed): splits by colour and key give the
-# members MPI_Comm_split would, and the float32, bf16 and fp16 rings on them, all running at once
-# for the same step, sum each communicator's buffer over its own members only (tests/mpi_comm.c).
+# members MPI_Comm_split would, and every collective (ring, recursive doubling, tree, hierarchical,
+# auto) in float32, bf16 and fp16 on them, all running at once for the same step, sums each
+# communicator's buffer over its own members only and sends the bytes its formula says
+# (tests/mpi_comm.c).
 set -u
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_comm
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
@@ -24,9 +26,9 @@ fi
 for n in 4 3; do
   if timeout 300 mpirun --allow-run-as-root --oversubscribe -np $n -x STARPU_HOME -x STARPU_SILENT "$bin" >"$tmp/np$n.log" 2>&1 &&
     [ "$(grep -c 'every check held' "$tmp/np$n.log")" = $n ]; then
-    echo "PASS: $n ranks: sub-communicators split as MPI_Comm_split does and their rings sum over their members only"
+    echo "PASS: $n ranks: sub-communicators split as MPI_Comm_split does and their collectives sum over their members only"
   else
-    echo "FAIL: $n ranks: sub-communicators and their rings"
+    echo "FAIL: $n ranks: sub-communicators and their collectives"
     cat "$tmp/np$n.log"
     fail=1
   fi

@@ -3,11 +3,13 @@
  * then writes its parameters and losses, so the script can compare ranks with each other, with a
  * 1-rank run of the N-times batch, and repeated runs with each other.
  *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
- *             [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S] [--loss-scale-init S] [--mark-training]
+ *             [--grad-reduce f32|bf16|fp16] [--collective A] [--loss-scale dynamic|S] [--loss-scale-init S]
+ *             [--mark-training]
  *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance)
- * PREFIX.rankR.stats gets the bytes this rank sent for reductions, whether the control word summed
- * exactly at every step, and the loss scaler's state. --mark-training creates PREFIX.rankR.training
- * once this rank has completed 3 steps (the script's cue to stop or kill a rank in training). */
+ * PREFIX.rankR.stats gets the bytes this rank sent for reductions, the algorithm of each gradient
+ * group, whether the control word summed exactly at every step, and the loss scaler's state.
+ * --mark-training creates PREFIX.rankR.training once this rank has completed 3 steps (the script's
+ * cue to stop or kill a rank in training). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +81,7 @@ int main(int argc, char **argv) {
   long long group_bytes = 512; /* several groups */
   int grad_reduce = TSR_REDUCE_F32;
   double loss_scale = 0, loss_scale_init = 0;
-  const char *out = NULL;
+  const char *out = NULL, *collective = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
@@ -90,14 +92,15 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--grad-reduce") && i + 1 < argc) {
       if (tsr_reduce_precision_parse(argv[++i], &grad_reduce)) die("--grad-reduce");
-    } else if (!strcmp(argv[i], "--loss-scale") && i + 1 < argc) {
+    } else if (!strcmp(argv[i], "--collective") && i + 1 < argc) collective = argv[++i];
+    else if (!strcmp(argv[i], "--loss-scale") && i + 1 < argc) {
       i++;
       loss_scale = !strcmp(argv[i], "dynamic") ? TSR_LOSS_SCALE_DYNAMIC : atof(argv[i]);
     } else if (!strcmp(argv[i], "--loss-scale-init") && i + 1 < argc) loss_scale_init = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
-                      "         [--group-bytes N] [--grad-reduce f32|bf16|fp16] [--loss-scale dynamic|S]\n"
-                      "         [--loss-scale-init S] [--mark-training]\n"
+                      "         [--group-bytes N] [--grad-reduce f32|bf16|fp16] [--collective A]\n"
+                      "         [--loss-scale dynamic|S] [--loss-scale-init S] [--mark-training]\n"
                       "       mpi_train --compare A B RTOL ATOL\n");
       return 2;
     }
@@ -115,6 +118,7 @@ int main(int argc, char **argv) {
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
   to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes, to.grad_reduce = grad_reduce;
+  to.collective = collective;
   to.loss_scale = loss_scale, to.loss_scale_init = loss_scale_init, to.loss_scale_interval = 1000;
   tsr_trainer *t;
   if (tsr_trainer_create(&t, ctx, m, &adam, &to)) {
@@ -159,7 +163,9 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s.rank%d.stats", out ? out : "mpi_train", d.rank);
   f = fopen(path, "w");
   if (!f) die(path);
-  fprintf(f, "reduce_bytes %lld\n", (long long)tsr_trainer_reduce_bytes(t));
+  fprintf(f, "reduce_bytes %lld\ncollectives", (long long)tsr_trainer_reduce_bytes(t));
+  for (int g = 0; g < tsr_trainer_num_groups(t); g++) fprintf(f, " %s", tsr_trainer_group_collective(t, g));
+  fprintf(f, "\n");
   int exact = 1;
   for (int i = 0; i < steps; i++) {
     double sum;

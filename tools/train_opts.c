@@ -32,6 +32,10 @@ static void usage(void) {
          "                          GPUs only (cuDNN; refused without a CUDA worker)\n"
          "      --grad-reduce P     f32 (default), bf16 or fp16: gradients cross ranks in that format (half\n"
          "                          the bytes), summed in float32\n"
+         "      --collective A      how gradients are summed across ranks: ring, rd (recursive doubling),\n"
+         "                          tree, hier (inside nodes, then a ring across them), nccl, or auto (per\n"
+         "                          group, the fastest on links measured at start-up); default: NCCL with\n"
+         "                          CUDA workers, else ring (TESSERA_COLLECTIVE)\n"
          "      --loss-scale S      off, dynamic (halve and skip the step on overflow, double after 2000\n"
          "                          good steps; default with fp16) or a fixed scale\n"
          "      --workers N         CPU workers (default: StarPU's choice)\n"
@@ -82,6 +86,7 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
   enum { O_CKPT_DIR = 1024, O_CKPT_EVERY, O_KEEP, O_RESUME, O_ON_NAN, O_STEP_LOG };
   enum { O_LRSCALE = 768, O_WARMUP };
   enum { O_GRADRED = 1792, O_LOSS_SCALE };
+  enum { O_COLLECTIVE = 2048 };
   static const struct option longopts[] = {
       {"model", required_argument, NULL, 'm'},     {"data", required_argument, NULL, 'd'},
       {"val", required_argument, NULL, O_VAL},     {"val-fraction", required_argument, NULL, O_VALF},
@@ -93,6 +98,7 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
       {"trace", required_argument, NULL, O_TRACE}, {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
       {"precision", required_argument, NULL, O_PREC},
       {"grad-reduce", required_argument, NULL, O_GRADRED}, {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
+      {"collective", required_argument, NULL, O_COLLECTIVE},
       {"input-dataset", required_argument, NULL, O_INDS}, {"target-dataset", required_argument, NULL, O_TGDS},
       {"no-standardize", no_argument, NULL, O_NOSTD}, {"predict-png", required_argument, NULL, O_PNG},
       {"predict-count", required_argument, NULL, O_PNGN},
@@ -128,6 +134,7 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
     case O_GRADRED:
       if (tsr_reduce_precision_parse(optarg, &o->grad_reduce)) cli_usage_error("--grad-reduce: %s", tsr_last_error());
       break;
+    case O_COLLECTIVE: o->collective = optarg; break; /* checked by tsr_trainer_create */
     case O_LOSS_SCALE:
       o->loss_scale = !strcmp(optarg, "off") ? 0
                       : !strcmp(optarg, "dynamic") ? TSR_LOSS_SCALE_DYNAMIC

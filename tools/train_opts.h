@@ -16,6 +16,7 @@ struct train_opts {
   int epochs, batch, slices, workers, deterministic, quiet;
   int precision;       /* tsr_precision */
   int grad_reduce;     /* tsr_reduce_precision of the gradient reductions across ranks */
+  const char *collective; /* --collective: the reductions' algorithm (NULL: the library's default) */
   double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */
   float lr;            /* < 0: the model file's */
   int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */

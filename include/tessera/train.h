@@ -76,6 +76,11 @@ typedef struct tsr_trainer_opts {
                           -1 = reduce */
   int nccl;            /* with CUDA workers, reduce over NCCL instead of the StarPU-MPI ring:
                           0 = yes unless TESSERA_NO_NCCL is set; 1 = yes; -1 = never */
+  const char *collective; /* the reductions' algorithm: "ring", "rd" (recursive doubling), "tree"
+                          (binomial tree), "hier" (inside nodes, then a ring across them), "nccl",
+                          or "auto" (per group, the least time by the alpha-beta model of links
+                          measured at start-up); NULL = TESSERA_COLLECTIVE, else NCCL where it
+                          runs, else the ring */
 } tsr_trainer_opts;
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);
@@ -151,6 +156,8 @@ int tsr_trainer_tensor_find(const tsr_trainer *t, const char *name);
  * tensor count and size in bytes (group 0's includes the 64-byte control word). Tensors are in backward order (the output layer's first). */
 int tsr_trainer_num_groups(const tsr_trainer *t);
 tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first_tensor, int *count, size_t *bytes);
+/* The algorithm reducing group g ("ring", "rd", ...; "none" on one rank or for a bad g). */
+const char *tsr_trainer_group_collective(const tsr_trainer *t, int g);
 
 /* Optimizer state tensor `moment` of trainable tensor `index` (same shape as the tensor): SGD keeps
  * one (0: its momentum buffer), Adam and AdamW two (0 and 1: the first and second moments).
@@ -163,7 +170,7 @@ tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const f
 void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates);
 tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates);
 
-/* Bytes this rank has sent for gradient reductions so far: the StarPU-MPI ring's sends, or, with
+/* Bytes this rank has sent for gradient reductions so far: the StarPU-MPI collectives' sends, or, with
  * NCCL, 2 (N - 1) / N of each collective's payload (what NCCL's ring algorithm sends); 0 on one
  * rank. Counted at submission. */
 int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t);

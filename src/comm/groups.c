@@ -3,6 +3,7 @@
  * communication follows from the graph and needs no coordinator. Each group's reduction starts
  * when its last gradient is final and the group's updates wait only for it. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/collective.h"
 #include "comm/groups.h"
@@ -74,15 +75,60 @@ static void log_layout(const struct _tsr_groups *gs, const struct _tsr_grad_view
   }
 }
 
+/* The entry each group uses (with "auto": the candidates, chosen among in _tsr_groups_start). No
+ * messages: the ranks have not agreed on their layout yet. */
 static tsr_status choose(struct _tsr_groups *gs, const char *skip_impl) {
   if (gs->comm->size < 2) return TSR_OK;
-  gs->ops = _tsr_collective_select(gs->name, gs->comm, skip_impl);
-  if (!gs->ops) {
+  int automatic = gs->algo && strcmp(gs->algo, "auto") == 0, max = (int)(sizeof gs->cand / sizeof gs->cand[0]);
+  const struct _tsr_collective_ops *c[8];
+  int n = _tsr_collective_usable(gs->name, automatic ? NULL : gs->algo, gs->comm, skip_impl, c, max);
+  if (n == 0) {
     char names[256];
-    return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' (%s) cannot run here", gs->name,
-                      _tsr_collective_names(names, sizeof names));
+    if (!gs->algo) return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' (%s) cannot run here", gs->name,
+                                     _tsr_collective_names(names, sizeof names));
+    return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' by collective '%s' (%s) cannot run here", gs->name,
+                      gs->algo, _tsr_collective_algos(names, sizeof names));
   }
+  gs->ncand = 0;
+  for (int i = 0; automatic && c[0]->cost && i < n && i < max; i++) { /* NCCL, where it runs, stays first */
+    gs->ops = c[i];
+    if (c[i]->cost && (!c[i]->check || c[i]->check(gs) == TSR_OK)) gs->cand[gs->ncand++] = c[i];
+  }
+  gs->ops = c[0];
+  for (int g = 0; g < gs->n; g++) gs->g[g].ops = c[0];
+  if (gs->ncand) return TSR_OK;
   return gs->ops->check ? gs->ops->check(gs) : TSR_OK;
+}
+
+/* "auto": the candidate of least cost for each group (the first on a tie), the same on every rank
+ * since the links' values come from one rank. */
+static tsr_status choose_auto(struct _tsr_groups *gs) {
+  TSR_TRY(_tsr_net_measure(&gs->net, gs->comm));
+  for (int g = 0; g < gs->n; g++) {
+    double best = 0;
+    for (int i = 0; i < gs->ncand; i++) {
+      gs->ops = gs->cand[i];
+      double t = gs->ops->cost(gs, g);
+      if (i == 0 || t < best) best = t, gs->g[g].ops = gs->ops;
+    }
+    if (gs->comm->index == 0)
+      _tsr_log(1, "  group %d: %s (%.1f us by the link model)", g, gs->g[g].ops->impl, 1e6 * best);
+  }
+  return TSR_OK;
+}
+
+/* Calls setup (or teardown) of every entry the groups use, once each, in order of first use. */
+static tsr_status each_entry(struct _tsr_groups *gs, int setup) {
+  for (int g = 0; g < gs->n; g++) {
+    const struct _tsr_collective_ops *o = gs->g[g].ops;
+    int first = 1;
+    for (int h = 0; h < g; h++) first &= gs->g[h].ops != o;
+    if (!first || !o) continue;
+    gs->ops = o;
+    if (setup && o->setup) TSR_TRY(o->setup(gs));
+    if (!setup && o->teardown) o->teardown(gs);
+  }
+  return TSR_OK;
 }
 
 tsr_status _tsr_groups_build(struct _tsr_groups *gs, const struct _tsr_grad_view *v, const struct _tsr_comm *comm,
@@ -117,13 +163,16 @@ tsr_status _tsr_groups_build(struct _tsr_groups *gs, const struct _tsr_grad_view
 }
 
 tsr_status _tsr_groups_start(struct _tsr_groups *gs) {
-  return gs->ops && gs->ops->setup ? gs->ops->setup(gs) : TSR_OK;
+  if (!gs->ops) return TSR_OK;
+  if (gs->ncand) TSR_TRY(choose_auto(gs));
+  return each_entry(gs, 1);
 }
 
 void _tsr_groups_destroy(struct _tsr_groups *gs) {
   for (int g = 0; gs->g && g < gs->n; g++)
     if (gs->g[g].h) starpu_data_unpartition_submit(gs->g[g].h, gs->g[g].nchild, gs->g[g].tensors, STARPU_MAIN_RAM);
-  if (gs->ops && gs->ops->teardown) gs->ops->teardown(gs); /* its partitions go while none is active */
+  if (gs->ops) each_entry(gs, 0); /* their partitions go while none is active */
+  _tsr_net_free(&gs->net);
   for (int g = 0; gs->g && g < gs->n; g++) {
     struct _tsr_group *gr = &gs->g[g];
     if (gr->h) {
@@ -139,6 +188,7 @@ void _tsr_groups_destroy(struct _tsr_groups *gs) {
 
 int _tsr_group_allreduce(struct _tsr_groups *gs, int g, int64_t step) {
   if (!gs->ops) return 0;
+  gs->ops = gs->g[g].ops;
   gs->bytes += gs->ops->wire_bytes(gs, g);
   return gs->ops->submit(gs, g, step);
 }

@@ -10,6 +10,8 @@
 #include <starpu.h>
 #include <tessera/status.h>
 
+#include "comm/net.h"
+
 struct _tsr_comm;
 struct _tsr_collective_ops;
 
@@ -39,6 +41,7 @@ struct _tsr_group {
   starpu_data_handle_t *tensors;/* its partition: the kept word (group 0), then one child per tensor */
   int nchild;
   uint32_t *tensor_len;
+  const struct _tsr_collective_ops *ops; /* its collective (NULL on one rank) */
   void *priv;                   /* the collective's state for this group */
 };
 
@@ -50,7 +53,14 @@ struct _tsr_groups {
   starpu_data_handle_t head;    /* the kept word: a child of group 0, or registered alone without groups */
   int head_own;
   const char *name;             /* the reduction's name ("f32", "bf16", ...) */
-  const struct _tsr_collective_ops *ops; /* NULL on one rank: nothing to reduce */
+  const char *algo;             /* set before _tsr_groups_build: the implementation to use ("ring",
+                                   "rd", "tree", "hier"), "auto" (per group, least cost on the
+                                   measured links) or NULL (the first entry of the name that can run) */
+  const struct _tsr_collective_ops *ops; /* NULL on one rank: nothing to reduce; else the groups'
+                                   collective, or the one whose function runs */
+  const struct _tsr_collective_ops *cand[8]; /* "auto": the entries it chooses among */
+  int ncand;
+  struct _tsr_net net;          /* nodes and links, when an entry or "auto" needed them */
   void *state;                  /* the collective's state for all groups */
   int64_t bytes;                /* bytes this rank has posted on the wire (tsr_trainer_reduce_bytes) */
 };
@@ -64,7 +74,8 @@ struct _tsr_groups {
  * layout once (comm index 0). */
 tsr_status _tsr_groups_build(struct _tsr_groups *gs, const struct _tsr_grad_view *v, const struct _tsr_comm *comm,
                              long long bytes, const char *name, const char *skip_impl);
-/* Sets the collective up (its buffers, its own exchanges between ranks). */
+/* Chooses each group's collective with "auto" (measuring the links: collective over the
+ * communicator) and sets the collectives up (their buffers, their own exchanges between ranks). */
 tsr_status _tsr_groups_start(struct _tsr_groups *gs);
 void _tsr_groups_destroy(struct _tsr_groups *gs);
 /* Submits the sum of group g over the communicator for step `step`; the tensors' gradients are

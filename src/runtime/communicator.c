@@ -3,9 +3,11 @@
  * back, through StarPU-MPI point-to-point messages (no raw MPI call beside its progress thread). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <starpu_mpi.h>
 
 #include "runtime/communicator.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 /* The highest communicator id this process has taken part in. A new communicator takes one more
@@ -107,5 +109,25 @@ tsr_status _tsr_comm_split(const struct _tsr_comm *parent, int colour, int key, 
   }
   free(table), free(colours), free(keys), free(order);
   if (st != TSR_OK) _tsr_comm_free(out), out->index = -1;
+  return st;
+}
+
+/* FNV-1a of the host name from `seed`, as a non-negative colour. */
+static int host_colour(const char *host, uint32_t seed) {
+  uint32_t h = seed;
+  for (const char *c = host; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+  return (int)(h & 0x7FFFFFFF);
+}
+
+tsr_status _tsr_comm_split_node(const struct _tsr_comm *parent, struct _tsr_comm *out) {
+  int k = _tsr_env_node_size();
+  if (k > 0) return _tsr_comm_split(parent, parent->ranks[parent->index] / k, 0, out);
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return _tsr_error(TSR_ERR_RUNTIME, "node split: no host name");
+  /* two splits by independent hashes: hosts merge only if both 31-bit hashes collide */
+  struct _tsr_comm first;
+  TSR_TRY(_tsr_comm_split(parent, host_colour(host, 2166136261u), 0, &first));
+  tsr_status st = _tsr_comm_split(&first, host_colour(host, 0x9E3779B9u), 0, out);
+  _tsr_comm_free(&first);
   return st;
 }

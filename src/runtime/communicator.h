@@ -28,6 +28,10 @@ tsr_status _tsr_comm_world(struct _tsr_comm *c, int rank, int size);
  * none (out->size is then 0 and out->index -1). */
 tsr_status _tsr_comm_split(const struct _tsr_comm *parent, int colour, int key, struct _tsr_comm *out);
 void _tsr_comm_free(struct _tsr_comm *c);
+/* The parent's members that share this process's node (memory), ordered by parent index: those
+ * with the same host name, or, when TESSERA_NODE_SIZE is k > 0, world ranks [k i, k i + k) (nodes
+ * emulated on one machine, for tests). Collective over the parent. */
+tsr_status _tsr_comm_split_node(const struct _tsr_comm *parent, struct _tsr_comm *out);
 
 /* The members of colour colour[me] among n parent members, in split order, into out (parent
  * indices); returns their count. The arithmetic of _tsr_comm_split, without the messages. */

@@ -54,3 +54,13 @@ const char *_tsr_env_memory_limit(void) {
   const char *v = getenv("TESSERA_MEMORY_LIMIT");
   return v && *v ? v : NULL;
 }
+
+const char *_tsr_env_collective(void) { return nonempty("TESSERA_COLLECTIVE"); }
+
+int _tsr_env_node_size(void) {
+  const char *v = nonempty("TESSERA_NODE_SIZE");
+  int k = v ? atoi(v) : 0;
+  return k > 0 ? k : 0;
+}
+
+const char *_tsr_env_link(void) { return nonempty("TESSERA_LINK"); }

@@ -13,6 +13,13 @@ int _tsr_env_no_nccl(void);
 /* TESSERA_STEP_TIMEOUT: 1 and its value in seconds (<= 0: wait forever) when set and not empty. */
 int _tsr_env_step_timeout(double *seconds);
 
+/* TESSERA_COLLECTIVE: the gradient reduction algorithm's name when set and not empty, else NULL. */
+const char *_tsr_env_collective(void);
+/* TESSERA_NODE_SIZE: ranks per emulated node (> 0) when set, else 0 (nodes by host name). */
+int _tsr_env_node_size(void);
+/* TESSERA_LINK: the link parameters' text (comm/net.h) when set and not empty, else NULL. */
+const char *_tsr_env_link(void);
+
 /* TESSERA_MEMORY_LIMIT: its text when set and not empty (parsed by memory.c), else NULL. */
 const char *_tsr_env_memory_limit(void);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <starpu_mpi.h>
 
+#include "comm/collective.h"
 #include "train/fingerprint.h"
 #include "train/trainer.h"
 #include "runtime/communicator.h"
@@ -92,7 +93,10 @@ static const char *trainer_label(void *user, int i, char *buf, size_t len) {
     snprintf(buf, len, "%s (%s, lr %g)", extra[EXTRA_OPT], tsr_optim_kind_name(t->opt.kind), t->opt.lr);
     break;
   case EXTRA_BATCH: snprintf(buf, len, "%s (%d)", extra[EXTRA_BATCH], t->batch); break;
-  case EXTRA_GROUPS: snprintf(buf, len, "%s (%d groups)", extra[EXTRA_GROUPS], t->groups.n); break;
+  case EXTRA_GROUPS:
+    snprintf(buf, len, "%s (%d groups, reduced in %s by %s)", extra[EXTRA_GROUPS], t->groups.n, t->groups.name,
+             t->groups.ncand ? "auto" : t->groups.ops ? t->groups.ops->impl : "none");
+    break;
   default: snprintf(buf, len, "%s", extra[i - m->n]);
   }
   return buf;
@@ -117,6 +121,8 @@ tsr_status _tsr_fingerprint_check(tsr_trainer *t) {
   h[m->n + EXTRA_BATCH] = _tsr_hash(TSR_HASH_INIT, &t->batch, sizeof t->batch);
   uint64_t g = TSR_HASH_INIT;
   for (int i = 0; i < t->groups.n; i++) g = _tsr_hash(g, &t->groups.g[i].n, sizeof t->groups.g[i].n);
+  const char *algo = t->groups.ncand ? "auto" : t->groups.ops ? t->groups.ops->impl : "";
+  g = _tsr_hash(_tsr_hash(g, algo, strlen(algo) + 1), t->groups.name, strlen(t->groups.name) + 1);
   h[m->n + EXTRA_GROUPS] = g;
   h[m->n + EXTRA_PARAMS] = _tsr_hash(_tsr_hash(TSR_HASH_INIT, t->params, t->nparams * sizeof(float)), t->state,
                                      t->nstate * sizeof(float));

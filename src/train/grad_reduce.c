@@ -20,7 +20,18 @@ static long long group_bytes(const tsr_trainer_opts *o, const tsr_model *m) {
   return TSR_DEFAULT_GROUP_BYTES;
 }
 
+/* The algorithm: the API's, else TESSERA_COLLECTIVE, else NULL (the registry's first that runs). */
+static tsr_status collective(const tsr_trainer_opts *o, const char **algo) {
+  *algo = o->collective ? o->collective : _tsr_env_collective();
+  char names[128];
+  if (*algo && !_tsr_collective_algo_known(*algo))
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: collective '%s'%s (%s)", *algo,
+                      o->collective ? "" : " from TESSERA_COLLECTIVE", _tsr_collective_algos(names, sizeof names));
+  return TSR_OK;
+}
+
 static tsr_status build_groups(tsr_trainer *t, const tsr_trainer_opts *o) {
+  TSR_TRY(collective(o, &t->groups.algo));
   struct _tsr_grad_tensor *gt = calloc(t->ntensors ? t->ntensors : 1, sizeof *gt);
   if (!gt) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int i = 0; i < t->ntensors; i++) {
@@ -39,6 +50,7 @@ tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_world(&t->world, t->rank, t->size));
   TSR_TRY(_tsr_dist_batch(&t->batch_dist, &t->world, 0, 0)); /* data parallelism over every rank */
   TSR_TRY(build_groups(t, o));
+  t->groups.algo = NULL; /* the caller's string: read by the choice only */
   for (int i = 0; i < t->ntensors; i++) t->tensors[i].hg = t->groups.grad[i];
   t->ctl = t->groups.head;
   if (t->size > 1) TSR_TRY(_tsr_fingerprint_check(t));
@@ -75,4 +87,9 @@ tsr_status tsr_reduce_precision_parse(const char *name, int *p) {
   char names[256];
   return _tsr_error(TSR_ERR_ARG, "gradient reduction precision '%s' (%s)", name ? name : "(null)",
                     _tsr_collective_names(names, sizeof names));
+}
+
+const char *tsr_trainer_group_collective(const tsr_trainer *t, int g) {
+  if (!t || g < 0 || g >= t->groups.n || !t->groups.g[g].ops) return "none";
+  return t->groups.g[g].ops->impl;
 }
