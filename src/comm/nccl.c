@@ -100,8 +100,9 @@ static tsr_status setup(struct _tsr_groups *gs) {
   }
   starpu_variable_data_register(&s->token_h, STARPU_MAIN_RAM, (uintptr_t)&s->token, sizeof s->token);
   gs->state = s;
-  _tsr_log(gs->comm->index == 0, "gradient reductions: NCCL (%s) on CUDA worker %d of each rank",
-           s->fmt == 0 ? "float32" : s->fmt == TSR_WIRE_BF16 ? "bf16" : "fp16", s->worker);
+  if (gs->comm->index == 0) /* once, from the first rank: the level is 2 (verbose), as the ring's */
+    _tsr_log(2, "gradient reductions: NCCL (%s) on CUDA worker %d of each rank",
+             s->fmt == 0 ? "float32" : s->fmt == TSR_WIRE_BF16 ? "bf16" : "fp16", s->worker);
   return TSR_OK;
 }
 
