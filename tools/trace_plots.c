@@ -87,9 +87,15 @@ int plot_timeline(const char *dir, const char *out_dir, int64_t first, int64_t l
     first = d->step_id[d->nsteps / 2 - 1], last = d->step_id[d->nsteps / 2 + 1];
     rc = write_tl_data(dir, dat, first, last, err, cap) || read_tl(dat, d, err, cap) ? -1 : 0;
   }
-  if (!rc && last < 0) last = d->step_id[d->nsteps ? d->nsteps - 1 : 0];
+  if (!rc && d->nsteps) { /* the title names the steps drawn */
+    first = first > d->step_id[0] ? first : d->step_id[0];
+    last = last >= 0 && last < d->step_id[d->nsteps - 1] ? last : d->step_id[d->nsteps - 1];
+  }
   struct gp g;
-  if (!rc && gp_open(&g, 1600, d->rows > 8 ? 150 + 28 * (d->rows + 2) : 480)) rc = snprintf(err, cap, "out of memory"), -1;
+  if (!rc && gp_open(&g, 1600, d->rows > 8 ? 150 + 28 * (d->rows + 2) : 480)) {
+    snprintf(err, cap, "out of memory");
+    rc = -1;
+  }
   if (rc) return free(d), rc;
   FILE *s = g.f;
   fprintf(s, "set output %s\n", gp_quote(png, q, sizeof q));
