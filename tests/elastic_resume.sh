@@ -40,6 +40,8 @@ val_losses() { awk -F, 'NR > 1 && $1 >= 2 { print $4 }' "$1"; }
 close() { paste -d' ' <(val_losses "$1") <(val_losses "$2") |
   awk 'NF != 2 { exit 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($2 < 0 ? -$2 : $2)) exit 1; n++ } END { exit n != 2 }'; }
 
+# maxdiff A B: the largest difference between the parameters of runs A and B
+maxdiff() { h5diff -d 0 "$1/params.h5" "$2/params.h5" | awk '$1 == "[" { d = $NF < 0 ? -$NF : $NF; if (d > m) m = d } END { print m + 0 }'; }
 # elastic NAME FROM_RANKS FROM_BATCH TO_RANKS TO_BATCH: epoch 1 on one layout, epochs 2-3 on the other
 elastic() {
   local d=$tmp/$1
@@ -76,7 +78,7 @@ for c in e21:ref2 e13:ref1; do
     paste -d' ' <(val_losses "$tmp/$e/log.csv") <(val_losses "$tmp/$r/log.csv")
   fi
   if h5diff -d $ptol "$tmp/$e/params.h5" "$tmp/$r/params.h5" >/dev/null 2>&1; then
-    ok "$e: parameters equal the uninterrupted run's (absolute $ptol)"
+    ok "$e: parameters equal the uninterrupted run's (absolute $ptol; largest difference $(maxdiff "$tmp/$e" "$tmp/$r"))"
   else
     ko "$e: parameters equal the uninterrupted run's (absolute $ptol)"
     h5diff -d $ptol "$tmp/$e/params.h5" "$tmp/$r/params.h5" | head -5
@@ -93,7 +95,7 @@ else
   ls "$tmp/half/ck"
 fi
 if ! close "$tmp/half/log.csv" "$tmp/ref2/log.csv" && ! h5diff -d $ptol "$tmp/half/params.h5" "$tmp/ref2/params.h5" >/dev/null 2>&1; then
-  ok "with another global batch the run lands elsewhere (the comparisons above can fail)"
+  ok "with another global batch the run lands elsewhere (the comparisons above can fail; parameters $(maxdiff "$tmp/half" "$tmp/ref2") apart)"
 else ko "with another global batch the run lands elsewhere (the comparisons above can fail)"; fi
 
 # Inside an epoch: the newest checkpoint after step 5 of 12 (the epoch-end ones removed).

@@ -81,8 +81,8 @@ PY
 if $py "$tmp/run_recipe.py" "$recipe" >"$tmp/recipe.out" 2>"$tmp/recipe.err"; then ok "the recipe runs against a stub of Spack's package API"
 else ko "the recipe runs against a stub of Spack's package API"; cat "$tmp/recipe.err"; fi
 
-# Options configure.ac (and its m4 macros) define, as --with-X/--without-X and --enable-X/--disable-X.
-defined=$(cat "$top/configure.ac" "$top"/m4/*.m4 | grep -o 'AC_ARG_\(WITH\|ENABLE\)(\[[a-z0-9-]*' |
+# Options configure.ac (and its own m4 macros, not libtool's) define, as --with-X/--without-X and --enable-X/--disable-X.
+defined=$(cat "$top/configure.ac" "$top"/m4/tsr_*.m4 | grep -o 'AC_ARG_\(WITH\|ENABLE\)(\[[a-z0-9-]*' |
   sed 's/AC_ARG_WITH(\[/with /; s/AC_ARG_ENABLE(\[/enable /' | sort -u)
 allowed=$(echo "$defined" | awk '$1 == "with" { print "--with-" $2; print "--without-" $2 }
                                  $1 == "enable" { print "--enable-" $2; print "--disable-" $2 }')

@@ -64,7 +64,7 @@ size=$(png_size "$tmp/trace/loss.png" 2>/dev/null)
 if grep -q "wrote $tmp/trace/loss.png" "$tmp/loss.log" && [ "$size" = 1100x790 ]; then
   ok "loss.png from the epoch and step logs, with a metric panel ($size)"
 else ko "loss.png from the epoch and step logs, with a metric panel (${size:-none})"; cat "$tmp/loss.log"; fi
-"$tracer" "$tmp/trace" --log "$tmp/train.log" -q >"$tmp/bad.log" 2>&1
+"$tracer" "$tmp/trace" --log "$tmp/summary" -q >"$tmp/bad.log" 2>&1
 if [ $? -eq 1 ] && grep -q "not a tessera-train log" "$tmp/bad.log"; then ok "a file that is no log is refused naming it"
 else ko "a file that is no log is refused naming it"; cat "$tmp/bad.log"; fi
 n=0

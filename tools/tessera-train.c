@@ -468,7 +468,7 @@ restart:
            "model's %s loss is %.6g, %.1f%% of it\n",
            base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
   }
-  if (o.export_path) {
+  if (o.export_path && rank == 0) { /* the ranks hold the same parameters: one writer, no race on the file */
     check(tsr_params_export(live.t, o.export_path));
     if (talk) printf("parameters written to %s\n", o.export_path);
   }

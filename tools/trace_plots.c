@@ -92,14 +92,14 @@ int plot_timeline(const char *dir, const char *out_dir, int64_t first, int64_t l
     last = last >= 0 && last < d->step_id[d->nsteps - 1] ? last : d->step_id[d->nsteps - 1];
   }
   struct gp g;
-  if (!rc && gp_open(&g, 1600, d->rows > 8 ? 150 + 28 * (d->rows + 2) : 480)) {
+  if (!rc && gp_open(&g, 1600, d->rows > 7 ? 120 + 45 * (d->rows + 1) : 480)) {
     snprintf(err, cap, "out of memory");
     rc = -1;
   }
   if (rc) return free(d), rc;
   FILE *s = g.f;
   fprintf(s, "set output %s\n", gp_quote(png, q, sizeof q));
-  fprintf(s, "set title 'steps %lld to %lld: tasks on each worker, MPI transfers of each rank; black outline: the "
+  fprintf(s, "set title 'steps %lld to %lld: tasks on each worker, MPI transfers of each rank; black strips: the "
              "critical path of each step; dashed lines: step starts'\n", (long long)first, (long long)last);
   fprintf(s, "set xlabel 'time (ms)'\nset ytics (\"steps\" -1, %s\nset yrange [%g:-1.6]\n", d->ytics, d->rows - 0.4);
   double pad = 0.01 * (d->t_hi - d->t_lo);
@@ -118,16 +118,19 @@ int plot_timeline(const char *dir, const char *out_dir, int64_t first, int64_t l
   fprintf(s, "plot ");
   for (int k = 0; k < d->nfam; k++)
     if (d->fam_used[k])
-      fprintf(s, "%s index 0 using (($4==%d)?($1+$2)/2:1/0):3:(($2-$1)/2):(0.38) with boxxyerror fs solid 1.0 noborder "
+      fprintf(s, "%s index 'tasks:' using (($4==%d)?($1+$2)/2:1/0):3:(($2-$1)/2):(0.38) with boxxyerror fs solid 1.0 noborder "
                  "lc rgb '%s' title '%s', \\\n  ", src, k, family_colour[k % NCOLOURS], d->fam[k]);
-  fprintf(s, "%s index 0 using (($5==1)?($1+$2)/2:1/0):3:(($2-$1)/2):(0.42) with boxxyerror fs empty border lc rgb "
-             "'black' lw 1.5 title 'critical path', \\\n  ", src);
-  if (d->nxfers)
-    fprintf(s, "%s index 1 using (($1+$2)/2):3:(($2-$1)/2):(0.3) with boxxyerror fs transparent solid 0.25 noborder "
-               "lc rgb '#202080' title 'MPI transfer (post to done)', \\\n  ", src);
-  fprintf(s, "%s index 2 using (($1+$2)/2):(int($3)%%2?-0.8:-1.2):(($2-$1)/2):(0.17) with boxxyerror fs solid 0.45 "
-             "noborder lc rgb '#909090' title 'step (first start to last end)', \\\n  ", src);
-  fprintf(s, "%s index 2 using (($1+$2)/2):(int($3)%%2?-0.8:-1.2):(sprintf('step %%d', int($3))) with labels "
+  /* a black strip along the top of each task on a critical path: outlines would hide the colours */
+  fprintf(s, "%s index 'tasks:' using (($5==1)?($1+$2)/2:1/0):($3-0.32):(($2-$1)/2):(0.07) with boxxyerror fs solid 1.0 "
+             "noborder lc rgb 'black' title 'critical path (strip on top)', \\\n  ", src);
+  if (d->nxfers) /* posted receives wait long, so the bars overlap: the ticks show when each completed */
+    fprintf(s, "%s index 'transfers:' using (($1+$2)/2):3:(($2-$1)/2):(0.3) with boxxyerror fs transparent solid 0.15 "
+               "noborder lc rgb '#202080' title 'MPI transfer, post to completion', \\\n  "
+               "%s index 'transfers:' using 2:($3-0.3):(0):(0.6) with vectors nohead lw 1 lc rgb '#000060' "
+               "title 'MPI transfer completed', \\\n  ", src, src);
+  fprintf(s, "%s index 'steps:' using (($1+$2)/2):(int($3)%%2?-0.8:-1.2):(($2-$1)/2):(0.17) with boxxyerror fs solid 0.35 "
+             "border lc rgb '#606060' lc rgb '#b8b8b8' title 'step (first start to last end)', \\\n  ", src);
+  fprintf(s, "%s index 'steps:' using (($1+$2)/2):(int($3)%%2?-0.8:-1.2):(sprintf('step %%d', int($3))) with labels "
              "font ',9' notitle\n", src);
   free(d);
   rc = gp_run(&g, png, err, cap);
@@ -195,9 +198,10 @@ int plot_losses(const char *log, const char *step_log, const char *out_dir, char
   FILE *s = g.f;
   fprintf(s, "set output %s\nset datafile separator ','\nset datafile columnheaders\n", gp_quote(png, q, sizeof q));
   fprintf(s, "set multiplot title 'training run: loss per step and per epoch%s'\n", nm ? ", and metrics per epoch" : "");
-  double top = nm ? 0.62 : 0.95, h = nm ? 0.57 / nm : 0;
-  fprintf(s, "set lmargin 12\nset rmargin 4\nset origin 0,%g\nset size 1,%g\n", 1 - 0.02 - top, top);
-  fprintf(s, "set logscale y\nset ylabel 'loss (log scale)'\nset xlabel 'training step'\nset grid\n"
+  /* the loss panel on top, the metric panels stacked under it, the title above all */
+  double top = nm ? 0.6 : 0.96, h = nm ? (0.96 - top) / nm : 0;
+  fprintf(s, "set lmargin 12\nset rmargin 4\nset origin 0,%g\nset size 1,%g\n", nm * h, top);
+  fprintf(s, "set xrange [0:*]\nset logscale y\nset ylabel 'loss (log scale)'\nset xlabel 'training step'\nset grid\n"
              "set key top right box opaque\n");
   if (log) { /* epoch ends: dotted lines at the step each epoch row was logged at */
     FILE *f = fopen(log, "r");
@@ -211,7 +215,7 @@ int plot_losses(const char *log, const char *step_log, const char *out_dir, char
           if (k == cs) stepv = strtod(t, NULL); else if (k == ce) ep = strtod(t, NULL);
         if (isfinite(stepv))
           fprintf(s, "set arrow from %g, graph 0 to %g, graph 1 nohead dt 3 lc rgb '#a0a0a0' back\n"
-                     "set label 'epoch %g' at %g, graph 0.97 right offset -0.3,0 font ',8' tc rgb '#808080'\n",
+                     "set label 'epoch %g' at %g, graph 0.03 right offset -0.3,0 font ',8' tc rgb '#808080'\n",
                   stepv, stepv, ep, stepv);
       }
     if (f) fclose(f);
@@ -234,7 +238,7 @@ int plot_losses(const char *log, const char *step_log, const char *out_dir, char
   fprintf(s, "unset logscale y\nunset arrow\nunset label\nset key top right\n");
   for (int i = 0; i < nm; i++) {
     const char *name = e.cols[metric[i] - 1];
-    fprintf(s, "set origin 0,%g\nset size 1,%g\nset ylabel %s\n", 1 - 0.02 - top - (i + 1) * h, h,
+    fprintf(s, "set origin 0,%g\nset size 1,%g\nset ylabel %s\n", (nm - 1 - i) * h, h,
             gp_quote(name, q, sizeof q));
     fprintf(s, "plot %s using %d:%d with linespoints pt 7 lw 2 lc rgb '#2ca02c' title '%s, each epoch'\n", q2,
             col(&e, "step"), metric[i], name);

@@ -34,9 +34,9 @@ typedef struct tsr_trace_report_opts {
    * times in ms from the first task's start; header lines "# rows N" (lanes: each rank's workers,
    * then its MPI sends and its MPI receives), "# ytics (\"r0 CPU 0\" 0, ...)" (gnuplot's syntax)
    * and "# families A|B|..." (operation families, numbered from 0); then three blocks separated by
-   * two blank lines: tasks "start end lane family critical step" (critical: 1 on its step's
-   * critical path), MPI transfers "post done lane is_send bytes peer", steps "begin end step" (over
-   * all ranks). */
+   * two blank lines, each opened by a comment naming it (gnuplot: index 'tasks:'): tasks "start end
+   * lane family critical step" (critical: 1 on its step's critical path), MPI transfers "post done
+   * lane is_send bytes peer", steps "begin end step" (over all ranks). */
   const char *timeline_data;
   int detail; /* 0: a one-screen summary of the steps; 1: every step's breakdown (long) */
 } tsr_trace_report_opts;

@@ -1,8 +1,9 @@
 /* The timeline of a window of steps as plain-text data for a plotting program (tessera-trace draws it
  * with gnuplot): one lane per worker of each rank and two per rank for its MPI sends and receives,
  * each task with its operation family and whether it lies on its step's critical path, and each
- * step's span over all ranks (its boundaries). Blocks are separated by two blank lines, so gnuplot
- * addresses them as `index 0` (tasks), `index 1` (transfers) and `index 2` (steps). */
+ * step's span over all ranks (its boundaries). Blocks are separated by two blank lines and opened by
+ * a comment naming them, so gnuplot selects them as index 'tasks:', 'transfers:' and 'steps:' (an
+ * empty block would shift numbered indexes). */
 #include <stdlib.h>
 #include <string.h>
 
