@@ -41,7 +41,7 @@ close() { paste -d' ' <(val_losses "$1") <(val_losses "$2") |
   awk 'NF != 2 { exit 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($2 < 0 ? -$2 : $2)) exit 1; n++ } END { exit n != 2 }'; }
 
 # maxdiff A B: the largest difference between the parameters of runs A and B
-maxdiff() { h5diff -d 0 "$1/params.h5" "$2/params.h5" | awk '$1 == "[" { d = $NF < 0 ? -$NF : $NF; if (d > m) m = d } END { print m + 0 }'; }
+maxdiff() { h5diff -r -d 0 "$1/params.h5" "$2/params.h5" | awk '$1 == "[" { d = $NF < 0 ? -$NF : $NF; if (d > m) m = d } END { print m + 0 }'; }
 # elastic NAME FROM_RANKS FROM_BATCH TO_RANKS TO_BATCH: epoch 1 on one layout, epochs 2-3 on the other
 elastic() {
   local d=$tmp/$1
