@@ -15,7 +15,7 @@ lib=$(ls "$B"/.libs/libtessera.so.0 2>/dev/null) || { echo "FAIL: $B/.libs/libte
 if ldd "$lib" | grep -q libasan; then echo "SKIP: sanitizer build (python3 cannot load libasan late)"; exit 77; fi
 tmp=$(mktemp -d /tmp/tessera-python-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_LIB=$lib PYTHONPATH=$src/python
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_LIB=$lib PYTHONPATH=$src/python PYTHONDONTWRITEBYTECODE=1
 
 cat >"$tmp/model.json" <<'JSON'
 {"name": "blur", "layers": [
