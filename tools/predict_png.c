@@ -74,16 +74,16 @@ static void datablock(FILE *s, const char *name, const float *v, int h, int w) {
 
 /* One gnuplot page: the three panels of one sample, each with its title and colour bar. */
 static void gnuplot_page(FILE *s, const char *path, int64_t index, const float *yt, const float *yp, const float *d,
-                         int th, int tw, double lo, double hi, double dm, double rms) {
+                         int th, int tw, double lo, double hi, double dm, double rms, double target_range) {
   char q[8600];
   datablock(s, "T", yt, th, tw), datablock(s, "P", yp, th, tw), datablock(s, "D", d, th, tw);
   fprintf(s, "set output %s\n", gp_quote(path, q, sizeof q));
   fprintf(s, "set multiplot layout 1,3 title 'sample %lld: target channel 0, %d x %d pixels; RMS error %.4g, "
-             "%.1f%% of the target range'\n", (long long)index, th, tw, rms, 100 * rms / (hi - lo));
+             "%.1f%% of the target range'\n", (long long)index, th, tw, rms, 100 * rms / target_range);
   fprintf(s, "set size ratio -1\nset xrange [-0.5:%g]\nset yrange [%g:-0.5]\nset xlabel 'x (pixels)'\n"
              "set ylabel 'y (pixels)'\nset tics out nomirror\n", tw - 0.5, th - 0.5);
   fprintf(s, "set palette defined (0 '#440154', 0.25 '#3b528b', 0.5 '#21918c', 0.75 '#5ec962', 1 '#fde725')\n"
-             "set cbrange [%.9g:%.9g]\nset cblabel 'target value (units of the data)'\n", lo, hi);
+             "set cbrange [%.9g:%.9g]\nset cblabel 'value (units of the targets)'\n", lo, hi);
   fprintf(s, "set title 'true'\nplot $T matrix with image notitle\n");
   fprintf(s, "set title 'predicted'\nplot $P matrix with image notitle\n");
   fprintf(s, "set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')\nset cbrange [%.9g:%.9g]\n"
@@ -115,9 +115,11 @@ static int draw(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const c
     if (rc == 0 && tsr_trainer_predict(t, x, n, p) != TSR_OK) snprintf(err, errlen, "%s", tsr_last_error()), rc = -1;
     for (int i = 0; rc == 0 && i < n; i++) {
       const float *yt = y + ye * i, *yp = p + ye * i;
-      double lo = INFINITY, hi = -INFINITY, dm = 0, se = 0;
+      /* one colour scale over both images, so that a prediction beyond the target's values shows */
+      double lo = INFINITY, hi = -INFINITY, tlo = INFINITY, thi = -INFINITY, dm = 0, se = 0;
       for (size_t k = 0; k < (size_t)th * tw; k++) {
-        lo = fmin(lo, yt[k]), hi = fmax(hi, yt[k]);
+        tlo = fmin(tlo, yt[k]), thi = fmax(thi, yt[k]);
+        lo = fmin(lo, fmin(yt[k], yp[k])), hi = fmax(hi, fmax(yt[k], yp[k]));
         d[k] = yp[k] - yt[k];
         dm = fmax(dm, fabs(d[k])), se += (double)d[k] * d[k];
       }
@@ -126,7 +128,8 @@ static int draw(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const c
       char path[4200];
       snprintf(path, sizeof path, "%s/sample_%05lld.png", dir, (long long)(first + b + i));
       if (have_gp) {
-        gnuplot_page(g.f, path, first + b + i, yt, yp, d, th, tw, lo, hi, dm, sqrt(se / ((double)th * tw)));
+        gnuplot_page(g.f, path, first + b + i, yt, yp, d, th, tw, lo, hi, dm, sqrt(se / ((double)th * tw)),
+                     thi > tlo ? thi - tlo : 1);
       } else if (plain_png(path, yt, yp, d, th, tw, lo, hi, dm) != 0) {
         snprintf(err, errlen, "%s: cannot write the PNG", path), rc = -1;
       }

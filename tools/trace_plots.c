@@ -235,13 +235,14 @@ int plot_losses(const char *log, const char *step_log, const char *out_dir, char
               q2, col(&e, "step"), col(&e, "val_loss"));
   }
   fputc('\n', s);
-  fprintf(s, "unset logscale y\nunset arrow\nunset label\nset key top right\n");
+  fprintf(s, "unset logscale y\nunset arrow\nunset label\nunset key\n");
   for (int i = 0; i < nm; i++) {
     const char *name = e.cols[metric[i] - 1];
-    fprintf(s, "set origin 0,%g\nset size 1,%g\nset ylabel %s\n", (nm - 1 - i) * h, h,
-            gp_quote(name, q, sizeof q));
-    fprintf(s, "plot %s using %d:%d with linespoints pt 7 lw 2 lc rgb '#2ca02c' title '%s, each epoch'\n", q2,
-            col(&e, "step"), metric[i], name);
+    char label[128];
+    snprintf(label, sizeof label, "%s (each epoch)", name);
+    fprintf(s, "set origin 0,%g\nset size 1,%g\nset ylabel %s\n", (nm - 1 - i) * h, h, gp_quote(label, q, sizeof q));
+    fprintf(s, "plot %s using %d:%d with linespoints pt 7 lw 2 lc rgb '#2ca02c' notitle\n", q2, col(&e, "step"),
+            metric[i]);
   }
   fprintf(s, "unset multiplot\n");
   int rc = gp_run(&g, png, err, cap);
