@@ -3,10 +3,10 @@
 # summary (at most 24 lines; --detail has every step), the timeline data of a 2-rank run has MPI
 # transfers in the ranks' MPI lanes and critical-path tasks, and with gnuplot: timeline.png of three
 # steps from the middle without --steps (the chosen ones with it), loss.png from the epoch and step
-# logs, and tessera-train --predict-png's pictures at the labelled size (1500 x 520; the bare
-# pictures are 3 x 64 + 8 = 200 pixels wide). The PNGs' contents were looked at by eye (docs/traces.md
-# describes them); here their sizes are checked. Status 77 after the other checks when gnuplot is
-# missing.
+# logs, and tessera-train --predict-png's pictures at the labelled size (1500 x 520; without
+# gnuplot, bare pictures of 3 x 4 x 16 + 8 = 200 x 64 pixels and a message). The PNGs' contents
+# were looked at by eye (docs/traces.md describes them); here their sizes are checked. Status 77
+# after the other checks when gnuplot is missing.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 fixture_setup traceplots 96
@@ -43,6 +43,14 @@ if command -v mpirun >/dev/null; then
     ok "2 ranks: the timeline data of steps 4-5 has rank 0's sends in its MPI lane (row $send_row), a critical path, both steps"
   else ko "2 ranks: the timeline data of steps 4-5 has MPI sends, a critical path and both steps"; head -3 "$dat"; fi
 fi
+
+# without gnuplot (an empty PATH: popen's shell finds no gnuplot) the pictures are bare, and it says so
+PATH=/nonexistent "$train" --model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.25 --epochs 1 --batch 8 \
+  --workers 1 -q --predict-png "$tmp/bare" --predict-count 1 >"$tmp/bare.log" 2>&1
+if [ "$(png_size "$tmp/bare/sample_00072.png" 2>/dev/null)" = 200x64 ] &&
+  grep -q "gnuplot is not installed (Debian package gnuplot-nox): PNGs without titles or colour bars" "$tmp/bare.log"; then
+  ok "without gnuplot --predict-png writes bare 200 x 64 pictures and says why"
+else ko "without gnuplot --predict-png writes bare pictures and says why"; cat "$tmp/bare.log"; fi
 
 if ! command -v gnuplot >/dev/null; then
   echo "SKIP: gnuplot not found (apt-get install gnuplot-nox): the PNGs are not checked"
