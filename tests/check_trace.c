@@ -278,7 +278,10 @@ START_TEST(traced_run_writes_complete_consistent_traces) {
   ck_assert_int_gt(check_paje(path), (int)(2 * hooked));
   snprintf(path, sizeof path, "%s/report.txt", dir);
   FILE *f = fopen(path, "w");
-  ck_assert_int_eq(tsr_trace_report(dir, f, NULL), TSR_OK);
+  tsr_trace_report_opts ro;
+  tsr_trace_report_opts_default(&ro);
+  ro.detail = 1; /* every step (the default is the summary) */
+  ck_assert_int_eq(tsr_trace_report(dir, f, &ro), TSR_OK);
   fclose(f);
   f = fopen(path, "r");
   char buf[1 << 16];

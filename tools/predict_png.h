@@ -1,6 +1,6 @@
 /* Pictures of a trained model's predictions: for each of the first `count` samples of a loader
- * range, one PNG with the target, the prediction and their difference side by side (grey scale,
- * target and prediction on the target's range), written with libpng. */
+ * range, one PNG with the target, the prediction and their difference side by side, with titles,
+ * axes and colour bars (gnuplot; without it, bare panels written with libpng). */
 #ifndef TSR_PREDICT_PNG_H
 #define TSR_PREDICT_PNG_H
 

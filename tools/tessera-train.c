@@ -345,6 +345,9 @@ int main(int argc, char **argv) {
     snprintf(what, sizeof what, "the checkpoint to resume from (%s)", found ? ckpath : "none");
     check(tsr_context_check_same(live.ctx, what, found ? ckpath : "", found ? strlen(ckpath) : 0));
     if (found && talk) printf("resuming from %s: epoch %d, %lld of %lld steps done\n", ckpath, ep0, (long long)pos0, (long long)steps);
+    if (found && talk && (ck->from_nranks != nranks || ck->from_batch != o.batch))
+      printf("the checkpoint was written on %d rank(s) x batch %d: from epoch %d on, each epoch's order (drawn from the seed "
+             "and the epoch) is split over %d rank(s) x batch %d\n", ck->from_nranks, ck->from_batch, ep0, nranks, o.batch);
     if (!found) check(ckpt_save(ck, live.t, 1, 0, 0, 0, nranks, o.batch, ckpath, sizeof ckpath));
   }
 
@@ -360,13 +363,13 @@ restart:
     check(tsr_loader_epoch_indices(ntrain, o.seed, ep, rank, nranks, perm)); /* this rank's shard */
     double te = cli_now();
     for (int64_t st = ep == ep0 ? pos0 : 0; st < steps; st++) {
-      int64_t gstep = (ep - 1) * steps + st + 1;
+      int64_t gstep = ck->steps_before + (ep - 1) * steps + st + 1;
       if (ckpt_is_skipped(ck, gstep)) continue;
       struct slot *s = take_slot(&r);
       const int64_t *src = perm + st * o.batch;
       memcpy(s->idx, src, sizeof(int64_t) * o.batch);
       s->d = live.train, s->train = 1, s->nvalid = o.batch, s->gstep = gstep, s->epoch = ep;
-      if (o.lr_linear) tsr_trainer_set_lr(live.t, scaled_lr(opt.lr, nranks, (ep - 1) * steps + st, o.warmup));
+      if (o.lr_linear) tsr_trainer_set_lr(live.t, scaled_lr(opt.lr, nranks, gstep - 1, o.warmup));
       tsr_trainer_set_flag(live.t, ckpt_flag_value(ck)); /* signals and NaN: acted on when all ranks know */
       check(tsr_trainer_step(live.t, fill, s, &s->step));
       ckpt_submitted(ck, s->step, gstep);
@@ -403,7 +406,7 @@ restart:
     double train_time = cli_now() - te;
     int64_t ran = steps - (ep == ep0 ? pos0 : 0); /* training steps of this epoch run by this process */
     steps_run += ran;
-    int64_t tsteps, tupdates;
+    int64_t tsteps, tupdates, gend = ck->steps_before + ep * steps; /* training steps done */
     tsr_trainer_counters(live.t, &tsteps, &tupdates);
     for (int64_t b = 0; b < nval; b += o.batch) {
       /* A validation pass can take long: one rank stops inside it, and --resume repeats it from a
@@ -413,8 +416,8 @@ restart:
       if (nranks == 1 && ck->dir && ckpt_signal()) {
         harvest_all(&r);
         check(tsr_trainer_set_counters(live.t, tsteps, tupdates));
-        check(ckpt_save(ck, live.t, ep, steps, ep * steps, r.train_sum, nranks, o.batch, ckpath, sizeof ckpath));
-        stop_on_signal(ckpt_signal(), ckpath, ep * steps);
+        check(ckpt_save(ck, live.t, ep, steps, gend, r.train_sum, nranks, o.batch, ckpath, sizeof ckpath));
+        stop_on_signal(ckpt_signal(), ckpath, gend);
       }
       struct slot *s = take_slot(&r);
       s->nvalid = nval - b < o.batch ? (int)(nval - b) : o.batch;
@@ -436,12 +439,12 @@ restart:
       fflush(stdout);
     }
     if (log) {
-      fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f\n", ep, (long long)(ep * steps), last_train, last_val, sps, elapsed);
+      fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f\n", ep, (long long)gend, last_train, last_val, sps, elapsed);
       fflush(log);
     }
     if (ck->dir) {
-      check(ckpt_save(ck, live.t, ep + 1, 0, ep * steps, 0, nranks, o.batch, ckpath, sizeof ckpath));
-      if (ck->stop || (nranks == 1 && ckpt_signal())) stop_on_signal(ckpt_signal(), ckpath, ep * steps);
+      check(ckpt_save(ck, live.t, ep + 1, 0, gend, 0, nranks, o.batch, ckpath, sizeof ckpath));
+      if (ck->stop || (nranks == 1 && ckpt_signal())) stop_on_signal(ckpt_signal(), ckpath, gend);
     }
     if (!isfinite(last_train)) {
       fail("epoch %d: the training loss is %g; try a lower --lr", ep, last_train);
@@ -466,7 +469,7 @@ restart:
            "model's %s loss is %.6g, %.1f%% of it\n",
            base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
   }
-  if (o.export_path) {
+  if (o.export_path && rank == 0) { /* the ranks hold the same parameters: one writer, no race on the file */
     check(tsr_params_export(live.t, o.export_path));
     if (talk) printf("parameters written to %s\n", o.export_path);
   }

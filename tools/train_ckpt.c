@@ -161,11 +161,12 @@ int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int
   *found = 0;
   tsr_status s = tsr_checkpoint_find_latest(ck->dir, path, cap, &m);
   if (s == TSR_ERR_IO) return 0; /* no checkpoint yet (or no folder): a fresh start */
-  if (s == TSR_OK && (m.nranks != nranks || m.batch != batch || m.position > steps_per_epoch)) {
+  if (s == TSR_OK && m.position > 0 && (m.nranks != nranks || m.batch != batch || m.position > steps_per_epoch)) {
     snprintf(ck->msg, sizeof ck->msg,
-             "%s: written by a run on %d rank(s) with batch %d (%lld steps done in epoch %lld); this run has %d "
-             "rank(s), batch %d and %lld steps per epoch",
-             path, m.nranks, m.batch, (long long)m.position, (long long)m.epoch, nranks, batch,
+             "%s: taken inside epoch %lld (%lld steps done) by a run on %d rank(s) with batch %d; this run has %d "
+             "rank(s), batch %d and %lld steps per epoch. A checkpoint taken inside an epoch continues only with "
+             "the ranks and batch that wrote it; one taken at an epoch end (position 0) continues with any",
+             path, (long long)m.epoch, (long long)m.position, m.nranks, m.batch, nranks, batch,
              (long long)steps_per_epoch);
     return 1;
   }
@@ -175,5 +176,7 @@ int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int
     return 1;
   }
   *found = 1, *epoch = (int)m.epoch, *position = m.position, *loss_sum = m.loss_sum;
+  ck->from_nranks = m.nranks, ck->from_batch = m.batch;
+  ck->steps_before = m.step - (m.epoch - 1) * steps_per_epoch - m.position;
   return 0;
 }

@@ -26,6 +26,11 @@ struct ckpt {
   /* agreed by every rank through the trainer's control word, read at the same step ids */
   int stop;             /* some rank received SIGTERM/SIGINT/SIGUSR1 */
   int stop_nan;         /* some rank saw a non-finite loss or gradient */
+  /* set by ckpt_load_latest: the layout the checkpoint was written with, and the training steps
+   * before epoch 1 in this run's numbering (0 unless an epoch-boundary checkpoint is resumed with
+   * another rank count or batch: step numbers, which name the files, then go on from the file's) */
+  int from_nranks, from_batch;
+  int64_t steps_before;
 };
 
 /* Control value of a rank (tsr_trainer_set_flag): 1 once it received a signal to stop, plus
@@ -58,8 +63,11 @@ int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep);
 
 tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
                      int nranks, int batch, char *path, size_t cap);
-/* Loads the newest valid checkpoint: *found = 0 when the folder has none. Checks that ranks, batch
- * and steps per epoch agree with this run. Returns nonzero (message in ck->msg) on failure. */
+/* Loads the newest valid checkpoint: *found = 0 when the folder has none. One taken at an epoch
+ * boundary (position 0) continues with any rank count and batch: each epoch's order is drawn from
+ * (seed, epoch) alone and split over this run's ranks (tsr_loader_epoch_indices). One taken inside
+ * an epoch needs this run's ranks and batch (and no more steps done than an epoch has). Returns
+ * nonzero (message in ck->msg) on failure. */
 int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int64_t steps_per_epoch, int *found,
                      int *epoch, int64_t *position, double *loss_sum, char *path, size_t cap);
 

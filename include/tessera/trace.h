@@ -30,11 +30,21 @@ tsr_status tsr_trace_merge(const char *dir);
 
 typedef struct tsr_trace_report_opts {
   int64_t first_step, last_step; /* steps reported; last_step < 0: to the last one */
-  const char *timeline_data;     /* not NULL: also write the task timeline there as gnuplot data */
+  /* Not NULL: also write the timeline of those steps there, for a plotting program. Plain text,
+   * times in ms from the first task's start; header lines "# rows N" (lanes: each rank's workers,
+   * then its MPI sends and its MPI receives), "# ytics (\"r0 CPU 0\" 0, ...)" (gnuplot's syntax)
+   * and "# families A|B|..." (operation families, numbered from 0); then three blocks separated by
+   * two blank lines, each opened by a comment naming it (gnuplot: index 'tasks:'): tasks "start end
+   * lane family critical step" (critical: 1 on its step's critical path), MPI transfers "post done
+   * lane is_send bytes peer", steps "begin end step" (over all ranks). */
+  const char *timeline_data;
+  int detail; /* 0: a one-screen summary of the steps; 1: every step's breakdown (long) */
 } tsr_trace_report_opts;
 void tsr_trace_report_opts_default(tsr_trace_report_opts *o);
-/* Prints, per step, computation time by layer and operation, communication, idle time, the fraction
- * of communication hidden behind computation and the critical path, reading DIR/rank-*.tsv. */
+/* Prints a summary of the steps (per rank: wall time per step, critical path, computing and idle
+ * shares, communication and the part of it hidden behind computation; the slowest steps; task time
+ * by operation family, layer and operation; the critical path of the median step) or, with
+ * detail, the same per step with computation by layer and operation, reading DIR/rank-*.tsv. */
 tsr_status tsr_trace_report(const char *dir, FILE *out, const tsr_trace_report_opts *o);
 
 #ifdef __cplusplus

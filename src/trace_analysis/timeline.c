@@ -236,6 +236,7 @@ void tsr_trace_report_opts_default(tsr_trace_report_opts *o) {
   o->first_step = 0;
   o->last_step = -1;
   o->timeline_data = NULL;
+  o->detail = 0;
 }
 
 tsr_status tsr_trace_report(const char *dir, FILE *out, const tsr_trace_report_opts *o) {
@@ -245,9 +246,10 @@ tsr_status tsr_trace_report(const char *dir, FILE *out, const tsr_trace_report_o
   if (!dir || !out) return _tsr_error(TSR_ERR_ARG, "tsr_trace_report: folder and output are required");
   struct _tsr_tl *tl;
   TSR_TRY(_tsr_tl_load(&tl, dir));
-  _tsr_tl_report(tl, out, o->first_step, o->last_step);
+  if (o->detail) _tsr_tl_report(tl, out, o->first_step, o->last_step);
+  else _tsr_tl_summary(tl, out, o->first_step, o->last_step);
   tsr_status st = TSR_OK;
-  if (o->timeline_data) st = _tsr_tl_write_gnuplot(tl, o->timeline_data, o->first_step, o->last_step);
+  if (o->timeline_data) st = _tsr_tl_write_plot_data(tl, o->timeline_data, o->first_step, o->last_step);
   _tsr_tl_free(tl);
   return st;
 }

@@ -89,7 +89,20 @@ tsr_status _tsr_tl_run_stats(const struct _tsr_tl *tl, const struct _tsr_step_st
                              int64_t last, struct _tsr_run_stats *out);
 /* Per-step report (summary, layer x operation table, critical path) for steps in [first, last]. */
 void _tsr_tl_report(const struct _tsr_tl *tl, FILE *out, int64_t first, int64_t last);
-/* Gnuplot data: one line per task, "start_ms end_ms row op_index" with rows per (rank, worker). */
-tsr_status _tsr_tl_write_gnuplot(const struct _tsr_tl *tl, const char *path, int64_t first, int64_t last);
+/* Operation families (families.c): what a task does, by its operation and name. */
+enum {
+  TSR_TL_LOAD, TSR_TL_HEAVY_FWD, TSR_TL_HEAVY_BWD_DATA, TSR_TL_HEAVY_BWD_WEIGHTS, TSR_TL_OTHER_FWD,
+  TSR_TL_OTHER_BWD, TSR_TL_LOSS, TSR_TL_REDUCE, TSR_TL_UPDATE, TSR_TL_OTHER, TSR_TL_NFAMILIES
+};
+int _tsr_tl_family(const char *name, const char *op);
+const char *_tsr_tl_family_name(int family);
+
+/* One-screen summary of steps [first, last] (summary.c): per rank wall time per step, critical
+ * path, computing and idle shares, communication and how much of it is hidden; the slowest steps;
+ * task time by operation family, layer and operation; the critical path of the median step. */
+void _tsr_tl_summary(const struct _tsr_tl *tl, FILE *out, int64_t first, int64_t last);
+/* Timeline data of steps [first, last] for plotting (plot_data.c), times in ms from the window's
+ * first task start; see tsr_trace_report_opts.timeline_data for the format. */
+tsr_status _tsr_tl_write_plot_data(const struct _tsr_tl *tl, const char *path, int64_t first, int64_t last);
 
 #endif
