@@ -25,6 +25,12 @@ typedef struct tsr_optim_spec {
   float weight_decay;   /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
   float beta1, beta2, eps; /* Adam, AdamW */
   float extra[TSR_OPTIM_EXTRA]; /* hyperparameters of registry optimizers that have no field above */
+  /* LARC (layer-wise adaptive rate clipping, as NVIDIA apex's LARC) around SGD, Adam or AdamW: per
+   * tensor, trust = larc_eta |w| / (|g| + weight_decay |w| + 1e-8); with larc_clip the gradient and
+   * the decay are scaled by min(trust / lr, 1), else by trust. Off by default; eta 0.02, clip on. */
+  int larc;
+  float larc_eta;
+  int larc_clip;
 } tsr_optim_spec;
 
 /* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01.

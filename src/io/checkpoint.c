@@ -126,7 +126,7 @@ static herr_t attr_write_str(hid_t obj, const char *name, const char *v) {
 }
 
 /* /optimizer: its kind by name, every hyperparameter of tsr_optim_spec (extra0.. only when one is
- * set) and the names of its state tensors ("moment0,moment1"), as attributes. */
+ * set, larc, larc_clip and larc_eta only with LARC on) and the names of its state tensors ("moment0,moment1"), as attributes. */
 static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   const tsr_optim_spec *o = &ck->meta.optim;
   char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME] = "";
@@ -147,8 +147,11 @@ static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
              {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
   for (size_t i = 0; e >= 0 && i < sizeof f32 / sizeof *f32; i++)
     e = attr_write(g, f32[i].name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, f32[i].v);
-  int32_t nesterov = o->nesterov;
+  int32_t nesterov = o->nesterov, larc[2] = {o->larc, o->larc_clip};
   if (e >= 0) e = attr_write(g, "nesterov", H5T_STD_I32LE, H5T_NATIVE_INT32, &nesterov);
+  if (e >= 0 && o->larc) e = attr_write(g, "larc", H5T_STD_I32LE, H5T_NATIVE_INT32, &larc[0]);
+  if (e >= 0 && o->larc) e = attr_write(g, "larc_clip", H5T_STD_I32LE, H5T_NATIVE_INT32, &larc[1]);
+  if (e >= 0 && o->larc) e = attr_write(g, "larc_eta", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &o->larc_eta);
   if (g >= 0 && H5Gclose(g) < 0) e = -1;
   return e;
 }
@@ -336,6 +339,16 @@ static tsr_status read_optim(hid_t f, const char *file, struct _tsr_ck *ck) {
     s = attr_read(g, file, f32[i].name, H5T_NATIVE_FLOAT, f32[i].v);
   if (s == TSR_OK) s = attr_read(g, file, "nesterov", H5T_NATIVE_INT32, &nesterov);
   o->nesterov = nesterov;
+  /* LARC: written only when on; otherwise the kind's defaults (off) */
+  tsr_optim_spec d = tsr_optim_spec_default(o->kind);
+  int32_t larc = 0, larc_clip = d.larc_clip;
+  o->larc_eta = d.larc_eta;
+  if (s == TSR_OK && H5Aexists(g, "larc") > 0) {
+    s = attr_read(g, file, "larc", H5T_NATIVE_INT32, &larc);
+    if (s == TSR_OK) s = attr_read(g, file, "larc_clip", H5T_NATIVE_INT32, &larc_clip);
+    if (s == TSR_OK) s = attr_read(g, file, "larc_eta", H5T_NATIVE_FLOAT, &o->larc_eta);
+  }
+  o->larc = larc, o->larc_clip = larc_clip;
   for (int i = 0; s == TSR_OK && H5Aexists(g, "extra0") > 0 && i < TSR_OPTIM_EXTRA; i++) {
     char name[16];
     snprintf(name, sizeof name, "extra%d", i);

@@ -42,6 +42,7 @@ static const struct _tsr_optim_hyper adam_hyper[] = {
     TSR_HYPER("weight_decay", TSR_HYPER_NONNEG, weight_decay, 0.0f),
     TSR_HYPER_PAIR("betas", beta1, beta2, 0.9f, 0.999f),
     TSR_HYPER("eps", TSR_HYPER_POSITIVE, eps, 1e-8f),
+    TSR_LARC_HYPERS,
     {.key = NULL},
 };
 static const struct _tsr_optim_hyper adamw_hyper[] = {
@@ -49,6 +50,7 @@ static const struct _tsr_optim_hyper adamw_hyper[] = {
     TSR_HYPER("weight_decay", TSR_HYPER_NONNEG, weight_decay, 0.01f), /* PyTorch's AdamW default */
     TSR_HYPER_PAIR("betas", beta1, beta2, 0.9f, 0.999f),
     TSR_HYPER("eps", TSR_HYPER_POSITIVE, eps, 1e-8f),
+    TSR_LARC_HYPERS,
     {.key = NULL},
 };
 
@@ -59,13 +61,15 @@ const struct _tsr_optim_ops _tsr_optim_adam[] = {
      .nstate = 2,
      .state = {"moment0", "moment1"},
      .cpu = adam,
-     TSR_OPTIM_CUDA(_tsr_adam_cuda)},
+     TSR_OPTIM_CUDA(_tsr_adam_cuda),
+     .larc_cpu = adam},
     {.name = "adamw",
      .kind = TSR_OPTIM_ADAMW,
      .hyper = adamw_hyper,
      .nstate = 2,
      .state = {"moment0", "moment1"},
      .cpu = adamw,
-     TSR_OPTIM_CUDA(_tsr_adamw_cuda)},
+     TSR_OPTIM_CUDA(_tsr_adamw_cuda),
+     .larc_cpu = adam}, /* apex's LARC turns AdamW's decay into a gradient term */
     {.name = NULL},
 };

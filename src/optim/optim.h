@@ -4,7 +4,8 @@
  * model-file keys), the state tensors it keeps per trainable tensor (the trainer allocates exactly
  * those; checkpoints store each under its name) and its update kernels, which update.c runs as one
  * task per tensor. Adding an optimizer: its file (+ its CUDA twin <name>_cuda.cu, optional), one
- * line in registry.c, Makefile.am. Learning-rate schedules: the only one, the linear scaling rule
+ * line in registry.c, Makefile.am. LARC wraps the entries that name a larc_cpu kernel (update.c);
+ * LAMB is an entry of its own (lamb.c). Learning-rate schedules: the only one, the linear scaling rule
  * with warm-up, lives in tools/tessera-train.c (it calls tsr_trainer_set_lr). */
 #ifndef TSR_OPTIM_OPTIM_H
 #define TSR_OPTIM_OPTIM_H
@@ -72,7 +73,14 @@ struct _tsr_optim_ops {
   const char *state[TSR_OPTIM_MAX_STATE]; /* their names: checkpoint groups */
   _tsr_optim_cpu_fn *cpu;
   _tsr_optim_cuda_fn *cuda; /* NULL: updates run on CPU workers only */
+  /* (optional) the kernel LARC wraps: one that adds h.weight_decay * w to the gradient (L2), to
+   * which LARC hands its scaled decay (AdamW: Adam's kernel, since apex's LARC turns the decoupled
+   * decay into a gradient term). NULL: LARC is refused for this optimizer. CPU only. */
+  _tsr_optim_cpu_fn *larc_cpu;
 };
+
+/* The model-file keys of LARC, in the hyperparameter list of every entry that has larc_cpu. */
+#define TSR_LARC_HYPERS                                                                                        TSR_HYPER("larc", TSR_HYPER_BOOL, larc, 0), TSR_HYPER("larc_eta", TSR_HYPER_POSITIVE, larc_eta, 0.02f),           TSR_HYPER("larc_clip", TSR_HYPER_BOOL, larc_clip, 1)
 
 /* In an entry: its CUDA kernel, named only when StarPU can run CUDA tasks. */
 #ifdef TSR_CUDA_CODELETS
@@ -88,6 +96,9 @@ const struct _tsr_optim_ops *_tsr_optim_ops_of(int kind);
 const char *_tsr_optim_names(char *buf, size_t cap);
 
 /* ---- update.c ---- */
+/* TSR_OK if the optimizer of spec can run as given (LARC only around an entry with larc_cpu), else
+ * an error naming the optimizer. */
+tsr_status _tsr_optim_check(const tsr_optim_spec *spec);
 /* Runs the kind's CPU kernel (the task's CPU function; tests call it directly). */
 void _tsr_optim_update_cpu(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *const *state);
 /* One update task: w (RW), g (R), the entry's state handles (RW) and, when scaler is not NULL, the

@@ -44,6 +44,7 @@ static const struct _tsr_optim_hyper hyper[] = {
     TSR_HYPER("weight_decay", TSR_HYPER_NONNEG, weight_decay, 0.0f),
     TSR_HYPER("momentum", TSR_HYPER_PROB, momentum, 0.9f),
     TSR_HYPER("nesterov", TSR_HYPER_BOOL, nesterov, 0),
+    TSR_LARC_HYPERS,
     {.key = NULL},
 };
 
@@ -54,6 +55,7 @@ const struct _tsr_optim_ops _tsr_optim_sgd[] = {
      .nstate = 1,
      .state = {"moment0"},
      .cpu = sgd,
-     TSR_OPTIM_CUDA(_tsr_sgd_cuda)},
+     TSR_OPTIM_CUDA(_tsr_sgd_cuda),
+     .larc_cpu = sgd},
     {.name = NULL},
 };

@@ -1,13 +1,54 @@
 /* The update task of every optimizer, one per parameter tensor: buffers w (RW), g (R), the
  * optimizer's state tensors (RW) and, gated by the dynamic loss scaler, its state (R). The task runs
- * the kernels of the optimizer's registry entry; CUDA workers take it only when the entry has a
- * CUDA kernel. */
+ * the kernels of the optimizer's registry entry, or LARC around them; CUDA workers take it only
+ * when the entry has a CUDA kernel and LARC is off. */
+#include <math.h>
+
 #include "codelets.h"
 #include "optim/optim.h"
+#include "runtime/error.h"
 #include "runtime/submit.h"
 
+/* LARC with the semantics of NVIDIA apex's LARC wrapper: when |w| and |g| are both nonzero, the
+ * gradient becomes f (g + wd w) with f = eta |w| / (|g| + wd |w| + eps), clipped to min(f / lr, 1)
+ * in clip mode; otherwise the gradient stays as it is and no decay applies (apex zeroes the group's
+ * decay around the inner step either way). The norms are sums over the task's tensor, in double;
+ * |g| is of the gradient times grad_scale. The wrapped kernel adds its weight_decay * w to the
+ * gradient, so f enters as its gradient scale and f wd as its decay. */
+static void larc_update(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *const *state) {
+  const double eps = 1e-8;
+  double ww = 0, gg = 0;
+  for (size_t i = 0; i < n; i++) {
+    double gi = (double)a->grad_scale * g[i];
+    ww += (double)w[i] * w[i];
+    gg += gi * gi;
+  }
+  struct _tsr_optim_args b = *a;
+  b.h.weight_decay = 0.0f;
+  if (ww > 0 && gg > 0) {
+    double pn = sqrt(ww), f = a->h.larc_eta * pn / (sqrt(gg) + a->h.weight_decay * pn + eps);
+    if (a->h.larc_clip) f = fmin(f / a->h.lr, 1.0);
+    b.grad_scale = (float)(a->grad_scale * f);
+    b.h.weight_decay = (float)(a->h.weight_decay * f);
+  }
+  _tsr_optim_ops_of(a->h.kind)->larc_cpu(&b, n, w, g, state);
+}
+
 void _tsr_optim_update_cpu(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *const *state) {
-  _tsr_optim_ops_of(a->h.kind)->cpu(a, n, w, g, state);
+  if (a->h.larc)
+    larc_update(a, n, w, g, state);
+  else
+    _tsr_optim_ops_of(a->h.kind)->cpu(a, n, w, g, state);
+}
+
+tsr_status _tsr_optim_check(const tsr_optim_spec *spec) {
+  const struct _tsr_optim_ops *e = _tsr_optim_ops_of(spec->kind);
+  if (!e) return _tsr_error(TSR_ERR_ARG, "optimizer kind %d is not registered", (int)spec->kind);
+  if (spec->larc && !e->larc_cpu)
+    return _tsr_error(TSR_ERR_ARG, "optimizer '%s': LARC wraps only sgd, adam and adamw", e->name);
+  if (spec->larc && !(spec->larc_eta > 0))
+    return _tsr_error(TSR_ERR_ARG, "optimizer '%s': larc_eta must be > 0 (got %g)", e->name, spec->larc_eta);
+  return TSR_OK;
 }
 
 /* The state buffers of a task with buffers w, g, state... */
@@ -53,7 +94,7 @@ static void opt_update_gated_cpu_cuda(void *b[], void *a) { update_cuda(b, a, 1)
 
 static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl) {
   const struct _tsr_optim_args *a = task->cl_arg;
-  return starpu_worker_get_type((int)worker) != STARPU_CUDA_WORKER || _tsr_optim_ops_of(a->h.kind)->cuda;
+  return starpu_worker_get_type((int)worker) != STARPU_CUDA_WORKER || (_tsr_optim_ops_of(a->h.kind)->cuda && !a->h.larc);
 }
 #define CAN_EXECUTE .can_execute = can_execute,
 #else

@@ -275,6 +275,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   const struct _tsr_optim_ops *optim = _tsr_optim_ops_of(opt->kind);
   if (!optim || !(opt->lr >= 0))
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: optimizer kind %d, lr %g", (int)opt->kind, opt->lr);
+  TSR_TRY(_tsr_optim_check(opt));
   tsr_trainer *t = calloc(1, sizeof *t);
   if (!t) return _tsr_error(TSR_ERR_NOMEM, "tsr_trainer_create: out of memory");
   t->ctx = ctx, t->model = m, t->opt = *opt, t->optim = optim, t->lr = opt->lr, t->batch = o->batch;
