@@ -198,34 +198,34 @@ static void bn_bwd_data_cpu(void *buffers[], void *arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (batchnorm_cuda.cu; zeroing: tensor_ops_cuda.cu) */
 static void zero_doubles_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
-                           (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), STREAM));
+  TSR_CUDA_RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
+                           (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), TSR_CUDA_STREAM));
 }
 static void bn_stats_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_STATS, TSR_BUF(b, 0), NULL, NULL, NULL, NULL, TSR_DBUF(b, 1), NULL, NULL));
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_STATS, TSR_BUF(b, 0), NULL, NULL, NULL, NULL, TSR_DBUF(b, 1), NULL, NULL));
 }
 static void bn_finalize_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_finalize_cuda(STREAM, a, TSR_DBUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
+  TSR_CUDA_RUN(_tsr_bn_finalize_cuda(TSR_CUDA_STREAM, a, TSR_DBUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
 }
 static void bn_fwd_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_FWD, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL, NULL,
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_FWD, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL, NULL,
                    TSR_BUF(b, 4), NULL));
 }
 static void bn_fwd_eval_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_FWD_EVAL, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_FWD_EVAL, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
                    TSR_BUF(b, 4), NULL, TSR_BUF(b, 5), NULL));
 }
 static void bn_bwd_stats_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_STATS, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), NULL, NULL, TSR_DBUF(b, 3),
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_BWD_STATS, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), NULL, NULL, TSR_DBUF(b, 3),
                    NULL, NULL));
 }
 static void bn_bwd_params_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_PARAMS, NULL, NULL, NULL, NULL, NULL, TSR_DBUF(b, 0), TSR_BUF(b, 1),
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_BWD_PARAMS, NULL, NULL, NULL, NULL, NULL, TSR_DBUF(b, 0), TSR_BUF(b, 1),
                    TSR_BUF(b, 2)));
 }
 /* x, stat, gamma, acc, dy -> dx */
 static void bn_bwd_data_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_DATA, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 4), NULL,
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_BWD_DATA, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 4), NULL,
                    TSR_DBUF(b, 3), TSR_BUF(b, 5), NULL));
 }
 #endif

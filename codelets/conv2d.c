@@ -398,18 +398,18 @@ static void conv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
  * w, dx; bwd_weights x, dy, dw, [db] */
 void _tsr_convlike_cuda(void *b[], const struct _tsr_conv_desc *d, int deconv, int pass) {
   int hb = d->has_bias, prec = _tsr_get_precision();
-  if (pass == PASS_FWD)
-    RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
+  if (pass == TSR_CONV_FWD)
+    TSR_CUDA_RUN(_tsr_conv_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
                        TSR_BUF(b, 2 + hb), NULL));
-  else if (pass == PASS_BWD_DATA)
-    RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
+  else if (pass == TSR_CONV_BWD_DATA)
+    TSR_CUDA_RUN(_tsr_conv_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
   else
-    RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
+    TSR_CUDA_RUN(_tsr_conv_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
                        hb ? TSR_BUF(b, 3) : NULL));
 }
-static void conv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, PASS_FWD); }
-static void conv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, PASS_BWD_DATA); }
-static void conv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, PASS_BWD_WEIGHTS); }
+static void conv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, TSR_CONV_FWD); }
+static void conv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, TSR_CONV_BWD_DATA); }
+static void conv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, TSR_CONV_BWD_WEIGHTS); }
 #endif
 
 static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv2d_fwd"};

@@ -1,13 +1,11 @@
-/* What conv2d.c (which defines them) shares with conv_transpose2d.c and the tests: the three passes,
- * the oneDNN plan runner, what the plan runs (implementation and data types, for tests), and one
+/* What conv2d.c (which defines them) shares with conv_transpose2d.c and the tests: the oneDNN plan
+ * runner, what the plan runs (implementation and data types, for tests), and one
  * insert function for both codelet families. */
 #ifndef TSR_CODELETS_CONV_PLAN_H
 #define TSR_CODELETS_CONV_PLAN_H
 
 #include <dnnl.h>
 #include "codelets.h"
-
-enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
 
 void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1);

@@ -44,9 +44,9 @@ static void deconv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
 
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (conv2d_cuda.cu, through conv2d.c) */
-static void deconv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, PASS_FWD); }
-static void deconv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, PASS_BWD_DATA); }
-static void deconv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, PASS_BWD_WEIGHTS); }
+static void deconv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, TSR_CONV_FWD); }
+static void deconv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, TSR_CONV_BWD_DATA); }
+static void deconv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, TSR_CONV_BWD_WEIGHTS); }
 #endif
 
 static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_deconv2d_fwd"};

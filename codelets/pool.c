@@ -194,13 +194,13 @@ static int pool_ws_ok(const struct _tsr_pool_desc *d, void *ws_buf) {
 static void pool_fwd_func_cuda(void *b[], void *a) {
   const struct _tsr_pool_desc *d = a;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[2]) : NULL;
-  RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(WORKER, STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
+  TSR_CUDA_RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
 }
 static void pool_bwd_func_cuda(void *b[], void *a) {
   const struct _tsr_pool_desc *d = a;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[1]) : NULL;
-  RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
-      _tsr_pool_cuda(WORKER, STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
+  TSR_CUDA_RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
+      _tsr_pool_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
 }
 #endif
 
