@@ -149,13 +149,13 @@ END_TEST
 
 /* Printed by PyTorch 1.13 (torch.optim.SGD([p], lr), one scheduler.step() per value):
  * CosineAnnealingWarmRestarts(T_0=2, T_mult=2, eta_min=0.001), lr 0.1, and
- * OneCycleLR(max_lr=0.1, total_steps=10), both over 10 steps. */
+ * OneCycleLR(max_lr=0.1, total_steps=10, cycle_momentum=False), both over 10 steps. */
 START_TEST(values_match_pytorch) {
-  static const double cosine[10] = {0.1, 0.0505, 0.1, 0.08549999999999999, 0.0505, 0.015500000000000007,
-                                    0.1, 0.0962316986881899, 0.08549999999999999, 0.06945323495655596};
-  static const double one_cycle[10] = {0.004, 0.052, 0.1, 0.09504844339512095, 0.08117449009293668,
-                                       0.061126046697815714, 0.03887395330218428, 0.01882550990706332,
-                                       0.004951556604879043, 4e-07};
+  static const double cosine[10] = {0.1, 0.0505, 0.1, 0.0855017856687341, 0.0505, 0.0154982143312659,
+                                    0.1, 0.0962320368593087, 0.0855017856687341, 0.06944282990207196};
+  static const double one_cycle[10] = {0.0040000000000000036, 0.052000000000000005, 0.1, 0.09504846320134738,
+                                       0.0811745653949763, 0.06112620219362893, 0.03887419780637107,
+                                       0.0188258346050237, 0.004951936798652629, 4e-07};
   float got[10];
   tsr_schedule s = make("cosine,t0=2,t_mult=2,eta_min=0.001", 0.1f);
   rates(&s, 10, got);
@@ -183,7 +183,7 @@ START_TEST(warmup_ramps_to_the_schedules_rate) {
 END_TEST
 
 /* factor 0.5, patience 1, threshold 0.1 (relative), cooldown 1, min_lr 0.3, worked by hand through
- * ReduceLROnPlateau.step. */
+ * ReduceLROnPlateau.step (PyTorch 1.13 gives the same rates). */
 START_TEST(plateau_follows_a_hand_made_metric_sequence) {
   static const double metric[] = {10, 9.5, 9.2, 8, 8, 8, 8, 8, 8, 1, NAN, NAN, NAN};
   static const double want[] = {1, 1, 0.5, 0.5, 0.5, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3};
@@ -313,12 +313,12 @@ START_TEST(changed_schedule_record_is_rejected) {
   const char *path = tt_path_in(tt_tmpdir(), "ckpt.h5");
   tsr_schedule s = make("plateau", 0.01f);
   write_checkpoint(path, &s);
-  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-  hid_t a = H5Aopen_by_name(f, "schedule", "state_lr", H5P_DEFAULT, H5P_DEFAULT);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "schedule", H5P_DEFAULT);
+  ck_assert(H5Adelete(g, "state_lr") >= 0);
+  hid_t sp = H5Screate(H5S_SCALAR), a = H5Acreate2(g, "state_lr", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
   double lr = 0.5;
   ck_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_DOUBLE, &lr) >= 0);
-  H5Aclose(a);
-  H5Fclose(f);
+  H5Aclose(a), H5Sclose(sp), H5Gclose(g), H5Fclose(f);
   ck_assert_int_eq(_tsr_ck_write_sum(path), TSR_OK); /* a digest of the changed bytes: the checksum must catch it */
   tsr_checkpoint_meta meta;
   ck_assert_int_eq(tsr_checkpoint_verify(path, &meta, NULL), TSR_ERR_FORMAT);
