@@ -9,6 +9,8 @@
 
 void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1);
+/* The CPU function of both families' codelets for one pass (buffers as the insert function orders them). */
+void _tsr_convlike_cpu(void *buffers[], const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
