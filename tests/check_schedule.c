@@ -249,14 +249,24 @@ START_TEST(model_file_schedule) {
   tsr_model_destroy(m);
   tsr_schedule_spec spec;
   int found;
-  ck_assert_msg(tsr_schedule_load_json(&spec, &found, good) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(tsr_model_load_json_schedule(&m, &o, &spec, &found, good) == TSR_OK, "%s", tsr_last_error());
+  tsr_model_destroy(m);
   ck_assert(found && spec.kind == TSR_SCHEDULE_STEP && spec.per_step == 1 && spec.gamma == 0.5);
   ck_assert(spec.nmilestones == 2 && spec.milestones[0] == 3 && spec.milestones[1] == 9);
   ck_assert_int_eq(tsr_model_load_json(&m, &o, bad), TSR_ERR_FORMAT);
   ck_assert_msg(strstr(tsr_last_error(), "bad.json:4") && strstr(tsr_last_error(), "schedule") &&
                     strstr(tsr_last_error(), "'t0'"),
                 "%s", tsr_last_error());
-  ck_assert_int_eq(tsr_schedule_load_json(&spec, &found, bad), TSR_ERR_FORMAT);
+  ck_assert_int_eq(tsr_model_load_json_schedule(&m, &o, &spec, &found, bad), TSR_ERR_FORMAT);
+  ck_assert(m == NULL);
+  /* a file without one: a constant schedule */
+  char *none = tt_path_in(dir, "none.json");
+  f = fopen(none, "w");
+  fprintf(f, "{\"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 4, 4]}]}\n");
+  fclose(f);
+  ck_assert_msg(tsr_model_load_json_schedule(&m, &o, &spec, &found, none) == TSR_OK, "%s", tsr_last_error());
+  tsr_model_destroy(m);
+  ck_assert(!found && spec.kind == TSR_SCHEDULE_CONSTANT && spec.scale == 1);
 }
 END_TEST
 

@@ -195,14 +195,11 @@ static void epoch_end_schedule(tsr_context *ctx, tsr_schedule *sched, int ep, do
            (long long)sched->spec.patience + 1, st->lr);
 }
 
-/* The run's learning-rate schedule: the model file's, or --lr-schedule's; --warmup-steps; the linear
+/* The run's learning-rate schedule: the model file's (spec), or --lr-schedule's; --warmup-steps; the linear
  * scaling rule (Goyal et al., 2017: ranks x the rate, warmed up from the one-rank rate); cosine's
  * first period and one-cycle's length default to the whole run. */
-static void make_schedule(const struct train_opts *o, float lr, int nranks, int64_t steps, int has_val,
-                          tsr_schedule *sched) {
-  tsr_schedule_spec spec;
-  int found;
-  check(tsr_schedule_load_json(&spec, &found, o->model));
+static void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,
+                          int has_val, tsr_schedule *sched) {
   if (o->have_schedule) spec = o->schedule;
   if (o->warmup >= 0) spec.warmup_steps = o->warmup;
   if (o->lr_linear) spec.scale = nranks, spec.warmup_start = 1;
@@ -286,7 +283,9 @@ int main(int argc, char **argv) {
   }
 
   tsr_optim_spec opt;
-  check(tsr_model_load_json(&live.m, &opt, o.model));
+  tsr_schedule_spec file_sched;
+  int has_sched;
+  check(tsr_model_load_json_schedule(&live.m, &opt, &file_sched, &has_sched, o.model));
   if (o.lr >= 0) opt.lr = o.lr;
 
   tsr_context_opts copts;
@@ -342,7 +341,7 @@ int main(int argc, char **argv) {
   }
 
   tsr_schedule sched;
-  make_schedule(&o, opt.lr, nranks, steps, nval > 0, &sched);
+  make_schedule(&o, file_sched, opt.lr, nranks, steps, nval > 0, &sched);
   if (talk && sched.spec.kind != TSR_SCHEDULE_CONSTANT)
     printf("learning-rate schedule: %s per %s\n", tsr_schedule_kind_name(sched.spec.kind),
            sched.spec.per_step ? "step" : "epoch");

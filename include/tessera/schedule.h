@@ -79,17 +79,14 @@ tsr_status tsr_schedule_kind_parse(const char *name, tsr_schedule_kind *kind);
  * number, or for "milestones" n numbers; TSR_ERR_ARG naming the key when the kind has no such field
  * or a value is out of its range. */
 tsr_status tsr_schedule_spec_set(tsr_schedule_spec *s, const char *key, const double *values, int n);
-/* Reads "kind,key=value,key=value" (milestones: values separated by ':'), e.g.
+/* Model files give a schedule in their optimizer section: tsr_model_load_json_schedule (model.h).
+ * Reads "kind,key=value,key=value" (milestones: values separated by ':'), e.g.
  * "cosine,t0=10,t_mult=2" or "step,milestones=30:80,gamma=0.1", into *s (the kind's defaults
  * first). */
 tsr_status tsr_schedule_spec_parse(tsr_schedule_spec *s, const char *text);
 /* The fields of `to`'s kind that differ in `from` ("t0 10 -> 20, ..."; the kind first when it
  * differs), written to out (cap bytes); returns how many. */
 int tsr_schedule_spec_diff(const tsr_schedule_spec *from, const tsr_schedule_spec *to, char *out, size_t cap);
-
-/* The schedule in a model file's optimizer section ("optimizer": {"schedule": {"type": ...}}, see
- * docs/model-format.md); *found 0 and a constant schedule when it has none. */
-tsr_status tsr_schedule_load_json(tsr_schedule_spec *s, int *found, const char *path);
 
 /* Checks the spec (TSR_ERR_ARG naming the field) and starts the schedule at the optimizer's rate. */
 tsr_status tsr_schedule_init(tsr_schedule *s, const tsr_schedule_spec *spec, float base_lr);

@@ -406,8 +406,8 @@ static tsr_status parse_schedule(jctx *c, const json_t *js, tsr_schedule_spec *s
 }
 
 /* Reads "optimizer" into *o (Adam's defaults when the section is absent); which fields a type takes
- * comes from its registry entry (src/optim). Its "schedule" is checked here and read by
- * tsr_schedule_load_json. */
+ * comes from its registry entry (src/optim). Its "schedule" is checked here and returned by
+ * tsr_model_load_json_schedule. */
 static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o) {
   char got[48], names[256];
   const json_t *jo = json_object_get(root, "optimizer");
@@ -526,7 +526,7 @@ static tsr_status load(jctx *c, const json_t *root, tsr_model **pm, tsr_optim_sp
   return TSR_OK;
 }
 
-/* Reads the model file: the model and optimizer when m is given, else only the optimizer's schedule. */
+/* Reads the model file: the model, the optimizer and, when sched is given, the optimizer's schedule. */
 static tsr_status read_file(const char *path, tsr_model **m, tsr_optim_spec *opt, tsr_schedule_spec *sched,
                             int *found) {
   char *text = NULL;
@@ -534,15 +534,19 @@ static tsr_status read_file(const char *path, tsr_model **m, tsr_optim_spec *opt
   TSR_TRY(slurp(path, &text, &len));
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-  tsr_status s = TSR_OK;
+  tsr_status s;
   jctx c = {.path = path, .text = text, .scan = text};
   const json_t *js = json_object_get(json_object_get(root, "optimizer"), "schedule");
   if (!root)
     s = _tsr_error(TSR_ERR_FORMAT, "%s:%d:%d: JSON syntax error: %s", path, err.line, err.column, err.text);
-  else if (m)
+  else
     s = load(&c, root, m, opt);
-  else if ((*found = js != NULL))
-    s = parse_schedule(&c, js, sched);
+  if (s == TSR_OK && sched) {
+    *sched = tsr_schedule_spec_default(TSR_SCHEDULE_CONSTANT);
+    *found = js != NULL;
+    if (js) s = parse_schedule(&c, js, sched); /* checked by load already */
+    if (s != TSR_OK) tsr_model_destroy(*m), *m = NULL;
+  }
   json_decref(root);
   free(text);
   return s;
@@ -554,9 +558,10 @@ tsr_status tsr_model_load_json(tsr_model **m, struct tsr_optim_spec *opt, const 
   return read_file(path, m, opt, NULL, NULL);
 }
 
-tsr_status tsr_schedule_load_json(tsr_schedule_spec *s, int *found, const char *path) {
-  if (!s || !found || !path) return _tsr_error(TSR_ERR_ARG, "tsr_schedule_load_json: s, found and path are required");
-  *s = tsr_schedule_spec_default(TSR_SCHEDULE_CONSTANT);
-  *found = 0;
-  return read_file(path, NULL, NULL, s, found);
+tsr_status tsr_model_load_json_schedule(tsr_model **m, struct tsr_optim_spec *opt, struct tsr_schedule_spec *sched,
+                                        int *has_schedule, const char *path) {
+  if (!m || !path || !sched || !has_schedule)
+    return _tsr_error(TSR_ERR_ARG, "tsr_model_load_json_schedule: m, sched, has_schedule and path are required");
+  *m = NULL;
+  return read_file(path, m, opt, sched, has_schedule);
 }
