@@ -52,9 +52,11 @@ void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float
   }
 }
 
-/* y = a (x - mean) + beta with a = gamma invstd: centring first keeps the float error relative to
- * the spread of x rather than to its mean (the folded a x + b cancels when |mean| >> std). */
-static void normalise(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *invstd,
+/* y = a (x - mean) + beta per channel, with a = gamma invstd (training: the batch's statistics) or,
+ * when `eval`, a = gamma / sqrt(var + eps) in double (the running statistics, as PyTorch's eval
+ * mode): centring first keeps the float error relative to the spread of x rather than to its mean
+ * (the folded a x + b cancels when |mean| >> std). `spread` is invstd, or var when eval. */
+static void normalise(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread, int eval,
                       const float *gamma, const float *beta, float *y) {
   const size_t hw = (size_t)d->h * d->w;
   for (int i = 0; i < d->n; i++)
@@ -62,7 +64,8 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
       const size_t off = ((size_t)i * d->c + ch) * hw;
       const float *restrict xp = x + off;
       float *restrict yp = y + off;
-      const float a = gamma[ch] * invstd[ch], m = mean[ch], b = beta[ch];
+      const float a = eval ? (float)(gamma[ch] / sqrt((double)spread[ch] + d->eps)) : gamma[ch] * spread[ch];
+      const float m = mean[ch], b = beta[ch];
       TSR_SIMD(omp simd)
       for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
     }
@@ -70,22 +73,12 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
 
 void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                      const float *beta, float *y) {
-  normalise(d, x, stat, stat + d->c, gamma, beta, y);
+  normalise(d, x, stat, stat + d->c, 0, gamma, beta, y);
 }
 
 void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
                           const float *running_var, const float *gamma, const float *beta, float *y) {
-  const size_t hw = (size_t)d->h * d->w;
-  for (int i = 0; i < d->n; i++)
-    for (int ch = 0; ch < d->c; ch++) {
-      const size_t off = ((size_t)i * d->c + ch) * hw;
-      const float *restrict xp = x + off;
-      float *restrict yp = y + off;
-      const float a = (float)(gamma[ch] / sqrt((double)running_var[ch] + d->eps));
-      const float m = running_mean[ch], b = beta[ch];
-      TSR_SIMD(omp simd)
-      for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
-    }
+  normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
 }
 
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
@@ -198,34 +191,34 @@ static void bn_bwd_data_cpu(void *buffers[], void *arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (batchnorm_cuda.cu; zeroing: tensor_ops_cuda.cu) */
 static void zero_doubles_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
-                           (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), STREAM));
+  TSR_CUDA_RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
+                           (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), TSR_CUDA_STREAM));
 }
 static void bn_stats_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_STATS, TSR_BUF(b, 0), NULL, NULL, NULL, NULL, TSR_DBUF(b, 1), NULL, NULL));
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_STATS, TSR_BUF(b, 0), NULL, NULL, NULL, NULL, TSR_DBUF(b, 1), NULL, NULL));
 }
 static void bn_finalize_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_finalize_cuda(STREAM, a, TSR_DBUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
+  TSR_CUDA_RUN(_tsr_bn_finalize_cuda(TSR_CUDA_STREAM, a, TSR_DBUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
 }
 static void bn_fwd_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_FWD, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL, NULL,
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_FWD, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3), NULL, NULL,
                    TSR_BUF(b, 4), NULL));
 }
 static void bn_fwd_eval_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_FWD_EVAL, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_FWD_EVAL, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3),
                    TSR_BUF(b, 4), NULL, TSR_BUF(b, 5), NULL));
 }
 static void bn_bwd_stats_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_STATS, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), NULL, NULL, TSR_DBUF(b, 3),
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_BWD_STATS, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), NULL, NULL, TSR_DBUF(b, 3),
                    NULL, NULL));
 }
 static void bn_bwd_params_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_PARAMS, NULL, NULL, NULL, NULL, NULL, TSR_DBUF(b, 0), TSR_BUF(b, 1),
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_BWD_PARAMS, NULL, NULL, NULL, NULL, NULL, TSR_DBUF(b, 0), TSR_BUF(b, 1),
                    TSR_BUF(b, 2)));
 }
 /* x, stat, gamma, acc, dy -> dx */
 static void bn_bwd_data_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_bn_cuda(STREAM, a, TSR_BN_BWD_DATA, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 4), NULL,
+  TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_BWD_DATA, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 4), NULL,
                    TSR_DBUF(b, 3), TSR_BUF(b, 5), NULL));
 }
 #endif

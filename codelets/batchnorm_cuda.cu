@@ -77,13 +77,13 @@ extern "C" int _tsr_bn_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, int op
   case TSR_BN_BWD_PARAMS: bn_params_k<<<(d->c + 63) / 64, 64, 0, s>>>(d->c, acc, out0, out1); break;
   default: bn_elem_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(*d, op, x, f0, f1, f2, f3, acc, out0); break;
   }
-  LAUNCHED("batch-norm kernel");
+  TSR_CUDA_LAUNCHED("batch-norm kernel");
   return 0;
 }
 
 extern "C" int _tsr_bn_finalize_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, const double *acc, float *stat,
                                      float *running_mean, float *running_var) {
   bn_finalize_k<<<(d->c + 63) / 64, 64, 0, s>>>(*d, acc, stat, running_mean, running_var);
-  LAUNCHED("batch-norm finalize kernel");
+  TSR_CUDA_LAUNCHED("batch-norm finalize kernel");
   return 0;
 }

@@ -34,6 +34,8 @@ int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, 
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);  /* y = x */
 
 /* ---- conv2d and conv_transpose2d (conv2d.c, conv_transpose2d.c; oneDNN) ---- */
+/* The passes of a convolution, a transposed convolution and a dense layer (their CUDA launchers too). */
+enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
 struct _tsr_conv_desc {
   int n, ci, h, w;      /* input */
   int co, oh, ow;       /* output */

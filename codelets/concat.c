@@ -86,13 +86,13 @@ static void concat_fwd_cpu_cuda(void *b[], void *a) {
   const struct _tsr_concat_desc *d = a;
   float *parts[TSR_MAX_CONCAT];
   for (int i = 0; i < d->k; i++) parts[i] = TSR_BUF(b, i);
-  RUN(_tsr_concat_cuda(STREAM, d, 0, parts, TSR_BUF(b, d->k)));
+  TSR_CUDA_RUN(_tsr_concat_cuda(TSR_CUDA_STREAM, d, 0, parts, TSR_BUF(b, d->k)));
 }
 static void concat_bwd_cpu_cuda(void *b[], void *a) {
   const struct _tsr_concat_desc *d = a;
   float *parts[TSR_MAX_CONCAT];
   for (int i = 0; i < d->k; i++) parts[i] = TSR_BUF(b, 1 + i);
-  RUN(_tsr_concat_cuda(STREAM, d, 1, parts, TSR_BUF(b, 0)));
+  TSR_CUDA_RUN(_tsr_concat_cuda(TSR_CUDA_STREAM, d, 1, parts, TSR_BUF(b, 0)));
 }
 static void add_fwd_cpu_cuda(void *b[], void *a) {
   const struct add_desc *d = a;
@@ -103,7 +103,7 @@ static void add_fwd_cpu_cuda(void *b[], void *a) {
     return;
   }
   for (int i = 0; i < d->k; i++) xs[i] = TSR_BUF(b, i);
-  RUN(_tsr_add_cuda(STREAM, d->len, d->k, xs, TSR_BUF(b, d->k)));
+  TSR_CUDA_RUN(_tsr_add_cuda(TSR_CUDA_STREAM, d->len, d->k, xs, TSR_BUF(b, d->k)));
   free(xs);
 }
 #endif

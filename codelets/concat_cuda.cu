@@ -10,9 +10,9 @@ extern "C" int _tsr_concat_cuda(cudaStream_t s, const struct _tsr_concat_desc *d
     size_t len = (size_t)d->c[i] * hw * sizeof(float);
     float *w = whole + off;
     if (bwd)
-      CUDA_OK(cudaMemcpy2DAsync(parts[i], len, w, row * sizeof(float), len, d->n, cudaMemcpyDeviceToDevice, s));
+      TSR_CUDA_OK(cudaMemcpy2DAsync(parts[i], len, w, row * sizeof(float), len, d->n, cudaMemcpyDeviceToDevice, s));
     else
-      CUDA_OK(cudaMemcpy2DAsync(w, row * sizeof(float), parts[i], len, len, d->n, cudaMemcpyDeviceToDevice, s));
+      TSR_CUDA_OK(cudaMemcpy2DAsync(w, row * sizeof(float), parts[i], len, len, d->n, cudaMemcpyDeviceToDevice, s));
     off += (size_t)d->c[i] * hw;
   }
   return 0;
@@ -38,7 +38,7 @@ extern "C" int _tsr_add_cuda(cudaStream_t s, size_t len, int k, const float *con
     if (!first) p.p[j++] = y;
     for (int q = 0; q < m; q++) p.p[j++] = xs[done + q];
     add_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(len, j, p, y);
-    LAUNCHED("add kernel");
+    TSR_CUDA_LAUNCHED("add kernel");
     done += m;
   }
   return 0;

@@ -373,43 +373,40 @@ void _tsr_conv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *x,
 
 /* ---- codelets ---- */
 
-static void conv2d_fwd_cpu(void *buffers[], void *cl_arg) {
+/* The CPU function of conv2d's and conv_transpose2d's codelets for one pass. Buffers: fwd x, w, [b],
+ * y; bwd_data dy, w, dx; bwd_weights x, dy, dw, [db]. */
+void _tsr_convlike_cpu(void *b[], const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass) {
   _tsr_worker_enter();
-  const struct _tsr_conv_desc *d = cl_arg;
-  int has_b = d->has_bias;
-  _tsr_conv2d_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), has_b ? TSR_BUF(buffers, 2) : NULL,
-                      TSR_BUF(buffers, 2 + has_b));
+  int hb = d->has_bias;
+  if (pass == TSR_CONV_FWD)
+    _tsr_convlike_run(d, deconv, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL, TSR_BUF(b, 2 + hb), NULL);
+  else if (pass == TSR_CONV_BWD_DATA)
+    _tsr_convlike_run(d, deconv, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL);
+  else
+    _tsr_convlike_run(d, deconv, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), hb ? TSR_BUF(b, 3) : NULL);
 }
-
-static void conv2d_bwd_data_cpu(void *buffers[], void *cl_arg) {
-  _tsr_worker_enter();
-  _tsr_conv2d_bwd_data_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
-}
-
-static void conv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
-  _tsr_worker_enter();
-  const struct _tsr_conv_desc *d = cl_arg;
-  _tsr_conv2d_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
-                              d->has_bias ? TSR_BUF(buffers, 3) : NULL);
-}
+static void conv2d_fwd_cpu(void *b[], void *a) { _tsr_convlike_cpu(b, a, 0, TSR_CONV_FWD); }
+static void conv2d_bwd_data_cpu(void *b[], void *a) { _tsr_convlike_cpu(b, a, 0, TSR_CONV_BWD_DATA); }
+static void conv2d_bwd_weights_cpu(void *b[], void *a) { _tsr_convlike_cpu(b, a, 0, TSR_CONV_BWD_WEIGHTS); }
 
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (conv2d_cuda.cu), shared with conv_transpose2d.c. Buffers: fwd x, w, [b], y; bwd_data dy,
  * w, dx; bwd_weights x, dy, dw, [db] */
 void _tsr_convlike_cuda(void *b[], const struct _tsr_conv_desc *d, int deconv, int pass) {
-  int hb = d->has_bias, prec = _tsr_get_precision();
-  if (pass == PASS_FWD)
-    RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
-                       TSR_BUF(b, 2 + hb), NULL));
-  else if (pass == PASS_BWD_DATA)
-    RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
+  int hb = d->has_bias, prec = _tsr_get_precision(), w = TSR_CUDA_WORKER;
+  cudaStream_t st = TSR_CUDA_STREAM;
+  if (pass == TSR_CONV_FWD)
+    TSR_CUDA_RUN(_tsr_conv_cuda(w, st, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
+                                TSR_BUF(b, 2 + hb), NULL));
+  else if (pass == TSR_CONV_BWD_DATA)
+    TSR_CUDA_RUN(_tsr_conv_cuda(w, st, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
   else
-    RUN(_tsr_conv_cuda(WORKER, STREAM, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
-                       hb ? TSR_BUF(b, 3) : NULL));
+    TSR_CUDA_RUN(_tsr_conv_cuda(w, st, d, deconv, pass, prec, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
+                                hb ? TSR_BUF(b, 3) : NULL));
 }
-static void conv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, PASS_FWD); }
-static void conv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, PASS_BWD_DATA); }
-static void conv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, PASS_BWD_WEIGHTS); }
+static void conv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, TSR_CONV_FWD); }
+static void conv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, TSR_CONV_BWD_DATA); }
+static void conv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 0, TSR_CONV_BWD_WEIGHTS); }
 #endif
 
 static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv2d_fwd"};

@@ -86,7 +86,7 @@ static int pick(const Perf *perf, int got, int precision, int deterministic, con
     p->algo = (int)q.algo;
     p->ws_bytes = q.memory;
     /* float32 keeps FMA math; reduced precision runs with the math type the algorithm was ranked for */
-    if (precision != TSR_PRECISION_F32) CUDNN_OK(cudnnSetConvolutionMathType(p->conv, q.mathType));
+    if (precision != TSR_PRECISION_F32) TSR_CUDNN_OK(cudnnSetConvolutionMathType(p->conv, q.mathType));
     return 0;
   }
   return 1;
@@ -102,25 +102,25 @@ static int plan_make(cudnnHandle_t h, const _tsr_conv_desc *d, int deconv, int p
   p->nin = (size_t)d->n * cin * hin * win;
   p->nout = (size_t)d->n * cout * hout * wout;
   p->nfilt = (size_t)cout * cin * d->kh * d->kw;
-  CUDNN_OK(cudnnCreateTensorDescriptor(&p->in));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&p->out));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&p->in32));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&p->out32));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&p->bias));
-  CUDNN_OK(cudnnCreateFilterDescriptor(&p->filt));
-  CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->conv));
-  CUDNN_OK(cudnnSetTensor4dDescriptor(p->in32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cin, hin, win));
-  CUDNN_OK(cudnnSetTensor4dDescriptor(p->out32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cout, hout, wout));
-  CUDNN_OK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d->co, 1, 1));
+  TSR_CUDNN_OK(cudnnCreateTensorDescriptor(&p->in));
+  TSR_CUDNN_OK(cudnnCreateTensorDescriptor(&p->out));
+  TSR_CUDNN_OK(cudnnCreateTensorDescriptor(&p->in32));
+  TSR_CUDNN_OK(cudnnCreateTensorDescriptor(&p->out32));
+  TSR_CUDNN_OK(cudnnCreateTensorDescriptor(&p->bias));
+  TSR_CUDNN_OK(cudnnCreateFilterDescriptor(&p->filt));
+  TSR_CUDNN_OK(cudnnCreateConvolutionDescriptor(&p->conv));
+  TSR_CUDNN_OK(cudnnSetTensor4dDescriptor(p->in32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cin, hin, win));
+  TSR_CUDNN_OK(cudnnSetTensor4dDescriptor(p->out32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, cout, hout, wout));
+  TSR_CUDNN_OK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d->co, 1, 1));
   if (cudnnSetTensor4dDescriptor(p->in, CUDNN_TENSOR_NCHW, dt, d->n, cin, hin, win) != CUDNN_STATUS_SUCCESS ||
       cudnnSetTensor4dDescriptor(p->out, CUDNN_TENSOR_NCHW, dt, d->n, cout, hout, wout) != CUDNN_STATUS_SUCCESS ||
       cudnnSetFilter4dDescriptor(p->filt, dt, CUDNN_TENSOR_NCHW, cout, cin, d->kh, d->kw) != CUDNN_STATUS_SUCCESS)
     return precision == TSR_PRECISION_F32 ? _tsr_cuda_report("cuDNN rejects the float32 descriptors of a conv") : 1;
   /* float32 compute in every precision (PSEUDO_* configurations for bf16 / fp16 data) */
-  CUDNN_OK(cudnnSetConvolution2dDescriptor(p->conv, d->ph, d->pw, d->sh, d->sw, d->dh, d->dw,
+  TSR_CUDNN_OK(cudnnSetConvolution2dDescriptor(p->conv, d->ph, d->pw, d->sh, d->sw, d->dh, d->dw,
                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   GET_OK(cudnnSetConvolutionMathType(p->conv, precision == TSR_PRECISION_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
-  p->call = !deconv ? pass : pass == PASS_FWD ? CALL_BWD_DATA : pass == PASS_BWD_DATA ? CALL_FWD : CALL_BWD_FILTER;
+  p->call = !deconv ? pass : pass == TSR_CONV_FWD ? CALL_BWD_DATA : pass == TSR_CONV_BWD_DATA ? CALL_FWD : CALL_BWD_FILTER;
   enum { MAXALGO = 16 };
   int got = 0, rc;
   if (p->call == CALL_FWD) {
@@ -185,14 +185,14 @@ static int conv_call(int worker, cudaStream_t s, cudnnHandle_t h, conv_plan *p, 
     void *ws = p->ws_bytes ? _tsr_cuda_scratch(worker, p->ws_bytes, s) : NULL;
     if (p->ws_bytes && !ws) return -1;
     if (p->call == CALL_FWD)
-      CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, in, p->filt, filt, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
+      TSR_CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, in, p->filt, filt, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
                                        ws, p->ws_bytes, &beta, p->out, result));
     else if (p->call == CALL_BWD_DATA)
-      CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, filt, p->out, out, p->conv,
+      TSR_CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, filt, p->out, out, p->conv,
                                             (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes, &beta, p->in,
                                             result));
     else
-      CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, in, p->out, out, p->conv,
+      TSR_CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, in, p->out, out, p->conv,
                                               (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws_bytes, &beta, p->filt,
                                               result));
     return 0;
@@ -211,16 +211,16 @@ static int conv_call(int worker, cudaStream_t s, cudnnHandle_t h, conv_plan *p, 
   if (p->call != CALL_FWD && _tsr_narrow_cuda(out, hout, p->nout, prec, s)) return -1;
   if (p->call != CALL_BWD_FILTER && _tsr_narrow_cuda(filt, hfilt, p->nfilt, prec, s)) return -1;
   if (p->call == CALL_FWD) {
-    CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, hin, p->filt, hfilt, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
+    TSR_CUDNN_OK(cudnnConvolutionForward(h, &one, p->in, hin, p->filt, hfilt, p->conv, (cudnnConvolutionFwdAlgo_t)p->algo,
                                      ws, p->ws_bytes, &zero, p->out, hout));
     return _tsr_widen_cuda(hout, result, p->nout, prec, beta != 0.0f, s);
   }
   if (p->call == CALL_BWD_DATA) {
-    CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, hfilt, p->out, hout, p->conv,
+    TSR_CUDNN_OK(cudnnConvolutionBackwardData(h, &one, p->filt, hfilt, p->out, hout, p->conv,
                                           (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->ws_bytes, &zero, p->in, hin));
     return _tsr_widen_cuda(hin, result, p->nin, prec, beta != 0.0f, s);
   }
-  CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, hin, p->out, hout, p->conv,
+  TSR_CUDNN_OK(cudnnConvolutionBackwardFilter(h, &one, p->in, hin, p->out, hout, p->conv,
                                           (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->ws_bytes, &zero, p->filt,
                                           hfilt));
   return _tsr_widen_cuda(hfilt, result, p->nfilt, prec, beta != 0.0f, s);
@@ -236,12 +236,12 @@ extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv
   conv_plan *p = plan_get(worker, h, d, deconv, pass, precision);
   if (!p) return -1;
   const float one = 1.0f;
-  if (pass == PASS_FWD) { /* conv: in-space x -> out-space y; transposed: out-space x -> in-space y */
+  if (pass == TSR_CONV_FWD) { /* conv: in-space x -> out-space y; transposed: out-space x -> in-space y */
     const float *x = in0, *w = in1, *b = in2;
     float *y = out0;
     if (conv_call(worker, s, h, p, deconv ? NULL : x, deconv ? x : NULL, w, y, 0.0f)) return -1;
-    if (d->has_bias) CUDNN_OK(cudnnAddTensor(h, &one, p->bias, b, &one, deconv ? p->in32 : p->out32, y));
-  } else if (pass == PASS_BWD_DATA) {
+    if (d->has_bias) TSR_CUDNN_OK(cudnnAddTensor(h, &one, p->bias, b, &one, deconv ? p->in32 : p->out32, y));
+  } else if (pass == TSR_CONV_BWD_DATA) {
     const float *dy = in0, *w = in1;
     float *dx = out0;
     if (conv_call(worker, s, h, p, deconv ? dy : NULL, deconv ? NULL : dy, w, dx, 0.0f)) return -1;
@@ -251,7 +251,7 @@ extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv
     /* the conv's input space holds x (conv) or dy (transposed conv) */
     if (conv_call(worker, s, h, p, deconv ? dy : x, deconv ? x : dy, NULL, dw, 1.0f)) return -1;
     if (d->has_bias && db)
-      CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in32 : p->out32, dy, &one, p->bias, db));
+      TSR_CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in32 : p->out32, dy, &one, p->bias, db));
   }
   return 0;
 }

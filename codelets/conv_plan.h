@@ -1,5 +1,5 @@
-/* What conv2d.c (which defines them) shares with conv_transpose2d.c and the tests: the three passes,
- * the oneDNN plan runner, what the plan runs (implementation and data types, for tests), and one
+/* What conv2d.c (which defines them) shares with conv_transpose2d.c and the tests: the oneDNN plan
+ * runner, what the plan runs (implementation and data types, for tests), and one
  * insert function for both codelet families. */
 #ifndef TSR_CODELETS_CONV_PLAN_H
 #define TSR_CODELETS_CONV_PLAN_H
@@ -7,10 +7,10 @@
 #include <dnnl.h>
 #include "codelets.h"
 
-enum _tsr_conv_pass { TSR_CONV_FWD, TSR_CONV_BWD_DATA, TSR_CONV_BWD_WEIGHTS };
-
 void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                        const float *in1, const float *in2, float *out0, float *out1);
+/* The CPU function of both families' codelets for one pass (buffers as the insert function orders them). */
+void _tsr_convlike_cpu(void *buffers[], const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 

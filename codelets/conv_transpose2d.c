@@ -6,7 +6,6 @@
 #include "conv_plan.h"
 #include "cuda_util.h"
 
-
 void _tsr_deconv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y) {
   _tsr_convlike_run(d, 1, TSR_CONV_FWD, x, w, b, y, NULL);
 }
@@ -22,31 +21,15 @@ void _tsr_deconv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *
 
 /* ---- codelets ---- */
 
-static void deconv2d_fwd_cpu(void *buffers[], void *cl_arg) {
-  _tsr_worker_enter();
-  const struct _tsr_conv_desc *d = cl_arg;
-  int has_b = d->has_bias;
-  _tsr_deconv2d_fwd_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), has_b ? TSR_BUF(buffers, 2) : NULL,
-                      TSR_BUF(buffers, 2 + has_b));
-}
-
-static void deconv2d_bwd_data_cpu(void *buffers[], void *cl_arg) {
-  _tsr_worker_enter();
-  _tsr_deconv2d_bwd_data_cpu(cl_arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
-}
-
-static void deconv2d_bwd_weights_cpu(void *buffers[], void *cl_arg) {
-  _tsr_worker_enter();
-  const struct _tsr_conv_desc *d = cl_arg;
-  _tsr_deconv2d_bwd_weights_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
-                              d->has_bias ? TSR_BUF(buffers, 3) : NULL);
-}
+static void deconv2d_fwd_cpu(void *b[], void *a) { _tsr_convlike_cpu(b, a, 1, TSR_CONV_FWD); }
+static void deconv2d_bwd_data_cpu(void *b[], void *a) { _tsr_convlike_cpu(b, a, 1, TSR_CONV_BWD_DATA); }
+static void deconv2d_bwd_weights_cpu(void *b[], void *a) { _tsr_convlike_cpu(b, a, 1, TSR_CONV_BWD_WEIGHTS); }
 
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (conv2d_cuda.cu, through conv2d.c) */
-static void deconv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, PASS_FWD); }
-static void deconv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, PASS_BWD_DATA); }
-static void deconv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, PASS_BWD_WEIGHTS); }
+static void deconv2d_fwd_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, TSR_CONV_FWD); }
+static void deconv2d_bwd_data_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, TSR_CONV_BWD_DATA); }
+static void deconv2d_bwd_weights_cpu_cuda(void *b[], void *a) { _tsr_convlike_cuda(b, a, 1, TSR_CONV_BWD_WEIGHTS); }
 #endif
 
 static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_deconv2d_fwd"};

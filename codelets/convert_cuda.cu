@@ -54,29 +54,29 @@ __global__ static void finite_k(const float *x, size_t n, int *flag) {
 
 extern "C" int _tsr_f32_to_bf16_cuda(const float *x, uint16_t *y, size_t n, cudaStream_t s) {
   to_bf16_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(x, y, n);
-  CUDA_OK(cudaGetLastError());
+  TSR_CUDA_OK(cudaGetLastError());
   return 0;
 }
 extern "C" int _tsr_bf16_to_f32_cuda(const uint16_t *x, float *y, size_t n, cudaStream_t s) {
   from_bf16_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(x, y, n);
-  CUDA_OK(cudaGetLastError());
+  TSR_CUDA_OK(cudaGetLastError());
   return 0;
 }
 extern "C" int _tsr_f32_to_f16_cuda(const float *x, uint16_t *y, size_t n, cudaStream_t s) {
   to_f16_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(x, y, n);
-  CUDA_OK(cudaGetLastError());
+  TSR_CUDA_OK(cudaGetLastError());
   return 0;
 }
 extern "C" int _tsr_f16_to_f32_cuda(const uint16_t *x, float *y, size_t n, cudaStream_t s) {
   from_f16_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(x, y, n);
-  CUDA_OK(cudaGetLastError());
+  TSR_CUDA_OK(cudaGetLastError());
   return 0;
 }
 extern "C" int _tsr_all_finite_cuda(const float *x, size_t n, int *flag_dev, int reset, cudaStream_t s) {
   static const int one = 1;
-  if (reset) CUDA_OK(cudaMemcpyAsync(flag_dev, &one, sizeof one, cudaMemcpyHostToDevice, s));
+  if (reset) TSR_CUDA_OK(cudaMemcpyAsync(flag_dev, &one, sizeof one, cudaMemcpyHostToDevice, s));
   finite_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(x, n, flag_dev);
-  CUDA_OK(cudaGetLastError());
+  TSR_CUDA_OK(cudaGetLastError());
   return 0;
 }
 
@@ -89,6 +89,6 @@ extern "C" int _tsr_widen_cuda(const uint16_t *x, float *y, size_t n, int precis
   if (precision != TSR_PRECISION_BF16 && precision != TSR_PRECISION_FP16)
     return _tsr_cuda_report("no reduced-precision format for precision %d", precision);
   widen_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(x, y, n, precision == TSR_PRECISION_BF16, accumulate);
-  CUDA_OK(cudaGetLastError());
+  TSR_CUDA_OK(cudaGetLastError());
   return 0;
 }

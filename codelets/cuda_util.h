@@ -41,25 +41,25 @@ const char *_tsr_cuda_last_report(void);
 
 #ifdef __CUDACC__
 /* In the .cu launchers: return _tsr_cuda_report(...) (-1) naming the failed call, file and line. */
-#define CUDA_OK(call)                                                                                \
+#define TSR_CUDA_OK(call)                                                                            \
   do {                                                                                               \
     cudaError_t _e = (call);                                                                         \
     if (_e != cudaSuccess)                                                                           \
       return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudaGetErrorString(_e), __FILE__, __LINE__); \
   } while (0)
-#define CUDNN_OK(call)                                                                               \
+#define TSR_CUDNN_OK(call)                                                                           \
   do {                                                                                               \
     cudnnStatus_t _s = (call);                                                                       \
     if (_s != CUDNN_STATUS_SUCCESS)                                                                  \
       return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cudnnGetErrorString(_s), __FILE__, __LINE__); \
   } while (0)
-#define CUBLAS_OK(call)                                                                              \
+#define TSR_CUBLAS_OK(call)                                                                          \
   do {                                                                                               \
     cublasStatus_t _s = (call);                                                                      \
     if (_s != CUBLAS_STATUS_SUCCESS)                                                                 \
       return _tsr_cuda_report("%s failed: %s (%s:%d)", #call, cublasGetStatusString(_s), __FILE__, __LINE__); \
   } while (0)
-#define LAUNCHED(what)                                                                               \
+#define TSR_CUDA_LAUNCHED(what)                                                                      \
   do {                                                                                               \
     cudaError_t _e = cudaGetLastError();                                                             \
     if (_e != cudaSuccess) return _tsr_cuda_report("%s launch failed: %s", what, cudaGetErrorString(_e)); \
@@ -100,8 +100,7 @@ int _tsr_cuda_handles(int worker, cudaStream_t stream, cudnnHandle_t *dnn, cubla
 void *_tsr_cuda_scratch(int worker, size_t bytes, cudaStream_t stream);
 
 /* ---- launchers: 0, or -1 after reporting the failed call; `worker` keys handles and caches ---- */
-/* Passes of the conv and dense launchers (as enum _tsr_conv_pass in conv2d.c). */
-enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS };
+/* `pass` of the conv and dense launchers: an enum _tsr_conv_pass (codelets.h). */
 int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv_desc *d, int deconv, int pass, int precision,
                    const float *in0, const float *in1, const float *in2, float *out0, float *out1);
 int _tsr_dense_cuda(int worker, cudaStream_t s, const struct _tsr_dense_desc *d, int pass, const float *in0,
@@ -160,12 +159,12 @@ enum _tsr_bn_op {
 #ifdef TSR_CUDA_CODELETS
 /* In the codelets' CUDA functions (void f(void *b[], void *a)): each reads its buffers in the order
  * of the CPU function and queues work on StarPU's local stream (codelets are STARPU_CUDA_ASYNC)
- * with the worker's handles. RUN(launcher call): a failed call is printed and recorded as the
- * kernels' first failure, which the trainer returns from its next call; the task's write-only
+ * with the worker's handles. TSR_CUDA_RUN(launcher call): a failed call is printed and recorded as
+ * the kernels' first failure, which the trainer returns from its next call; the task's write-only
  * outputs are zeroed, as after a failed CPU kernel, and the process goes on. */
-#define STREAM starpu_cuda_get_local_stream()
-#define WORKER starpu_worker_get_id()
-#define RUN(call)                                                                                  \
+#define TSR_CUDA_STREAM starpu_cuda_get_local_stream()
+#define TSR_CUDA_WORKER starpu_worker_get_id()
+#define TSR_CUDA_RUN(call)                                                                         \
   do {                                                                                             \
     if ((call) != 0) _tsr_cuda_task_failed(__func__, b);                                           \
   } while (0)

@@ -63,18 +63,18 @@ static void dense_bwd_weights_cpu(void *buffers[], void *cl_arg) {
 /* CUDA (dense_cuda.cu) */
 static void dense_cuda(void *b[], const struct _tsr_dense_desc *d, int pass) {
   int hb = d->has_bias;
-  if (pass == PASS_FWD)
-    RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
+  if (pass == TSR_CONV_FWD)
+    TSR_CUDA_RUN(_tsr_dense_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), hb ? TSR_BUF(b, 2) : NULL,
                         TSR_BUF(b, 2 + hb), NULL));
-  else if (pass == PASS_BWD_DATA)
-    RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
+  else if (pass == TSR_CONV_BWD_DATA)
+    TSR_CUDA_RUN(_tsr_dense_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2), NULL));
   else
-    RUN(_tsr_dense_cuda(WORKER, STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
+    TSR_CUDA_RUN(_tsr_dense_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, pass, TSR_BUF(b, 0), TSR_BUF(b, 1), NULL, TSR_BUF(b, 2),
                         hb ? TSR_BUF(b, 3) : NULL));
 }
-static void dense_fwd_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, PASS_FWD); }
-static void dense_bwd_data_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, PASS_BWD_DATA); }
-static void dense_bwd_weights_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, PASS_BWD_WEIGHTS); }
+static void dense_fwd_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, TSR_CONV_FWD); }
+static void dense_bwd_data_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, TSR_CONV_BWD_DATA); }
+static void dense_bwd_weights_cpu_cuda(void *b[], void *a) { dense_cuda(b, a, TSR_CONV_BWD_WEIGHTS); }
 #endif
 
 static struct starpu_perfmodel fwd_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_dense_fwd"};

@@ -16,28 +16,28 @@ extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct _tsr_den
   cublasHandle_t h;
   if (_tsr_cuda_handles(worker, s, NULL, &h)) return -1;
   const float one = 1.0f, zero = 0.0f;
-  if (pass == PASS_FWD) { /* x, w, b -> y */
+  if (pass == TSR_CONV_FWD) { /* x, w, b -> y */
     float beta = 0.0f;
     if (d->has_bias) {
       size_t len = (size_t)d->n * d->out;
       bias_rows_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(d->n, d->out, in2, out0);
-      LAUNCHED("dense bias kernel");
+      TSR_CUDA_LAUNCHED("dense bias kernel");
       beta = 1.0f;
     }
-    CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, in1, d->in, in0, d->in, &beta, out0,
+    TSR_CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one, in1, d->in, in0, d->in, &beta, out0,
                           d->out));
-  } else if (pass == PASS_BWD_DATA) { /* dy, w -> dx[n, in] = dy[n, out] W[out, in] */
-    CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, in1, d->in, in0, d->out, &zero, out0,
+  } else if (pass == TSR_CONV_BWD_DATA) { /* dy, w -> dx[n, in] = dy[n, out] W[out, in] */
+    TSR_CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, in1, d->in, in0, d->out, &zero, out0,
                           d->in));
   } else { /* x, dy -> dw[out, in] += dy^T x ; db += column sums of dy */
-    CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, in0, d->in, in1, d->out, &one, out0,
+    TSR_CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, in0, d->in, in1, d->out, &one, out0,
                           d->in));
     if (d->has_bias && out1) {
       float *ones = (float *)_tsr_cuda_scratch(worker, (size_t)d->n * sizeof(float), s);
       if (!ones) return -1;
       fill_k<<<1, 256, 0, s>>>(d->n, 1.0f, ones);
-      LAUNCHED("dense ones kernel");
-      CUBLAS_OK(cublasSgemv(h, CUBLAS_OP_N, d->out, d->n, &one, in1, d->out, ones, 1, &one, out1, 1));
+      TSR_CUDA_LAUNCHED("dense ones kernel");
+      TSR_CUBLAS_OK(cublasSgemv(h, CUBLAS_OP_N, d->out, d->n, &one, in1, d->out, ones, 1, &one, out1, 1));
     }
   }
   return 0;

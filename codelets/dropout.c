@@ -93,7 +93,7 @@ static void dropout_bwd_cpu(void *buffers[], void *cl_arg) {
 /* CUDA (dropout_cuda.cu) */
 static void dropout_fwd_cpu_cuda(void *b[], void *a) {
   const struct dropout_arg *x = a;
-  RUN(_tsr_dropout_cuda(STREAM, &x->d, x->seed, TSR_BUF(b, 0), TSR_BUF(b, 1)));
+  TSR_CUDA_RUN(_tsr_dropout_cuda(TSR_CUDA_STREAM, &x->d, x->seed, TSR_BUF(b, 0), TSR_BUF(b, 1)));
 }
 static void dropout_bwd_cpu_cuda(void *b[], void *a) { dropout_fwd_cpu_cuda(b, a); }
 #endif

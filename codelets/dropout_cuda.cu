@@ -19,12 +19,12 @@ extern "C" int _tsr_dropout_cuda(cudaStream_t s, const struct _tsr_dropout_desc 
                                  float *out) {
   size_t hw = (size_t)d->h * d->w, len = (size_t)d->n * d->c * hw;
   if (d->p == 0) {
-    if (in != out) CUDA_OK(cudaMemcpyAsync(out, in, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    if (in != out) TSR_CUDA_OK(cudaMemcpyAsync(out, in, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
     return 0;
   }
   uint64_t thr = (uint64_t)((double)d->p * 4294967296.0);
   float scale = (float)(1.0 / (1.0 - (double)d->p));
   dropout_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(len, hw, d->spatial, _tsr_mix64(seed), thr, scale, in, out);
-  LAUNCHED("dropout kernel");
+  TSR_CUDA_LAUNCHED("dropout kernel");
   return 0;
 }

@@ -157,10 +157,10 @@ static void act_bwd_func(void *buffers[], void *cl_arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (eltwise_cuda.cu): buffers as above */
 static void act_fwd_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_act_cuda(WORKER, STREAM, a, 0, TSR_BUF(b, 0), NULL, NULL, TSR_BUF(b, 1)));
+  TSR_CUDA_RUN(_tsr_act_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, a, 0, TSR_BUF(b, 0), NULL, NULL, TSR_BUF(b, 1)));
 }
 static void act_bwd_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_act_cuda(WORKER, STREAM, a, 1, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
+  TSR_CUDA_RUN(_tsr_act_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, a, 1, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_BUF(b, 3)));
 }
 #endif
 

@@ -13,7 +13,7 @@ __global__ static void leaky_k(size_t n, float alpha, int bwd, const float *x, c
 static int leaky_run(cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x, const float *dy,
                      float *out) {
   leaky_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, d->alpha, bwd, x, dy, out);
-  LAUNCHED("leaky relu kernel");
+  TSR_CUDA_LAUNCHED("leaky relu kernel");
   return 0;
 }
 
@@ -28,7 +28,7 @@ __global__ static void gelu_k(size_t n, int bwd, const float *x, const float *dy
 static int gelu_run(cudaStream_t s, const struct _tsr_act_desc *d, int bwd, const float *x, const float *dy,
                     float *out) {
   gelu_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, bwd, x, dy, out);
-  LAUNCHED("gelu kernel");
+  TSR_CUDA_LAUNCHED("gelu kernel");
   return 0;
 }
 
@@ -57,9 +57,9 @@ extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct _tsr_act_d
   /* a flat [1, 1, 1, len] tensor (cuDNN wants int dimensions: split very long slices) */
   cudnnActivationDescriptor_t ad;
   cudnnTensorDescriptor_t td;
-  CUDNN_OK(cudnnCreateActivationDescriptor(&ad));
-  CUDNN_OK(cudnnSetActivationDescriptor(ad, (cudnnActivationMode_t)a->mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
-  CUDNN_OK(cudnnCreateTensorDescriptor(&td));
+  TSR_CUDNN_OK(cudnnCreateActivationDescriptor(&ad));
+  TSR_CUDNN_OK(cudnnSetActivationDescriptor(ad, (cudnnActivationMode_t)a->mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  TSR_CUDNN_OK(cudnnCreateTensorDescriptor(&td));
   const float one = 1.0f, zero = 0.0f;
   const size_t chunk = (size_t)1 << 30;
   int rc = 0;

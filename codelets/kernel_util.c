@@ -136,7 +136,7 @@ void _tsr_cuda_task_failed(const char *codelet, void *buffers[]) {
       /* a failure here is printed; the first one is already recorded */
       (void)_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(buffers[i]),
                                  (size_t)STARPU_VECTOR_GET_NX(buffers[i]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[i]),
-                                 STREAM);
+                                 TSR_CUDA_STREAM);
 }
 #endif
 

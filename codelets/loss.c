@@ -113,7 +113,7 @@ static void loss_cpu(void *buffers[], void *cl_arg) {
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (loss_cuda.cu) */
 static void loss_cpu_cuda(void *b[], void *a) {
-  RUN(_tsr_loss_cuda(WORKER, STREAM, a, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_DBUF(b, 3)));
+  TSR_CUDA_RUN(_tsr_loss_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, a, TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_BUF(b, 2), TSR_DBUF(b, 3)));
 }
 #endif
 

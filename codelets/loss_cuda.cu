@@ -55,10 +55,10 @@ extern "C" int _tsr_loss_cuda(int worker, cudaStream_t s, const struct _tsr_loss
   if (!part) return -1;
   if (d->kind == TSR_L_SOFTMAX_CE) loss_ce_k<<<LOSS_BLOCKS, TSR_THREADS, 0, s>>>(*d, nv, yhat, y, dyhat, part);
   else loss_elem_k<<<LOSS_BLOCKS, TSR_THREADS, 0, s>>>(*d, nv * per, yhat, y, dyhat, part);
-  LAUNCHED("loss kernel");
+  TSR_CUDA_LAUNCHED("loss kernel");
   static_assert((int)LOSS_BLOCKS == (int)TSR_THREADS, "the final pass has one thread per partial sum");
   loss_final_k<<<1, TSR_THREADS, 0, s>>>(part, d->scale, loss);
-  LAUNCHED("loss reduction kernel");
-  if (nv < d->n) CUDA_OK(cudaMemsetAsync(dyhat + nv * per, 0, (d->n - nv) * per * sizeof(float), s));
+  TSR_CUDA_LAUNCHED("loss reduction kernel");
+  if (nv < d->n) TSR_CUDA_OK(cudaMemsetAsync(dyhat + nv * per, 0, (d->n - nv) * per * sizeof(float), s));
   return 0;
 }

@@ -44,35 +44,25 @@ static dnnl_primitive_attr_t user_scratchpad_attr(void) {
   return attr;
 }
 
-/* Symmetric padding on both sides matches PyTorch's floor mode: oneDNN checks
+/* The forward (bwd 0) or backward primitive descriptor; the backward one takes the forward one as its
+ * hint. Symmetric padding on both sides matches PyTorch's floor mode: oneDNN checks
  * (h - k + 2p) / s + 1 == oh with integer division, which is PyTorch's formula. */
-static dnnl_primitive_desc_t pool_fwd_pd(const struct _tsr_pool_desc *d) {
+static dnnl_primitive_desc_t pool_pd(const struct _tsr_pool_desc *d, int bwd) {
   dnnl_memory_desc_t src, dst;
   pool_mds(d, &src, &dst);
   dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
   dnnl_alg_kind_t alg = d->is_max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
   dnnl_pooling_desc_t op;
-  TSR_DNNL_CHECK(dnnl_pooling_forward_desc_init(&op, dnnl_forward_training, alg, &src, &dst, st, k, p, p));
-  dnnl_primitive_attr_t attr = user_scratchpad_attr();
-  dnnl_primitive_desc_t pd;
-  TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, attr, _tsr_dnnl_engine(), NULL));
-  dnnl_primitive_attr_destroy(attr);
-  return pd;
-}
-
-static dnnl_primitive_desc_t pool_bwd_pd(const struct _tsr_pool_desc *d) {
-  dnnl_memory_desc_t src, dst;
-  pool_mds(d, &src, &dst);
-  dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
-  dnnl_alg_kind_t alg = d->is_max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
-  dnnl_pooling_desc_t op;
-  TSR_DNNL_CHECK(dnnl_pooling_backward_desc_init(&op, alg, &src, &dst, st, k, p, p));
-  dnnl_primitive_desc_t hint = pool_fwd_pd(d);
+  if (bwd)
+    TSR_DNNL_CHECK(dnnl_pooling_backward_desc_init(&op, alg, &src, &dst, st, k, p, p));
+  else
+    TSR_DNNL_CHECK(dnnl_pooling_forward_desc_init(&op, dnnl_forward_training, alg, &src, &dst, st, k, p, p));
+  dnnl_primitive_desc_t hint = bwd ? pool_pd(d, 0) : NULL;
   dnnl_primitive_attr_t attr = user_scratchpad_attr();
   dnnl_primitive_desc_t pd;
   TSR_DNNL_CHECK(dnnl_primitive_desc_create(&pd, &op, attr, _tsr_dnnl_engine(), hint));
   dnnl_primitive_attr_destroy(attr);
-  dnnl_primitive_desc_destroy(hint);
+  if (hint) dnnl_primitive_desc_destroy(hint);
   return pd;
 }
 
@@ -87,7 +77,7 @@ static struct pool_prim *pool_get(const struct _tsr_pool_desc *d, int bwd) {
   if (pp) return pp;
   pp = calloc(1, sizeof *pp);
   if (!pp) _tsr_kernel_fail(__FILE__, __LINE__, "calloc(pool_prim)", -1);
-  dnnl_primitive_desc_t pd = bwd ? pool_bwd_pd(d) : pool_fwd_pd(d);
+  dnnl_primitive_desc_t pd = pool_pd(d, bwd);
   TSR_DNNL_CHECK(dnnl_primitive_create(&pp->prim, pd));
   dnnl_query_t in = bwd ? dnnl_query_diff_dst_md : dnnl_query_src_md;
   dnnl_query_t out = bwd ? dnnl_query_diff_src_md : dnnl_query_dst_md;
@@ -132,7 +122,7 @@ struct pool_call {
 
 static void ws_bytes_body(void *arg) {
   struct pool_call *c = arg;
-  dnnl_primitive_desc_t pd = pool_fwd_pd(c->d);
+  dnnl_primitive_desc_t pd = pool_pd(c->d, 0);
   c->bytes = md_bytes(pd, dnnl_query_workspace_md);
   dnnl_primitive_desc_destroy(pd);
 }
@@ -194,13 +184,13 @@ static int pool_ws_ok(const struct _tsr_pool_desc *d, void *ws_buf) {
 static void pool_fwd_func_cuda(void *b[], void *a) {
   const struct _tsr_pool_desc *d = a;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[2]) : NULL;
-  RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(WORKER, STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
+  TSR_CUDA_RUN((d->is_max ? pool_ws_ok(d, b[2]) : 0) || _tsr_pool_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, 0, TSR_BUF(b, 0), ws, TSR_BUF(b, 1)));
 }
 static void pool_bwd_func_cuda(void *b[], void *a) {
   const struct _tsr_pool_desc *d = a;
   void *ws = d->is_max ? (void *)STARPU_VECTOR_GET_PTR(b[1]) : NULL;
-  RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
-      _tsr_pool_cuda(WORKER, STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
+  TSR_CUDA_RUN((d->is_max ? pool_ws_ok(d, b[1]) : 0) ||
+      _tsr_pool_cuda(TSR_CUDA_WORKER, TSR_CUDA_STREAM, d, 1, TSR_BUF(b, 0), ws, TSR_BUF(b, d->is_max ? 2 : 1)));
 }
 #endif
 

@@ -65,13 +65,13 @@ static void loss_sum_cpu(void *buffers[], void *cl_arg) {
 
 #ifdef TSR_CUDA_CODELETS
 /* CUDA (tensor_ops_cuda.cu) */
-static void zero_cpu_cuda(void *b[], void *a) { RUN(_tsr_zero_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), STREAM)); }
-static void accumulate_cpu_cuda(void *b[], void *a) { RUN(_tsr_axpy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), 1.0f, TSR_NX(b, 0), STREAM)); }
-static void copy_cpu_cuda(void *b[], void *a) { RUN(_tsr_copy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_NX(b, 0), STREAM)); }
+static void zero_cpu_cuda(void *b[], void *a) { TSR_CUDA_RUN(_tsr_zero_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), TSR_CUDA_STREAM)); }
+static void accumulate_cpu_cuda(void *b[], void *a) { TSR_CUDA_RUN(_tsr_axpy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), 1.0f, TSR_NX(b, 0), TSR_CUDA_STREAM)); }
+static void copy_cpu_cuda(void *b[], void *a) { TSR_CUDA_RUN(_tsr_copy_cuda(TSR_BUF(b, 0), TSR_BUF(b, 1), TSR_NX(b, 0), TSR_CUDA_STREAM)); }
 static void fill_cpu_cuda(void *b[], void *a) {
   float v;
   memcpy(&v, a, sizeof v);
-  RUN(_tsr_fill_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), v, STREAM));
+  TSR_CUDA_RUN(_tsr_fill_cuda(TSR_BUF(b, 0), TSR_NX(b, 0), v, TSR_CUDA_STREAM));
 }
 #endif
 

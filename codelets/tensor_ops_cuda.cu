@@ -41,6 +41,6 @@ extern "C" int _tsr_fill_cuda(float *x, size_t n, float first, cudaStream_t stre
 }
 
 extern "C" int _tsr_zero_bytes_cuda(void *x, size_t bytes, cudaStream_t s) {
-  CUDA_OK(cudaMemsetAsync(x, 0, bytes, s));
+  TSR_CUDA_OK(cudaMemsetAsync(x, 0, bytes, s));
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <tessera/tensor.h>
 #include <tessera/model.h>
 #include <tessera/train.h>
+#include <tessera/schedule.h>
 #include <tessera/data.h>
 #include <tessera/params.h>
 #include <tessera/trace.h>

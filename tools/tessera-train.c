@@ -182,11 +182,33 @@ static void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
   free(m), free(s);
 }
 
-/* Linear scaling rule with gradual warm-up: lr grows from the base rate to ranks x base over
- * `warmup` steps (Goyal et al., 2017). */
-static float scaled_lr(float base, int ranks, int64_t step, int64_t warmup) {
-  if (step >= warmup) return base * ranks;
-  return base * (1.0f + (ranks - 1) * (float)step / (float)warmup);
+/* An epoch's validation loss goes to the schedule (plateau may lower the rate; ranks must agree). */
+static void epoch_end_schedule(tsr_context *ctx, tsr_schedule *sched, int ep, double val, int talk) {
+  int reduced;
+  check(tsr_schedule_observe(sched, val, &reduced));
+  const tsr_schedule_state *st = &sched->state;
+  double agree[3] = {st->lr, (double)st->bad_epochs, (double)st->cooldown_left};
+  if (sched->spec.kind == TSR_SCHEDULE_PLATEAU)
+    check(tsr_context_check_same(ctx, "the plateau schedule's learning rate", agree, sizeof agree));
+  if (talk && reduced)
+    printf("epoch %d: the validation loss has not improved for %lld epochs: learning rate %g\n", ep,
+           (long long)sched->spec.patience + 1, st->lr);
+}
+
+/* The run's learning-rate schedule: the model file's (spec), or --lr-schedule's; --warmup-steps; the linear
+ * scaling rule (Goyal et al., 2017: ranks x the rate, warmed up from the one-rank rate); cosine's
+ * first period and one-cycle's length default to the whole run. */
+static void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,
+                          int has_val, tsr_schedule *sched) {
+  if (o->have_schedule) spec = o->schedule;
+  if (o->warmup >= 0) spec.warmup_steps = o->warmup;
+  if (o->lr_linear) spec.scale = nranks, spec.warmup_start = 1;
+  int64_t run = spec.per_step ? steps * o->epochs : o->epochs;
+  if (spec.kind == TSR_SCHEDULE_COSINE && spec.t0 == 0) spec.t0 = run;
+  if (spec.kind == TSR_SCHEDULE_ONE_CYCLE && spec.total == 0) spec.total = run;
+  if (spec.kind == TSR_SCHEDULE_PLATEAU && !has_val)
+    fail("the plateau schedule follows the validation loss: give --val or --val-fraction");
+  check(tsr_schedule_init(sched, &spec, lr));
 }
 
 static FILE *open_log(const char *path) {
@@ -261,7 +283,9 @@ int main(int argc, char **argv) {
   }
 
   tsr_optim_spec opt;
-  check(tsr_model_load_json(&live.m, &opt, o.model));
+  tsr_schedule_spec file_sched;
+  int has_sched;
+  check(tsr_model_load_json_schedule(&live.m, &opt, &file_sched, &has_sched, o.model));
   if (o.lr >= 0) opt.lr = o.lr;
 
   tsr_context_opts copts;
@@ -317,6 +341,11 @@ int main(int argc, char **argv) {
       printf("), no validation\n");
   }
 
+  tsr_schedule sched;
+  make_schedule(&o, file_sched, opt.lr, nranks, steps, nval > 0, &sched);
+  if (talk && sched.spec.kind != TSR_SCHEDULE_CONSTANT)
+    printf("learning-rate schedule: %s per %s\n", tsr_schedule_kind_name(sched.spec.kind),
+           sched.spec.per_step ? "step" : "epoch");
   FILE *log = o.log && rank == 0 ? open_log(o.log) : NULL;
   struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2};
   r.slots = calloc(r.nslots, sizeof *r.slots);
@@ -325,6 +354,7 @@ int main(int argc, char **argv) {
   if (!r.slots || !perm || !r.slots[r.nslots - 1].idx) fail("out of memory");
   struct ckpt *ck = &o.ck;
   r.ck = ck;
+  ck->sched = &sched;
   if (rank == 0 && ckpt_open_step_log(ck)) {
     fail("%s: cannot open the step log: %m", ck->step_log_path);
   }
@@ -348,6 +378,8 @@ int main(int argc, char **argv) {
     if (found && talk && (ck->from_nranks != nranks || ck->from_batch != o.batch))
       printf("the checkpoint was written on %d rank(s) x batch %d: from epoch %d on, each epoch's order (drawn from the seed "
              "and the epoch) is split over %d rank(s) x batch %d\n", ck->from_nranks, ck->from_batch, ep0, nranks, o.batch);
+    if (found && talk && ck->sched_diff[0])
+      fprintf(stderr, "%s: learning-rate schedule: %s (this run's apply from now on)\n", ckpath, ck->sched_diff);
     if (!found) check(ckpt_save(ck, live.t, 1, 0, 0, 0, nranks, o.batch, ckpath, sizeof ckpath));
   }
 
@@ -369,7 +401,7 @@ restart:
       const int64_t *src = perm + st * o.batch;
       memcpy(s->idx, src, sizeof(int64_t) * o.batch);
       s->d = live.train, s->train = 1, s->nvalid = o.batch, s->gstep = gstep, s->epoch = ep;
-      if (o.lr_linear) tsr_trainer_set_lr(live.t, scaled_lr(opt.lr, nranks, gstep - 1, o.warmup));
+      tsr_trainer_set_lr(live.t, tsr_schedule_lr(&sched, gstep - 1, ep - 1));
       tsr_trainer_set_flag(live.t, ckpt_flag_value(ck)); /* signals and NaN: acted on when all ranks know */
       check(tsr_trainer_step(live.t, fill, s, &s->step));
       ckpt_submitted(ck, s->step, gstep);
@@ -442,6 +474,7 @@ restart:
       fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f\n", ep, (long long)gend, last_train, last_val, sps, elapsed);
       fflush(log);
     }
+    epoch_end_schedule(live.ctx, &sched, ep, last_val, talk);
     if (ck->dir) {
       check(ckpt_save(ck, live.t, ep + 1, 0, gend, 0, nranks, o.batch, ckpath, sizeof ckpath));
       if (ck->stop || (nranks == 1 && ckpt_signal())) stop_on_signal(ckpt_signal(), ckpath, gend);

@@ -151,7 +151,8 @@ int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep) {
 tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
                      int nranks, int batch, char *path, size_t cap) {
   tsr_checkpoint_meta m = {.step = gstep, .epoch = epoch, .position = position, .nranks = nranks, .batch = batch,
-                           .loss_sum = loss_sum};
+                           .loss_sum = loss_sum, .has_schedule = ck->sched != NULL};
+  if (ck->sched) m.schedule = *ck->sched;
   return tsr_checkpoint_save_rotating(t, ck->dir, ck->keep, &m, path, cap);
 }
 
@@ -178,5 +179,10 @@ int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int
   *found = 1, *epoch = (int)m.epoch, *position = m.position, *loss_sum = m.loss_sum;
   ck->from_nranks = m.nranks, ck->from_batch = m.batch;
   ck->steps_before = m.step - (m.epoch - 1) * steps_per_epoch - m.position;
+  ck->sched_diff[0] = '\0';
+  if (ck->sched && m.has_schedule) {
+    if (m.schedule.spec.kind == ck->sched->spec.kind) ck->sched->state = m.schedule.state;
+    tsr_schedule_spec_diff(&m.schedule.spec, &ck->sched->spec, ck->sched_diff, sizeof ck->sched_diff);
+  }
   return 0;
 }

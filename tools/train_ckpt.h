@@ -16,10 +16,12 @@ struct ckpt {
   const char *dir, *step_log_path;
   int64_t every;        /* checkpoint every N training steps (0: only at epoch ends) */
   int keep, resume, skip_nan;
+  tsr_schedule *sched;  /* the run's learning-rate schedule: saved in checkpoints, its state restored */
   /* state */
   FILE *step_log;
   int64_t bad;          /* first training step with a non-finite loss or gradient; -1: none */
   char msg[1400];       /* what was non-finite */
+  char sched_diff[512]; /* after a load: how this run's schedule differs from the checkpoint's ("" none) */
   int64_t skipped[CKPT_MAX_SKIPS];
   int nskipped;
   int64_t ids[CKPT_IDMAP], gsteps[CKPT_IDMAP]; /* trainer step id -> training step */
@@ -66,8 +68,9 @@ tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t positio
 /* Loads the newest valid checkpoint: *found = 0 when the folder has none. One taken at an epoch
  * boundary (position 0) continues with any rank count and batch: each epoch's order is drawn from
  * (seed, epoch) alone and split over this run's ranks (tsr_loader_epoch_indices). One taken inside
- * an epoch needs this run's ranks and batch (and no more steps done than an epoch has). Returns
- * nonzero (message in ck->msg) on failure. */
+ * an epoch needs this run's ranks and batch (and no more steps done than an epoch has). Restores the
+ * schedule's state when the checkpoint's is of the same kind (the run's own spec applies;
+ * ck->sched_diff says what changed). Returns nonzero (message in ck->msg) on failure. */
 int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int64_t steps_per_epoch, int *found,
                      int *epoch, int64_t *position, double *loss_sum, char *path, size_t cap);
 

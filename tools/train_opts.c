@@ -25,7 +25,14 @@ static void usage(void) {
          "      --slices N          micro-batch slices per step (default 0 = one per worker)\n"
          "      --lr X              learning rate (overrides the model file)\n"
          "      --lr-scaling none|linear  multiply the learning rate by the number of ranks (default none)\n"
-         "      --warmup-steps N    with linear scaling, ramp up to it over N steps (default 0)\n"
+         "      --warmup-steps N    ramp the learning rate up over the first N steps (default 0): with linear\n"
+         "                          scaling from the one-rank rate, else from warmup_start x it (default 1/3)\n"
+         "      --lr-schedule S     learning-rate schedule (overrides the model file's), PyTorch's semantics:\n"
+         "                          KIND[,key=value...] with KIND constant, step (step_size or milestones=30:80,\n"
+         "                          gamma), exponential (gamma), cosine (warm restarts: t0, t_mult, eta_min),\n"
+         "                          one_cycle (total, pct_start, div_factor, final_div_factor) or plateau (on\n"
+         "                          the validation loss: factor, patience, threshold, cooldown, min_lr); per_step=1\n"
+         "                          counts steps instead of epochs; t0 and total default to the whole run\n"
          "      --seed S            seed of initialisation, dropout and shuffling (default 1)\n"
          "      --deterministic     bitwise-reproducible runs for one seed\n"
          "      --precision P       f32 (default) or bf16: convolutions in bf16, float32 weights; fp16 on\n"
@@ -84,7 +91,7 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
   enum { O_TRACE = 512, O_TRACE_STEPS };
   enum { O_INDS = 1536, O_TGDS, O_NOSTD, O_PNG, O_PNGN }; /* data options */
   enum { O_CKPT_DIR = 1024, O_CKPT_EVERY, O_KEEP, O_RESUME, O_ON_NAN, O_STEP_LOG };
-  enum { O_LRSCALE = 768, O_WARMUP };
+  enum { O_LRSCALE = 768, O_WARMUP, O_LRSCHED };
   enum { O_GRADRED = 1792, O_LOSS_SCALE };
   enum { O_COLLECTIVE = 2048 };
   static const struct option longopts[] = {
@@ -106,10 +113,11 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
       {"keep", required_argument, NULL, O_KEEP},   {"resume", no_argument, NULL, O_RESUME},
       {"on-nan", required_argument, NULL, O_ON_NAN}, {"step-log", required_argument, NULL, O_STEP_LOG},
       {"lr-scaling", required_argument, NULL, O_LRSCALE}, {"warmup-steps", required_argument, NULL, O_WARMUP},
+      {"lr-schedule", required_argument, NULL, O_LRSCHED},
       {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   *o = (struct train_opts){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1,
-                           .trace_last = -1, .loss_scale = NAN};
+                           .trace_last = -1, .loss_scale = NAN, .warmup = -1};
   ckpt_init(&o->ck);
   opterr = 0;
   int c;
@@ -146,6 +154,10 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
       o->lr_linear = strcmp(optarg, "linear") == 0;
       break;
     case O_WARMUP: o->warmup = cli_parse_int64("--warmup-steps", optarg, 0, INT64_C(1) << 40); break;
+    case O_LRSCHED:
+      if (tsr_schedule_spec_parse(&o->schedule, optarg)) cli_usage_error("--lr-schedule: %s", tsr_last_error());
+      o->have_schedule = 1;
+      break;
     case O_WORKERS: o->workers = cli_parse_int("--workers", optarg, 1, 4096); break;
     case O_LOG: o->log = optarg; break;
     case O_IMPORT: o->import_path = optarg; break;

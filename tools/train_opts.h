@@ -20,7 +20,9 @@ struct train_opts {
   double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */
   float lr;            /* < 0: the model file's */
   int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */
-  int64_t warmup;
+  int64_t warmup;      /* --warmup-steps; < 0: not given */
+  tsr_schedule_spec schedule; /* --lr-schedule, when have_schedule */
+  int have_schedule;
   uint64_t seed;
   const char *trace;   /* --trace or TESSERA_TRACE: trace folder */
   int64_t trace_first, trace_last;

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <tessera/schedule.h>
 #include <tessera/status.h>
 #include <tessera/train.h>
 
@@ -36,6 +37,10 @@ typedef struct tsr_checkpoint_meta {
   tsr_optim_spec optim;
   double loss_scale_option, loss_scale_init;
   int32_t loss_scale_interval;
+  /* The learning-rate schedule (spec, base rate and state), given to tsr_checkpoint_save by the
+   * caller and filled by load, verify and find_latest; has_schedule 0: the run had none. */
+  int32_t has_schedule;
+  tsr_schedule schedule;
 } tsr_checkpoint_meta;
 
 /* Writes the trainer's state and *meta to `path` (through `path`.tmp, fsync, rename). Waits for

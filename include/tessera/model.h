@@ -104,6 +104,11 @@ void tsr_model_print(const tsr_model *m, void *file /* FILE* */);
  * Errors give the file, the position and the field. `opt` may be NULL. */
 struct tsr_optim_spec;
 tsr_status tsr_model_load_json(tsr_model **m, struct tsr_optim_spec *opt, const char *path);
+/* The same, and the optimizer's learning-rate schedule (tessera/schedule.h): *has_schedule 0 and a
+ * constant schedule when the file has none. The file is read once (it may be a pipe). */
+struct tsr_schedule_spec;
+tsr_status tsr_model_load_json_schedule(tsr_model **m, struct tsr_optim_spec *opt, struct tsr_schedule_spec *sched,
+                                        int *has_schedule, const char *path);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include <tessera/model.h>
+#include <tessera/schedule.h>
 #include <tessera/train.h>
 
 #include "layers/layer.h"
@@ -370,8 +371,43 @@ static tsr_status parse_hyper(const jctx *c, const json_t *v, const struct _tsr_
   return fail(c, TSR_ERR_FORMAT, h->key, "hyperparameter type %d unknown to the reader", (int)h->type);
 }
 
+/* Reads the optimizer's "schedule" into *s: "type" names the kind, the other keys are its fields
+ * (numbers, per_step true or false, milestones an array); src/optim's registry checks them. */
+static tsr_status parse_schedule(jctx *c, const json_t *js, tsr_schedule_spec *s) {
+  char got[48], why[512];
+  enter_section(c, "schedule");
+  snprintf(c->where, sizeof c->where, "optimizer: schedule");
+  if (!json_is_object(js)) return fail(c, TSR_ERR_FORMAT, NULL, "expected an object {\"type\": ...}, got %s", GOT(js));
+  const json_t *jt = json_object_get(js, "type");
+  tsr_schedule_kind kind;
+  if (!jt) return fail(c, TSR_ERR_FORMAT, "type", "missing");
+  if (!json_is_string(jt) || tsr_schedule_kind_parse(json_string_value(jt), &kind) != TSR_OK)
+    return fail(c, TSR_ERR_FORMAT, "type", "%s", json_is_string(jt) ? tsr_last_error() : "expected a string");
+  *s = tsr_schedule_spec_default(kind);
+  const char *key;
+  const json_t *v, *e;
+  json_object_foreach((json_t *)js, key, v) {
+    if (strcmp(key, "type") == 0) continue;
+    double x[TSR_SCHEDULE_MAX_MILESTONES];
+    int n = 0, ok = json_is_number(v) || json_is_boolean(v) ||
+                    (json_is_array(v) && json_array_size(v) <= TSR_SCHEDULE_MAX_MILESTONES);
+    size_t i;
+    if (ok && json_is_array(v))
+      json_array_foreach(v, i, e) ok &= json_is_number(e), x[n++] = json_number_value(e);
+    else
+      x[n++] = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
+    if (!ok) return fail(c, TSR_ERR_FORMAT, key, "expected a number, true or false, or an array of numbers, got %s", GOT(v));
+    if (tsr_schedule_spec_set(s, key, x, n) != TSR_OK) {
+      snprintf(why, sizeof why, "%s", tsr_last_error());
+      return fail(c, TSR_ERR_FORMAT, key, "%s", why);
+    }
+  }
+  return TSR_OK;
+}
+
 /* Reads "optimizer" into *o (Adam's defaults when the section is absent); which fields a type takes
- * comes from its registry entry (src/optim). */
+ * comes from its registry entry (src/optim). Its "schedule" is checked here and returned by
+ * tsr_model_load_json_schedule. */
 static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o) {
   char got[48], names[256];
   const json_t *jo = json_object_get(root, "optimizer");
@@ -391,6 +427,11 @@ static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o
   const json_t *v;
   json_object_foreach((json_t *)jo, key, v) {
     if (strcmp(key, "type") == 0) continue;
+    tsr_schedule_spec sched;
+    if (strcmp(key, "schedule") == 0) {
+      TSR_TRY(parse_schedule(c, v, &sched));
+      continue;
+    }
     const struct _tsr_optim_hyper *h = hyper;
     while (h->key && strcmp(h->key, key) != 0) h++;
     if (h->key) {
@@ -400,6 +441,7 @@ static tsr_status parse_optimizer(jctx *c, const json_t *root, tsr_optim_spec *o
     char valid[256] = "type";
     size_t n = strlen(valid);
     for (h = hyper; h->key && n < sizeof valid; h++) n += snprintf(valid + n, sizeof valid - n, ", %s", h->key);
+    if (n < sizeof valid) snprintf(valid + n, sizeof valid - n, ", schedule");
     return fail(c, TSR_ERR_FORMAT, key, "unknown field for optimizer '%s' (valid fields: %s)",
                 tsr_optim_kind_name(kind), valid);
   }
@@ -484,22 +526,42 @@ static tsr_status load(jctx *c, const json_t *root, tsr_model **pm, tsr_optim_sp
   return TSR_OK;
 }
 
-tsr_status tsr_model_load_json(tsr_model **m, struct tsr_optim_spec *opt, const char *path) {
-  if (!m || !path) return _tsr_error(TSR_ERR_ARG, "tsr_model_load_json: m and path are required");
-  *m = NULL;
+/* Reads the model file: the model, the optimizer and, when sched is given, the optimizer's schedule. */
+static tsr_status read_file(const char *path, tsr_model **m, tsr_optim_spec *opt, tsr_schedule_spec *sched,
+                            int *found) {
   char *text = NULL;
   size_t len = 0;
   TSR_TRY(slurp(path, &text, &len));
   json_error_t err;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
   tsr_status s;
-  if (!root) {
+  jctx c = {.path = path, .text = text, .scan = text};
+  const json_t *js = json_object_get(json_object_get(root, "optimizer"), "schedule");
+  if (!root)
     s = _tsr_error(TSR_ERR_FORMAT, "%s:%d:%d: JSON syntax error: %s", path, err.line, err.column, err.text);
-  } else {
-    jctx c = {.path = path, .text = text, .scan = text};
+  else
     s = load(&c, root, m, opt);
-    json_decref(root);
+  if (s == TSR_OK && sched) {
+    *sched = tsr_schedule_spec_default(TSR_SCHEDULE_CONSTANT);
+    *found = js != NULL;
+    if (js) s = parse_schedule(&c, js, sched); /* checked by load already */
+    if (s != TSR_OK) tsr_model_destroy(*m), *m = NULL;
   }
+  json_decref(root);
   free(text);
   return s;
+}
+
+tsr_status tsr_model_load_json(tsr_model **m, struct tsr_optim_spec *opt, const char *path) {
+  if (!m || !path) return _tsr_error(TSR_ERR_ARG, "tsr_model_load_json: m and path are required");
+  *m = NULL;
+  return read_file(path, m, opt, NULL, NULL);
+}
+
+tsr_status tsr_model_load_json_schedule(tsr_model **m, struct tsr_optim_spec *opt, struct tsr_schedule_spec *sched,
+                                        int *has_schedule, const char *path) {
+  if (!m || !path || !sched || !has_schedule)
+    return _tsr_error(TSR_ERR_ARG, "tsr_model_load_json_schedule: m, sched, has_schedule and path are required");
+  *m = NULL;
+  return read_file(path, m, opt, sched, has_schedule);
 }

@@ -2,10 +2,11 @@
  * attributes of /optimizer (kind, the fields of tsr_optim_spec, the names of its state tensors), the
  * input normalisation (/input_norm/mean, std), the tensor layout (/layout/names, /layout/shapes,
  * /layout/trainable, in the trainer's order) and one float32 dataset per tensor under /params and,
- * for trainable ones, under one group per optimizer state tensor (/moment0 and /moment1 for Adam).
- * A 64-bit checksum over all of it is stored as the root attribute "checksum"; the reader recomputes
+ * for trainable ones, under one group per optimizer state tensor (/moment0 and /moment1 for Adam),
+ * and the learning-rate schedule when the run has one (/schedule, checkpoint_schedule.c). A 64-bit checksum over all of it is stored as the root attribute "checksum"; the reader recomputes
  * it, so a truncated or corrupted file is rejected before anything of it is used. Folder handling is
- * in checkpoint_dir.c, the digest file beside each checkpoint in checkpoint_digest.c. */
+ * in checkpoint_dir.c, the digest file beside each checkpoint in checkpoint_digest.c, attribute
+ * helpers in checkpoint_attr.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #include <tessera/checkpoint.h>
 
 #include "runtime/hdf5_lock.h"
-#include "io/checkpoint_int.h"
+#include "io/checkpoint_h5.h"
 #include "runtime/error.h"
 
 enum { CK_MAX_TENSORS = 1 << 20, CK_MAX_CHANNELS = 1 << 20, CK_KIND_MAX = 32 };
@@ -73,6 +74,7 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
       h = hash_i64(h, ck->nstate);
       for (int k = 0; k < ck->nstate; k++) h = _tsr_ck_hash(h, ck->state[k], strlen(ck->state[k]) + 1);
     }
+    if (m->has_schedule) h = _tsr_ck_schedule_hash(h, m); /* absent from files of runs without one */
   }
   h = hash_i64(h, ck->n);
   for (int i = 0; i < ck->n; i++) {
@@ -89,15 +91,6 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
 }
 
 /* ---- writing ---- */
-
-static herr_t attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
-  hid_t sp = H5Screate(H5S_SCALAR);
-  hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
-  herr_t e = a < 0 ? -1 : H5Awrite(a, mtype, v);
-  if (a >= 0 && H5Aclose(a) < 0) e = -1;
-  if (sp >= 0) H5Sclose(sp);
-  return a < 0 ? -1 : e;
-}
 
 static herr_t dset_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, int nd, const hsize_t *dims,
                          const void *data) {
@@ -118,13 +111,6 @@ static hid_t name_type(void) {
   return s;
 }
 
-static herr_t attr_write_str(hid_t obj, const char *name, const char *v) {
-  hid_t str = H5Tcopy(H5T_C_S1);
-  herr_t e = str < 0 || H5Tset_size(str, strlen(v) + 1) < 0 ? -1 : attr_write(obj, name, str, str, v);
-  if (str >= 0) H5Tclose(str);
-  return e;
-}
-
 /* /optimizer: its kind by name, every hyperparameter of tsr_optim_spec (extra0.. only when one is
  * set, larc, larc_clip and larc_eta only with LARC on) and the names of its state tensors ("moment0,moment1"), as attributes. */
 static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
@@ -133,12 +119,12 @@ static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   for (int k = 0, len = 0; k < ck->nstate; k++)
     len += snprintf(names + len, sizeof names - len, "%s%s", k ? "," : "", ck->state[k]);
   hid_t g = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  herr_t e = g < 0 ? -1 : attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
-  if (e >= 0) e = attr_write_str(g, "state_tensors", names);
+  herr_t e = g < 0 ? -1 : _tsr_ck_attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
+  if (e >= 0) e = _tsr_ck_attr_write_str(g, "state_tensors", names);
   for (int i = 0; e >= 0 && has_extra(o) && i < TSR_OPTIM_EXTRA; i++) {
     char name[16];
     snprintf(name, sizeof name, "extra%d", i);
-    e = attr_write(g, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &o->extra[i]);
+    e = _tsr_ck_attr_write(g, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &o->extra[i]);
   }
   struct {
     const char *name;
@@ -146,12 +132,12 @@ static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   } f32[] = {{"lr", &o->lr},       {"momentum", &o->momentum}, {"weight_decay", &o->weight_decay},
              {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
   for (size_t i = 0; e >= 0 && i < sizeof f32 / sizeof *f32; i++)
-    e = attr_write(g, f32[i].name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, f32[i].v);
+    e = _tsr_ck_attr_write(g, f32[i].name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, f32[i].v);
   int32_t nesterov = o->nesterov, larc[2] = {o->larc, o->larc_clip};
-  if (e >= 0) e = attr_write(g, "nesterov", H5T_STD_I32LE, H5T_NATIVE_INT32, &nesterov);
-  if (e >= 0 && o->larc) e = attr_write(g, "larc", H5T_STD_I32LE, H5T_NATIVE_INT32, &larc[0]);
-  if (e >= 0 && o->larc) e = attr_write(g, "larc_clip", H5T_STD_I32LE, H5T_NATIVE_INT32, &larc[1]);
-  if (e >= 0 && o->larc) e = attr_write(g, "larc_eta", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &o->larc_eta);
+  if (e >= 0) e = _tsr_ck_attr_write(g, "nesterov", H5T_STD_I32LE, H5T_NATIVE_INT32, &nesterov);
+  if (e >= 0 && o->larc) e = _tsr_ck_attr_write(g, "larc", H5T_STD_I32LE, H5T_NATIVE_INT32, &larc[0]);
+  if (e >= 0 && o->larc) e = _tsr_ck_attr_write(g, "larc_clip", H5T_STD_I32LE, H5T_NATIVE_INT32, &larc[1]);
+  if (e >= 0 && o->larc) e = _tsr_ck_attr_write(g, "larc_eta", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &o->larc_eta);
   if (g >= 0 && H5Gclose(g) < 0) e = -1;
   return e;
 }
@@ -168,30 +154,31 @@ static herr_t write_norm(hid_t f, const struct _tsr_ck *ck) {
 static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
   const tsr_checkpoint_meta *m = &ck->meta;
   int32_t version = ck->version;
-  herr_t e = attr_write_str(f, "format", "tessera checkpoint");
+  herr_t e = _tsr_ck_attr_write_str(f, "format", "tessera checkpoint");
   struct { const char *name; const int64_t *v; } i64[] = {
       {"step", &m->step}, {"epoch", &m->epoch}, {"position", &m->position},
       {"trainer_steps", &m->trainer_steps}, {"trainer_updates", &m->trainer_updates}};
   for (size_t i = 0; e >= 0 && i < sizeof i64 / sizeof *i64; i++)
-    e = attr_write(f, i64[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, i64[i].v);
-  if (e >= 0) e = attr_write(f, "version", H5T_STD_I32LE, H5T_NATIVE_INT32, &version);
-  if (e >= 0) e = attr_write(f, "nranks", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->nranks);
-  if (e >= 0) e = attr_write(f, "batch", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->batch);
-  if (e >= 0) e = attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->seed);
-  if (e >= 0) e = attr_write(f, "loss_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_sum);
+    e = _tsr_ck_attr_write(f, i64[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, i64[i].v);
+  if (e >= 0) e = _tsr_ck_attr_write(f, "version", H5T_STD_I32LE, H5T_NATIVE_INT32, &version);
+  if (e >= 0) e = _tsr_ck_attr_write(f, "nranks", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->nranks);
+  if (e >= 0) e = _tsr_ck_attr_write(f, "batch", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->batch);
+  if (e >= 0) e = _tsr_ck_attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->seed);
+  if (e >= 0) e = _tsr_ck_attr_write(f, "loss_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_sum);
   struct { const char *name; const int64_t *v; } ls[] = {{"loss_scale_good_steps", &m->loss_scale_good_steps},
       {"loss_scale_steps", &m->loss_scale_steps}, {"loss_scale_skipped", &m->loss_scale_skipped}};
-  if (e >= 0 && m->loss_scale != 0) e = attr_write(f, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale);
+  if (e >= 0 && m->loss_scale != 0) e = _tsr_ck_attr_write(f, "loss_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale);
   for (size_t i = 0; e >= 0 && m->loss_scale != 0 && i < sizeof ls / sizeof *ls; i++)
-    e = attr_write(f, ls[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, ls[i].v);
+    e = _tsr_ck_attr_write(f, ls[i].name, H5T_STD_I64LE, H5T_NATIVE_INT64, ls[i].v);
   if (ck->version >= 2) { /* tests write version 1 to check that it is still read */
-    if (e >= 0) e = attr_write(f, "loss_scale_option", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_option);
-    if (e >= 0) e = attr_write(f, "loss_scale_init", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_init);
-    if (e >= 0) e = attr_write(f, "loss_scale_interval", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->loss_scale_interval);
+    if (e >= 0) e = _tsr_ck_attr_write(f, "loss_scale_option", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_option);
+    if (e >= 0) e = _tsr_ck_attr_write(f, "loss_scale_init", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_init);
+    if (e >= 0) e = _tsr_ck_attr_write(f, "loss_scale_interval", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->loss_scale_interval);
     if (e >= 0) e = write_optim(f, ck);
     if (e >= 0) e = write_norm(f, ck);
+    if (e >= 0 && m->has_schedule) e = _tsr_ck_schedule_write(f, m);
   }
-  if (e >= 0) e = attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
+  if (e >= 0) e = _tsr_ck_attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
   return e;
 }
 
@@ -272,36 +259,6 @@ tsr_status _tsr_ck_write(const struct _tsr_ck *ck, const char *path) {
 
 /* ---- reading ---- */
 
-/* Reads scalar attribute `name` of the root converted to `mtype`. */
-static tsr_status attr_read(hid_t f, const char *file, const char *name, hid_t mtype, void *v) {
-  if (H5Aexists(f, name) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: not a checkpoint: attribute '%s' is missing", file, name);
-  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-  hid_t sp = a < 0 ? -1 : H5Aget_space(a);
-  int ok = sp >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR && H5Aread(a, mtype, v) >= 0;
-  if (sp >= 0) H5Sclose(sp);
-  if (a >= 0) H5Aclose(a);
-  return ok ? TSR_OK : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a readable scalar", file, name);
-}
-
-/* Reads string attribute `name` of obj: a fixed-size string of at most cap - 1 characters. */
-static tsr_status attr_read_str(hid_t obj, const char *file, const char *name, char *buf, size_t cap) {
-  if (H5Aexists(obj, name) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is missing", file, name);
-  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-  hid_t ft = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a), mt = H5Tcopy(H5T_C_S1);
-  size_t size = ft < 0 ? 0 : H5Tget_size(ft);
-  int ok = ft >= 0 && sp >= 0 && mt >= 0 && H5Sget_simple_extent_type(sp) == H5S_SCALAR &&
-           H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) == 0 && size > 0 && size < cap &&
-           H5Tset_size(mt, size) >= 0 && H5Aread(a, mt, buf) >= 0;
-  if (ok) buf[size] = '\0';
-  if (mt >= 0) H5Tclose(mt);
-  if (sp >= 0) H5Sclose(sp);
-  if (ft >= 0) H5Tclose(ft);
-  if (a >= 0) H5Aclose(a);
-  return ok ? TSR_OK
-            : _tsr_error(TSR_ERR_FORMAT, "%s: attribute '%s' is not a string of at most %zu bytes", file, name,
-                         cap - 1);
-}
-
 /* ck->state from "a,b": names of 1 to TSR_CK_STATE_NAME - 1 bytes without '/'. */
 static tsr_status parse_state_names(struct _tsr_ck *ck, const char *file, const char *list) {
   ck->nstate = 0;
@@ -326,7 +283,7 @@ static tsr_status read_optim(hid_t f, const char *file, struct _tsr_ck *ck) {
   if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'optimizer' is not a group", file);
   char kind[CK_KIND_MAX];
   int32_t nesterov = 0;
-  tsr_status s = attr_read_str(g, file, "kind", kind, sizeof kind);
+  tsr_status s = _tsr_ck_attr_read_str(g, file, "kind", kind, sizeof kind);
   char why[512];
   if (s == TSR_OK && tsr_optim_kind_parse(kind, &o->kind) != TSR_OK)
     snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", file, why);
@@ -336,27 +293,27 @@ static tsr_status read_optim(hid_t f, const char *file, struct _tsr_ck *ck) {
   } f32[] = {{"lr", &o->lr},       {"momentum", &o->momentum}, {"weight_decay", &o->weight_decay},
              {"beta1", &o->beta1}, {"beta2", &o->beta2},       {"eps", &o->eps}};
   for (size_t i = 0; s == TSR_OK && i < sizeof f32 / sizeof *f32; i++)
-    s = attr_read(g, file, f32[i].name, H5T_NATIVE_FLOAT, f32[i].v);
-  if (s == TSR_OK) s = attr_read(g, file, "nesterov", H5T_NATIVE_INT32, &nesterov);
+    s = _tsr_ck_attr_read(g, file, f32[i].name, H5T_NATIVE_FLOAT, f32[i].v);
+  if (s == TSR_OK) s = _tsr_ck_attr_read(g, file, "nesterov", H5T_NATIVE_INT32, &nesterov);
   o->nesterov = nesterov;
   /* LARC: written only when on; otherwise the kind's defaults (off) */
   tsr_optim_spec d = tsr_optim_spec_default(o->kind);
   int32_t larc = 0, larc_clip = d.larc_clip;
   o->larc_eta = d.larc_eta;
   if (s == TSR_OK && H5Aexists(g, "larc") > 0) {
-    s = attr_read(g, file, "larc", H5T_NATIVE_INT32, &larc);
-    if (s == TSR_OK) s = attr_read(g, file, "larc_clip", H5T_NATIVE_INT32, &larc_clip);
-    if (s == TSR_OK) s = attr_read(g, file, "larc_eta", H5T_NATIVE_FLOAT, &o->larc_eta);
+    s = _tsr_ck_attr_read(g, file, "larc", H5T_NATIVE_INT32, &larc);
+    if (s == TSR_OK) s = _tsr_ck_attr_read(g, file, "larc_clip", H5T_NATIVE_INT32, &larc_clip);
+    if (s == TSR_OK) s = _tsr_ck_attr_read(g, file, "larc_eta", H5T_NATIVE_FLOAT, &o->larc_eta);
   }
   o->larc = larc, o->larc_clip = larc_clip;
   for (int i = 0; s == TSR_OK && H5Aexists(g, "extra0") > 0 && i < TSR_OPTIM_EXTRA; i++) {
     char name[16];
     snprintf(name, sizeof name, "extra%d", i);
-    s = attr_read(g, file, name, H5T_NATIVE_FLOAT, &o->extra[i]);
+    s = _tsr_ck_attr_read(g, file, name, H5T_NATIVE_FLOAT, &o->extra[i]);
   }
   char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME];
   if (s == TSR_OK && H5Aexists(g, "state_tensors") > 0) {
-    s = attr_read_str(g, file, "state_tensors", names, sizeof names);
+    s = _tsr_ck_attr_read_str(g, file, "state_tensors", names, sizeof names);
     if (s == TSR_OK) s = parse_state_names(ck, file, names);
   }
   H5Gclose(g);
@@ -366,34 +323,35 @@ static tsr_status read_optim(hid_t f, const char *file, struct _tsr_ck *ck) {
 static tsr_status read_meta(hid_t f, const char *file, struct _tsr_ck *ck) {
   tsr_checkpoint_meta *m = &ck->meta;
   int32_t version = 0;
-  TSR_TRY(attr_read(f, file, "version", H5T_NATIVE_INT32, &version));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "version", H5T_NATIVE_INT32, &version));
   if (version < 1 || version > TSR_CK_VERSION)
     return _tsr_error(TSR_ERR_FORMAT, "%s: checkpoint version %d, this build reads versions 1 to %d", file, version,
                       TSR_CK_VERSION);
   ck->version = version;
-  TSR_TRY(attr_read(f, file, "step", H5T_NATIVE_INT64, &m->step));
-  TSR_TRY(attr_read(f, file, "epoch", H5T_NATIVE_INT64, &m->epoch));
-  TSR_TRY(attr_read(f, file, "position", H5T_NATIVE_INT64, &m->position));
-  TSR_TRY(attr_read(f, file, "trainer_steps", H5T_NATIVE_INT64, &m->trainer_steps));
-  TSR_TRY(attr_read(f, file, "trainer_updates", H5T_NATIVE_INT64, &m->trainer_updates));
-  TSR_TRY(attr_read(f, file, "nranks", H5T_NATIVE_INT32, &m->nranks));
-  TSR_TRY(attr_read(f, file, "batch", H5T_NATIVE_INT32, &m->batch));
-  TSR_TRY(attr_read(f, file, "seed", H5T_NATIVE_UINT64, &m->seed));
-  TSR_TRY(attr_read(f, file, "loss_sum", H5T_NATIVE_DOUBLE, &m->loss_sum));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "step", H5T_NATIVE_INT64, &m->step));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "epoch", H5T_NATIVE_INT64, &m->epoch));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "position", H5T_NATIVE_INT64, &m->position));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "trainer_steps", H5T_NATIVE_INT64, &m->trainer_steps));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "trainer_updates", H5T_NATIVE_INT64, &m->trainer_updates));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "nranks", H5T_NATIVE_INT32, &m->nranks));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "batch", H5T_NATIVE_INT32, &m->batch));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "seed", H5T_NATIVE_UINT64, &m->seed));
+  TSR_TRY(_tsr_ck_attr_read(f, file, "loss_sum", H5T_NATIVE_DOUBLE, &m->loss_sum));
   if (H5Aexists(f, "loss_scale") > 0) { /* only runs with dynamic loss scaling write these */
-    TSR_TRY(attr_read(f, file, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale));
-    TSR_TRY(attr_read(f, file, "loss_scale_good_steps", H5T_NATIVE_INT64, &m->loss_scale_good_steps));
-    TSR_TRY(attr_read(f, file, "loss_scale_steps", H5T_NATIVE_INT64, &m->loss_scale_steps));
-    TSR_TRY(attr_read(f, file, "loss_scale_skipped", H5T_NATIVE_INT64, &m->loss_scale_skipped));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale", H5T_NATIVE_DOUBLE, &m->loss_scale));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale_good_steps", H5T_NATIVE_INT64, &m->loss_scale_good_steps));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale_steps", H5T_NATIVE_INT64, &m->loss_scale_steps));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale_skipped", H5T_NATIVE_INT64, &m->loss_scale_skipped));
   }
   if (version >= 2) {
     m->recorded = 1;
-    TSR_TRY(attr_read(f, file, "loss_scale_option", H5T_NATIVE_DOUBLE, &m->loss_scale_option));
-    TSR_TRY(attr_read(f, file, "loss_scale_init", H5T_NATIVE_DOUBLE, &m->loss_scale_init));
-    TSR_TRY(attr_read(f, file, "loss_scale_interval", H5T_NATIVE_INT32, &m->loss_scale_interval));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale_option", H5T_NATIVE_DOUBLE, &m->loss_scale_option));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale_init", H5T_NATIVE_DOUBLE, &m->loss_scale_init));
+    TSR_TRY(_tsr_ck_attr_read(f, file, "loss_scale_interval", H5T_NATIVE_INT32, &m->loss_scale_interval));
     TSR_TRY(read_optim(f, file, ck));
+    TSR_TRY(_tsr_ck_schedule_read(f, file, m));
   }
-  return attr_read(f, file, "checksum", H5T_NATIVE_UINT64, &ck->checksum);
+  return _tsr_ck_attr_read(f, file, "checksum", H5T_NATIVE_UINT64, &ck->checksum);
 }
 
 /* Opens dataset `name` under `loc` and checks it has `nd` dimensions equal to `want` (if not NULL; else

@@ -43,7 +43,7 @@ static int launch(void *stream, const _tsr_optim_args *a, float l2, float decay,
   const adam_coef host = adam_coef::of(*a, a->step, a->grad_scale, 1);
   adam_k<<<_tsr_blocks(n), TSR_THREADS, 0, (cudaStream_t)stream>>>(*a, host, gate, l2, decay, n, w, g, state[0],
                                                                    state[1]);
-  LAUNCHED("optimizer kernel");
+  TSR_CUDA_LAUNCHED("optimizer kernel");
   return 0;
 }
 

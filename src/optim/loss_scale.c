@@ -80,12 +80,12 @@ static void scale_grad_cpu_cuda(void *b[], void *a) {
   memcpy(&fixed, a, sizeof fixed);
   const struct _tsr_scale_state *state =
       STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 1 ? (const void *)STARPU_VARIABLE_GET_PTR(b[1]) : NULL;
-  RUN(_tsr_scale_grad_cuda(STREAM, TSR_NX(b, 0), TSR_BUF(b, 0), state, fixed));
+  TSR_CUDA_RUN(_tsr_scale_grad_cuda(TSR_CUDA_STREAM, TSR_NX(b, 0), TSR_BUF(b, 0), state, fixed));
 }
 static void scale_check_cpu_cuda(void *b[], void *a) {
   struct _tsr_scale_state *state = (void *)STARPU_VARIABLE_GET_PTR(b[0]);
   int n = STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
-  for (int i = 1; i < n; i++) RUN(_tsr_scale_check_cuda(STREAM, TSR_NX(b, i), TSR_BUF(b, i), state));
+  for (int i = 1; i < n; i++) TSR_CUDA_RUN(_tsr_scale_check_cuda(TSR_CUDA_STREAM, TSR_NX(b, i), TSR_BUF(b, i), state));
 }
 #endif
 

@@ -15,12 +15,12 @@ __global__ static void overflow_k(size_t n, const float *x, _tsr_scale_state *st
 extern "C" int _tsr_scale_grad_cuda(cudaStream_t s, size_t n, float *x, const struct _tsr_scale_state *state,
                                     double fixed) {
   scale_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(n, (float)fixed, state, x);
-  LAUNCHED("loss scale kernel");
+  TSR_CUDA_LAUNCHED("loss scale kernel");
   return 0;
 }
 
 extern "C" int _tsr_scale_check_cuda(cudaStream_t s, size_t n, const float *x, struct _tsr_scale_state *state) {
   overflow_k<<<_tsr_blocks(n), TSR_THREADS, 0, s>>>(n, x, state);
-  LAUNCHED("overflow check kernel");
+  TSR_CUDA_LAUNCHED("overflow check kernel");
   return 0;
 }

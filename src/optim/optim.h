@@ -5,8 +5,7 @@
  * those; checkpoints store each under its name) and its update kernels, which update.c runs as one
  * task per tensor. Adding an optimizer: its file (+ its CUDA twin <name>_cuda.cu, optional), one
  * line in registry.c, Makefile.am. LARC wraps the entries that name a larc_cpu kernel (update.c);
- * LAMB is an entry of its own (lamb.c). Learning-rate schedules: the only one, the linear scaling rule
- * with warm-up, lives in tools/tessera-train.c (it calls tsr_trainer_set_lr). */
+ * LAMB is an entry of its own (lamb.c). Learning-rate schedules are entries too: schedule.h. */
 #ifndef TSR_OPTIM_OPTIM_H
 #define TSR_OPTIM_OPTIM_H
 

@@ -22,6 +22,6 @@ extern "C" int _tsr_sgd_cuda(void *stream, const _tsr_optim_args *a, size_t n, f
                              float *const *state, const _tsr_scale_state *gate) {
   const _tsr_opt_gate host = _tsr_opt_gate::of(*a, a->step, a->grad_scale, 1);
   sgd_k<<<_tsr_blocks(n), TSR_THREADS, 0, (cudaStream_t)stream>>>(*a, host, gate, n, w, g, state[0]);
-  LAUNCHED("optimizer kernel");
+  TSR_CUDA_LAUNCHED("optimizer kernel");
   return 0;
 }

@@ -87,7 +87,7 @@ static void update_cuda(void *b[], const struct _tsr_optim_args *a, int gated) {
   state_of(b, ops->nstate, state);
   const struct _tsr_scale_state *gate =
       gated ? (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(b[2 + ops->nstate]) : NULL;
-  RUN(ops->cuda(STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), state, gate));
+  TSR_CUDA_RUN(ops->cuda(TSR_CUDA_STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), state, gate));
 }
 static void opt_update_cpu_cuda(void *b[], void *a) { update_cuda(b, a, 0); }
 static void opt_update_gated_cpu_cuda(void *b[], void *a) { update_cuda(b, a, 1); }

@@ -59,6 +59,9 @@ tsr_status tsr_checkpoint_save(tsr_trainer *t, const char *path, const tsr_check
   if (meta->epoch < 1 || meta->position < 0 || meta->step < 0)
     return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_save: %s: epoch %lld (from 1), position %lld, step %lld", path,
                       (long long)meta->epoch, (long long)meta->position, (long long)meta->step);
+  if (meta->has_schedule && strcmp(tsr_schedule_kind_name(meta->schedule.spec.kind), "?") == 0)
+    return _tsr_error(TSR_ERR_ARG, "tsr_checkpoint_save: %s: learning-rate schedule of unknown kind %d", path,
+                      (int)meta->schedule.spec.kind);
   TSR_TRY(tsr_trainer_sync(t));
   if (tsr_context_rank(t->ctx) != 0) return TSR_OK;
   struct _tsr_ck ck = {.meta = *meta, .version = TSR_CK_VERSION};
