@@ -8,11 +8,13 @@
 
 extern const struct _tsr_collective_ops _tsr_nccl_f32, _tsr_nccl_bf16, _tsr_nccl_fp16;
 extern const struct _tsr_collective_ops _tsr_ring_f32, _tsr_ring_bf16, _tsr_ring_fp16;
+extern const struct _tsr_collective_ops _tsr_sign_1bit, _tsr_sign_pbit, _tsr_sign_pbit_mean;
 
 static const struct _tsr_collective_ops *const entries[] = {
     &_tsr_nccl_f32,  &_tsr_ring_f32,
     &_tsr_nccl_bf16, &_tsr_ring_bf16,
     &_tsr_nccl_fp16, &_tsr_ring_fp16,
+    &_tsr_sign_1bit, &_tsr_sign_pbit, &_tsr_sign_pbit_mean,
 };
 #define NENTRIES ((int)(sizeof entries / sizeof entries[0]))
 
