@@ -96,7 +96,7 @@ START_TEST(bad_spatial_splits_are_refused_by_name) {
 END_TEST
 
 START_TEST(the_registry_names_the_reduction_precisions) {
-  ck_assert_int_eq(_tsr_collective_count(), 3);
+  ck_assert_int_eq(_tsr_collective_count(), 6); /* f32, bf16, fp16, then the sign reductions */
   const char *names[] = {[TSR_REDUCE_F32] = "f32", [TSR_REDUCE_BF16] = "bf16", [TSR_REDUCE_FP16] = "fp16"};
   for (int i = 0; i < 3; i++) {
     int p = -1;
@@ -104,10 +104,11 @@ START_TEST(the_registry_names_the_reduction_precisions) {
     ck_assert_int_eq(tsr_reduce_precision_parse(names[i], &p), TSR_OK);
     ck_assert_int_eq(p, i);
   }
-  ck_assert_str_eq(tsr_reduce_precision_name(3), "unknown");
+  ck_assert_str_eq(tsr_reduce_precision_name(6), "unknown");
   int p;
   ck_assert_int_eq(tsr_reduce_precision_parse("int8", &p), TSR_ERR_ARG);
-  ck_assert_str_eq(tsr_last_error(), "gradient reduction precision 'int8' (f32, bf16 or fp16)");
+  ck_assert_str_eq(tsr_last_error(),
+                   "gradient reduction precision 'int8' (f32, bf16, fp16, sign1, signp or signp_mean)");
   /* without NCCL every name falls back to the StarPU-MPI ring in its own wire format */
   struct _tsr_comm two = {.size = 2, .index = 0};
   for (int i = 0; i < 3; i++) {

@@ -5,6 +5,7 @@
  * SGD checkpoint in the layout written before optimizers were entries (a zero second moment, no
  * list of state tensors) that loads and continues bitwise. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,8 +213,83 @@ END_TEST
 
 /* ---- the interface ---- */
 
+/* Lion (PyTorch reference semantics): found by name, its defaults and model-file keys from its entry,
+ * 6 steps against a float64 implementation of the rule written here, with zero gradients (sign 0 at
+ * the first step, where the momentum is 0 too) and a gradient scale; after every step each weight
+ * moved by 0 or lr from its decayed value (within float32 rounding of the weight); the direction and
+ * apply halves of the sign reductions give the fused kernel's weights and momentum bitwise. */
+START_TEST(lion_matches_float64_and_its_halves_match_it_bitwise) {
+  tsr_optim_kind kind;
+  ck_assert_int_eq(tsr_optim_kind_parse("lion", &kind), TSR_OK);
+  ck_assert_int_eq(kind, TSR_OPTIM_LION);
+  ck_assert_str_eq(tsr_optim_kind_name(kind), "lion");
+  struct _tsr_optim_args a = {.h = tsr_optim_spec_default(kind), .grad_scale = 0.5f};
+  ck_assert(a.h.lr == 1e-4f && a.h.beta1 == 0.9f && a.h.beta2 == 0.99f && a.h.weight_decay == 0.0f);
+  ck_assert(a.h.extra[TSR_HYPER_SYNC_EVERY] == 0.0f);
+  a.h.lr = 0.01f, a.h.weight_decay = 0.1f;
+  enum { N = 101 };
+  float w[N], g[N], m[N] = {0}, w2[N], m2[N] = {0}, prev[N];
+  double rw[N], rm[N] = {0};
+  tt_fill_uniform(w, N, 3, -1, 1);
+  memcpy(w2, w, sizeof w);
+  for (int i = 0; i < N; i++) rw[i] = w[i];
+  int zeros = 0;
+  for (int t = 1; t <= 6; t++) {
+    a.step = t;
+    tt_fill_uniform(g, N, 40 + t, -1, 1);
+    for (int i = 0; i < N; i += 7) g[i] = 0; /* the same elements every step: sign 0 at step 1 */
+    memcpy(prev, w, sizeof w);
+    _tsr_optim_update_cpu(&a, N, w, g, (float *[]){m});
+    const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(kind);
+    ops->direction(&a, N, g, (float *[]){m2}); /* g becomes the direction */
+    ops->apply(&a, N, w2, g);
+    ck_assert_msg(memcmp(w, w2, sizeof w) == 0 && memcmp(m, m2, sizeof m) == 0, "halves differ at step %d", t);
+    tt_fill_uniform(g, N, 40 + t, -1, 1); /* the gradient again (the halves overwrote it) */
+    for (int i = 0; i < N; i += 7) g[i] = 0;
+    for (int i = 0; i < N; i++) {
+      double gi = 0.5 * g[i], c = 0.9 * rm[i] + 0.1 * gi, s = (c > 0) - (c < 0);
+      zeros += s == 0;
+      rw[i] = rw[i] * (1 - 0.01 * 0.1) - 0.01 * s;
+      rm[i] = 0.99 * rm[i] + 0.01 * gi;
+      double moved = fabs((double)w[i] - (double)prev[i] * (1 - 0.01f * 0.1f)), tol = 4e-7;
+      ck_assert_msg(moved <= tol || fabs(moved - 0.01) <= tol, "step %d, weight %d moved by %g", t, i, moved);
+    }
+    tt_assert_close(w, rw, N, 1e-6, 1e-5, "lion weights");
+    tt_assert_close(m, rm, N, 1e-7, 1e-5, "lion momentum");
+  }
+  ck_assert_int_eq(zeros, 6 * ((N + 6) / 7)); /* zero gradient and momentum: sign 0, decay alone */
+}
+END_TEST
+
+/* The model file's optimizer section selects Lion and sets its keys; an unknown key is refused. */
+START_TEST(lion_takes_its_model_file_keys) {
+  const char *path = tt_path_in(tt_tmpdir(), "lion.json");
+  const char *fmt = "{\"name\": \"m\", \"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 4, 4]},"
+                    " {\"name\": \"c\", \"type\": \"conv2d\", \"out_channels\": 1, \"kernel\": 3, \"padding\": 1}],"
+                    " \"loss\": {\"type\": \"mse\"}, \"optimizer\": {\"type\": \"lion\", \"lr\": 0.0003,"
+                    " \"betas\": [0.95, 0.98], \"weight_decay\": 0.5, \"%s\": 4}}";
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, fmt, "momentum_sync_every");
+  fclose(f);
+  tsr_model *m = NULL;
+  tsr_optim_spec o;
+  ck_assert_msg(tsr_model_load_json(&m, &o, path) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(o.kind, TSR_OPTIM_LION);
+  ck_assert(o.lr == 0.0003f && o.beta1 == 0.95f && o.beta2 == 0.98f && o.weight_decay == 0.5f);
+  ck_assert(o.extra[TSR_HYPER_SYNC_EVERY] == 4.0f);
+  tsr_model_destroy(m);
+  f = fopen(path, "w");
+  fprintf(f, fmt, "eps");
+  fclose(f);
+  m = NULL;
+  ck_assert_int_ne(tsr_model_load_json(&m, &o, path), TSR_OK);
+  ck_assert_msg(strstr(tsr_last_error(), "eps"), "%s", tsr_last_error());
+}
+END_TEST
+
 START_TEST(registry_entries_name_their_kinds_and_state_tensors) {
-  static const int nstate[TSR_OPTIM_KIND_COUNT] = {1, 2, 2};
+  static const int nstate[TSR_OPTIM_KIND_COUNT] = {1, 2, 2, 1};
   for (int k = 0; k < TSR_OPTIM_KIND_COUNT; k++) {
     const struct _tsr_optim_ops *e = _tsr_optim_ops_of(k);
     ck_assert_ptr_nonnull(e);
@@ -225,10 +301,10 @@ START_TEST(registry_entries_name_their_kinds_and_state_tensors) {
     if (e->nstate > 1) ck_assert_str_eq(e->state[1], "moment1");
   }
   char names[256]; /* the built-in ones first; entries past the public enum follow */
-  ck_assert_msg(strncmp(_tsr_optim_names(names, sizeof names), "sgd, adam, adamw", 16) == 0, "%s", names);
+  ck_assert_msg(strncmp(_tsr_optim_names(names, sizeof names), "sgd, adam, adamw, lion", 22) == 0, "%s", names);
   tsr_optim_kind got;
   ck_assert_int_eq(tsr_optim_kind_parse("rmsprop", &got), TSR_ERR_ARG);
-  ck_assert_msg(strstr(tsr_last_error(), "expected sgd, adam, adamw"), "%s", tsr_last_error());
+  ck_assert_msg(strstr(tsr_last_error(), "expected sgd, adam, adamw, lion"), "%s", tsr_last_error());
 }
 END_TEST
 
@@ -336,6 +412,8 @@ static Suite *make_optim_suite(void) {
   TCase *itf = tcase_create("interface");
   tcase_set_timeout(itf, 60);
   tcase_add_test(itf, registry_entries_name_their_kinds_and_state_tensors);
+  tcase_add_test(itf, lion_matches_float64_and_its_halves_match_it_bitwise);
+  tcase_add_test(itf, lion_takes_its_model_file_keys);
   tcase_add_test(itf, trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load);
   suite_add_tcase(s, itf);
   return s;

@@ -11,6 +11,12 @@ set -u
 . "$(dirname "$0")/train_fixture.sh"
 TRIALS=${KILL_TRIALS:-5}
 fixture_setup kill 96
+# KILL_OPTIM (tests/kill_resume_lion.sh): the model's optimizer section instead of Adam's, and the
+# kill trials only
+if [ -n "${KILL_OPTIM:-}" ]; then
+  sed -i "s/\"adam\", \"lr\": 0.003/$KILL_OPTIM/" "$tmp/model.json"
+  grep -qF "$KILL_OPTIM" "$tmp/model.json" || { echo "FAIL: optimizer $KILL_OPTIM not set"; exit 1; }
+fi
 export STARPU_NCPU=2
 args=(--model "$tmp/model.json" --data "$tmp/data.h5" --val-fraction 0.125 --epochs 4 --batch 4 --deterministic
   --seed 5 --workers 2 --slices 2 -q --checkpoint-every 3 --keep 2)
@@ -55,6 +61,8 @@ for trial in $(seq 1 "$TRIALS"); do
 done
 if [ "$kills_total" -ge "$TRIALS" ]; then ok "SIGKILLs sent: $kills_total"
 else ko "SIGKILLs sent: $kills_total, fewer than the $TRIALS trials"; fi
+
+[ -n "${KILL_OPTIM:-}" ] && { fixture_done; exit; }
 
 # A truncated newest checkpoint is rejected and the previous one is used.
 d=$tmp/trunc

@@ -3,13 +3,15 @@
  * then writes its parameters and losses, so the script can compare ranks with each other, with a
  * 1-rank run of the N-times batch, and repeated runs with each other.
  *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
- *             [--grad-reduce f32|bf16|fp16] [--collective A] [--loss-scale dynamic|S] [--loss-scale-init S]
- *             [--mark-training]
+ *             [--grad-reduce NAME] [--collective A] [--loss-scale dynamic|S] [--loss-scale-init S]
+ *             [--mark-training] [--lion] [--momentum-sync K] [--same-data]
  *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance)
  * PREFIX.rankR.stats gets the bytes this rank sent for reductions, the algorithm of each gradient
  * group, whether the control word summed exactly at every step, and the loss scaler's state.
  * --mark-training creates PREFIX.rankR.training once this rank has completed 3 steps (the script's
- * cue to stop or kill a rank in training). */
+ * cue to stop or kill a rank in training). --lion trains with Lion (lr 1e-2, weight decay 0.1,
+ * momentum averaged every K steps under a sign reduction with --momentum-sync K); --same-data gives
+ * every rank rank 0's samples. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,7 @@
 #define S 8
 
 struct data {
-  int rank, batch, nranks;
+  int rank, batch, nranks; /* rank: whose samples this rank takes */
 };
 
 static int fill(void *user, int64_t step, int index, float *x, float *y) {
@@ -77,7 +79,7 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
 
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--compare") == 0) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
-  int batch = 4, steps = 5, det = 0, variant = -1, mark = 0;
+  int batch = 4, steps = 5, det = 0, variant = -1, mark = 0, lion = 0, same = 0, msync = 0;
   long long group_bytes = 512; /* several groups */
   int grad_reduce = TSR_REDUCE_F32;
   double loss_scale = 0, loss_scale_init = 0;
@@ -88,6 +90,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--deterministic")) det = 1;
     else if (!strcmp(argv[i], "--mark-training")) mark = 1;
+    else if (!strcmp(argv[i], "--lion")) lion = 1;
+    else if (!strcmp(argv[i], "--same-data")) same = 1;
+    else if (!strcmp(argv[i], "--momentum-sync") && i + 1 < argc) msync = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--grad-reduce") && i + 1 < argc) {
@@ -99,8 +104,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--loss-scale-init") && i + 1 < argc) loss_scale_init = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
-                      "         [--group-bytes N] [--grad-reduce f32|bf16|fp16] [--collective A]\n"
+                      "         [--group-bytes N] [--grad-reduce NAME] [--collective A]\n"
                       "         [--loss-scale dynamic|S] [--loss-scale-init S] [--mark-training]\n"
+                      "         [--lion] [--momentum-sync K] [--same-data]\n"
                       "       mpi_train --compare A B RTOL ATOL\n");
       return 2;
     }
@@ -113,8 +119,11 @@ int main(int argc, char **argv) {
   if (tsr_context_create(&ctx, &co, &argc, &argv)) die("context");
   struct data d = {tsr_context_rank(ctx), batch, tsr_context_size(ctx)};
   tsr_model *m = build(d.rank == variant);
-  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  int rank = d.rank;
+  if (same) d.rank = 0, d.nranks = 1;
+  tsr_optim_spec adam = tsr_optim_spec_default(lion ? TSR_OPTIM_LION : TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
+  if (lion) adam.weight_decay = 0.1f, adam.extra[0] = (float)msync; /* Lion's momentum_sync_every */
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
   to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes, to.grad_reduce = grad_reduce;
@@ -122,24 +131,24 @@ int main(int argc, char **argv) {
   to.loss_scale = loss_scale, to.loss_scale_init = loss_scale_init, to.loss_scale_interval = 1000;
   tsr_trainer *t;
   if (tsr_trainer_create(&t, ctx, m, &adam, &to)) {
-    fprintf(stderr, "mpi_train: rank %d: %s\n", d.rank, tsr_last_error());
+    fprintf(stderr, "mpi_train: rank %d: %s\n", rank, tsr_last_error());
     tsr_model_destroy(m);
     tsr_context_destroy(ctx);
     return 3;
   }
   /* 257 + rank: not a bf16 or fp16 value, so a control word reduced in half precision would show */
-  tsr_trainer_set_flag(t, 257.0f + d.rank);
+  tsr_trainer_set_flag(t, 257.0f + rank);
   char path[4096];
   for (int i = 0; i < steps; i++) {
     if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
     if (mark && i == 2) {
       FILE *f = NULL;
-      snprintf(path, sizeof path, "%s.rank%d.training", out ? out : "mpi_train", d.rank);
+      snprintf(path, sizeof path, "%s.rank%d.training", out ? out : "mpi_train", rank);
       if (tsr_trainer_sync(t) || !(f = fopen(path, "w")) || fclose(f)) die(path);
     }
   }
   if (tsr_trainer_sync(t)) die("sync");
-  snprintf(path, sizeof path, "%s.rank%d.params", out ? out : "mpi_train", d.rank);
+  snprintf(path, sizeof path, "%s.rank%d.params", out ? out : "mpi_train", rank);
   FILE *f = fopen(path, "wb");
   if (!f) die(path);
   for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
@@ -151,7 +160,7 @@ int main(int argc, char **argv) {
     free(buf);
   }
   fclose(f);
-  snprintf(path, sizeof path, "%s.rank%d.losses", out ? out : "mpi_train", d.rank);
+  snprintf(path, sizeof path, "%s.rank%d.losses", out ? out : "mpi_train", rank);
   f = fopen(path, "wb");
   for (int i = 0; f && i < steps; i++) {
     double l;
@@ -160,17 +169,17 @@ int main(int argc, char **argv) {
     fwrite(&lf, sizeof lf, 1, f);
   }
   if (f) fclose(f);
-  snprintf(path, sizeof path, "%s.rank%d.stats", out ? out : "mpi_train", d.rank);
+  snprintf(path, sizeof path, "%s.rank%d.stats", out ? out : "mpi_train", rank);
   f = fopen(path, "w");
   if (!f) die(path);
   fprintf(f, "reduce_bytes %lld\ncollectives", (long long)tsr_trainer_reduce_bytes(t));
   for (int g = 0; g < tsr_trainer_num_groups(t); g++) fprintf(f, " %s", tsr_trainer_group_collective(t, g));
   fprintf(f, "\n");
-  int exact = 1;
+  int exact = 1, n = tsr_context_size(ctx);
   for (int i = 0; i < steps; i++) {
     double sum;
     if (tsr_trainer_flag(t, i, &sum)) die("flag");
-    exact &= sum == 257.0 * d.nranks + d.nranks * (d.nranks - 1) / 2;
+    exact &= sum == 257.0 * n + n * (n - 1) / 2;
   }
   fprintf(f, "control_word_exact %d\n", exact);
   tsr_loss_scale_state ls;

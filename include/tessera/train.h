@@ -14,7 +14,13 @@ extern "C" {
 
 /* The optimizers built in; optimizers added to the library's registry get the values after
  * TSR_OPTIM_KIND_COUNT and are found by name (tsr_optim_kind_parse). */
-typedef enum tsr_optim_kind { TSR_OPTIM_SGD, TSR_OPTIM_ADAM, TSR_OPTIM_ADAMW, TSR_OPTIM_KIND_COUNT } tsr_optim_kind;
+typedef enum tsr_optim_kind {
+  TSR_OPTIM_SGD,
+  TSR_OPTIM_ADAM,
+  TSR_OPTIM_ADAMW,
+  TSR_OPTIM_LION,
+  TSR_OPTIM_KIND_COUNT
+} tsr_optim_kind;
 
 #define TSR_OPTIM_EXTRA 4
 typedef struct tsr_optim_spec {
@@ -22,8 +28,8 @@ typedef struct tsr_optim_spec {
   float lr;
   float momentum;       /* SGD */
   int nesterov;         /* SGD */
-  float weight_decay;   /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
-  float beta1, beta2, eps; /* Adam, AdamW */
+  float weight_decay;   /* SGD and Adam: L2 added to the gradient; AdamW and Lion: decoupled */
+  float beta1, beta2, eps; /* Adam, AdamW; Lion: beta1, beta2 */
   float extra[TSR_OPTIM_EXTRA]; /* hyperparameters of registry optimizers that have no field above */
   /* LARC (layer-wise adaptive rate clipping, as NVIDIA apex's LARC) around SGD, Adam or AdamW: per
    * tensor, trust = larc_eta |w| / (|g| + weight_decay |w| + 1e-8); with larc_clip the gradient and
@@ -33,10 +39,11 @@ typedef struct tsr_optim_spec {
   int larc_clip;
 } tsr_optim_spec;
 
-/* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01.
+/* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01;
+ * Lion: lr 1e-4, betas 0.9/0.99, decay 0.
  * Fields the kind does not use hold Adam's defaults. */
 tsr_optim_spec tsr_optim_spec_default(tsr_optim_kind kind);
-const char *tsr_optim_kind_name(tsr_optim_kind kind); /* "sgd", "adam", "adamw"; "?" for none */
+const char *tsr_optim_kind_name(tsr_optim_kind kind); /* "sgd", "adam", "adamw", "lion"; "?" for none */
 tsr_status tsr_optim_kind_parse(const char *name, tsr_optim_kind *kind);
 /* The hyperparameters that `to`'s kind uses and that differ in `from`, written to out (cap bytes) as
  * "lr 0.001 -> 0.002, beta2 0.999 -> 0.99"; returns how many. */
@@ -165,8 +172,8 @@ tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first_tensor
 /* The algorithm reducing group g ("ring", "rd", ...; "none" on one rank or for a bad g). */
 const char *tsr_trainer_group_collective(const tsr_trainer *t, int g);
 
-/* Optimizer state tensor `moment` of trainable tensor `index` (same shape as the tensor): SGD keeps
- * one (0: its momentum buffer), Adam and AdamW two (0 and 1: the first and second moments).
+/* Optimizer state tensor `moment` of trainable tensor `index` (same shape as the tensor): SGD and
+ * Lion keep one (0: the momentum buffer), Adam and AdamW two (0 and 1: the first and second moments).
  * Synchronous; TSR_ERR_ARG for a moment the optimizer does not keep. */
 tsr_status tsr_trainer_moment_get(tsr_trainer *t, int index, int moment, float *out);
 tsr_status tsr_trainer_moment_set(tsr_trainer *t, int index, int moment, const float *in);
@@ -177,8 +184,9 @@ void tsr_trainer_counters(const tsr_trainer *t, int64_t *steps, int64_t *updates
 tsr_status tsr_trainer_set_counters(tsr_trainer *t, int64_t steps, int64_t updates);
 
 /* Bytes this rank has sent for gradient reductions so far: the StarPU-MPI collectives' sends, or, with
- * NCCL, 2 (N - 1) / N of each collective's payload (what NCCL's ring algorithm sends); 0 on one
- * rank. Counted at submission. */
+ * NCCL, 2 (N - 1) / N of each collective's payload (what NCCL's ring algorithm sends); with a sign
+ * reduction its packed directions, control words and momentum averaging; 0 on one rank. Counted at
+ * submission. */
 int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t);
 
 /* Loss scaler state (opts.loss_scale): the scale the next step's loss gradient is multiplied by,

@@ -2,9 +2,10 @@
  * and the registry that names them (registry.c). An entry is one way of summing the groups across
  * ranks: the StarPU-MPI ring with float32, bf16 or fp16 chunks on the wire (ring.c), recursive
  * doubling and the binomial tree (tree.c), the hierarchical one over nodes (hier.c), NCCL on GPUs
- * (nccl.c). Several entries may share a name (the reduction the user asks for); by default the
- * registry picks the first one that can run here, the user may name the implementation (the
- * algorithm), and "auto" picks per group the one of least cost on the measured links. */
+ * (nccl.c); or of combining update directions (Lion Cub's sign reductions, sign.c). Several entries
+ * may share a name (the reduction the user asks for); by default the registry picks the first one
+ * that can run here, the user may name the implementation (the algorithm), and "auto" picks per
+ * group the one of least cost on the measured links. */
 #ifndef TSR_COMM_COLLECTIVE_H
 #define TSR_COMM_COLLECTIVE_H
 
@@ -19,6 +20,9 @@ struct _tsr_collective_ops {
   const char *name;  /* what users select: "f32", "bf16", "fp16" */
   const char *impl;  /* how (the algorithm users may select): "ring", "rd", "tree", "hier", "nccl" */
   int variant;       /* a parameter of the implementation shared by several entries (wire format) */
+  int signs;         /* 1: combines update directions, not gradients (sign.c): each rank's optimizer
+                        writes its direction into the gradient buffer before, and applies the
+                        combined one after (an optimizer with direction and apply halves) */
   /* (optional) 1 when it can run on comm in this process (NULL: always) */
   int (*usable)(const struct _tsr_comm *comm);
   /* (optional) TSR_OK when it can reduce these groups, else a status naming the reason; runs

@@ -61,6 +61,11 @@ struct _tsr_optim_hyper {
  * gate->unscale for grad_scale and step - gate->skipped for step (update_cuda.h reads it). */
 typedef void _tsr_optim_cpu_fn(const struct _tsr_optim_args *a, size_t n, float *w, const float *g,
                                float *const *state);
+/* The two halves of an update for reductions that combine update directions instead of gradients
+ * (the sign reductions of src/comm/sign.c): `direction` overwrites the gradient g with this rank's
+ * direction and advances the state; `apply` moves w along the direction d the ranks agreed on. */
+typedef void _tsr_optim_dir_fn(const struct _tsr_optim_args *a, size_t n, float *g, float *const *state);
+typedef void _tsr_optim_apply_fn(const struct _tsr_optim_args *a, size_t n, float *w, const float *d);
 typedef int _tsr_optim_cuda_fn(void *stream, const struct _tsr_optim_args *a, size_t n, float *w, const float *g,
                                float *const *state, const struct _tsr_scale_state *gate);
 
@@ -76,10 +81,18 @@ struct _tsr_optim_ops {
    * which LARC hands its scaled decay (AdamW: Adam's kernel, since apex's LARC turns the decoupled
    * decay into a gradient term). NULL: LARC is refused for this optimizer. CPU only. */
   _tsr_optim_cpu_fn *larc_cpu;
+  _tsr_optim_dir_fn *direction; /* (optional, with apply) for sign reductions; CPU workers */
+  _tsr_optim_apply_fn *apply;
 };
 
 /* The model-file keys of LARC, in the hyperparameter list of every entry that has larc_cpu. */
-#define TSR_LARC_HYPERS                                                                                        TSR_HYPER("larc", TSR_HYPER_BOOL, larc, 0), TSR_HYPER("larc_eta", TSR_HYPER_POSITIVE, larc_eta, 0.02f),           TSR_HYPER("larc_clip", TSR_HYPER_BOOL, larc_clip, 1)
+#define TSR_LARC_HYPERS                                                                                      \
+  TSR_HYPER("larc", TSR_HYPER_BOOL, larc, 0), TSR_HYPER("larc_eta", TSR_HYPER_POSITIVE, larc_eta, 0.02f),     \
+      TSR_HYPER("larc_clip", TSR_HYPER_BOOL, larc_clip, 1)
+
+/* The extra[] slot of Lion's momentum_sync_every (float32 averaging of the momenta across ranks
+ * every k steps under a sign reduction; 0: never). */
+#define TSR_HYPER_SYNC_EVERY 0
 
 /* In an entry: its CUDA kernel, named only when StarPU can run CUDA tasks. */
 #ifdef TSR_CUDA_CODELETS
@@ -105,6 +118,12 @@ void _tsr_optim_update_cpu(const struct _tsr_optim_args *a, size_t n, float *w, 
  * (as torch.cuda.amp skips optimizer.step()). */
 int _tsr_optim_submit(const struct _tsr_optim_args *a, starpu_data_handle_t w, starpu_data_handle_t g,
                       const starpu_data_handle_t *state, starpu_data_handle_t scaler, const char *name);
+/* The entry's direction task: g (RW, becomes the direction), its state handles (RW). */
+int _tsr_optim_submit_direction(const struct _tsr_optim_args *a, starpu_data_handle_t g,
+                                const starpu_data_handle_t *state, const char *name);
+/* The entry's apply task: w (RW) along d (R). */
+int _tsr_optim_submit_apply(const struct _tsr_optim_args *a, starpu_data_handle_t w, starpu_data_handle_t d,
+                            const char *name);
 
 #ifdef __cplusplus
 }

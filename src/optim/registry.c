@@ -10,9 +10,11 @@
 
 extern const struct _tsr_optim_ops _tsr_optim_sgd[];  /* sgd.c */
 extern const struct _tsr_optim_ops _tsr_optim_adam[]; /* adam.c: adam, adamw */
+extern const struct _tsr_optim_ops _tsr_optim_lion[]; /* lion.c */
 extern const struct _tsr_optim_ops _tsr_optim_lamb[]; /* lamb.c */
 
-static const struct _tsr_optim_ops *const tables[] = {_tsr_optim_sgd, _tsr_optim_adam, _tsr_optim_lamb};
+static const struct _tsr_optim_ops *const tables[] = {_tsr_optim_sgd, _tsr_optim_adam, _tsr_optim_lion,
+                                                      _tsr_optim_lamb};
 #define NTABLES (sizeof tables / sizeof tables[0])
 
 /* The entry of kind `kind` (name NULL) or called `name`; its kind in *kind_out. */

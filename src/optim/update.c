@@ -1,7 +1,9 @@
 /* The update task of every optimizer, one per parameter tensor: buffers w (RW), g (R), the
  * optimizer's state tensors (RW) and, gated by the dynamic loss scaler, its state (R). The task runs
  * the kernels of the optimizer's registry entry, or LARC around them; CUDA workers take it only
- * when the entry has a CUDA kernel and LARC is off. */
+ * when the entry has a CUDA kernel and LARC is off. For sign reductions, the entry's two halves as
+ * tasks of their own: the direction (before the reduction) and its application (after), on CPU
+ * workers. */
 #include <math.h>
 
 #include "codelets.h"
@@ -128,4 +130,44 @@ int _tsr_optim_submit(const struct _tsr_optim_args *a, starpu_data_handle_t w, s
   bufs[2 + nstate] = (struct _tsr_buf){scaler, STARPU_R};
   if (scaler) return _tsr_submit(&cl_update_gated, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 3 + nstate, bufs);
   return _tsr_submit(&cl_update, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 2 + nstate, bufs);
+}
+
+/* buffers: g (RW), state... (RW) */
+static void opt_direction_cpu(void *buffers[], void *cl_arg) {
+  const struct _tsr_optim_args *a = cl_arg;
+  const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
+  float *state[TSR_OPTIM_MAX_STATE];
+  for (int k = 0; k < ops->nstate; k++) state[k] = TSR_BUF(buffers, 1 + k);
+  _tsr_worker_enter();
+  ops->direction(a, TSR_NX(buffers, 1), TSR_BUF(buffers, 0), state); /* the state's length: g is padded */
+}
+
+/* buffers: w (RW), d (R) */
+static void opt_apply_cpu(void *buffers[], void *cl_arg) {
+  const struct _tsr_optim_args *a = cl_arg;
+  _tsr_worker_enter();
+  _tsr_optim_ops_of(a->h.kind)->apply(a, TSR_NX(buffers, 0), TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
+}
+
+static struct starpu_perfmodel direction_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_direction"};
+static struct starpu_perfmodel apply_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_apply"};
+static struct starpu_codelet cl_direction = {.cpu_funcs = {opt_direction_cpu}, .cpu_funcs_name = {"opt_direction_cpu"},
+                                             .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_opt_direction",
+                                             .model = &direction_model};
+static struct starpu_codelet cl_apply = {.cpu_funcs = {opt_apply_cpu}, .cpu_funcs_name = {"opt_apply_cpu"},
+                                         .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_opt_apply",
+                                         .model = &apply_model};
+
+int _tsr_optim_submit_direction(const struct _tsr_optim_args *a, starpu_data_handle_t g,
+                                const starpu_data_handle_t *state, const char *name) {
+  int nstate = _tsr_optim_ops_of(a->h.kind)->nstate;
+  struct _tsr_buf bufs[1 + TSR_OPTIM_MAX_STATE] = {{g, STARPU_RW}};
+  for (int k = 0; k < nstate; k++) bufs[1 + k] = (struct _tsr_buf){state[k], STARPU_RW};
+  return _tsr_submit(&cl_direction, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 1 + nstate, bufs);
+}
+
+int _tsr_optim_submit_apply(const struct _tsr_optim_args *a, starpu_data_handle_t w, starpu_data_handle_t d,
+                            const char *name) {
+  struct _tsr_buf bufs[2] = {{w, STARPU_RW}, {d, STARPU_R}};
+  return _tsr_submit(&cl_apply, a, sizeof(*a), STARPU_DEFAULT_PRIO, name, 2, bufs);
 }

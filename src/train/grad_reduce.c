@@ -1,11 +1,13 @@
 /* The trainer's side of the gradient reductions: the world communicator and the batch split over
  * it, the gradient-buffer view of the trainer's tensors that src/comm cuts into groups, the
- * collective picked by name (tsr_trainer_opts.grad_reduce), and the public queries about groups,
- * bytes and reduction names. */
+ * collective picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that
+ * splits its update, and may average the momenta every k steps), and the public queries about
+ * groups, bytes and reduction names. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/collective.h"
+#include "sign_wire.h"
 #include "train/fingerprint.h"
 #include "train/trainer.h"
 #include "runtime/env.h"
@@ -46,19 +48,80 @@ static tsr_status build_groups(tsr_trainer *t, const tsr_trainer_opts *o) {
   return st;
 }
 
+/* A reduction of update directions needs an optimizer with direction and apply halves. */
+static tsr_status check_signs(const tsr_trainer *t, const tsr_trainer_opts *o) {
+  const char *name = _tsr_collective_name(o->grad_reduce);
+  const struct _tsr_collective_ops *c = _tsr_collective_select(name, &t->world, NULL);
+  if (!c || !c->signs) return TSR_OK;
+  if (!t->optim->direction)
+    return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' combines update directions: optimizer %s has none (lion has)",
+                      name, t->optim->name);
+  if (t->loss_scale < 0)
+    return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' does not work with dynamic loss scaling (the reduction "
+                      "carries no gradient to check for overflow)", name);
+  return TSR_OK;
+}
+
+/* Momentum synchronisation under a sign reduction: the first state tensor (the momentum) of every
+ * trainable tensor, laid out like the gradients (a 16-float lead, then the tensors), cut into the
+ * same groups and averaged in float32 over its own communicator (a tag space apart from the sign
+ * reduction's) every momentum_sync_every steps. The groups' children replace the state handles. */
+static tsr_status momentum_sync_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
+  t->msync_every = (int64_t)t->opt.extra[TSR_HYPER_SYNC_EVERY];
+  if (!t->groups.ops || !t->groups.ops->signs || t->msync_every <= 0) return t->msync_every = 0, TSR_OK;
+  struct _tsr_grad_tensor *gt = calloc(t->ntensors ? t->ntensors : 1, sizeof *gt);
+  if (!gt) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  for (int i = 0; i < t->ntensors; i++) {
+    const struct _tsr_ptensor *p = &t->tensors[i];
+    gt[i] = (struct _tsr_grad_tensor){.name = p->name, .off = p->trainable ? (size_t)(p->st[0] - t->opt_state) : 0,
+                                      .n = p->n, .layer = p->layer, .trainable = p->trainable};
+  }
+  struct _tsr_grad_view v = {.buf = t->opt_state, .keep = TSR_CTL_FLOATS, .ntensors = t->ntensors, .tensors = gt};
+  tsr_status st = _tsr_comm_split(&t->world, 0, t->rank, &t->msync_comm);
+  if (st == TSR_OK) st = _tsr_groups_build(&t->msync, &v, &t->msync_comm, group_bytes(o, t->model), "f32", "nccl");
+  free(gt);
+  TSR_TRY(st);
+  if (t->msync.n != t->groups.n)
+    return _tsr_error(TSR_ERR_RUNTIME, "momentum synchronisation: %d groups, the gradients have %d", t->msync.n,
+                      t->groups.n);
+  for (int i = 0; i < t->ntensors; i++)
+    if (t->tensors[i].trainable) {
+      starpu_data_unregister(t->tensors[i].hst[0]);
+      t->tensors[i].hst[0] = t->msync.grad[i];
+    }
+  return _tsr_groups_start(&t->msync);
+}
+
+int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step) {
+  if (t->msync_every <= 0 || t->nupdates % t->msync_every != 0) return 0;
+  const struct _tsr_group *gr = &t->msync.g[g];
+  int ret = _tsr_group_allreduce(&t->msync, g, step);
+  for (int i = gr->first; !ret && i < gr->end; i++)
+    if (t->tensors[i].trainable)
+      ret = _tsr_insert_sign_finish(t->tensors[i].hst[0], TSR_SIGN_MEAN, t->msync_comm.size, "momentum_mean");
+  return ret;
+}
+
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_world(&t->world, t->rank, t->size));
   TSR_TRY(_tsr_dist_batch(&t->batch_dist, &t->world, 0, 0)); /* data parallelism over every rank */
+  TSR_TRY(check_signs(t, o));
   TSR_TRY(build_groups(t, o));
   t->groups.algo = NULL; /* the caller's string: read by the choice only */
   for (int i = 0; i < t->ntensors; i++) t->tensors[i].hg = t->groups.grad[i];
   t->ctl = t->groups.head;
   if (t->size > 1) TSR_TRY(_tsr_fingerprint_check(t));
-  return _tsr_groups_start(&t->groups);
+  TSR_TRY(_tsr_groups_start(&t->groups));
+  return momentum_sync_setup(t, o);
 }
 
 void _tsr_reduce_teardown(tsr_trainer *t) {
   _tsr_groups_destroy(&t->groups);
+  if (t->msync_every > 0) { /* the state handles were its children */
+    _tsr_groups_destroy(&t->msync);
+    for (int i = 0; i < t->ntensors; i++) t->tensors[i].hst[0] = t->tensors[i].trainable ? NULL : t->tensors[i].hst[0];
+    _tsr_comm_free(&t->msync_comm);
+  }
   _tsr_comm_free(&t->world);
   t->ctl = NULL;
 }
@@ -74,7 +137,7 @@ tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first, int *
   return TSR_OK;
 }
 
-int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t) { return t ? t->groups.bytes : 0; }
+int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t) { return t ? t->groups.bytes + t->msync.bytes : 0; }
 
 const char *tsr_reduce_precision_name(int p) {
   const char *name = _tsr_collective_name(p);

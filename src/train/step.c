@@ -1,13 +1,15 @@
 /* One step as a task graph: load tasks per slice, forward per layer per slice, loss per slice,
  * backward in reverse order with each tensor's optimizer update submitted as soon as its layer's
  * backward is submitted (so it runs when that gradient is final; with dynamic loss scaling after
- * the step's overflow decision instead), and a non-detached loss-sum task the host waits on later
- * (it also brings back the control word summed over ranks). The host blocks only when `window`
- * steps are in flight. */
+ * the step's overflow decision instead; with a sign reduction, each tensor's direction before its
+ * group's reduction and the combined direction's application after), and a non-detached loss-sum
+ * task the host waits on later (it also brings back the control word summed over ranks). The host
+ * blocks only when `window` steps are in flight. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/collective.h"
 #include "comm/groups.h"
 #include "kernel_util.h"
 #include "train/trainer.h"
@@ -59,11 +61,31 @@ static struct starpu_codelet load_cl = {
 /* The ranks whose gradients a step's reductions sum: the parts the batch is split into. */
 static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->batch_dist.parts; }
 
-static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
-  float unscale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, ranks(t));
+/* The update's arguments; `summed`: the gradient is the sum over ranks(t) ranks. */
+static struct _tsr_optim_args optim_args(const tsr_trainer *t, int summed) {
+  float unscale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, summed);
   struct _tsr_optim_args a = {.h = t->opt, .step = t->nupdates, .grad_scale = unscale};
   a.h.lr = t->lr; /* tsr_trainer_set_lr's */
+  return a;
+}
+
+static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
+  struct _tsr_optim_args a = optim_args(t, ranks(t));
   return _tsr_optim_submit(&a, p->hw, p->hg, p->hst, t->scaler_h, p->name);
+}
+
+/* Sign reductions: each rank's direction from its own gradient (not averaged over ranks) before the
+ * group's reduction; the combined direction applied after it. */
+static int signs(const tsr_trainer *t) { return !t->skip_reduce && t->groups.ops && t->groups.ops->signs; }
+
+static int submit_direction(tsr_trainer *t, const struct _tsr_ptensor *p) {
+  struct _tsr_optim_args a = optim_args(t, 1);
+  return _tsr_optim_submit_direction(&a, p->hg, p->hst, p->name);
+}
+
+static int submit_apply(tsr_trainer *t, const struct _tsr_ptensor *p) {
+  struct _tsr_optim_args a = optim_args(t, 1);
+  return _tsr_optim_submit_apply(&a, p->hw, p->hg, p->name);
 }
 
 /* Dynamic loss scaling: every finite-check of the step, then the decision, then the updates that
@@ -189,13 +211,21 @@ static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, i
     if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
     for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
     for (; g < t->groups.n && t->tensors[t->groups.g[g].end - 1].layer == l; g++) {
-      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(&t->groups, g, id));
-      if (t->scaler_h) SUBMIT(submit_check(t, &t->groups.g[g]));
-      for (int i = t->groups.g[g].first; i < t->groups.g[g].end; i++)
+      const struct _tsr_group *gr = &t->groups.g[g];
+      for (int i = gr->first; signs(t) && i < gr->end; i++)
         if (t->tensors[i].trainable) {
-          if (t->check_finite && !t->scaler_h) /* with dynamic scaling an overflow skips the step */
+          if (t->check_finite) /* this rank's gradient: the reduction carries directions only */
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
-          if (!t->scaler_h) SUBMIT(submit_update(t, &t->tensors[i]));
+          SUBMIT(submit_direction(t, &t->tensors[i]));
+        }
+      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(&t->groups, g, id));
+      if (signs(t)) SUBMIT(_tsr_momentum_sync(t, g, id));
+      if (t->scaler_h) SUBMIT(submit_check(t, gr));
+      for (int i = gr->first; i < gr->end; i++)
+        if (t->tensors[i].trainable) {
+          if (t->check_finite && !t->scaler_h && !signs(t)) /* with dynamic scaling an overflow skips the step */
+            SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
+          if (!t->scaler_h) SUBMIT(signs(t) ? submit_apply(t, &t->tensors[i]) : submit_update(t, &t->tensors[i]));
         }
     }
   }

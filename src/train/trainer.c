@@ -60,7 +60,7 @@ static tsr_status layout_tensors(tsr_trainer *t) {
   /* the gradient buffer starts with the control word (tsr_trainer_set_flag), then the gradients */
   int nst = t->optim->nstate;
   t->params = zalloc(off_p * 4), t->grads = zalloc((off_p + TSR_CTL_FLOATS) * 4);
-  t->opt_state = zalloc(nst * off_p * 4);
+  t->opt_state = zalloc((TSR_CTL_FLOATS + nst * off_p) * 4); /* laid out as grads: momentum_sync_setup */
   t->state = zalloc(off_s * 4);
   if (!t->params || !t->grads || !t->opt_state || !t->state)
     return _tsr_error(TSR_ERR_NOMEM, "trainer: cannot allocate %zu parameters", off_p);
@@ -73,7 +73,7 @@ static tsr_status layout_tensors(tsr_trainer *t) {
     if (!p->trainable) continue;
     p->g = t->grads + TSR_CTL_FLOATS + off; /* hg: a child of its gradient group */
     for (int k = 0; k < nst; k++) {
-      p->st[k] = t->opt_state + k * off_p + off;
+      p->st[k] = t->opt_state + TSR_CTL_FLOATS + k * off_p + off;
       p->hst[k] = _tsr_register_floats(p->st[k], p->n);
     }
   }

@@ -91,6 +91,10 @@ struct tsr_trainer {
   struct _tsr_comm world;
   struct _tsr_dist batch_dist;
   struct _tsr_groups groups;
+  /* with a sign reduction: the momenta averaged every msync_every steps (0: never; grad_reduce.c) */
+  int64_t msync_every;
+  struct _tsr_comm msync_comm;
+  struct _tsr_groups msync;
   /* loss scaling: a fixed scale, or the dynamic scaler's state in a handle read by the step's tasks */
   double loss_scale;    /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC */
   struct _tsr_loss_scaler scaler;
@@ -113,6 +117,8 @@ tsr_status _tsr_trainer_footprint(const tsr_trainer *t);
  * (after the tensors are laid out; agrees with the other ranks on the trainer's fingerprint). */
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_reduce_teardown(tsr_trainer *t);
+/* The momentum synchronisation of group g after its sign reduction, when this update is one. */
+int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step);
 
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);

@@ -410,10 +410,12 @@ START_TEST(test_optimizers_match_cpu) {
        .h.weight_decay = 0.01f, .step = 3, .grad_scale = 1},
       {.h.kind = TSR_OPTIM_ADAMW, .h.lr = 1e-3f, .h.beta1 = 0.9f, .h.beta2 = 0.99f, .h.eps = 1e-8f,
        .h.weight_decay = 0.1f, .step = 1, .grad_scale = 0.25f},
+      {.h.kind = TSR_OPTIM_LION, .h.lr = 1e-3f, .h.beta1 = 0.9f, .h.beta2 = 0.99f, .h.weight_decay = 0.1f, .step = 2,
+       .grad_scale = 0.5f},
   };
-  const char *names[] = {"SGD", "SGD momentum + weight decay", "SGD Nesterov", "Adam", "AdamW"};
+  const char *names[] = {"SGD", "SGD momentum + weight decay", "SGD Nesterov", "Adam", "AdamW", "Lion"};
   const size_t n = 300;
-  for (int c = 0; c < 5; c++) {
+  for (int c = 0; c < 6; c++) {
     float *w = gt_rand(n, 100 + c), *g = gt_rand(n, 110 + c), *m = gt_rand(n, 120 + c), *v = gt_rand(n, 130 + c);
     for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
     float *wc = copy_of(w, n), *mc = copy_of(m, n), *vc = copy_of(v, n);

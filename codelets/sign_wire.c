@@ -1,0 +1,186 @@
+/* Update directions on the wire for the sign reductions (sign_wire.h): 1-bit pack, vote and unpack,
+ * p-bit pack and unpack (adding, voting or averaging), and the member-ordered float32 sum that
+ * carries the control word exactly. */
+#include "codelets.h"
+#include "sign_wire.h"
+
+int _tsr_sign_bits(int ranks) {
+  int p = 1;
+  while ((1 << p) < 2 * ranks + 1) p++;
+  return p;
+}
+
+void _tsr_sign_pack1_cpu(const float *x, size_t n, uint8_t *bits) {
+  size_t full = n / 8;
+  for (size_t b = 0; b < full; b++) {
+    const float *v = x + 8 * b;
+    unsigned byte = 0;
+    for (int k = 0; k < 8; k++) byte |= (unsigned)(v[k] >= 0) << k;
+    bits[b] = (uint8_t)byte;
+  }
+  if (n % 8 == 0) return;
+  unsigned byte = 0;
+  for (size_t i = 8 * full; i < n; i++) byte |= (unsigned)(x[i] >= 0) << (i % 8);
+  bits[full] = (uint8_t)byte;
+}
+
+static inline int bit_at(const uint8_t *bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1; }
+
+void _tsr_sign_unpack1_cpu(const uint8_t *bits, size_t n, float *y) {
+  for (size_t i = 0; i < n; i++) y[i] = bit_at(bits, i) ? 1.0f : -1.0f;
+}
+
+void _tsr_sign_vote1_cpu(float *x, size_t n, const uint8_t *const *in, int nin, uint8_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    int set = x[i] >= 0;
+    for (int k = 0; k < nin; k++) set += bit_at(in[k], i);
+    x[i] = 2 * set >= nin + 1 ? 1.0f : -1.0f;
+  }
+  _tsr_sign_pack1_cpu(x, n, out);
+}
+
+void _tsr_sign_packp_cpu(const float *x, size_t n, int p, int bias, uint8_t *out) {
+  uint64_t acc = 0;
+  int have = 0;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    acc |= (uint64_t)((int)x[i] + bias) << have;
+    for (have += p; have >= 8; have -= 8) out[o++] = (uint8_t)acc, acc >>= 8;
+  }
+  if (have) out[o] = (uint8_t)acc;
+}
+
+static inline float finish(float v, enum _tsr_sign_mode mode, int ranks) {
+  return mode == TSR_SIGN_VOTE ? (float)((v > 0) - (v < 0)) : v / (float)ranks;
+}
+
+void _tsr_sign_unpackp_cpu(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y) {
+  const uint64_t mask = (1u << p) - 1;
+  uint64_t acc = 0;
+  int have = 0;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (; have < p; have += 8) acc |= (uint64_t)in[o++] << have;
+    float v = (float)((int)(acc & mask) - bias);
+    acc >>= p, have -= p;
+    y[i] = mode == TSR_SIGN_ADD ? y[i] + v : finish(v, mode, bias);
+  }
+}
+
+void _tsr_sign_finish_cpu(float *x, size_t n, enum _tsr_sign_mode mode, int ranks) {
+  for (size_t i = 0; i < n; i++) x[i] = finish(x[i], mode, ranks);
+}
+
+void _tsr_sum_ordered_cpu(float *own, size_t n, const float *const *in, int me, int r) {
+  for (size_t i = 0; i < n; i++) {
+    float s = 0;
+    for (int k = 0; k < r; k++) s += k == me ? own[i] : in[k - (k > me)][i];
+    own[i] = s;
+  }
+}
+
+/* ---- tasks ---- */
+
+struct sign_arg {
+  int p, bias, mode;
+  int me, nin; /* member index (ordered sums); packed inputs (votes, ordered sums) */
+};
+
+#define BYTES(b, i) ((uint8_t *)STARPU_VECTOR_GET_PTR((b)[i]))
+
+static void pack1_cpu(void *b[], void *arg) { _tsr_sign_pack1_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), BYTES(b, 1)); }
+static void unpack1_cpu(void *b[], void *arg) { _tsr_sign_unpack1_cpu(BYTES(b, 1), TSR_NX(b, 0), TSR_BUF(b, 0)); }
+
+/* buffers: chunk, out, in... */
+static void vote1_cpu(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  const uint8_t *in[a->nin + 1];
+  for (int k = 0; k < a->nin; k++) in[k] = BYTES(b, 2 + k);
+  _tsr_sign_vote1_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), in, a->nin, BYTES(b, 1));
+}
+
+static void packp_cpu(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  _tsr_sign_packp_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), a->p, a->bias, BYTES(b, 1));
+  if (a->mode != TSR_SIGN_ADD) _tsr_sign_finish_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), a->mode, a->bias);
+}
+
+static void unpackp_cpu(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  _tsr_sign_unpackp_cpu(BYTES(b, 1), TSR_NX(b, 0), a->p, a->bias, a->mode, TSR_BUF(b, 0));
+}
+
+static void finish_cpu(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  _tsr_sign_finish_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), a->mode, a->bias);
+}
+
+/* buffers: own, in... */
+static void sum_ordered_cpu(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  const float *in[a->nin + 1];
+  for (int k = 0; k < a->nin; k++) in[k] = TSR_BUF(b, 1 + k);
+  _tsr_sum_ordered_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), in, a->me, a->nin + 1);
+}
+
+#define CODELET(fn, sym)                                                                                               \
+  static struct starpu_perfmodel fn##_model = {.type = STARPU_HISTORY_BASED, .symbol = sym};                           \
+  static struct starpu_codelet cl_##fn = {.cpu_funcs = {fn},                                                           \
+                                          .cpu_funcs_name = {#fn},                                                     \
+                                          .nbuffers = STARPU_VARIABLE_NBUFFERS,                                        \
+                                          .name = sym,                                                                 \
+                                          .model = &fn##_model}
+CODELET(pack1_cpu, "tsr_sign_pack1");
+CODELET(unpack1_cpu, "tsr_sign_unpack1");
+CODELET(vote1_cpu, "tsr_sign_vote1");
+CODELET(packp_cpu, "tsr_sign_packp");
+CODELET(unpackp_cpu, "tsr_sign_unpackp");
+CODELET(finish_cpu, "tsr_sign_finish");
+CODELET(sum_ordered_cpu, "tsr_sum_ordered");
+
+int _tsr_insert_sign_pack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio) {
+  struct _tsr_buf b[2] = {{chunk, STARPU_R}, {bits, STARPU_W}};
+  return _tsr_submit(&cl_pack1_cpu, NULL, 0, prio, "sign_pack", 2, b);
+}
+
+int _tsr_insert_sign_unpack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio) {
+  struct _tsr_buf b[2] = {{chunk, STARPU_W}, {bits, STARPU_R}};
+  return _tsr_submit(&cl_unpack1_cpu, NULL, 0, prio, "sign_unpack", 2, b);
+}
+
+int _tsr_insert_sign_vote1(starpu_data_handle_t chunk, starpu_data_handle_t out, int nin,
+                           const starpu_data_handle_t *in, int prio) {
+  struct sign_arg a = {.nin = nin};
+  struct _tsr_buf b[2 + nin];
+  b[0] = (struct _tsr_buf){chunk, STARPU_RW}, b[1] = (struct _tsr_buf){out, STARPU_W};
+  for (int k = 0; k < nin; k++) b[2 + k] = (struct _tsr_buf){in[k], STARPU_R};
+  return _tsr_submit(&cl_vote1_cpu, &a, sizeof a, prio, "sign_vote", 2 + nin, b);
+}
+
+int _tsr_insert_sign_packp(starpu_data_handle_t chunk, starpu_data_handle_t out, int p, int bias,
+                           enum _tsr_sign_mode finish, int prio) {
+  struct sign_arg a = {.p = p, .bias = bias, .mode = finish};
+  struct _tsr_buf b[2] = {{chunk, finish == TSR_SIGN_ADD ? STARPU_R : STARPU_RW}, {out, STARPU_W}};
+  return _tsr_submit(&cl_packp_cpu, &a, sizeof a, prio, "sign_pack", 2, b);
+}
+
+int _tsr_insert_sign_unpackp(starpu_data_handle_t chunk, starpu_data_handle_t in, int p, int bias,
+                             enum _tsr_sign_mode mode, int prio) {
+  struct sign_arg a = {.p = p, .bias = bias, .mode = mode};
+  struct _tsr_buf b[2] = {{chunk, mode == TSR_SIGN_ADD ? STARPU_RW : STARPU_W}, {in, STARPU_R}};
+  return _tsr_submit(&cl_unpackp_cpu, &a, sizeof a, prio, mode == TSR_SIGN_ADD ? "sign_sum" : "sign_unpack", 2, b);
+}
+
+int _tsr_insert_sum_ordered(starpu_data_handle_t own, int nin, const starpu_data_handle_t *in, int me, int prio) {
+  struct sign_arg a = {.me = me, .nin = nin};
+  struct _tsr_buf b[1 + nin];
+  b[0] = (struct _tsr_buf){own, STARPU_RW};
+  for (int k = 0; k < nin; k++) b[1 + k] = (struct _tsr_buf){in[k], STARPU_R};
+  return _tsr_submit(&cl_sum_ordered_cpu, &a, sizeof a, prio, "control_word_sum", 1 + nin, b);
+}
+
+int _tsr_insert_sign_finish(starpu_data_handle_t x, enum _tsr_sign_mode mode, int ranks, const char *name) {
+  struct sign_arg a = {.bias = ranks, .mode = mode};
+  struct _tsr_buf b[1] = {{x, STARPU_RW}};
+  return _tsr_submit(&cl_finish_cpu, &a, sizeof a, STARPU_DEFAULT_PRIO, name, 1, b);
+}

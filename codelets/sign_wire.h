@@ -1,0 +1,53 @@
+/* Update directions on the wire for the sign reductions of Lion Cub (src/comm/sign.c): 1-bit signs
+ * (a set bit is a direction >= 0: one bit cannot carry 0, so 0 travels as +1) and p-bit integers in
+ * offset binary (value + bias, bias = the number of ranks, so the sums of up to that many directions
+ * in {-1, 0, 1} fit in p = ceil(log2(2 bias + 1)) bits). Bits are packed least significant first into
+ * bytes, value i at bit i*p of the stream: ceil(n p / 8) bytes. Raw kernels on plain pointers, and
+ * their tasks. */
+#ifndef TSR_CODELETS_SIGN_WIRE_H
+#define TSR_CODELETS_SIGN_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <starpu.h>
+
+/* What a p-bit unpack (or a pack that finishes its source) leaves in the float32 chunk. */
+enum _tsr_sign_mode {
+  TSR_SIGN_ADD,  /* y += v: partial sums of the ring */
+  TSR_SIGN_VOTE, /* y = sign(v): majority vote, 0 on a tie */
+  TSR_SIGN_MEAN  /* y = v / ranks: the average of the directions */
+};
+
+static inline size_t _tsr_packed_bytes(size_t n, int p) { return (n * (size_t)p + 7) / 8; }
+/* Bits for sums of `ranks` directions in {-1, 0, 1}: ceil(log2(2 ranks + 1)). */
+int _tsr_sign_bits(int ranks);
+
+void _tsr_sign_pack1_cpu(const float *x, size_t n, uint8_t *bits);
+void _tsr_sign_unpack1_cpu(const uint8_t *bits, size_t n, float *y); /* +1 or -1 */
+/* The majority of x's own bits and those of nin packed chunks: +1 when at least half of the nin + 1
+ * voters have their bit set (a tie goes to +1, as 0 does), else -1; written to x and packed to out. */
+void _tsr_sign_vote1_cpu(float *x, size_t n, const uint8_t *const *in, int nin, uint8_t *out);
+/* x holds integers in [-bias, bias]. */
+void _tsr_sign_packp_cpu(const float *x, size_t n, int p, int bias, uint8_t *out);
+void _tsr_sign_unpackp_cpu(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y);
+/* x = sign(x) (VOTE) or x / ranks (MEAN) in place. */
+void _tsr_sign_finish_cpu(float *x, size_t n, enum _tsr_sign_mode mode, int ranks);
+/* own[i] = the sum of the r vectors in member order, own being member `me` and in[] the others in
+ * member order: every member adds in the same order, so all get the same float32 sums. */
+void _tsr_sum_ordered_cpu(float *own, size_t n, const float *const *in, int me, int r);
+
+/* Tasks (chunks float32, packed buffers vectors of bytes). */
+int _tsr_insert_sign_pack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio);
+int _tsr_insert_sign_unpack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio);
+int _tsr_insert_sign_vote1(starpu_data_handle_t chunk, starpu_data_handle_t out, int nin,
+                           const starpu_data_handle_t *in, int prio);
+/* finish: TSR_SIGN_ADD packs only; VOTE or MEAN also finishes the chunk in place after packing it. */
+int _tsr_insert_sign_packp(starpu_data_handle_t chunk, starpu_data_handle_t out, int p, int bias,
+                           enum _tsr_sign_mode finish, int prio);
+int _tsr_insert_sign_unpackp(starpu_data_handle_t chunk, starpu_data_handle_t in, int p, int bias,
+                             enum _tsr_sign_mode mode, int prio);
+/* x = sign(x) or x / ranks in place (the mean of a float32 sum). */
+int _tsr_insert_sign_finish(starpu_data_handle_t x, enum _tsr_sign_mode mode, int ranks, const char *name);
+int _tsr_insert_sum_ordered(starpu_data_handle_t own, int nin, const starpu_data_handle_t *in, int me, int prio);
+
+#endif

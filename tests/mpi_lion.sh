@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Lion Cub's sign reductions in training (tests/mpi_train.c under mpirun, oversubscribed): with the
+# same samples on every rank, 1-bit (sign1) and p-bit (signp vote, signp_mean average) Lion equal a
+# 1-rank Lion run bitwise at 2, 3 and 4 ranks (every rank's direction is the same, so the vote and
+# the average are that direction); momentum averaging every 2 steps keeps that at 2 ranks (x + x and
+# its half are exact); with a different share of the batch per rank, every rank still ends with
+# identical parameters (and, as a check of the checks, others than the 1-rank run's), and the
+# control word sums exactly; Adam with a sign reduction is refused.
+set -u
+bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+tmp=$(mktemp -d /tmp/tessera-lion-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
+pass=0 fail=0
+ok() { echo "PASS: $1"; pass=$((pass + 1)); }
+ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
+run() { # ranks out extra...
+  local n=$1 out=$2; shift 2
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
+    "$bin" --batch 4 --steps 6 --deterministic --lion --out "$out" "$@" >"$out.log" 2>&1
+}
+same_ranks() { # prefix n
+  local r
+  for ((r = 1; r < $2; r++)); do cmp -s "$1.rank0.params" "$1.rank$r.params" || return 1; done
+}
+exact_word() { # prefix n
+  local r
+  for ((r = 0; r < $2; r++)); do grep -q "control_word_exact 1" "$1.rank$r.stats" || return 1; done
+}
+
+"$bin" --batch 4 --steps 6 --deterministic --lion --out "$tmp/ref" >"$tmp/ref.log" 2>&1 || { ko "1-rank Lion ran"; cat "$tmp/ref.log"; }
+for n in 2 3 4; do
+  for red in sign1 signp signp_mean; do
+    if run $n "$tmp/$red$n" --same-data --grad-reduce $red; then ok "$n ranks, $red ran"
+    else ko "$n ranks, $red ran"; cat "$tmp/$red$n.log"; continue; fi
+    if same_ranks "$tmp/$red$n" $n && cmp -s "$tmp/ref.rank0.params" "$tmp/$red$n.rank0.params" &&
+      cmp -s "$tmp/ref.rank0.losses" "$tmp/$red$n.rank0.losses"; then
+      ok "$n ranks, same data, $red: parameters and losses equal 1-rank Lion's bitwise"
+    else ko "$n ranks, same data, $red: parameters and losses equal 1-rank Lion's bitwise"; fi
+    exact_word "$tmp/$red$n" $n && ok "$n ranks, $red: the control word sums exactly" ||
+      ko "$n ranks, $red: the control word sums exactly"
+  done
+  if run $n "$tmp/diff$n" --grad-reduce sign1 && same_ranks "$tmp/diff$n" $n && exact_word "$tmp/diff$n" $n; then
+    ok "$n ranks, own data, sign1: every rank holds identical parameters"
+  else ko "$n ranks, own data, sign1: every rank holds identical parameters"; cat "$tmp/diff$n.log"; fi
+  if ! cmp -s "$tmp/ref.rank0.params" "$tmp/diff$n.rank0.params"; then ok "$n ranks: other data gives other parameters"
+  else ko "$n ranks: other data gives other parameters (the comparison cannot tell)"; fi
+done
+# momentum averaging every 2 steps: same data at 2 ranks is exact; own data keeps ranks identical
+if run 2 "$tmp/sync2" --same-data --grad-reduce sign1 --momentum-sync 2 && cmp -s "$tmp/ref.rank0.params" "$tmp/sync2.rank0.params"; then
+  ok "2 ranks, same data, sign1 with momentum averaging: equal to 1-rank Lion bitwise"
+else ko "2 ranks, same data, sign1 with momentum averaging: equal to 1-rank Lion bitwise"; cat "$tmp/sync2.log"; fi
+b1=$(awk '$1 == "reduce_bytes" { print $2 }' "$tmp/sign12.rank0.stats")
+b2=$(awk '$1 == "reduce_bytes" { print $2 }' "$tmp/sync2.rank0.stats")
+[ -n "$b1" ] && [ "$b2" -gt "$b1" ] 2>/dev/null && ok "momentum averaging adds its float32 bytes ($b1 -> $b2)" ||
+  ko "momentum averaging adds its float32 bytes ($b1 -> $b2)"
+if run 3 "$tmp/sync3" --grad-reduce signp --momentum-sync 2 && same_ranks "$tmp/sync3" 3; then
+  ok "3 ranks, own data, signp with momentum averaging: every rank holds identical parameters"
+else ko "3 ranks, own data, signp with momentum averaging: identical parameters"; cat "$tmp/sync3.log"; fi
+# a sign reduction needs an optimizer that splits its update
+if timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT "$bin" --batch 4 \
+  --steps 2 --out "$tmp/adam" --grad-reduce sign1 >"$tmp/adam.log" 2>&1; then
+  ko "Adam with sign1 is refused"
+else
+  grep -q "combines update directions: optimizer adam has none" "$tmp/adam.log" &&
+    ok "Adam with sign1 is refused naming both" || { ko "Adam with sign1 is refused naming both"; cat "$tmp/adam.log"; }
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
