@@ -16,6 +16,7 @@ struct ckpt {
   const char *dir, *step_log_path;
   int64_t every;        /* checkpoint every N training steps (0: only at epoch ends) */
   int keep, resume, skip_nan;
+  const char *run_config; /* the effective options, stored in every checkpoint */
   /* state */
   FILE *step_log;
   int64_t bad;          /* first training step with a non-finite loss or gradient; -1: none */
@@ -58,6 +59,9 @@ int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep);
 
 tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
                      int nranks, int batch, char *path, size_t cap);
+/* The same checkpoint as ckpt_save's, written to `path` outside the rotation (--keep-best). */
+tsr_status ckpt_save_as(const struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep,
+                        double loss_sum, int nranks, int batch, const char *path);
 /* Loads the newest valid checkpoint: *found = 0 when the folder has none. Checks that ranks, batch
  * and steps per epoch agree with this run. Returns nonzero (message in ck->msg) on failure. */
 int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int64_t steps_per_epoch, int *found,

@@ -36,6 +36,9 @@ typedef struct tsr_checkpoint_meta {
   tsr_optim_spec optim;
   double loss_scale_option, loss_scale_init;
   int32_t loss_scale_interval;
+  /* Text stored with the file as the root attribute "run_config" when not NULL (tessera-train: its
+   * effective options as JSON; read it with h5dump -a run_config). Not read back: NULL on load. */
+  const char *run_config;
 } tsr_checkpoint_meta;
 
 /* Writes the trainer's state and *meta to `path` (through `path`.tmp, fsync, rename). Waits for

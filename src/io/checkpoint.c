@@ -188,6 +188,7 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
     if (e >= 0) e = write_optim(f, ck);
     if (e >= 0) e = write_norm(f, ck);
   }
+  if (e >= 0 && m->run_config) e = attr_write_str(f, "run_config", m->run_config);
   if (e >= 0) e = attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
   return e;
 }
