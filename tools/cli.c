@@ -1,6 +1,9 @@
 /* Option parsing, fatal errors, output folders, the progress line and durations for the command-line
  * programs. */
 #define _GNU_SOURCE
+#ifdef HAVE_CONFIG_H
+#include <config.h>
+#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -16,8 +19,15 @@
 
 static const char *program = "tessera";
 
-void cli_set_program(const char *name) { program = name; }
+void cli_set_program(const char *name) {
+  program = name;
+  /* stdout line by line, also into a file or pipe: header lines then come before the progress
+   * lines on stderr when both go to one log */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+}
 const char *cli_program(void) { return program; }
+
+void cli_version(void) { printf("%s (Tessera) %s\n", program, PACKAGE_VERSION); }
 
 void cli_die(const char *fmt, ...) {
   va_list ap;
@@ -82,12 +92,16 @@ uint64_t cli_parse_u64(const char *opt, const char *arg) {
 }
 
 float cli_parse_float(const char *opt, const char *arg, double min, double max) {
+  return (float)cli_parse_double(opt, arg, min, max);
+}
+
+double cli_parse_double(const char *opt, const char *arg, double min, double max) {
   char *end;
   errno = 0;
   double v = strtod(arg, &end);
   if (end == arg || *end != '\0' || !isfinite(v)) cli_usage_error("%s: '%s' is not a number", opt, arg);
   if (v < min || v > max) cli_usage_error("%s: %s is out of range [%g, %g]", opt, arg, min, max);
-  return (float)v;
+  return v;
 }
 
 double cli_now(void) {

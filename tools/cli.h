@@ -7,9 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Program name used as the prefix of every message ("tessera-train"). */
+/* Program name used as the prefix of every message ("tessera-train"); also makes stdout line
+ * buffered, so that output keeps its order when stdout and stderr go to one file. */
 void cli_set_program(const char *name);
 const char *cli_program(void);
+/* --version: "tessera-train (Tessera) 0.1.0" (configure's PACKAGE_VERSION) on stdout. */
+void cli_version(void);
 
 /* Prints "prog: message" to stderr and exits with status 1. */
 void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -26,6 +29,7 @@ int64_t cli_parse_int64(const char *opt, const char *arg, int64_t min, int64_t m
 uint64_t cli_parse_u64(const char *opt, const char *arg);
 /* Finite float in [min, max]. */
 float cli_parse_float(const char *opt, const char *arg, double min, double max);
+double cli_parse_double(const char *opt, const char *arg, double min, double max);
 
 /* Monotonic clock in seconds. */
 double cli_now(void);

@@ -44,6 +44,7 @@ static void usage(void) {
          "      --first I           index of the first sample (default 0)\n"
          "      --workers N         CPU workers (default: StarPU's choice)\n"
          "  -q, --quiet             no progress line or summary\n"
+         "  -V, --version           print the version\n"
          "  -h, --help              this text\n",
          cli_program(), (unsigned long long)d.seed, d.kv, d.alpha_mrad, d.defocus, d.cs_mm, d.grid, d.pattern,
          d.target, d.probes, d.fov, d.thickness_min, d.thickness_max, d.slice, d.blur, d.random_atoms_min,
@@ -125,7 +126,7 @@ int main(int argc, char **argv) {
       {"floor", required_argument, NULL, O_FLOOR}, {"raw-target", no_argument, NULL, O_RAW},
       {"half", no_argument, NULL, O_HALF}, {"first", required_argument, NULL, O_FIRST},
       {"workers", required_argument, NULL, O_WORKERS}, {"quiet", no_argument, NULL, 'q'},
-      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+      {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
   tsr_cbed_opts o;
   tsr_cbed_opts_default(&o);
   const char *out = NULL;
@@ -133,7 +134,7 @@ int main(int argc, char **argv) {
   int quiet = 0, half = 0, workers = -1, c;
   double lo, hi;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "o:n:qh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "o:n:qhV", longopts, NULL)) != -1) {
     switch (c) {
     case 'o': out = optarg; break;
     case 'n': n = cli_parse_int64("--samples", optarg, 1, INT64_C(1) << 40); break;
@@ -170,6 +171,7 @@ int main(int argc, char **argv) {
     case O_WORKERS: workers = cli_parse_int("--workers", optarg, 1, 4096); break;
     case 'q': quiet = 1; break;
     case 'h': usage(); return 0;
+    case 'V': cli_version(); return 0;
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
     }
   }

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <tessera.h>
 
@@ -24,7 +25,10 @@ static void usage(void) {
          "      --width-max W      widest Gaussian atom, pixels (default %g)\n"
 "      --aperture A       probe aperture, fraction of Nyquist; 0 = plane wave (default %g)\n"
          "      --magnification M  defocus as shadow-image magnification (default %g)\n"
+         "      --workers N        threads generating samples (default: one per core, as StarPU's choice\n"
+         "                         in the other programs); the data do not depend on it\n"
          "  -q, --quiet            no progress line or summary\n"
+         "  -V, --version          print the version\n"
          "  -h, --help             this text\n",
          cli_program(), d.size, (unsigned long long)d.seed, d.atoms_min, d.atoms_max, d.sigma, d.width_min,
          d.width_max, d.aperture, d.magnification);
@@ -46,7 +50,7 @@ static void on_progress(void *user, int64_t done, int64_t total) {
 
 int main(int argc, char **argv) {
   cli_set_program("tessera-datagen");
-  enum { O_SIZE = 256, O_SEED, O_AMIN, O_AMAX, O_SIGMA, O_WMIN, O_WMAX, O_APER, O_MAG };
+  enum { O_SIZE = 256, O_SEED, O_AMIN, O_AMAX, O_SIGMA, O_WMIN, O_WMAX, O_APER, O_MAG, O_WORKERS };
   static const struct option longopts[] = {
       {"out", required_argument, NULL, 'o'},       {"samples", required_argument, NULL, 'n'},
       {"size", required_argument, NULL, O_SIZE},   {"seed", required_argument, NULL, O_SEED},
@@ -54,14 +58,17 @@ int main(int argc, char **argv) {
       {"sigma", required_argument, NULL, O_SIGMA}, {"width-min", required_argument, NULL, O_WMIN},
       {"width-max", required_argument, NULL, O_WMAX}, {"quiet", no_argument, NULL, 'q'},
       {"aperture", required_argument, NULL, O_APER}, {"magnification", required_argument, NULL, O_MAG},
-      {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
+      {"workers", required_argument, NULL, O_WORKERS},
+      {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
   tsr_phase_gen_opts o;
   tsr_phase_gen_opts_default(&o);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  o.workers = cores > 0 && cores <= 4096 ? (int)cores : 1;
   const char *out = NULL;
   int64_t n = 0;
   int quiet = 0, c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "o:n:qh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "o:n:qhV", longopts, NULL)) != -1) {
     switch (c) {
     case 'o': out = optarg; break;
     case 'n': n = cli_parse_int64("--samples", optarg, 1, INT64_C(1) << 40); break;
@@ -73,9 +80,11 @@ int main(int argc, char **argv) {
     case O_WMIN: o.width_min = cli_parse_float("--width-min", optarg, 1e-6, 1e6); break;
     case O_WMAX: o.width_max = cli_parse_float("--width-max", optarg, 1e-6, 1e6); break;
     case O_APER: o.aperture = cli_parse_float("--aperture", optarg, 0, 1); break;
+    case O_WORKERS: o.workers = cli_parse_int("--workers", optarg, 1, 4096); break;
     case O_MAG: o.magnification = cli_parse_float("--magnification", optarg, 1e-6, 1e6); break;
     case 'q': quiet = 1; break;
     case 'h': usage(); return 0;
+    case 'V': cli_version(); return 0;
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
     }
   }

@@ -35,6 +35,7 @@ static void usage(void) {
          "                      in loss.png too\n"
          "      --out-dir D     folder of the PNG files (default DIR; created with its parents)\n"
          "  -q, --quiet         no report (with --merge or the plots)\n"
+         "  -V, --version       print the version\n"
          "  -h, --help          this text\n",
          cli_program());
 }
@@ -60,11 +61,11 @@ static void parse(int argc, char **argv, struct options *o) {
       {"plots", no_argument, NULL, O_PLOTS},       {"log", required_argument, NULL, O_LOG},
       {"step-log", required_argument, NULL, O_STEP_LOG}, {"detail", no_argument, NULL, O_DETAIL},
       {"out-dir", required_argument, NULL, O_OUT}, {"quiet", no_argument, NULL, 'q'},
-      {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0}};
+      {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
   *o = (struct options){.last = -1};
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
     switch (c) {
     case O_STEPS: parse_steps(optarg, o); break;
     case O_MERGE: o->merge = 1; break;
@@ -75,6 +76,7 @@ static void parse(int argc, char **argv, struct options *o) {
     case O_OUT: o->out_dir = optarg; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(); exit(0);
+    case 'V': cli_version(); exit(0);
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
     }
   }

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "predict_png.h"
+#include "train_best.h"
 #include "train_ckpt.h"
 #include "train_opts.h"
 
@@ -211,6 +212,43 @@ static void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, fl
   check(tsr_schedule_init(sched, &spec, lr));
 }
 
+/* The effective configuration beside the log (train.csv: train.config.json) and in the checkpoint
+ * folder (config.json), written by rank 0. */
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f) != 0) fail("%s: cannot write the effective configuration: %m", path);
+}
+
+static void write_config(const struct train_opts *o, const char *text) {
+  char path[4200];
+  if (o->log) {
+    const char *slash = strrchr(o->log, '/'), *dot = strrchr(o->log, '.');
+    int stem = dot && dot > (slash ? slash : o->log) ? (int)(dot - o->log) : (int)strlen(o->log);
+    snprintf(path, sizeof path, "%.*s.config.json", stem, o->log);
+    write_text(path, text);
+  }
+  if (o->ck.dir) {
+    snprintf(path, sizeof path, "%s/config.json", o->ck.dir);
+    write_text(path, text);
+  }
+}
+
+/* End of an epoch for --patience and --keep-best: counts the epoch's loss, writes the best
+ * checkpoint when it improved, and returns 1 when the run should stop early. Every rank must decide
+ * alike (the validation loss is computed alike on every rank). */
+static int epoch_end_best(const struct train_opts *o, struct best *b, int ep, double loss, int nranks, int64_t steps) {
+  if (!o->patience && !o->keep_best) return 0;
+  int improved = best_update(b, ep, loss, o->min_delta), stop = o->patience > 0 && b->stale >= o->patience;
+  int d[2] = {improved, stop};
+  if (nranks > 1) check(tsr_context_check_same(live.ctx, "the early-stopping decision (the epoch's loss)", d, sizeof d));
+  if (!o->ck.dir) return stop;
+  char path[4200], err[4400];
+  best_path(o->ck.dir, path, sizeof path);
+  if (improved && o->keep_best) check(ckpt_save_as(&o->ck, live.t, ep + 1, 0, ep * steps, 0, nranks, o->batch, path));
+  if (tsr_context_rank(live.ctx) == 0 && best_save(b, o->ck.dir, err, sizeof err)) fail("%s", err);
+  return stop;
+}
+
 static FILE *open_log(const char *path) {
   FILE *f = fopen(path, "a");
   if (!f) {
@@ -294,7 +332,7 @@ int main(int argc, char **argv) {
   copts.deterministic = o.deterministic;
   copts.precision = o.precision;
   copts.seed = o.seed;
-  copts.verbose = o.quiet ? 0 : 1;
+  copts.verbose = o.quiet ? 0 : o.verbose ? 2 : 1;
   check(tsr_context_create(&live.ctx, &copts, &argc, &argv));
   if (o.ck.dir) ckpt_signals_install(); /* again: StarPU installs its own SIGINT handler */
   int rank = tsr_context_rank(live.ctx), nranks = tsr_context_size(live.ctx);
@@ -322,6 +360,8 @@ int main(int argc, char **argv) {
   standardize_in_trainer(live.train, live.t);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 
+  if (nranks > 1 && nval == 0 && (o.patience || o.keep_best))
+    fail("--patience and --keep-best on several ranks need validation data (each rank's training loss differs)");
   int64_t steps = ntrain / ((int64_t)o.batch * nranks);
   if (steps == 0) {
     fail("%s: %lld training samples make no full batch of %d x %d rank(s)", o.data, (long long)ntrain, o.batch,
@@ -355,6 +395,13 @@ int main(int argc, char **argv) {
   struct ckpt *ck = &o.ck;
   r.ck = ck;
   ck->sched = &sched;
+  char *config = train_opts_json(&o);
+  if (!config) fail("out of memory");
+  ck->run_config = config;
+  struct best best;
+  best_init(&best);
+  char err[4400];
+  if (ck->dir && ck->resume && best_load(&best, ck->dir, err, sizeof err)) fail("cannot resume: %s", err);
   if (rank == 0 && ckpt_open_step_log(ck)) {
     fail("%s: cannot open the step log: %m", ck->step_log_path);
   }
@@ -382,6 +429,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s: learning-rate schedule: %s (this run's apply from now on)\n", ckpath, ck->sched_diff);
     if (!found) check(ckpt_save(ck, live.t, 1, 0, 0, 0, nranks, o.batch, ckpath, sizeof ckpath));
   }
+  if (rank == 0) write_config(&o, config);
 
   cli_progress line;
   cli_progress_init(&line, !talk);
@@ -475,12 +523,20 @@ restart:
       fflush(log);
     }
     epoch_end_schedule(live.ctx, &sched, ep, last_val, talk);
+    int stop_early = epoch_end_best(&o, &best, ep, nval > 0 ? last_val : last_train, nranks, steps);
     if (ck->dir) {
       check(ckpt_save(ck, live.t, ep + 1, 0, gend, 0, nranks, o.batch, ckpath, sizeof ckpath));
       if (ck->stop || (nranks == 1 && ckpt_signal())) stop_on_signal(ckpt_signal(), ckpath, gend);
     }
     if (!isfinite(last_train)) {
       fail("epoch %d: the training loss is %g; try a lower --lr", ep, last_train);
+    }
+    if (stop_early) {
+      if (talk)
+        printf("early stop after epoch %d: no improvement of the %s loss by more than %g for %d epochs; the best, "
+               "%.6g, was epoch %d's%s\n", ep, nval > 0 ? "validation" : "training", o.min_delta, best.stale,
+               best.loss, best.epoch, o.keep_best ? " (its checkpoint: best.h5 in the checkpoint folder)" : "");
+      break;
     }
   }
   check(tsr_trainer_sync(live.t));
@@ -518,6 +574,7 @@ restart:
   }
   if (log && fclose(log) != 0) fail("%s: cannot write the log: %m", o.log);
   if (ck->step_log && fclose(ck->step_log) != 0) fail("%s: cannot write the step log: %m", ck->step_log_path);
+  free(config);
   for (int i = 0; i < r.nslots; i++) free(r.slots[i].idx);
   free(r.slots);
   free(perm);

@@ -30,7 +30,6 @@ static void on_signal(int sig) {
 
 void ckpt_init(struct ckpt *ck) {
   memset(ck, 0, sizeof *ck);
-  ck->keep = 3;
   ck->bad = -1;
   for (int i = 0; i < CKPT_IDMAP; i++) ck->ids[i] = -1;
 }
@@ -151,9 +150,19 @@ int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep) {
 tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
                      int nranks, int batch, char *path, size_t cap) {
   tsr_checkpoint_meta m = {.step = gstep, .epoch = epoch, .position = position, .nranks = nranks, .batch = batch,
-                           .loss_sum = loss_sum, .has_schedule = ck->sched != NULL};
+                           .loss_sum = loss_sum, .has_schedule = ck->sched != NULL,
+                           .run_config = ck->run_config};
   if (ck->sched) m.schedule = *ck->sched;
   return tsr_checkpoint_save_rotating(t, ck->dir, ck->keep, &m, path, cap);
+}
+
+tsr_status ckpt_save_as(const struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep,
+                        double loss_sum, int nranks, int batch, const char *path) {
+  tsr_checkpoint_meta m = {.step = gstep, .epoch = epoch, .position = position, .nranks = nranks, .batch = batch,
+                           .loss_sum = loss_sum, .has_schedule = ck->sched != NULL,
+                           .run_config = ck->run_config};
+  if (ck->sched) m.schedule = *ck->sched;
+  return tsr_checkpoint_save(t, path, &m);
 }
 
 int ckpt_load_latest(struct ckpt *ck, tsr_trainer *t, int nranks, int batch, int64_t steps_per_epoch, int *found,

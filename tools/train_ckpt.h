@@ -17,6 +17,7 @@ struct ckpt {
   int64_t every;        /* checkpoint every N training steps (0: only at epoch ends) */
   int keep, resume, skip_nan;
   tsr_schedule *sched;  /* the run's learning-rate schedule: saved in checkpoints, its state restored */
+  const char *run_config; /* the effective options, stored in every checkpoint */
   /* state */
   FILE *step_log;
   int64_t bad;          /* first training step with a non-finite loss or gradient; -1: none */
@@ -65,6 +66,9 @@ int ckpt_is_skipped(const struct ckpt *ck, int64_t gstep);
 
 tsr_status ckpt_save(struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep, double loss_sum,
                      int nranks, int batch, char *path, size_t cap);
+/* The same checkpoint as ckpt_save's, written to `path` outside the rotation (--keep-best). */
+tsr_status ckpt_save_as(const struct ckpt *ck, tsr_trainer *t, int epoch, int64_t position, int64_t gstep,
+                        double loss_sum, int nranks, int batch, const char *path);
 /* Loads the newest valid checkpoint: *found = 0 when the folder has none. One taken at an epoch
  * boundary (position 0) continues with any rank count and batch: each epoch's order is drawn from
  * (seed, epoch) alone and split over this run's ranks (tsr_loader_epoch_indices). One taken inside

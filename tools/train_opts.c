@@ -1,7 +1,9 @@
-/* tessera-train's command line (see train_opts.h): --help text, getopt_long table and the checks of
- * values and of options that need or exclude each other. */
-#include <getopt.h>
+/* tessera-train's options (see train_opts.h): one table entry per option (name, letter, type, field,
+ * default, range, help; its run-file key is the name with '_' for '-'), the parsers of the options
+ * that are not plain numbers or names, and the checks of options that need or exclude each other.
+ * Adding an option is adding an entry (and its field in train_opts.h). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,188 +11,197 @@
 #include <tessera.h>
 
 #include "cli.h"
+#include "opt_table.h"
 #include "train_opts.h"
 
-static void usage(void) {
-  printf("Usage: %s --model MODEL.json --data TRAIN.h5 [options]\n"
-         "Trains the model on HDF5 data (datasets 'inputs' [N,C,H,W] and 'targets', or 'cbed' and 'potential';\n"
-         "--data takes one file, a list a.h5,b.h5, a glob, X.npy:Y.npy or a folder of .npy files).\n\n"
-         "  -m, --model FILE        model file (layers, loss, optimizer)\n"
-         "  -d, --data FILE         training data\n"
-         "      --val FILE          validation data\n"
-         "      --val-fraction F    hold out the last fraction F of the training file for validation\n"
-         "                          (default 0.1 without --val; 0 = no validation)\n"
-         "  -e, --epochs N          passes over the training data (default 5)\n"
-         "  -b, --batch N           samples per step (default 32); the last partial batch is dropped\n"
-         "      --slices N          micro-batch slices per step (default 0 = one per worker)\n"
-         "      --lr X              learning rate (overrides the model file)\n"
-         "      --lr-scaling none|linear  multiply the learning rate by the number of ranks (default none)\n"
-         "      --warmup-steps N    ramp the learning rate up over the first N steps (default 0): with linear\n"
-         "                          scaling from the one-rank rate, else from warmup_start x it (default 1/3)\n"
-         "      --lr-schedule S     learning-rate schedule (overrides the model file's), PyTorch's semantics:\n"
-         "                          KIND[,key=value...] with KIND constant, step (step_size or milestones=30:80,\n"
-         "                          gamma), exponential (gamma), cosine (warm restarts: t0, t_mult, eta_min),\n"
-         "                          one_cycle (total, pct_start, div_factor, final_div_factor) or plateau (on\n"
-         "                          the validation loss: factor, patience, threshold, cooldown, min_lr); per_step=1\n"
-         "                          counts steps instead of epochs; t0 and total default to the whole run\n"
-         "      --seed S            seed of initialisation, dropout and shuffling (default 1)\n"
-         "      --deterministic     bitwise-reproducible runs for one seed\n"
-         "      --precision P       f32 (default) or bf16: convolutions in bf16, float32 weights; fp16 on\n"
-         "                          GPUs only (cuDNN; refused without a CUDA worker)\n"
-         "      --grad-reduce P     f32 (default), bf16 or fp16: gradients cross ranks in that format (half\n"
-         "                          the bytes), summed in float32; with Lion, sign1, signp or signp_mean:\n"
-         "                          ranks combine update signs (Lion Cub: 1-bit vote, p-bit vote or mean)\n"
-         "      --collective A      how gradients are summed across ranks: ring, rd (recursive doubling),\n"
-         "                          tree, hier (inside nodes, then a ring across them), nccl, or auto (per\n"
-         "                          group, the fastest on links measured at start-up); default: NCCL with\n"
-         "                          CUDA workers, else ring (TESSERA_COLLECTIVE)\n"
-         "      --loss-scale S      off, dynamic (halve and skip the step on overflow, double after 2000\n"
-         "                          good steps; default with fp16) or a fixed scale\n"
-         "      --workers N         CPU workers (default: StarPU's choice)\n"
-         "      --log FILE          append one CSV row per epoch\n"
-         "      --import-params P   start from parameters (.h5 file or folder of .npy files)\n"
-         "      --export-params P   write the trained parameters (.h5 file or folder of .npy files)\n"
-         "      --trace DIR         record a performance trace into DIR (also TESSERA_TRACE=DIR); read it\n"
-         "                          with tessera-trace DIR or open DIR/trace.json in ui.perfetto.dev\n"
-         "      --trace-steps A:B   trace only step ids A to B (training and validation steps count)\n"
-         "      --checkpoint-dir D  write checkpoints into folder D (at the start, at every epoch end, every\n"
-         "                          --checkpoint-every steps, and on SIGTERM, SIGINT (Ctrl-C) or SIGUSR1, then\n"
-         "                          exit: status 0 after SIGUSR1, 130 after SIGINT, 143 after SIGTERM; a second\n"
-         "                          Ctrl-C exits at once, without the checkpoint; under mpirun every rank stops\n"
-         "                          after the same step, a few steps after the first rank got it: send SIGUSR1\n"
-         "                          to mpirun, or raise its --mca odls_base_sigkill_timeout for Ctrl-C)\n"
-         "      --checkpoint-every N  also checkpoint every N training steps\n"
-         "      --keep K            keep the newest K checkpoints (default 3; 0 = all)\n"
-         "      --resume            continue from the newest valid checkpoint in --checkpoint-dir (a fresh\n"
-         "                          start when there is none)\n"
-         "      --on-nan stop|skip  on a NaN/Inf loss or gradient: stop naming the step and layer (default),\n"
-         "                          or roll back to the last checkpoint and skip that batch\n"
-         "      --step-log FILE     append one CSV row per training step (step, epoch, loss; exact digits)\n"
-         "      --input-dataset N   HDF5 dataset of the inputs (default: inputs, else cbed)\n"
-         "      --target-dataset N  HDF5 dataset of the targets (default: targets, else potential)\n"
-         "      --no-standardize    feed the inputs as stored (default: per-channel mean 0, std 1)\n"
-         "      --predict-png DIR   after training, write true | predicted | difference PNGs of the first\n"
-         "                          validation samples to DIR (--predict-count, default 4)\n"
-         "  -q, --quiet             only errors\n"
-         "  -h, --help              this text\n",
-         cli_program());
-}
-
 /* --trace-steps A:B (B empty: no end) or A. */
-static void parse_trace_steps(const char *arg, struct train_opts *o) {
+static void parse_trace_steps(void *opts, const char *what, const char *arg) {
+  struct train_opts *o = opts;
+  o->trace_first = 0, o->trace_last = -1;
+  if (!arg) return;
   char *end;
   const char *colon = strchr(arg, ':');
   o->trace_first = strtoll(arg, &end, 10);
   o->trace_last = colon ? (colon[1] ? strtoll(colon + 1, NULL, 10) : -1) : o->trace_first;
   if (end == arg || o->trace_first < 0 || (colon ? end != colon : *end != 0) ||
       (o->trace_last >= 0 && o->trace_last < o->trace_first))
-    cli_usage_error("--trace-steps '%s': expected A:B with 0 <= A <= B (or A: or A)", arg);
+    cli_usage_error("%s '%s': expected A:B with 0 <= A <= B (or A: or A)", what, arg);
 }
 
+static int text_trace_steps(const void *opts, char *buf, size_t cap) {
+  const struct train_opts *o = opts;
+  if (o->trace_first == 0 && o->trace_last < 0) return 0;
+  if (o->trace_last < 0) snprintf(buf, cap, "%lld:", (long long)o->trace_first);
+  else snprintf(buf, cap, "%lld:%lld", (long long)o->trace_first, (long long)o->trace_last);
+  return 1;
+}
+
+static void parse_grad_reduce(void *opts, const char *what, const char *arg) {
+  struct train_opts *o = opts;
+  if (tsr_reduce_precision_parse(arg ? arg : "f32", &o->grad_reduce)) cli_usage_error("%s: %s", what, tsr_last_error());
+}
+
+static int text_grad_reduce(const void *opts, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s", tsr_reduce_precision_name(((const struct train_opts *)opts)->grad_reduce));
+  return 1;
+}
+
+static void parse_loss_scale(void *opts, const char *what, const char *arg) {
+  struct train_opts *o = opts;
+  o->loss_scale = !arg                       ? NAN
+                  : !strcmp(arg, "off")     ? 0
+                  : !strcmp(arg, "dynamic") ? TSR_LOSS_SCALE_DYNAMIC
+                                            : cli_parse_double(what, arg, 1e-30, 1.7e38);
+}
+
+static int text_loss_scale(const void *opts, char *buf, size_t cap) {
+  double s = ((const struct train_opts *)opts)->loss_scale;
+  if (isnan(s)) return 0;
+  if (s == 0 || s == TSR_LOSS_SCALE_DYNAMIC) snprintf(buf, cap, "%s", s == 0 ? "off" : "dynamic");
+  else snprintf(buf, cap, "%.17g", s);
+  return 1;
+}
+
+/* --lr-schedule KIND[,key=value...]: parsed into o->schedule; the text kept for the effective
+ * configuration. */
+static void parse_schedule(void *opts, const char *what, const char *arg) {
+  struct train_opts *o = opts;
+  o->have_schedule = arg != NULL, o->schedule_text = arg ? strdup(arg) : NULL; /* lives as long as the run */
+  if (arg && tsr_schedule_spec_parse(&o->schedule, arg)) cli_usage_error("%s: %s", what, tsr_last_error());
+}
+
+static int text_schedule(const void *opts, char *buf, size_t cap) {
+  const struct train_opts *o = opts;
+  if (!o->have_schedule) return 0;
+  snprintf(buf, cap, "%s", o->schedule_text);
+  return 1;
+}
+
+static const char *const precisions[] = {"f32", "bf16", "fp16", NULL}; /* tsr_precision order */
+static const char *const lr_scalings[] = {"none", "linear", NULL};
+static const char *const on_nans[] = {"stop", "skip", NULL};
+
+/* entries give the leading fields in order and the others by name; the rest stay zero */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#define F(field) offsetof(struct train_opts, field)
+#define SECTION(title) {.name = title, .type = OPT_SECTION}
+static const struct opt_def defs[] = {
+    SECTION("Data"),
+    {"model", 'm', OPT_STR, F(model), "FILE", NULL, "model file (layers, loss, optimizer); required"},
+    {"data", 'd', OPT_STR, F(data), "FILE", NULL, "training data; required"},
+    {"val", 0, OPT_STR, F(val), "FILE", NULL, "validation data"},
+    {"val-fraction", 0, OPT_DOUBLE, F(val_fraction), "F", NULL,
+     "hold out the last fraction F of the training data for validation (0 = no validation)", 0, 0.99, -1,
+     "0.1 without --val"},
+    {"input-dataset", 0, OPT_STR, F(input_dataset), "N", NULL, "HDF5 dataset of the inputs", .deftext = "inputs, else cbed"},
+    {"target-dataset", 0, OPT_STR, F(target_dataset), "N", NULL, "HDF5 dataset of the targets",
+     .deftext = "targets, else potential"},
+    {"no-standardize", 0, OPT_FLAG, F(no_standardize), NULL, NULL,
+     "feed the inputs as stored (default: per-channel mean 0, std 1)"},
+    SECTION("Training"),
+    {"epochs", 'e', OPT_INT, F(epochs), "N", "5", "passes over the training data", 1, 1000000},
+    {"batch", 'b', OPT_INT, F(batch), "N", "32", "samples per step; the last partial batch is dropped", 1, 1 << 20},
+    {"slices", 0, OPT_INT, F(slices), "N", "0", "micro-batch slices per step (0 = one per worker)", 0, 4096},
+    {"lr", 0, OPT_FLOAT, F(lr), "X", NULL, "learning rate (overrides the model file)", 0, 1e3, -1, "the model file's"},
+    {"lr-scaling", 0, OPT_CHOICE, F(lr_linear), "none|linear", "none",
+     "multiply the learning rate by the number of ranks", .choices = lr_scalings},
+    {"warmup-steps", 0, OPT_INT64, F(warmup), "N", NULL,
+     "ramp the learning rate up over the first N steps: with linear scaling from the one-rank rate, else from "
+     "warmup_start x it (default 1/3)", 0, (double)(INT64_C(1) << 40), -1, "0, or the model file's schedule's"},
+    {"lr-schedule", 0, OPT_CUSTOM, 0, "S", NULL,
+     "learning-rate schedule (overrides the model file's), PyTorch's semantics: KIND[,key=value...] with KIND "
+     "constant, step (step_size or milestones=30:80, gamma), exponential (gamma), cosine (warm restarts: t0, "
+     "t_mult, eta_min), one_cycle (total, pct_start, div_factor, final_div_factor) or plateau (on the validation "
+     "loss: factor, patience, threshold, cooldown, min_lr); per_step=1 counts steps instead of epochs; t0 and "
+     "total default to the whole run", .deftext = "the model file's, else constant", .parse = parse_schedule,
+     .text = text_schedule},
+    {"seed", 0, OPT_U64, F(seed), "S", "1",
+     "seed of initialisation, dropout and shuffling"},
+    {"deterministic", 0, OPT_FLAG, F(deterministic), NULL, NULL, "bitwise-reproducible runs for one seed"},
+    {"precision", 0, OPT_CHOICE, F(precision), "P", "f32",
+     "f32, or bf16: convolutions in bf16, float32 weights; fp16 on GPUs only (cuDNN; refused without a CUDA "
+     "worker)", .choices = precisions},
+    {"grad-reduce", 0, OPT_CUSTOM, 0, "P", "f32",
+     "f32, bf16 or fp16: gradients cross ranks in that format (half the bytes), summed in float32; with Lion, "
+     "sign1, signp or signp_mean: ranks combine update signs (Lion Cub: 1-bit vote, p-bit vote or mean)",
+     .parse = parse_grad_reduce, .text = text_grad_reduce},
+    {"collective", 0, OPT_STR, F(collective), "A", NULL,
+     "how gradients are summed across ranks: ring, rd (recursive doubling), tree, hier (inside nodes, then a ring "
+     "across them), nccl, or auto (per group, the fastest on links measured at start-up)",
+     .deftext = "NCCL with CUDA workers, else ring (TESSERA_COLLECTIVE)"},
+    {"loss-scale", 0, OPT_CUSTOM, 0, "S", NULL,
+     "off, dynamic (halve and skip the step on overflow, double after 2000 good steps) or a fixed scale",
+     .deftext = "dynamic with fp16, else off", .parse = parse_loss_scale, .text = text_loss_scale},
+    {"workers", 0, OPT_INT, F(workers), "N", NULL, "CPU workers", 1, 4096, -1, "StarPU's choice"},
+    {"patience", 0, OPT_INT, F(patience), "N", "0",
+     "early stopping: stop after N epochs in a row without improvement of the validation loss (the training "
+     "loss without validation) by more than --min-delta; 0 = never", 0, 1000000},
+    {"min-delta", 0, OPT_DOUBLE, F(min_delta), "D", "0", "smallest decrease of the loss that counts as an improvement",
+     0, 1e300},
+    SECTION("Checkpoints"),
+    {"checkpoint-dir", 0, OPT_STR, F(ck.dir), "D", NULL,
+     "write checkpoints into folder D (at the start, at every epoch end, every --checkpoint-every steps, and on "
+     "SIGTERM, SIGINT (Ctrl-C) or SIGUSR1, then exit: status 0 after SIGUSR1, 130 after SIGINT, 143 after "
+     "SIGTERM; a second Ctrl-C exits at once, without the checkpoint; under mpirun every rank stops after the "
+     "same step, a few steps after the first rank got it: send SIGUSR1 to mpirun, or raise its --mca "
+     "odls_base_sigkill_timeout for Ctrl-C); D/config.json receives the effective configuration"},
+    {"checkpoint-every", 0, OPT_INT64, F(ck.every), "N", "0", "also checkpoint every N training steps (0 = never)", 0,
+     (double)(INT64_C(1) << 62)},
+    {"keep", 0, OPT_INT, F(ck.keep), "K", "3", "keep the newest K checkpoints (0 = all)", 0, 1 << 20},
+    {"keep-best", 0, OPT_FLAG, F(keep_best), NULL, NULL,
+     "also keep the checkpoint of the epoch with the lowest validation loss (the --patience metric) as D/best.h5"},
+    {"resume", 0, OPT_FLAG, F(ck.resume), NULL, NULL,
+     "continue from the newest valid checkpoint in --checkpoint-dir (a fresh start when there is none)"},
+    {"on-nan", 0, OPT_CHOICE, F(ck.skip_nan), "stop|skip", "stop",
+     "on a NaN/Inf loss or gradient: stop naming the step and layer, or roll back to the last checkpoint and skip "
+     "that batch", .choices = on_nans},
+    SECTION("Output"),
+    {"log", 0, OPT_STR, F(log), "FILE", NULL,
+     "append one CSV row per epoch; FILE without its extension + .config.json receives the effective "
+     "configuration"},
+    {"step-log", 0, OPT_STR, F(ck.step_log_path), "FILE", NULL,
+     "append one CSV row per training step (step, epoch, loss; exact digits)"},
+    {"import-params", 0, OPT_STR, F(import_path), "P", NULL, "start from parameters (.h5 file or folder of .npy files)"},
+    {"export-params", 0, OPT_STR, F(export_path), "P", NULL,
+     "write the trained parameters (.h5 file or folder of .npy files); tessera-predict applies them"},
+    {"predict-png", 0, OPT_STR, F(predict_png), "DIR", NULL,
+     "after training, write true | predicted | difference PNGs of the first validation samples to DIR"},
+    {"predict-count", 0, OPT_INT, F(predict_count), "N", "4", "samples drawn by --predict-png", 1, 100000},
+    {"trace", 0, OPT_STR, F(trace), "DIR", NULL,
+     "record a performance trace into DIR (also TESSERA_TRACE=DIR); read it with tessera-trace DIR or open "
+     "DIR/trace.json in ui.perfetto.dev"},
+    {"trace-steps", 0, OPT_CUSTOM, 0, "A:B", NULL, "trace only step ids A to B (training and validation steps count)",
+     .deftext = "all", .parse = parse_trace_steps, .text = text_trace_steps},
+    {"quiet", 'q', OPT_FLAG, F(quiet), NULL, NULL, "only errors"},
+    {"verbose", 'v', OPT_FLAG, F(verbose), NULL, NULL,
+     "also the library's details (gradient groups, workers) and StarPU's messages"},
+    SECTION("Program"),
+    {"config", 0, OPT_CONFIG, F(config), "FILE", NULL,
+     "read options from a JSON run file ({\"epochs\": 20, \"checkpoint_dir\": \"ck\", ...}: the long options "
+     "with '_' for '-'); the command line overrides it"},
+    {"version", 'V', OPT_VERSION, 0, NULL, NULL, "print the version"},
+    {"help", 'h', OPT_HELP, 0, NULL, NULL, "this text"},
+};
+
+static const struct opt_table table = {
+    defs, sizeof defs / sizeof *defs, "--model MODEL.json --data TRAIN.h5 [options]",
+    "Trains the model on HDF5 data (datasets 'inputs' [N,C,H,W] and 'targets', or 'cbed' and 'potential';\n"
+    "--data takes one file, a list a.h5,b.h5, a glob, X.npy:Y.npy or a folder of .npy files).",
+    "Every option can come from a run file (--config); the effective configuration of a run is written\n"
+    "next to its log and checkpoints and into each checkpoint (attribute run_config)."};
+
+char *train_opts_json(const struct train_opts *o) { return opt_effective_json(&table, o); }
+
 void train_opts_parse(int argc, char **argv, struct train_opts *o) {
-  enum { O_VAL = 256, O_VALF, O_SLICES, O_LR, O_SEED, O_DET, O_WORKERS, O_LOG, O_IMPORT, O_EXPORT, O_PREC };
-  enum { O_TRACE = 512, O_TRACE_STEPS };
-  enum { O_INDS = 1536, O_TGDS, O_NOSTD, O_PNG, O_PNGN }; /* data options */
-  enum { O_CKPT_DIR = 1024, O_CKPT_EVERY, O_KEEP, O_RESUME, O_ON_NAN, O_STEP_LOG };
-  enum { O_LRSCALE = 768, O_WARMUP, O_LRSCHED };
-  enum { O_GRADRED = 1792, O_LOSS_SCALE };
-  enum { O_COLLECTIVE = 2048 };
-  static const struct option longopts[] = {
-      {"model", required_argument, NULL, 'm'},     {"data", required_argument, NULL, 'd'},
-      {"val", required_argument, NULL, O_VAL},     {"val-fraction", required_argument, NULL, O_VALF},
-      {"epochs", required_argument, NULL, 'e'},    {"batch", required_argument, NULL, 'b'},
-      {"slices", required_argument, NULL, O_SLICES}, {"lr", required_argument, NULL, O_LR},
-      {"seed", required_argument, NULL, O_SEED},   {"deterministic", no_argument, NULL, O_DET},
-      {"workers", required_argument, NULL, O_WORKERS}, {"log", required_argument, NULL, O_LOG},
-      {"import-params", required_argument, NULL, O_IMPORT}, {"export-params", required_argument, NULL, O_EXPORT},
-      {"trace", required_argument, NULL, O_TRACE}, {"trace-steps", required_argument, NULL, O_TRACE_STEPS},
-      {"precision", required_argument, NULL, O_PREC},
-      {"grad-reduce", required_argument, NULL, O_GRADRED}, {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
-      {"collective", required_argument, NULL, O_COLLECTIVE},
-      {"input-dataset", required_argument, NULL, O_INDS}, {"target-dataset", required_argument, NULL, O_TGDS},
-      {"no-standardize", no_argument, NULL, O_NOSTD}, {"predict-png", required_argument, NULL, O_PNG},
-      {"predict-count", required_argument, NULL, O_PNGN},
-      {"checkpoint-dir", required_argument, NULL, O_CKPT_DIR}, {"checkpoint-every", required_argument, NULL, O_CKPT_EVERY},
-      {"keep", required_argument, NULL, O_KEEP},   {"resume", no_argument, NULL, O_RESUME},
-      {"on-nan", required_argument, NULL, O_ON_NAN}, {"step-log", required_argument, NULL, O_STEP_LOG},
-      {"lr-scaling", required_argument, NULL, O_LRSCALE}, {"warmup-steps", required_argument, NULL, O_WARMUP},
-      {"lr-schedule", required_argument, NULL, O_LRSCHED},
-      {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  *o = (struct train_opts){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1,
-                           .trace_last = -1, .loss_scale = NAN, .warmup = -1};
+  memset(o, 0, sizeof *o);
   ckpt_init(&o->ck);
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "m:d:e:b:qh", longopts, NULL)) != -1) {
-    switch (c) {
-    case 'm': o->model = optarg; break;
-    case 'd': o->data = optarg; break;
-    case O_VAL: o->val = optarg; break;
-    case O_VALF: o->val_fraction = cli_parse_float("--val-fraction", optarg, 0, 0.99); break;
-    case 'e': o->epochs = cli_parse_int("--epochs", optarg, 1, 1000000); break;
-    case 'b': o->batch = cli_parse_int("--batch", optarg, 1, 1 << 20); break;
-    case O_SLICES: o->slices = cli_parse_int("--slices", optarg, 0, 4096); break;
-    case O_LR: o->lr = cli_parse_float("--lr", optarg, 0, 1e3); break;
-    case O_SEED: o->seed = cli_parse_u64("--seed", optarg); break;
-    case O_DET: o->deterministic = 1; break;
-    case O_PREC:
-      if (strcmp(optarg, "f32") && strcmp(optarg, "bf16") && strcmp(optarg, "fp16"))
-        cli_usage_error("--precision: '%s' (f32, bf16 or fp16)", optarg);
-      o->precision = !strcmp(optarg, "bf16") ? TSR_PRECISION_BF16 : !strcmp(optarg, "fp16") ? TSR_PRECISION_FP16
-                                                                                            : TSR_PRECISION_F32;
-      break;
-    case O_GRADRED:
-      if (tsr_reduce_precision_parse(optarg, &o->grad_reduce)) cli_usage_error("--grad-reduce: %s", tsr_last_error());
-      break;
-    case O_COLLECTIVE: o->collective = optarg; break; /* checked by tsr_trainer_create */
-    case O_LOSS_SCALE:
-      o->loss_scale = !strcmp(optarg, "off") ? 0
-                      : !strcmp(optarg, "dynamic") ? TSR_LOSS_SCALE_DYNAMIC
-                                                   : cli_parse_float("--loss-scale", optarg, 1e-30, 1.7e38);
-      break;
-    case O_LRSCALE:
-      if (strcmp(optarg, "none") && strcmp(optarg, "linear"))
-        cli_usage_error("--lr-scaling: '%s' (none or linear)", optarg);
-      o->lr_linear = strcmp(optarg, "linear") == 0;
-      break;
-    case O_WARMUP: o->warmup = cli_parse_int64("--warmup-steps", optarg, 0, INT64_C(1) << 40); break;
-    case O_LRSCHED:
-      if (tsr_schedule_spec_parse(&o->schedule, optarg)) cli_usage_error("--lr-schedule: %s", tsr_last_error());
-      o->have_schedule = 1;
-      break;
-    case O_WORKERS: o->workers = cli_parse_int("--workers", optarg, 1, 4096); break;
-    case O_LOG: o->log = optarg; break;
-    case O_IMPORT: o->import_path = optarg; break;
-    case O_EXPORT: o->export_path = optarg; break;
-    case O_TRACE: o->trace = optarg; break;
-    case O_INDS: o->input_dataset = optarg; break;
-    case O_TGDS: o->target_dataset = optarg; break;
-    case O_NOSTD: o->no_standardize = 1; break;
-    case O_PNG: o->predict_png = optarg; break;
-    case O_PNGN: o->predict_count = cli_parse_int("--predict-count", optarg, 1, 100000); break;
-    case O_TRACE_STEPS: parse_trace_steps(optarg, o); break;
-    case O_CKPT_DIR: o->ck.dir = optarg; break;
-    case O_CKPT_EVERY: o->ck.every = cli_parse_int64("--checkpoint-every", optarg, 1, INT64_MAX); break;
-    case O_KEEP: o->ck.keep = cli_parse_int("--keep", optarg, 0, 1 << 20); break;
-    case O_RESUME: o->ck.resume = 1; break;
-    case O_ON_NAN:
-      if (strcmp(optarg, "stop") && strcmp(optarg, "skip")) cli_usage_error("--on-nan: '%s' (stop or skip)", optarg);
-      o->ck.skip_nan = strcmp(optarg, "skip") == 0;
-      break;
-    case O_STEP_LOG: o->ck.step_log_path = optarg; break;
-    case 'q': o->quiet = 1; break;
-    case 'h': usage(); exit(0);
-    default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
-    }
-  }
-  if (optind < argc) cli_usage_error("unexpected argument '%s'", argv[optind]);
+  opt_parse(&table, o, argc, argv);
   if (!o->model) cli_usage_error("--model is required");
   if (!o->data) cli_usage_error("--data is required");
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
   if (!o->val && o->val_fraction < 0) o->val_fraction = 0.1;
-  if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan))
-    cli_usage_error("--resume, --checkpoint-every and --on-nan skip need --checkpoint-dir");
+  if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan || o->keep_best))
+    cli_usage_error("--resume, --checkpoint-every, --on-nan skip and --keep-best need --checkpoint-dir");
+  if (o->quiet && o->verbose) cli_usage_error("--quiet and --verbose exclude each other");
   if (!o->trace && getenv("TESSERA_TRACE") && *getenv("TESSERA_TRACE")) o->trace = getenv("TESSERA_TRACE");
 }
-

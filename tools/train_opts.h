@@ -1,6 +1,6 @@
-/* tessera-train's command line: the options of a run (data, model, schedule, precision, tracing,
- * checkpoints) with their defaults, parsed and checked before any start-up work; --help lists them.
- * Errors name the option and exit with status 2. */
+/* tessera-train's options: the table of a run's options (data, model, schedule, precision, tracing,
+ * checkpoints, stopping) with their defaults, read from a run file and the command line and checked
+ * before any start-up work; --help lists them. Errors name the option and exit with status 2. */
 #ifndef TSR_TRAIN_OPTS_H
 #define TSR_TRAIN_OPTS_H
 
@@ -13,7 +13,7 @@ struct train_opts {
   const char *input_dataset, *target_dataset, *predict_png; /* data: dataset names; PNG folder */
   int no_standardize, predict_count;
   double val_fraction; /* < 0: not given */
-  int epochs, batch, slices, workers, deterministic, quiet;
+  int epochs, batch, slices, workers, deterministic, quiet, verbose;
   int precision;       /* tsr_precision */
   int grad_reduce;     /* tsr_reduce_precision of the gradient reductions across ranks */
   const char *collective; /* --collective: the reductions' algorithm (NULL: the library's default) */
@@ -23,13 +23,22 @@ struct train_opts {
   int64_t warmup;      /* --warmup-steps; < 0: not given */
   tsr_schedule_spec schedule; /* --lr-schedule, when have_schedule */
   int have_schedule;
+  const char *schedule_text; /* --lr-schedule as given (for the effective configuration) */
   uint64_t seed;
   const char *trace;   /* --trace or TESSERA_TRACE: trace folder */
   int64_t trace_first, trace_last;
   struct ckpt ck;      /* --checkpoint-dir, --checkpoint-every, --keep, --resume, --on-nan, --step-log */
+  int patience;        /* early stopping: epochs without improvement (0: never stop early) */
+  double min_delta;    /* an improvement is a decrease by more than this */
+  int keep_best;       /* keep the best epoch's checkpoint as <checkpoint-dir>/best.h5 */
+  const char *config;  /* --config: the run file read */
 };
 
-/* Fills *o from the command line (TESSERA_TRACE too); --help prints the options and exits with 0. */
+/* The effective configuration (every option, as JSON) of parsed options; malloc'ed. */
+char *train_opts_json(const struct train_opts *o);
+
+/* Fills *o from the defaults, the run file (--config), the command line and TESSERA_TRACE, in that
+ * order; --help prints the options and --version the version, and both exit with 0. */
 void train_opts_parse(int argc, char **argv, struct train_opts *o);
 
 #endif

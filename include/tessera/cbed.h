@@ -43,7 +43,7 @@ typedef struct tsr_cbed_opts {
   tsr_cbed_intensity intensity; /* input scaling (default log: log(1 + I / intensity_floor)) */
   double intensity_floor; /* default 1e-5 (intensities sum to 1 over the whole diffraction plane) */
   int standardize_target; /* 1 = target minus its mean over its std, per sample (default 1) */
-  uint64_t seed;
+  uint64_t seed;          /* default 1, as every seed in Tessera (programs, tsr_context_opts) */
 } tsr_cbed_opts;
 
 void tsr_cbed_opts_default(tsr_cbed_opts *o);

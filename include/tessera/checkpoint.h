@@ -41,6 +41,9 @@ typedef struct tsr_checkpoint_meta {
    * caller and filled by load, verify and find_latest; has_schedule 0: the run had none. */
   int32_t has_schedule;
   tsr_schedule schedule;
+  /* Text stored with the file as the root attribute "run_config" when not NULL (tessera-train: its
+   * effective options as JSON; read it with h5dump -a run_config). Not read back: NULL on load. */
+  const char *run_config;
 } tsr_checkpoint_meta;
 
 /* Writes the trainer's state and *meta to `path` (through `path`.tmp, fsync, rename). Waits for

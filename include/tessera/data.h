@@ -38,7 +38,9 @@ typedef struct tsr_phase_gen_opts {
   float aperture;    /* probe aperture radius as a fraction of Nyquist (default 0.6; 0 = plane wave) */
   float magnification; /* defocus, as the shadow image's magnification (default 1: pixel k of the
                           pattern shows V at the same offset from the centre) */
-  uint64_t seed;
+  uint64_t seed;     /* default 1, as every seed in Tessera (programs, tsr_context_opts) */
+  int workers;       /* threads generating samples in tsr_phase_gen_write (default 1); the data do not
+                        depend on it */
 } tsr_phase_gen_opts;
 
 void tsr_phase_gen_opts_default(tsr_phase_gen_opts *o);

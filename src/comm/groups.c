@@ -66,11 +66,11 @@ static tsr_status register_group(struct _tsr_groups *gs, const struct _tsr_grad_
 
 static void log_layout(const struct _tsr_groups *gs, const struct _tsr_grad_view *v, long long bytes) {
   if (gs->comm->index != 0) return;
-  _tsr_log(1, "gradient groups: %d (%s), reduced over %d rank(s) in %s", gs->n,
+  _tsr_log(2, "gradient groups: %d (%s), reduced over %d rank(s) in %s", gs->n,
            bytes < 0 ? "one per layer" : "layers merged up to the byte threshold", gs->comm->size, gs->name);
   for (int g = 0; g < gs->n; g++) {
     const struct _tsr_group *gr = &gs->g[g];
-    _tsr_log(1, "  group %d: %6.1f KiB, tensors %s .. %s", g, gr->n * 4 / 1024.0, v->tensors[gr->first].name,
+    _tsr_log(2, "  group %d: %6.1f KiB, tensors %s .. %s", g, gr->n * 4 / 1024.0, v->tensors[gr->first].name,
              v->tensors[gr->end - 1].name);
   }
 }

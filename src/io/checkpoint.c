@@ -178,6 +178,7 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
     if (e >= 0) e = write_norm(f, ck);
     if (e >= 0 && m->has_schedule) e = _tsr_ck_schedule_write(f, m);
   }
+  if (e >= 0 && m->run_config) e = _tsr_ck_attr_write_str(f, "run_config", m->run_config);
   if (e >= 0) e = _tsr_ck_attr_write(f, "checksum", H5T_STD_U64LE, H5T_NATIVE_UINT64, &ck->checksum);
   return e;
 }

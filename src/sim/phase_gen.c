@@ -15,6 +15,9 @@
 
 #include <fftw3.h>
 #include <hdf5.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "runtime/error.h"
 #include <tessera/data.h>
@@ -33,13 +36,15 @@ static pthread_mutex_t plan_mutex = PTHREAD_MUTEX_INITIALIZER; /* FFTW's planner
 
 void tsr_phase_gen_opts_default(tsr_phase_gen_opts *o) {
   *o = (tsr_phase_gen_opts){.size = 64, .atoms_min = 4, .atoms_max = 12, .sigma = 0.8f,
-                            .width_min = 1.5f, .width_max = 3.0f, .seed = 0, .aperture = 0.6f,
-                            .magnification = 1.0f};
+                            .width_min = 1.5f, .width_max = 3.0f, .seed = 1, .aperture = 0.6f,
+                            .magnification = 1.0f, .workers = 1};
 }
 
 static tsr_status check_opts(const tsr_phase_gen_opts *o) {
   if (!o) return _tsr_error(TSR_ERR_ARG, "phase_gen: options are NULL");
   if (o->size < 2 || o->size > 8192) return _tsr_error(TSR_ERR_ARG, "phase_gen: size %d is not in [2, 8192]", o->size);
+  if (o->workers < 0 || o->workers > 4096)
+    return _tsr_error(TSR_ERR_ARG, "phase_gen: workers %d is not in [0, 4096]", o->workers);
   if (o->atoms_min < 1) return _tsr_error(TSR_ERR_ARG, "phase_gen: atoms_min %d is below 1", o->atoms_min);
   if (o->atoms_max < o->atoms_min)
     return _tsr_error(TSR_ERR_ARG, "phase_gen: atoms_max %d is below atoms_min %d", o->atoms_max, o->atoms_min);
@@ -254,9 +259,27 @@ static double now_s(void) {
 
 enum { BLOCK = 64 }; /* samples generated between two HDF5 writes */
 
+/* Samples [first, first + count) into xb and vb, on o->workers threads with one work area each (a
+ * sample depends on (seed, index) only, so the data do not depend on the number of threads). */
+static void generate_block(const tsr_phase_gen_opts *o, struct work *w, int nw, int64_t first, int64_t count,
+                           float *xb, float *vb) {
+  size_t per = (size_t)o->size * o->size;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nw) schedule(static, 1)
+#endif
+  for (int64_t i = 0; i < count; i++) {
+#ifdef _OPENMP
+    struct work *tw = &w[omp_get_thread_num()];
+#else
+    struct work *tw = w;
+#endif
+    generate(o, tw, first + i, xb + per * i, vb + per * i);
+  }
+}
+
 /* Creates both datasets and the attributes, then generates and writes every sample in blocks. */
 static tsr_status fill_file(const tsr_phase_gen_opts *o, int64_t n, const char *tmp, hid_t file, struct work *w,
-                            void (*progress)(void *, int64_t, int64_t), void *user) {
+                            int nw, void (*progress)(void *, int64_t, int64_t), void *user) {
   size_t per = (size_t)o->size * o->size;
   char why[256];
   float *xb = malloc(sizeof(float) * per * BLOCK), *vb = malloc(sizeof(float) * per * BLOCK);
@@ -275,7 +298,7 @@ static tsr_status fill_file(const tsr_phase_gen_opts *o, int64_t n, const char *
   if (progress && st == TSR_OK) progress(user, 0, n);
   for (int64_t first = 0; first < n && st == TSR_OK; first += BLOCK) {
     int64_t count = n - first < BLOCK ? n - first : BLOCK;
-    for (int64_t i = 0; i < count; i++) generate(o, w, first + i, xb + per * i, vb + per * i);
+    generate_block(o, w, nw, first, count, xb, vb);
     _tsr_hdf5_lock();
     if (!write_block(din, first, count, o->size, xb) || !write_block(dtg, first, count, o->size, vb))
       st = _tsr_error(TSR_ERR_IO, "%s: cannot write samples %lld..%lld (%s)", tmp, (long long)first,
@@ -307,8 +330,15 @@ tsr_status tsr_phase_gen_write(const tsr_phase_gen_opts *o, int64_t n, const cha
   memcpy(tmp, path, len);
   memcpy(tmp + len, ".tmp", 5);
 
-  struct work w;
-  tsr_status st = work_init(&w, o);
+#ifdef _OPENMP
+  int nw = o->workers > 1 ? o->workers : 1;
+#else
+  int nw = 1;
+#endif
+  struct work *w = calloc(nw, sizeof *w);
+  tsr_status st = w ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory");
+  int ready = 0;
+  while (st == TSR_OK && ready < nw) st = work_init(&w[ready++], o);
   char why[256];
   hid_t file = -1;
   if (st == TSR_OK) {
@@ -317,14 +347,15 @@ tsr_status tsr_phase_gen_write(const tsr_phase_gen_opts *o, int64_t n, const cha
     if (file < 0) st = _tsr_error(TSR_ERR_IO, "%s: cannot create (%s)", tmp, _tsr_hdf5_reason(why));
     _tsr_hdf5_unlock();
   }
-  if (st == TSR_OK) st = fill_file(o, n, tmp, file, &w, progress, user);
+  if (st == TSR_OK) st = fill_file(o, n, tmp, file, w, nw, progress, user);
   if (file >= 0) {
     _tsr_hdf5_lock();
     if (H5Fclose(file) < 0 && st == TSR_OK)
       st = _tsr_error(TSR_ERR_IO, "%s: cannot close (%s)", tmp, _tsr_hdf5_reason(why));
     _tsr_hdf5_unlock();
   }
-  work_free(&w);
+  for (int i = 0; i < ready; i++) work_free(&w[i]);
+  free(w);
   if (st == TSR_OK && rename(tmp, path) != 0)
     st = _tsr_error(TSR_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
   if (st != TSR_OK && file >= 0) remove(tmp);

@@ -33,7 +33,7 @@ void tsr_cbed_opts_default(tsr_cbed_opts *o) {
                        .slice = 2, .blur = 0.3,
                        .structures = 1u << TSR_CBED_SI | 1u << TSR_CBED_SRTIO3 | 1u << TSR_CBED_CU,
                        .zones = 1 | 2, .shift = 1, .random_atoms_min = 20, .random_atoms_max = 60,
-                       .intensity = TSR_CBED_LOG, .intensity_floor = 1e-5, .standardize_target = 1, .seed = 0};
+                       .intensity = TSR_CBED_LOG, .intensity_floor = 1e-5, .standardize_target = 1, .seed = 1};
 }
 
 #define BAD(...) return _tsr_error(TSR_ERR_ARG, "cbed: " __VA_ARGS__)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# tessera-predict: a model trained and exported by tessera-train, applied to its validation file,
+# gives an MSE equal to the trainer's own last validation loss (relative 1e-5: float32 sums in a
+# different order); 2 ranks write the same outputs as 1 rank, in the input's order (absolute 1e-5:
+# other batch compositions); a .npy input gives the same outputs as the HDF5 file it came from; PNGs
+# are drawn; and wrong inputs fail naming the problem: a shape mismatch, a parameter file without a
+# tensor of the model, no parameters at all, PNGs without targets.
+set -u
+. "$(dirname "$0")/train_fixture.sh"
+predict=$B/tessera-predict
+command -v h5diff >/dev/null || { echo "SKIP: h5diff not found (apt-get install hdf5-tools)"; exit 77; }
+fixture_setup predict 96
+"$gen" --out "$tmp/val.h5" --samples 20 --size 16 --seed 4 -q || { echo "FAIL: tessera-datagen"; exit 1; }
+timeout 300 "$train" --model "$tmp/model.json" --data "$tmp/data.h5" --val "$tmp/val.h5" --epochs 2 --batch 8 \
+  --workers 2 --log "$tmp/log.csv" --export-params "$tmp/p.h5" -q >"$tmp/train.log" 2>&1 ||
+  { cat "$tmp/train.log"; ko "tessera-train ran"; fixture_done; exit; }
+val=$(awk -F, 'END { print $4 }' "$tmp/log.csv")
+pr() { timeout 300 "$predict" --model "$tmp/model.json" --workers 2 "$@"; }
+
+pr --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/pred.h5" --batch 6 >"$tmp/pred.log" 2>&1
+mse=$(sed -n 's/^MSE \([^,]*\),.*/\1/p' "$tmp/pred.log")
+if awk -v a="$mse" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b > 0 && d <= 1e-5 * b) }'; then
+  ok "predicted MSE $mse equals the trainer's validation loss $val"
+else
+  cat "$tmp/pred.log"; ko "predicted MSE '$mse' equals the trainer's validation loss $val (relative 1e-5)"
+fi
+h5dump -H -d predictions "$tmp/pred.h5" 2>/dev/null | grep -q "( 20, 1, 16, 16 )" &&
+  ok "the output holds predictions [20, 1, 16, 16]" || ko "the output holds predictions [20, 1, 16, 16]"
+
+if command -v mpirun >/dev/null; then
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT \
+    -x STARPU_WORKERS_NOBIND=1 -x STARPU_MPI_NOBIND=1 "$predict" --model "$tmp/model.json" --workers 1 \
+    --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/pred2.h5" --batch 4 >"$tmp/pred2.log" 2>&1
+  if h5diff -d 1e-5 "$tmp/pred.h5" "$tmp/pred2.h5" predictions >"$tmp/diff2.log" 2>&1 && ! ls "$tmp"/pred2.h5.part-* 2>/dev/null &&
+    grep -q "^MSE $mse," "$tmp/pred2.log"; then
+    ok "2 ranks write the 1-rank outputs in order, the same MSE, and no part file is left"
+  else
+    cat "$tmp/pred2.log" "$tmp/diff2.log"; ko "2 ranks write the 1-rank outputs in order (absolute 1e-5)"
+  fi
+else
+  echo "SKIP: mpirun not found: the 2-rank comparison"
+fi
+
+if /usr/bin/python3 -c "import numpy, h5py" 2>/dev/null; then
+  /usr/bin/python3 -c "import numpy, h5py; numpy.save('$tmp/x.npy', h5py.File('$tmp/val.h5', 'r')['inputs'][:])"
+  pr --params "$tmp/p.h5" --data "$tmp/x.npy" --out "$tmp/pred_npy.h5" --batch 6 >"$tmp/npy.log" 2>&1
+  /usr/bin/python3 -c "import h5py, numpy, sys
+a, b = (h5py.File(f, 'r')['predictions'][:] for f in sys.argv[1:])
+sys.exit(not numpy.array_equal(a, b))" "$tmp/pred.h5" "$tmp/pred_npy.h5" && ! grep -q "^MSE" "$tmp/npy.log" &&
+    ok "a .npy input gives the same outputs (no metrics without targets)" ||
+    { cat "$tmp/npy.log"; ko "a .npy input gives the same outputs as its HDF5 file"; }
+  pr --params "$tmp/p.h5" --data "$tmp/x.npy" --out "$tmp/bad.h5" --png "$tmp/png" >"$tmp/e.log" 2>&1
+  [ $? -eq 2 ] && grep -q "x.npy has no targets" "$tmp/e.log" && ok "--png without targets is refused" ||
+    { cat "$tmp/e.log"; ko "--png without targets is refused with status 2"; }
+else
+  echo "SKIP: python3 with numpy and h5py not found: the .npy input"
+fi
+
+pr --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/o.h5" --png "$tmp/png" --png-count 2 -q >"$tmp/png.log" 2>&1 &&
+  [ -s "$tmp/png/sample_00000.png" ] && [ -s "$tmp/png/sample_00001.png" ] && [ ! -e "$tmp/png/sample_00002.png" ] &&
+  ok "--png draws the first 2 samples" || { cat "$tmp/png.log"; ko "--png draws the first 2 samples"; }
+
+"$gen" --out "$tmp/small.h5" --samples 4 --size 8 --seed 5 -q
+pr --params "$tmp/p.h5" --data "$tmp/small.h5" --out "$tmp/bad.h5" >"$tmp/e.log" 2>&1
+[ $? -ne 0 ] && grep -q "small.h5: inputs have per-sample shape \[1, 8, 8\] but model 'kill' takes \[1, 16, 16\]" "$tmp/e.log" &&
+  ok "a shape mismatch is named: $(head -c 150 "$tmp/e.log")" || { cat "$tmp/e.log"; ko "a shape mismatch is named"; }
+sed 's/"c2", "type": "conv2d", "out_channels": 1/"c2", "type": "conv2d", "out_channels": 3/; s/"padding": 1}],/"padding": 1},\n  {"name": "c3", "type": "conv2d", "out_channels": 1, "kernel": 1}],/' \
+  "$tmp/model.json" >"$tmp/model3.json"
+timeout 300 "$predict" --model "$tmp/model3.json" --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/bad.h5" >"$tmp/e.log" 2>&1
+[ $? -ne 0 ] && grep -q "c2.weight\|c3.weight" "$tmp/e.log" && grep -q "p.h5" "$tmp/e.log" &&
+  ok "parameters that do not fit the model are named: $(head -c 150 "$tmp/e.log")" ||
+  { cat "$tmp/e.log"; ko "parameters that do not fit the model are named (tensor and file)"; }
+pr --data "$tmp/val.h5" --out "$tmp/bad.h5" >"$tmp/e.log" 2>&1
+[ $? -eq 2 ] && grep -q "\-\-params P or --checkpoint FILE" "$tmp/e.log" && ok "missing parameters are named" ||
+  { cat "$tmp/e.log"; ko "missing parameters are named (status 2)"; }
+! ls "$tmp"/bad.h5* 2>/dev/null && ok "failed runs leave no output file" || ko "failed runs leave no output file"
+fixture_done
