@@ -13,6 +13,7 @@
 
 static void usage(void) {
   printf("Usage: %s --model MODEL.json --data TRAIN.h5 [options]\n"
+         "       %s --model MODEL.json --simulate CBED.json [--val VAL.h5] [options]\n"
          "Trains the model on HDF5 data (datasets 'inputs' [N,C,H,W] and 'targets', or 'cbed' and 'potential';\n"
          "--data takes one file, a list a.h5,b.h5, a glob, X.npy:Y.npy or a folder of .npy files).\n\n"
          "  -m, --model FILE        model file (layers, loss, optimizer)\n"
@@ -57,11 +58,20 @@ static void usage(void) {
          "      --input-dataset N   HDF5 dataset of the inputs (default: inputs, else cbed)\n"
          "      --target-dataset N  HDF5 dataset of the targets (default: targets, else potential)\n"
          "      --no-standardize    feed the inputs as stored (default: per-channel mean 0, std 1)\n"
+         "      --simulate FILE     in-situ training: no --data; samples simulated by the multislice CBED\n"
+         "                          simulator (settings: tessera-cbed's options as a JSON object) in the\n"
+         "                          training task graph, into a pool, below training's priority\n"
+         "      --pool N            with --simulate: samples held (default 4 x --batch, at least --batch)\n"
+         "      --reuse R           with --simulate: reads of each simulated sample before it is\n"
+         "                          replaced (default 1)\n"
+         "      --epoch-steps N     with --simulate: steps per epoch (default pool x reuse / batch)\n"
+         "      --spill FILE        with --simulate: also write every simulated sample to FILE (HDF5,\n"
+         "                          inputs/targets/index; FILE.rankR.h5 per rank under mpirun)\n"
          "      --predict-png DIR   after training, write true | predicted | difference PNGs of the first\n"
          "                          validation samples to DIR (--predict-count, default 4)\n"
          "  -q, --quiet             only errors\n"
          "  -h, --help              this text\n",
-         cli_program());
+         cli_program(), cli_program());
 }
 
 /* --trace-steps A:B (B empty: no end) or A. */
@@ -82,6 +92,7 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
   enum { O_CKPT_DIR = 1024, O_CKPT_EVERY, O_KEEP, O_RESUME, O_ON_NAN, O_STEP_LOG };
   enum { O_LRSCALE = 768, O_WARMUP };
   enum { O_GRADRED = 1792, O_LOSS_SCALE };
+  enum { O_SIMULATE = 2048, O_POOL, O_REUSE, O_EPOCH_STEPS, O_SPILL }; /* in-situ training */
   static const struct option longopts[] = {
       {"model", required_argument, NULL, 'm'},     {"data", required_argument, NULL, 'd'},
       {"val", required_argument, NULL, O_VAL},     {"val-fraction", required_argument, NULL, O_VALF},
@@ -100,6 +111,9 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
       {"keep", required_argument, NULL, O_KEEP},   {"resume", no_argument, NULL, O_RESUME},
       {"on-nan", required_argument, NULL, O_ON_NAN}, {"step-log", required_argument, NULL, O_STEP_LOG},
       {"lr-scaling", required_argument, NULL, O_LRSCALE}, {"warmup-steps", required_argument, NULL, O_WARMUP},
+      {"simulate", required_argument, NULL, O_SIMULATE}, {"pool", required_argument, NULL, O_POOL},
+      {"reuse", required_argument, NULL, O_REUSE}, {"epoch-steps", required_argument, NULL, O_EPOCH_STEPS},
+      {"spill", required_argument, NULL, O_SPILL},
       {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   *o = (struct train_opts){.val_fraction = -1, .epochs = 5, .batch = 32, .workers = -1, .lr = -1, .seed = 1,
@@ -159,6 +173,11 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
       o->ck.skip_nan = strcmp(optarg, "skip") == 0;
       break;
     case O_STEP_LOG: o->ck.step_log_path = optarg; break;
+    case O_SIMULATE: o->simulate = optarg; break;
+    case O_POOL: o->pool = cli_parse_int("--pool", optarg, 1, 1 << 24); break;
+    case O_REUSE: o->reuse = cli_parse_int("--reuse", optarg, 1, 1 << 24); break;
+    case O_EPOCH_STEPS: o->epoch_steps = cli_parse_int64("--epoch-steps", optarg, 1, INT64_C(1) << 40); break;
+    case O_SPILL: o->spill = optarg; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(); exit(0);
     default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
@@ -166,9 +185,20 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
   }
   if (optind < argc) cli_usage_error("unexpected argument '%s'", argv[optind]);
   if (!o->model) cli_usage_error("--model is required");
-  if (!o->data) cli_usage_error("--data is required");
+  if (!o->data && !o->simulate) cli_usage_error("--data (or --simulate) is required");
+  if (o->data && o->simulate) cli_usage_error("--data and --simulate exclude each other");
+  if (!o->simulate && (o->pool || o->reuse || o->epoch_steps || o->spill))
+    cli_usage_error("--pool, --reuse, --epoch-steps and --spill need --simulate");
+  if (o->simulate && o->val_fraction >= 0) cli_usage_error("--val-fraction needs --data (with --simulate, give --val)");
+  if (o->simulate && o->pool && o->pool < o->batch)
+    cli_usage_error("--pool %d holds fewer samples than a --batch of %d", o->pool, o->batch);
+  if (o->simulate) {
+    if (!o->pool) o->pool = 4 * o->batch;
+    if (!o->reuse) o->reuse = 1;
+    if (!o->epoch_steps) o->epoch_steps = (int64_t)o->pool * o->reuse / o->batch;
+  }
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
-  if (!o->val && o->val_fraction < 0) o->val_fraction = 0.1;
+  if (!o->val && o->val_fraction < 0) o->val_fraction = o->simulate ? 0 : 0.1;
   if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan))
     cli_usage_error("--resume, --checkpoint-every and --on-nan skip need --checkpoint-dir");
   if (!o->trace && getenv("TESSERA_TRACE") && *getenv("TESSERA_TRACE")) o->trace = getenv("TESSERA_TRACE");

@@ -24,6 +24,10 @@ struct train_opts {
   const char *trace;   /* --trace or TESSERA_TRACE: trace folder */
   int64_t trace_first, trace_last;
   struct ckpt ck;      /* --checkpoint-dir, --checkpoint-every, --keep, --resume, --on-nan, --step-log */
+  /* in-situ training: --simulate cbed.json instead of --data (samples simulated in the task graph) */
+  const char *simulate, *spill;
+  int pool, reuse;     /* pool size in samples (0: 4 x batch); reads per simulated sample */
+  int64_t epoch_steps; /* steps per epoch with --simulate (0: pool x reuse / batch) */
 };
 
 /* Fills *o from the command line (TESSERA_TRACE too); --help prints the options and exits with 0. */

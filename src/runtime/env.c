@@ -54,3 +54,15 @@ const char *_tsr_env_memory_limit(void) {
   const char *v = getenv("TESSERA_MEMORY_LIMIT");
   return v && *v ? v : NULL;
 }
+
+int _tsr_env_sim_delay_ms(void) {
+  const char *v = nonempty("TESSERA_SIM_DELAY_MS");
+  int ms = v ? atoi(v) : 0;
+  return ms > 0 ? ms : 0;
+}
+
+int _tsr_env_sim_fail_at(int64_t *index) {
+  const char *v = nonempty("TESSERA_SIM_FAIL_AT");
+  if (v) *index = atoll(v);
+  return v != NULL;
+}
