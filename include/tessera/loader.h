@@ -64,7 +64,7 @@ tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int ran
  * samples they read, so no half-written sample is ever read. Sample k of this rank (k-th produced
  * in position order) has producer index k * size + rank: ranks produce disjoint samples, and a run
  * is reproducible for a seed. tsr_loader_read on a stream produces the sample of position `index`
- * on the calling thread. */
+ * on the calling thread; tsr_loader_size is INT64_MAX (unbounded). */
 typedef struct tsr_sample_producer {
   const char *name;      /* task name in traces, e.g. "cbed_sample" */
   int c, h, w;           /* per-sample input shape */
