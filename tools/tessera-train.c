@@ -526,9 +526,9 @@ restart:
   if (talk && !isnan(base)) {
     const char *on = nval > 0 ? "validation" : "training";
     double model_loss = nval > 0 ? last_val : last_train;
-    printf("baseline: predicting the mean training target image (average value %.6g) gives %s MSE %.6g; the "
+    printf("baseline: predicting the mean %s target image (average value %.6g) gives %s MSE %.6g; the "
            "model's %s loss is %.6g, %.1f%% of it\n",
-           base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
+           o.simulate ? "validation" : "training", base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
   }
   if (o.export_path) {
     check(tsr_params_export(live.t, o.export_path));

@@ -89,7 +89,8 @@ typedef struct tsr_pool_opts {
 
 void tsr_pool_opts_default(tsr_pool_opts *o);
 /* The producer's shapes and functions are copied; `user` must live until tsr_loader_close. Errors
- * name the bad option. Standardisation statistics come from opts.stats_samples produced samples. */
+ * name the bad option. Standardisation statistics come from opts.stats_samples produced samples.
+ * Slots are StarPU data: open after tsr_context_create, close before tsr_context_destroy. */
 tsr_status tsr_loader_open_pool(tsr_loader **l, const tsr_sample_producer *p, const tsr_pool_opts *o);
 /* 1 for a pool (samples by stream position), 0 for files. */
 int tsr_loader_is_stream(const tsr_loader *l);
