@@ -162,3 +162,11 @@ void cli_progress_clear(cli_progress *p) {
   fflush(stderr);
   p->shown = 0;
 }
+
+char *cli_shard_name(const char *path, int rank) {
+  size_t len = strlen(path), base = len > 3 && !strcmp(path + len - 3, ".h5") ? len - 3 : len;
+  char *s = malloc(len + 32);
+  if (!s) cli_die("out of memory");
+  snprintf(s, len + 32, "%.*s.rank%d%s", (int)base, path, rank, path + base);
+  return s;
+}

@@ -31,6 +31,9 @@ uint64_t cli_parse_u64(const char *opt, const char *arg);
 float cli_parse_float(const char *opt, const char *arg, double min, double max);
 double cli_parse_double(const char *opt, const char *arg, double min, double max);
 
+/* A rank's own file: NAME.h5 -> NAME.rankR.h5 (NAME -> NAME.rankR without .h5); malloc'd. */
+char *cli_shard_name(const char *path, int rank);
+
 /* Monotonic clock in seconds. */
 double cli_now(void);
 /* "45s", "12m05s", "3h07m", "2d04h"; "--" for a negative or non-finite time. Returns buf. */

@@ -99,15 +99,6 @@ static void on_progress(void *user, int64_t done, int64_t total) {
                       cli_duration(rate > 0 ? (total - done) / rate : -1, eta, sizeof eta));
 }
 
-/* NAME.h5 -> NAME.rankR.h5 (or NAME.rankR when there is no .h5 suffix). */
-static char *shard_name(const char *out, int rank) {
-  size_t len = strlen(out), base = len > 3 && !strcmp(out + len - 3, ".h5") ? len - 3 : len;
-  char *s = malloc(len + 32);
-  if (!s) cli_die("out of memory");
-  snprintf(s, len + 32, "%.*s.rank%d%s", (int)base, out, rank, out + base);
-  return s;
-}
-
 int main(int argc, char **argv) {
   cli_set_program("tessera-cbed");
   enum { O_SEED = 256, O_KV, O_ALPHA, O_DF, O_CS, O_GRID, O_PAT, O_TGT, O_PROBES, O_FOV, O_THICK, O_SLICE, O_BLUR,
@@ -189,7 +180,7 @@ int main(int argc, char **argv) {
   if (tsr_context_create(&ctx, &copts, &argc, &argv) != TSR_OK) cli_die("%s", tsr_last_error());
   int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx);
   int64_t lo_i = n * rank / size, hi_i = n * (rank + 1) / size;
-  char *path = size > 1 ? shard_name(out, rank) : strdup(out);
+  char *path = size > 1 ? cli_shard_name(out, rank) : strdup(out);
   struct prog p = {.start = cli_now(), .rank = rank, .size = size};
   cli_progress_init(&p.line, quiet || (size > 1 && rank != 0));
   tsr_status s = hi_i > lo_i ? tsr_cbed_write(ctx, &o, first + lo_i, hi_i - lo_i, half, path, on_progress, &p) : TSR_OK;

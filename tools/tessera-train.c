@@ -1,6 +1,7 @@
-/* tessera-train: trains a model file on an HDF5 data set through the public API only. Steps are
- * submitted ahead (the trainer bounds the window) and losses are read a few steps late, so the host
- * never stalls the task graph; samples are read inside load tasks through the fill callback. */
+/* tessera-train: trains a model file on an HDF5 data set, or on samples the CBED simulator makes in
+ * the same task graph (--simulate), through the public API only. Steps are submitted ahead (the
+ * trainer bounds the window) and losses are read a few steps late, so the host never stalls the
+ * task graph; samples are read inside load tasks. */
 #include <signal.h>
 #include <stdarg.h>
 #include <math.h>
@@ -135,6 +136,44 @@ static void submitted(struct run *r, struct slot *s) {
 
 static void harvest_all(struct run *r) {
   for (int i = 0; i < r->nslots; i++) harvest(r, &r->slots[(r->next + i) % r->nslots]);
+}
+
+/* ---- in-situ training (--simulate) ---- */
+
+/* The training loader: a pool of samples simulated in the task graph, each rank its own. */
+static void open_simulation(const struct train_opts *o, int rank, int nranks) {
+  tsr_cbed_opts co;
+  check(tsr_cbed_opts_load_json(o->simulate, &co));
+  tsr_sample_producer prod;
+  check(tsr_cbed_producer(&co, &prod));
+  tsr_pool_opts po;
+  tsr_pool_opts_default(&po);
+  po.slots = o->pool, po.reuse = o->reuse, po.rank = rank, po.size = nranks;
+  po.stats_samples = o->no_standardize ? 0 : po.stats_samples;
+  char *spill = o->spill && nranks > 1 ? cli_shard_name(o->spill, rank) : NULL;
+  po.spill = spill ? spill : o->spill;
+  tsr_status s = tsr_loader_open_pool(&live.train, &prod, &po);
+  free(spill);
+  if (s != TSR_OK) {
+    prod.destroy(prod.user);
+    fail("%s: %s", o->simulate, tsr_last_error());
+  }
+}
+
+/* The simulator failed on this rank (seen before submitting a step): training stops. When every
+ * step so far finished without reading a failed sample, a checkpoint after them is written (one
+ * rank only: under mpirun the launcher stops the others, and --resume starts from the newest
+ * checkpoint of all ranks). */
+static void stop_on_sim_error(struct run *r, const char *error, int ep, int64_t st, int64_t gstep, int nranks, int batch) {
+  char msg[1100], path[4096] = "";
+  snprintf(msg, sizeof msg, "%s", error);
+  tsr_status s = nranks == 1 && r->ck->dir ? tsr_trainer_sync(r->t) : TSR_ERR_STATE;
+  if (s == TSR_OK) {
+    harvest_all(r);
+    s = ckpt_save(r->ck, r->t, ep, st, gstep, r->train_sum, nranks, batch, path, sizeof path);
+  }
+  if (s == TSR_OK) fail("simulator error: %s; checkpoint %s written after training step %lld", msg, path, (long long)gstep);
+  fail("simulator error: %s", msg);
 }
 
 /* ---- mean-target baseline ---- */
@@ -305,8 +344,9 @@ int main(int argc, char **argv) {
   tsr_loader_opts_default(&lopts);
   lopts.input_name = o.input_dataset, lopts.target_name = o.target_dataset;
   lopts.standardize = !o.no_standardize;
-  check(tsr_loader_open(&live.train, o.data, &lopts));
-  int64_t nfile = tsr_loader_size(live.train), ntrain = nfile, nval = 0, vfirst = 0;
+  const char *data_name = o.simulate ? o.simulate : o.data;
+  if (!o.simulate) check(tsr_loader_open(&live.train, o.data, &lopts)); /* a pool needs StarPU: below */
+  int64_t nfile = o.simulate ? 0 : tsr_loader_size(live.train), ntrain = nfile, nval = 0, vfirst = 0;
   const char *val_name = o.val;
   if (o.val) {
     lopts.standardize = 0; /* the trainer standardises with the training data's statistics */
@@ -337,6 +377,7 @@ int main(int argc, char **argv) {
   if (o.ck.dir) ckpt_signals_install(); /* again: StarPU installs its own SIGINT handler */
   int rank = tsr_context_rank(live.ctx), nranks = tsr_context_size(live.ctx);
   int talk = !o.quiet && rank == 0;
+  if (o.simulate) open_simulation(&o, rank, nranks);
 
   tsr_trainer_opts topts;
   tsr_trainer_opts_default(&topts);
@@ -355,25 +396,31 @@ int main(int argc, char **argv) {
   tsr_loader_input_shape(live.train, &shapes[0], &shapes[1], &shapes[2]);
   tsr_loader_target_shape(live.train, &shapes[3], &shapes[4], &shapes[5]);
   check(tsr_context_check_same(live.ctx, "the training data's sample shapes", shapes, sizeof shapes));
-  check_shapes(o.data, live.train, live.t, live.m);
+  check_shapes(data_name, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   standardize_in_trainer(live.train, live.t);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 
   if (nranks > 1 && nval == 0 && (o.patience || o.keep_best))
     fail("--patience and --keep-best on several ranks need validation data (each rank's training loss differs)");
-  int64_t steps = ntrain / ((int64_t)o.batch * nranks);
+  int64_t steps = o.simulate ? o.epoch_steps : ntrain / ((int64_t)o.batch * nranks);
   if (steps == 0) {
     fail("%s: %lld training samples make no full batch of %d x %d rank(s)", o.data, (long long)ntrain, o.batch,
             nranks);
   }
-  double base_mean = 0, base = nval > 0 ? baseline_mse(live.train, ntrain, live.val, vfirst, nval, &base_mean)
-                                        : baseline_mse(live.train, ntrain, live.train, 0, ntrain, &base_mean);
+  /* in situ, the mean target comes from the validation data: training samples are simulated */
+  double base_mean = 0, base = o.simulate ? (nval > 0 ? baseline_mse(live.val, nval, live.val, 0, nval, &base_mean) : NAN)
+                           : nval > 0     ? baseline_mse(live.train, ntrain, live.val, vfirst, nval, &base_mean)
+                                          : baseline_mse(live.train, ntrain, live.train, 0, ntrain, &base_mean);
   if (talk) {
     printf("model '%s': %d layers, %lld parameters, %.3g GFLOP per sample (forward), %s lr %g\n",
            tsr_model_name(live.m), tsr_model_num_layers(live.m), (long long)tsr_model_num_params(live.m),
            2e-9 * tsr_model_forward_flops(live.m), tsr_optim_kind_name(opt.kind), opt.lr);
-    printf("data: %lld training samples (%lld steps of %d per epoch", (long long)ntrain, (long long)steps, o.batch);
+    if (o.simulate)
+      printf("data: simulated in situ from %s (pool of %d samples per rank, each read %d times; %lld steps of %d per "
+             "epoch", o.simulate, o.pool, o.reuse, (long long)steps, o.batch);
+    else
+      printf("data: %lld training samples (%lld steps of %d per epoch", (long long)ntrain, (long long)steps, o.batch);
     if (nranks > 1) printf(" on each of %d ranks", nranks);
     if (nval > 0)
       printf("), %lld validation samples from %s%s\n", (long long)nval, val_name, o.val ? "" : " (held out)");
@@ -434,24 +481,29 @@ int main(int argc, char **argv) {
   cli_progress line;
   cli_progress_init(&line, !talk);
   double t0 = cli_now(), last_train = NAN, last_val = NAN;
+  int64_t sim0; /* samples simulated before training (input statistics) */
+  tsr_loader_pool_counts(live.train, &sim0, NULL, NULL);
   int64_t total_steps = steps * o.epochs, steps_run = 0; /* training steps this process completed */
 restart:
   for (int ep = ep0; ep <= o.epochs; ep++) {
     r.train_sum = r.val_sum = 0;
     r.train_steps = r.val_samples = 0;
     if (ep == ep0) r.train_sum = sum0, r.train_steps = pos0; /* resumed inside this epoch */
-    check(tsr_loader_epoch_indices(ntrain, o.seed, ep, rank, nranks, perm)); /* this rank's shard */
+    if (!o.simulate) check(tsr_loader_epoch_indices(ntrain, o.seed, ep, rank, nranks, perm)); /* this rank's shard */
     double te = cli_now();
     for (int64_t st = ep == ep0 ? pos0 : 0; st < steps; st++) {
       int64_t gstep = ck->steps_before + (ep - 1) * steps + st + 1;
       if (ckpt_is_skipped(ck, gstep)) continue;
+      const char *sim_error = "";
+      tsr_loader_pool_counts(live.train, NULL, NULL, &sim_error);
+      if (*sim_error) stop_on_sim_error(&r, sim_error, ep, st, gstep - 1, nranks, o.batch);
       struct slot *s = take_slot(&r);
-      const int64_t *src = perm + st * o.batch;
-      memcpy(s->idx, src, sizeof(int64_t) * o.batch);
+      for (int i = 0; i < o.batch; i++) /* in situ: this rank's stream positions */
+        s->idx[i] = o.simulate ? (gstep - 1) * o.batch + i : perm[st * o.batch + i];
       s->d = live.train, s->train = 1, s->nvalid = o.batch, s->gstep = gstep, s->epoch = ep;
       tsr_trainer_set_lr(live.t, tsr_schedule_lr(&sched, gstep - 1, ep - 1));
       tsr_trainer_set_flag(live.t, ckpt_flag_value(ck)); /* signals and NaN: acted on when all ranks know */
-      check(tsr_trainer_step(live.t, fill, s, &s->step));
+      check(tsr_trainer_step_loader(live.t, live.train, s->idx, &s->step));
       ckpt_submitted(ck, s->step, gstep);
       submitted(&r, s);
       if (ck->stop_nan || ckpt_due(ck, gstep) || (nranks == 1 && ck->bad >= 0)) {
@@ -468,8 +520,15 @@ restart:
       char eta[32], loss[32] = "-";
       if (r.train_steps) snprintf(loss, sizeof loss, "%.5g", r.train_sum / r.train_steps);
       double left = (double)(total_steps - ((ep - 1) * steps + st + 1));
-      cli_progress_update(&line, 0, "epoch %d/%d  step %lld/%lld  loss %s  %.0f samples/s  ETA %s", ep, o.epochs,
-                          (long long)st + 1, (long long)steps, loss, rate * o.batch * nranks,
+      char sim[96] = "";
+      if (o.simulate) { /* this rank's simulation against the training of all ranks */
+        int64_t made;
+        int filled;
+        tsr_loader_pool_counts(live.train, &made, &filled, NULL);
+        snprintf(sim, sizeof sim, "  simulated %.1f/s  pool %d/%d", (made - sim0) / (cli_now() - t0), filled, o.pool);
+      }
+      cli_progress_update(&line, 0, "epoch %d/%d  step %lld/%lld  loss %s  trained %.0f samples/s%s  ETA %s", ep,
+                          o.epochs, (long long)st + 1, (long long)steps, loss, rate * o.batch * nranks, sim,
                           cli_duration(rate > 0 ? left / rate : -1, eta, sizeof eta));
     }
     harvest_all(&r);
@@ -515,7 +574,13 @@ restart:
     if (talk) {
       printf("epoch %d/%d: train loss %.6g", ep, o.epochs, last_train);
       if (nval > 0) printf(", val loss %.6g", last_val);
-      printf(", %.0f samples/s, elapsed %s\n", sps, cli_duration(elapsed, el, sizeof el));
+      printf(", %.0f samples/s, elapsed %s", sps, cli_duration(elapsed, el, sizeof el));
+      if (o.simulate) {
+        int64_t made;
+        tsr_loader_pool_counts(live.train, &made, NULL, NULL);
+        printf(", simulated %lld samples on rank 0 (%.1f/s)", (long long)made, (made - sim0) / elapsed);
+      }
+      printf("\n");
       fflush(stdout);
     }
     if (log) {
@@ -551,12 +616,12 @@ restart:
     check(tsr_trace_stop(live.ctx));
     if (talk) printf("trace written to %s (tessera-trace %s; %s/trace.json opens in ui.perfetto.dev)\n", o.trace, o.trace, o.trace);
   }
-  if (talk) {
+  if (talk && !isnan(base)) {
     const char *on = nval > 0 ? "validation" : "training";
     double model_loss = nval > 0 ? last_val : last_train;
-    printf("baseline: predicting the mean training target image (average value %.6g) gives %s MSE %.6g; the "
+    printf("baseline: predicting the mean %s target image (average value %.6g) gives %s MSE %.6g; the "
            "model's %s loss is %.6g, %.1f%% of it\n",
-           base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
+           o.simulate ? "validation" : "training", base_mean, on, base, on, model_loss, 100.0 * model_loss / base);
   }
   if (o.export_path && rank == 0) { /* the ranks hold the same parameters: one writer, no race on the file */
     check(tsr_params_export(live.t, o.export_path));

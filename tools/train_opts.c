@@ -88,7 +88,7 @@ static const char *const on_nans[] = {"stop", "skip", NULL};
 static const struct opt_def defs[] = {
     SECTION("Data"),
     {"model", 'm', OPT_STR, F(model), "FILE", NULL, "model file (layers, loss, optimizer); required"},
-    {"data", 'd', OPT_STR, F(data), "FILE", NULL, "training data; required"},
+    {"data", 'd', OPT_STR, F(data), "FILE", NULL, "training data; required unless --simulate"},
     {"val", 0, OPT_STR, F(val), "FILE", NULL, "validation data"},
     {"val-fraction", 0, OPT_DOUBLE, F(val_fraction), "F", NULL,
      "hold out the last fraction F of the training data for validation (0 = no validation)", 0, 0.99, -1,
@@ -98,6 +98,18 @@ static const struct opt_def defs[] = {
      .deftext = "targets, else potential"},
     {"no-standardize", 0, OPT_FLAG, F(no_standardize), NULL, NULL,
      "feed the inputs as stored (default: per-channel mean 0, std 1)"},
+    {"simulate", 0, OPT_STR, F(simulate), "FILE", NULL,
+     "in-situ training: no --data; samples simulated by the multislice CBED simulator (settings: tessera-cbed's "
+     "options as a JSON object) in the training task graph, into a pool, below training's priority"},
+    {"pool", 0, OPT_INT, F(pool), "N", NULL, "with --simulate: samples held (at least --batch)", 1, 1 << 24, 0,
+     "4 x --batch"},
+    {"reuse", 0, OPT_INT, F(reuse), "R", NULL, "with --simulate: reads of each simulated sample before it is replaced",
+     1, 1 << 24, 0, "1"},
+    {"epoch-steps", 0, OPT_INT64, F(epoch_steps), "N", NULL, "with --simulate: steps per epoch", 1,
+     (double)(INT64_C(1) << 40), 0, "pool x reuse / batch"},
+    {"spill", 0, OPT_STR, F(spill), "FILE", NULL,
+     "with --simulate: also write every simulated sample to FILE (HDF5, inputs/targets/index; FILE.rankR.h5 per "
+     "rank under mpirun)"},
     SECTION("Training"),
     {"epochs", 'e', OPT_INT, F(epochs), "N", "5", "passes over the training data", 1, 1000000},
     {"batch", 'b', OPT_INT, F(batch), "N", "32", "samples per step; the last partial batch is dropped", 1, 1 << 20},
@@ -197,9 +209,20 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
   ckpt_init(&o->ck);
   opt_parse(&table, o, argc, argv);
   if (!o->model) cli_usage_error("--model is required");
-  if (!o->data) cli_usage_error("--data is required");
+  if (!o->data && !o->simulate) cli_usage_error("--data (or --simulate) is required");
+  if (o->data && o->simulate) cli_usage_error("--data and --simulate exclude each other");
+  if (!o->simulate && (o->pool || o->reuse || o->epoch_steps || o->spill))
+    cli_usage_error("--pool, --reuse, --epoch-steps and --spill need --simulate");
+  if (o->simulate && o->val_fraction >= 0) cli_usage_error("--val-fraction needs --data (with --simulate, give --val)");
+  if (o->simulate && o->pool && o->pool < o->batch)
+    cli_usage_error("--pool %d holds fewer samples than a --batch of %d", o->pool, o->batch);
+  if (o->simulate) {
+    if (!o->pool) o->pool = 4 * o->batch;
+    if (!o->reuse) o->reuse = 1;
+    if (!o->epoch_steps) o->epoch_steps = (int64_t)o->pool * o->reuse / o->batch;
+  }
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
-  if (!o->val && o->val_fraction < 0) o->val_fraction = 0.1;
+  if (!o->val && o->val_fraction < 0) o->val_fraction = o->simulate ? 0 : 0.1;
   if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan || o->keep_best))
     cli_usage_error("--resume, --checkpoint-every, --on-nan skip and --keep-best need --checkpoint-dir");
   if (o->quiet && o->verbose) cli_usage_error("--quiet and --verbose exclude each other");

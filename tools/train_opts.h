@@ -32,6 +32,10 @@ struct train_opts {
   double min_delta;    /* an improvement is a decrease by more than this */
   int keep_best;       /* keep the best epoch's checkpoint as <checkpoint-dir>/best.h5 */
   const char *config;  /* --config: the run file read */
+  /* in-situ training: --simulate cbed.json instead of --data (samples simulated in the task graph) */
+  const char *simulate, *spill;
+  int pool, reuse;     /* pool size in samples (0: 4 x batch); reads per simulated sample */
+  int64_t epoch_steps; /* steps per epoch with --simulate (0: pool x reuse / batch) */
 };
 
 /* The effective configuration (every option, as JSON) of parsed options; malloc'ed. */

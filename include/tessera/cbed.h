@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <tessera/status.h>
 #include <tessera/context.h>
+#include <tessera/loader.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,17 @@ tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, floa
 tsr_status tsr_cbed_write(tsr_context *ctx, const tsr_cbed_opts *o, int64_t first, int64_t n, int half,
                           const char *path, void (*progress)(void *user, int64_t done, int64_t total),
                           void *user);
+
+/* Options from a JSON file: one object whose fields are tessera-cbed's long options ("kv": 200,
+ * "thickness": [20, 80], "structures": ["si", "cu"], "zones": ["001", "110"], "atoms": [20, 60],
+ * "intensity": "log", "shift": false, "raw_target": true, "seed": 7, ...); the rest keep their
+ * defaults. Unknown fields and bad values are errors naming the file and the field. */
+tsr_status tsr_cbed_opts_load_json(const char *path, tsr_cbed_opts *o);
+
+/* The simulator as a producer for tsr_loader_open_pool (in-situ training): sample `index` is
+ * tsr_cbed_sample's, inputs [P, pattern, pattern], targets [1, target, target], simulated inside the
+ * pool's tasks with one work space per worker. tsr_loader_close frees it (p->destroy). */
+tsr_status tsr_cbed_producer(const tsr_cbed_opts *o, tsr_sample_producer *p);
 
 #ifdef __cplusplus
 }

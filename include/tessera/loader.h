@@ -53,6 +53,51 @@ tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double 
 int64_t tsr_loader_shard_size(int64_t n, int rank, int size);
 tsr_status tsr_loader_epoch_indices(int64_t n, uint64_t seed, int epoch, int rank, int size, int64_t *out);
 
+/* ---- a pool of produced samples (in-situ training) ----
+ * A stream loader: samples come from a producer (a simulator) that runs as StarPU tasks, into a
+ * bounded pool of `slots` sample buffers. Stream position u (0, 1, 2, ... on each rank) reads slot
+ * u % slots; each produced sample serves `reuse` passes over the pool, slot s being replaced after
+ * pass q when (q + s) % reuse == reuse - 1 (replacements are spread over the pass; the first
+ * samples of a slot serve reuse - s % reuse passes), so the pool's content at any position is a
+ * function of the position alone. A slot is refilled by a task of priority below training's as
+ * soon as its last read is submitted; tsr_trainer_step_loader's load tasks wait for exactly the
+ * samples they read, so no half-written sample is ever read. Sample k of this rank (k-th produced
+ * in position order) has producer index k * size + rank: ranks produce disjoint samples, and a run
+ * is reproducible for a seed. tsr_loader_read on a stream produces the sample of position `index`
+ * on the calling thread; tsr_loader_size is INT64_MAX (unbounded). */
+typedef struct tsr_sample_producer {
+  const char *name;      /* task name in traces, e.g. "cbed_sample" */
+  int c, h, w;           /* per-sample input shape */
+  int tc, th, tw;        /* per-sample target shape */
+  /* Writes sample `index` (a pure function of it); thread-safe; a failure sets tsr_last_error. */
+  tsr_status (*produce)(void *user, int64_t index, float *x, float *y);
+  void (*destroy)(void *user); /* (optional) called by tsr_loader_close */
+  void *user;
+} tsr_sample_producer;
+
+typedef struct tsr_pool_opts {
+  int slots;           /* samples held (default 64); at least the batch a step reads */
+  int reuse;           /* times each sample is read before it is replaced (default 1) */
+  int rank, size;      /* this rank and the ranks producing (default 0 of 1) */
+  int stats_samples;   /* samples produced at open for the input statistics (default 8; 0 = none) */
+  const char *spill;   /* HDF5 file every produced sample is also written to (datasets inputs,
+                          targets and index; written to spill.tmp, renamed at close); NULL: none */
+  /* Tests: 0 = TESSERA_SIM_DELAY_MS, TESSERA_SIM_FAIL_AT (README, "Environment variables"). */
+  int delay_ms;        /* every production task sleeps this long (half before, half after writing) */
+  int64_t fail_at;     /* producer index that fails with an injected error; < 0 never (default -1) */
+} tsr_pool_opts;
+
+void tsr_pool_opts_default(tsr_pool_opts *o);
+/* The producer's shapes and functions are copied; `user` must live until tsr_loader_close. Errors
+ * name the bad option. Standardisation statistics come from opts.stats_samples produced samples.
+ * Slots are StarPU data: open after tsr_context_create, close before tsr_context_destroy. */
+tsr_status tsr_loader_open_pool(tsr_loader **l, const tsr_sample_producer *p, const tsr_pool_opts *o);
+/* 1 for a pool (samples by stream position), 0 for files. */
+int tsr_loader_is_stream(const tsr_loader *l);
+/* A pool's counters: samples produced so far (tasks finished), slots filled and not yet replaced
+ * at this moment, and the first producer error ("" when none). NULL pointers are skipped. */
+void tsr_loader_pool_counts(const tsr_loader *l, int64_t *produced, int *filled, const char **error);
+
 #ifdef __cplusplus
 }
 #endif

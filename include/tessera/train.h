@@ -7,6 +7,7 @@
 #include <tessera/status.h>
 #include <tessera/context.h>
 #include <tessera/model.h>
+#include <tessera/loader.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -124,6 +125,11 @@ typedef int (*tsr_sample_fn)(void *user, int64_t step, int index, float *x, floa
 /* Submits one training step (load, forward, loss, backward, update) and returns without waiting,
  * unless `window` steps are already in flight. Returns the step number in *step_id if not NULL. */
 tsr_status tsr_trainer_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int64_t *step_id);
+/* The same with the samples of a loader: sample idx[i] of `l` goes to batch position i (idx is
+ * copied). The load tasks read them themselves; for a stream (tsr_loader_open_pool) they wait for
+ * exactly the pool slots they read, and idx are stream positions (at most the pool's size per step,
+ * submitted in increasing order for the refills to run ahead). */
+tsr_status tsr_trainer_step_loader(tsr_trainer *t, tsr_loader *l, const int64_t *idx, int64_t *step_id);
 /* Submits a forward-only evaluation step (eval mode: running batch-norm statistics, no dropout);
  * `nvalid` samples (<= batch) count in the loss, the rest are padding. */
 tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, int64_t *step_id);

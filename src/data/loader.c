@@ -1,6 +1,8 @@
 /* The loader: a concatenation of sources (HDF5 files read one sample at a time through tsr_dataset,
- * or .npy pairs held in memory), input standardisation with per-channel statistics, and the per-epoch
- * sharded order. Errors name the file; NaN and Inf are caught on read (HDF5) or at open (.npy). */
+ * or .npy pairs held in memory) or a stream from a pool of produced samples (pool.c), input
+ * standardisation with per-channel statistics, the per-epoch sharded order, and what the trainer's
+ * load tasks ask of a loader (loader_tasks.h). Errors name the file; NaN and Inf are caught on read
+ * (HDF5) or at open (.npy). */
 #include <errno.h>
 #include <glob.h>
 #include <math.h>
@@ -12,6 +14,8 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/rng.h"
+#include "data/loader_tasks.h"
+#include "data/pool.h"
 #include "tensor/dist.h"
 #include <tessera/data.h>
 #include <tessera/loader.h>
@@ -30,6 +34,7 @@ struct tsr_loader {
   int64_t n;
   int c, h, w, tc, th, tw;
   double *mean, *std; /* [c] or NULL */
+  struct _tsr_pool *pool; /* a stream: no sources, n unbounded */
 };
 
 void tsr_loader_opts_default(tsr_loader_opts *o) {
@@ -178,7 +183,7 @@ static tsr_status compute_stats(tsr_loader *l, int k) {
   double *keep_mean = l->mean;
   l->mean = NULL; /* raw reads while the statistics are gathered */
   for (int i = 0; i < k && st == TSR_OK; i++) {
-    st = tsr_loader_read(l, (int64_t)i * l->n / k, x, NULL);
+    st = tsr_loader_read(l, l->pool ? i : (int64_t)i * l->n / k, x, NULL);
     for (int c = 0; c < l->c && st == TSR_OK; c++)
       for (size_t p = 0; p < plane; p++) {
         double v = x[c * plane + p];
@@ -232,6 +237,7 @@ tsr_status tsr_loader_open(tsr_loader **out, const char *spec, const tsr_loader_
 
 void tsr_loader_close(tsr_loader *l) {
   if (!l) return;
+  _tsr_pool_destroy(l->pool, 1);
   for (int i = 0; i < l->nsrc; i++) source_free(&l->src[i]);
   free(l->src);
   free(l->mean);
@@ -242,6 +248,7 @@ void tsr_loader_close(tsr_loader *l) {
 int64_t tsr_loader_size(const tsr_loader *l) { return l->n; }
 int tsr_loader_num_files(const tsr_loader *l) { return l->nsrc; }
 const char *tsr_loader_file(const tsr_loader *l, int i) { return i >= 0 && i < l->nsrc ? l->src[i].path : NULL; }
+int tsr_loader_is_stream(const tsr_loader *l) { return l && l->pool; }
 
 void tsr_loader_input_shape(const tsr_loader *l, int *c, int *h, int *w) { *c = l->c, *h = l->h, *w = l->w; }
 void tsr_loader_target_shape(const tsr_loader *l, int *c, int *h, int *w) { *c = l->tc, *h = l->th, *w = l->tw; }
@@ -259,7 +266,8 @@ tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double 
     return TSR_OK;
   }
   if (channels != l->c)
-    return _tsr_error(TSR_ERR_SHAPE, "%s: inputs have %d channels, the statistics %d", l->src[0].path, l->c, channels);
+    return _tsr_error(TSR_ERR_SHAPE, "%s: inputs have %d channels, the statistics %d", l->pool ? "pool" : l->src[0].path,
+                      l->c, channels);
   if (!l->mean) l->mean = malloc(sizeof(double) * l->c), l->std = malloc(sizeof(double) * l->c);
   if (!l->mean || !l->std) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
   memcpy(l->mean, mean, sizeof(double) * l->c);
@@ -267,10 +275,25 @@ tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double 
   return TSR_OK;
 }
 
+/* Per-channel standardisation of one input sample, when enabled. */
+static void standardize(const tsr_loader *l, float *x) {
+  size_t plane = (size_t)l->h * l->w;
+  if (x && l->mean)
+    for (int c = 0; c < l->c; c++) {
+      float m = (float)l->mean[c], r = (float)(1.0 / l->std[c]);
+      for (size_t p = 0; p < plane; p++) x[c * plane + p] = (x[c * plane + p] - m) * r;
+    }
+}
+
 tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
   if (!l) return _tsr_error(TSR_ERR_ARG, "tsr_loader_read: loader is NULL");
   if (index < 0 || index >= l->n)
     return _tsr_error(TSR_ERR_ARG, "sample %lld is out of range (the data hold %lld)", (long long)index, (long long)l->n);
+  if (l->pool) {
+    TSR_TRY(_tsr_pool_produce_now(l->pool, index, x, y));
+    standardize(l, x);
+    return TSR_OK;
+  }
   int lo = 0, hi = l->nsrc - 1; /* the last source whose first index is <= index */
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
@@ -286,11 +309,66 @@ tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
     if (x) memcpy(x, s->x + xe * k, sizeof(float) * xe);
     if (y) memcpy(y, s->y + ye * k, sizeof(float) * ye);
   }
-  if (x && l->mean)
-    for (int c = 0; c < l->c; c++) {
-      float m = (float)l->mean[c], r = (float)(1.0 / l->std[c]);
-      for (size_t p = 0; p < plane; p++) x[c * plane + p] = (x[c * plane + p] - m) * r;
-    }
+  standardize(l, x);
+  return TSR_OK;
+}
+
+/* ---- a pool of produced samples ---- */
+
+tsr_status tsr_loader_open_pool(tsr_loader **out, const tsr_sample_producer *p, const tsr_pool_opts *o) {
+  if (!out) return _tsr_error(TSR_ERR_ARG, "tsr_loader_open_pool: l is NULL");
+  *out = NULL;
+  tsr_loader *l = calloc(1, sizeof *l);
+  if (!l) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  tsr_status st = _tsr_pool_create(&l->pool, p, o);
+  if (st != TSR_OK) {
+    free(l);
+    return st;
+  }
+  l->n = INT64_MAX;
+  l->c = p->c, l->h = p->h, l->w = p->w, l->tc = p->tc, l->th = p->th, l->tw = p->tw;
+  int k = o ? o->stats_samples : 8;
+  if (k > 0) st = compute_stats(l, k);
+  if (st != TSR_OK) {
+    _tsr_pool_destroy(l->pool, 0); /* the caller keeps its producer when the open fails */
+    l->pool = NULL;
+    tsr_loader_close(l);
+    return st;
+  }
+  *out = l;
+  return TSR_OK;
+}
+
+void tsr_loader_pool_counts(const tsr_loader *l, int64_t *produced, int *filled, const char **error) {
+  if (l && l->pool) _tsr_pool_counts(l->pool, produced, filled, error);
+  else {
+    if (produced) *produced = 0;
+    if (filled) *filled = 0;
+    if (error) *error = "";
+  }
+}
+
+/* ---- the trainer's load tasks (loader_tasks.h) ---- */
+
+int _tsr_loader_stream_slots(const tsr_loader *l) { return l->pool ? _tsr_pool_slots(l->pool) : 0; }
+
+tsr_status _tsr_loader_task_deps(tsr_loader *l, int64_t index, starpu_data_handle_t h[2]) {
+  if (index < 0 || index >= l->n)
+    return _tsr_error(TSR_ERR_ARG, "sample %lld is out of range (the data hold %lld)", (long long)index, (long long)l->n);
+  return l->pool ? _tsr_pool_acquire(l->pool, index, h) : TSR_OK;
+}
+
+tsr_status _tsr_loader_task_submitted(tsr_loader *l, int64_t index) {
+  return l->pool ? _tsr_pool_read_submitted(l->pool, index) : TSR_OK;
+}
+
+tsr_status _tsr_loader_task_read(tsr_loader *l, int64_t index, const float *bx, const float *by, float *x, float *y) {
+  if (!l->pool) return tsr_loader_read(l, index, x, y);
+  TSR_TRY(_tsr_pool_check(l->pool, index));
+  size_t xe = (size_t)l->c * l->h * l->w, ye = (size_t)l->tc * l->th * l->tw;
+  memcpy(x, bx, xe * sizeof(float));
+  memcpy(y, by, ye * sizeof(float));
+  standardize(l, x);
   return TSR_OK;
 }
 

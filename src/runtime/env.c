@@ -64,3 +64,15 @@ int _tsr_env_node_size(void) {
 }
 
 const char *_tsr_env_link(void) { return nonempty("TESSERA_LINK"); }
+
+int _tsr_env_sim_delay_ms(void) {
+  const char *v = nonempty("TESSERA_SIM_DELAY_MS");
+  int ms = v ? atoi(v) : 0;
+  return ms > 0 ? ms : 0;
+}
+
+int _tsr_env_sim_fail_at(int64_t *index) {
+  const char *v = nonempty("TESSERA_SIM_FAIL_AT");
+  if (v) *index = atoll(v);
+  return v != NULL;
+}

@@ -4,6 +4,8 @@
 #ifndef TSR_RUNTIME_ENV_H
 #define TSR_RUNTIME_ENV_H
 
+#include <stdint.h>
+
 /* TESSERA_GROUP_BYTES: a size in bytes, -1 for "layer", 0 when unset or empty. */
 long long _tsr_env_group_bytes(void);
 /* TESSERA_SKIP_ALLREDUCE: 1 when set to a nonzero integer, else 0. */
@@ -19,6 +21,10 @@ const char *_tsr_env_collective(void);
 int _tsr_env_node_size(void);
 /* TESSERA_LINK: the link parameters' text (comm/net.h) when set and not empty, else NULL. */
 const char *_tsr_env_link(void);
+/* Tests of sample pools (tsr_pool_opts): TESSERA_SIM_DELAY_MS, milliseconds each production task
+ * sleeps (0 when unset); TESSERA_SIM_FAIL_AT, the producer index that fails (1 and the index when set). */
+int _tsr_env_sim_delay_ms(void);
+int _tsr_env_sim_fail_at(int64_t *index);
 
 /* TESSERA_MEMORY_LIMIT: its text when set and not empty (parsed by memory.c), else NULL. */
 const char *_tsr_env_memory_limit(void);

@@ -1,4 +1,5 @@
-/* One step as a task graph: load tasks per slice, forward per layer per slice, loss per slice,
+/* One step as a task graph: load tasks per slice (a fill callback, or a loader whose stream's pool
+ * slots the load tasks read as StarPU data), forward per layer per slice, loss per slice,
  * backward in reverse order with each tensor's optimizer update submitted as soon as its layer's
  * backward is submitted (so it runs when that gradient is final; with dynamic loss scaling after
  * the step's overflow decision instead; with a sign reduction, each tensor's direction before its
@@ -11,21 +12,40 @@
 
 #include "comm/collective.h"
 #include "comm/groups.h"
+#include "data/loader_tasks.h"
 #include "kernel_util.h"
 #include "train/trainer.h"
 #include "runtime/error.h"
 #include "trace/trace.h"
 
+/* Where a step's samples come from: fill(user, ...), or samples idx[] of loader l. */
+struct batch_src {
+  tsr_sample_fn fill;
+  void *user;
+  tsr_loader *l;
+  const int64_t *idx;
+};
+
 struct load_arg {
   tsr_trainer *t;
   tsr_sample_fn fill;
   void *user;
+  tsr_loader *loader;       /* read sample idx[i] from it instead of fill when not NULL */
+  int ndeps;                /* buffers after the slice's two: input and target per sample of a stream */
   int64_t step;
   int first, n, nvalid;     /* batch index of the slice's first sample, samples, valid samples */
   size_t xe, ye;
   int channels;            /* input channels */
   const float *mean, *std; /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
+  int64_t idx[];           /* loader: the slice's sample indices */
 };
+
+/* Sample i of the slice from the task's source; nonzero on failure (tsr_last_error set). */
+static int load_one(void *buffers[], const struct load_arg *a, int i, float *x, float *y) {
+  if (!a->loader) return a->fill(a->user, a->step, a->first + i, x, y);
+  const float *bx = a->ndeps ? TSR_BUF(buffers, 2 + 2 * i) : NULL, *by = a->ndeps ? TSR_BUF(buffers, 3 + 2 * i) : NULL;
+  return _tsr_loader_task_read(a->loader, a->idx[i], bx, by, x, y) != TSR_OK;
+}
 
 static void load_cpu(void *buffers[], void *cl_arg) {
   const struct load_arg *a = cl_arg;
@@ -37,7 +57,7 @@ static void load_cpu(void *buffers[], void *cl_arg) {
       memset(yi, 0, a->ye * sizeof(float));
       continue;
     }
-    if (a->fill(a->user, a->step, a->first + i, xi, yi) != 0) {
+    if (load_one(buffers, a, i, xi, yi) != 0) {
       tsr_trainer *t = a->t;
       int expected = 0;
       if (atomic_compare_exchange_strong(&t->load_failed, &expected, 1))
@@ -171,18 +191,39 @@ tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step) {
     if ((expr) != 0) return TSR_ERR_RUNTIME;                                                       \
   } while (0)
 
-static tsr_status submit_graph(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t id) {
+/* The load task of slice s: its samples' indices and, for a stream, their pool slots as data. */
+static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s, int p, int nvalid, int64_t id) {
+  const tsr_model *m = t->model;
+  const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
+  int n = t->slice_n[s], first = t->slice_off[s], stream = src->l && _tsr_loader_stream_slots(src->l);
+  size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+  size_t size = sizeof(struct load_arg) + (src->l ? n * sizeof(int64_t) : 0);
+  struct load_arg *a = malloc(size);
+  struct _tsr_buf *b = malloc(sizeof *b * (2 + 2 * n));
+  tsr_status st = a && b ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "step %lld: out of memory for a load task", (long long)id);
+  if (st == TSR_OK) {
+    *a = (struct load_arg){t, src->fill, src->user, src->l, stream ? 2 * n : 0, id, first, n, nvalid, xe, ye, in->c,
+                           t->norm_mean, t->norm_std};
+    b[0] = (struct _tsr_buf){t->x[p][s], STARPU_W}, b[1] = (struct _tsr_buf){t->t[p][s], STARPU_W};
+  }
+  for (int i = 0; st == TSR_OK && src->l && i < n; i++) {
+    starpu_data_handle_t h[2];
+    a->idx[i] = src->idx[first + i];
+    st = _tsr_loader_task_deps(src->l, a->idx[i], h);
+    if (stream) b[2 + 2 * i] = (struct _tsr_buf){h[0], STARPU_R}, b[3 + 2 * i] = (struct _tsr_buf){h[1], STARPU_R};
+  }
+  if (st == TSR_OK && _tsr_submit(&load_cl, a, size, STARPU_DEFAULT_PRIO, "load", 2 + a->ndeps, b) != 0)
+    st = TSR_ERR_RUNTIME;
+  for (int i = 0; st == TSR_OK && src->l && i < n; i++) st = _tsr_loader_task_submitted(src->l, a->idx[i]);
+  free(a), free(b);
+  return st;
+}
+
+static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int train, int nvalid, int64_t id) {
   int p = (int)(id & 1);
   _tsr_trace_set_step(id);
   const tsr_model *m = t->model;
-  const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
-  for (int s = 0; s < t->slices; s++) {
-    size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
-    struct load_arg a = {t,      fill, user, id,    t->slice_off[s], t->slice_n[s],
-                         nvalid, xe,   ye,   in->c, t->norm_mean,    t->norm_std};
-    struct _tsr_buf b[2] = {{t->x[p][s], STARPU_W}, {t->t[p][s], STARPU_W}};
-    SUBMIT(_tsr_submit(&load_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "load", 2, b));
-  }
+  for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
   if (train) {
     for (int i = 0; i < t->ntensors; i++)
       if (t->tensors[i].trainable) SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
@@ -249,19 +290,34 @@ static tsr_status task_failure(tsr_trainer *t) {
   return TSR_OK;
 }
 
-tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id_out) {
-  if (!t || !fill) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_step: trainer and fill function are required");
+static tsr_status submit_step(tsr_trainer *t, const struct batch_src *src, int train, int nvalid, int64_t *id_out) {
   if (nvalid <= 0 || nvalid > t->batch)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_eval: nvalid = %d must be in [1, %d]", nvalid, t->batch);
   TSR_TRY(task_failure(t));
   int64_t id = t->nsteps;
   /* Bound the steps in flight: wait for the loss of step id - window (and free its ring slot). */
   if (id >= t->window) TSR_TRY(_tsr_wait_step(t, id - t->window));
-  tsr_status st = submit_graph(t, fill, user, train, nvalid, id);
+  tsr_status st = submit_graph(t, src, train, nvalid, id);
   if (st != TSR_OK) return st; /* _tsr_submit set the message */
   t->nsteps++;
   if (id_out) *id_out = id;
   return TSR_OK;
+}
+
+tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id_out) {
+  if (!t || !fill) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_step: trainer and fill function are required");
+  struct batch_src src = {.fill = fill, .user = user};
+  return submit_step(t, &src, train, nvalid, id_out);
+}
+
+tsr_status tsr_trainer_step_loader(tsr_trainer *t, tsr_loader *l, const int64_t *idx, int64_t *step_id) {
+  if (!t || !l || !idx) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_step_loader: trainer, loader and indices are required");
+  int slots = _tsr_loader_stream_slots(l);
+  if (slots && slots < t->batch)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_step_loader: the pool holds %d samples, fewer than the batch of %d", slots,
+                      t->batch);
+  struct batch_src src = {.l = l, .idx = idx};
+  return submit_step(t, &src, 1, t->batch, step_id);
 }
 
 tsr_status tsr_trainer_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int64_t *step_id) {

@@ -1,0 +1,139 @@
+/* CBED settings as a JSON file (cbed.json): one object whose fields are tessera-cbed's long options
+ * ("kv": 200, "thickness": [20, 80], "structures": ["si", "cu"], "zones": ["001"], "shift": false,
+ * "raw_target": true, ...). Fields left out keep tsr_cbed_opts_default's values; an unknown field,
+ * a value of the wrong type and a value out of range are errors naming the file and the field. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "runtime/error.h"
+#include "sim/cbed/cbed.h"
+
+#define FIELDS                                                                                                 \
+  "seed, kv, alpha, defocus, cs, grid, pattern, target, probes, fov, thickness, slice, blur, structures, zones, " \
+  "shift, atoms, intensity, floor, raw_target"
+
+static tsr_status bad(const char *path, const char *key, const char *want) {
+  return _tsr_error(TSR_ERR_ARG, "%s: field '%s' must be %s", path, key, want);
+}
+
+static tsr_status number(const char *path, const char *key, const json_t *v, double *out) {
+  if (!json_is_number(v)) return bad(path, key, "a number");
+  *out = json_number_value(v);
+  return TSR_OK;
+}
+
+static tsr_status integer(const char *path, const char *key, const json_t *v, int *out) {
+  double d = 0;
+  if (number(path, key, v, &d) != TSR_OK || d != floor(d) || fabs(d) > 1e9) return bad(path, key, "an integer");
+  *out = (int)d;
+  return TSR_OK;
+}
+
+/* A number A, or a range [A, B]. */
+static tsr_status range(const char *path, const char *key, const json_t *v, double *lo, double *hi) {
+  if (json_is_number(v)) return number(path, key, v, lo) == TSR_OK ? number(path, key, v, hi) : TSR_ERR_ARG;
+  if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
+      !json_is_number(json_array_get(v, 1)))
+    return bad(path, key, "a number or a range [A, B]");
+  *lo = json_number_value(json_array_get(v, 0)), *hi = json_number_value(json_array_get(v, 1));
+  return TSR_OK;
+}
+
+static tsr_status structures(const char *path, const json_t *v, unsigned *mask) {
+  size_t i;
+  json_t *e;
+  *mask = 0;
+  if (!json_is_array(v)) return bad(path, "structures", "a list of si, srtio3, cu, random");
+  json_array_foreach(v, i, e) {
+    tsr_cbed_structure s;
+    if (!json_is_string(e) || tsr_cbed_structure_parse(json_string_value(e), &s) != TSR_OK)
+      return bad(path, "structures", "a list of si, srtio3, cu, random");
+    *mask |= 1u << s;
+  }
+  return TSR_OK;
+}
+
+static tsr_status zones(const char *path, const json_t *v, unsigned *mask) {
+  static const char *names[] = {"001", "110", "111"};
+  size_t i;
+  json_t *e;
+  *mask = 0;
+  if (!json_is_array(v)) return bad(path, "zones", "a list of \"001\", \"110\", \"111\"");
+  json_array_foreach(v, i, e) {
+    int z = 0;
+    while (z < 3 && !(json_is_string(e) && !strcmp(json_string_value(e), names[z]))) z++;
+    if (z == 3) return bad(path, "zones", "a list of \"001\", \"110\", \"111\"");
+    *mask |= 1u << z;
+  }
+  return TSR_OK;
+}
+
+static tsr_status field(const char *path, const char *k, const json_t *v, tsr_cbed_opts *o) {
+  double lo, hi;
+  if (!strcmp(k, "seed")) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return bad(path, k, "a non-negative integer");
+    o->seed = (uint64_t)json_integer_value(v);
+    return TSR_OK;
+  }
+  if (!strcmp(k, "kv")) return number(path, k, v, &o->kv);
+  if (!strcmp(k, "alpha")) return number(path, k, v, &o->alpha_mrad);
+  if (!strcmp(k, "defocus")) return number(path, k, v, &o->defocus);
+  if (!strcmp(k, "cs")) return number(path, k, v, &o->cs_mm);
+  if (!strcmp(k, "grid")) return integer(path, k, v, &o->grid);
+  if (!strcmp(k, "pattern")) return integer(path, k, v, &o->pattern);
+  if (!strcmp(k, "target")) return integer(path, k, v, &o->target);
+  if (!strcmp(k, "probes")) return integer(path, k, v, &o->probes);
+  if (!strcmp(k, "fov")) return number(path, k, v, &o->fov);
+  if (!strcmp(k, "thickness")) return range(path, k, v, &o->thickness_min, &o->thickness_max);
+  if (!strcmp(k, "slice")) return number(path, k, v, &o->slice);
+  if (!strcmp(k, "blur")) return number(path, k, v, &o->blur);
+  if (!strcmp(k, "structures")) return structures(path, v, &o->structures);
+  if (!strcmp(k, "zones")) return zones(path, v, &o->zones);
+  if (!strcmp(k, "floor")) return number(path, k, v, &o->intensity_floor);
+  if (!strcmp(k, "atoms")) {
+    TSR_TRY(range(path, k, v, &lo, &hi));
+    if (lo != floor(lo) || hi != floor(hi) || lo < 1 || hi > 1e6) return bad(path, k, "whole numbers of atoms");
+    o->random_atoms_min = (int)lo, o->random_atoms_max = (int)hi;
+    return TSR_OK;
+  }
+  if (!strcmp(k, "shift") || !strcmp(k, "raw_target")) {
+    if (!json_is_boolean(v)) return bad(path, k, "true or false");
+    if (k[0] == 's') o->shift = json_is_true(v);
+    else o->standardize_target = !json_is_true(v);
+    return TSR_OK;
+  }
+  if (!strcmp(k, "intensity")) {
+    static const char *names[] = {[TSR_CBED_LINEAR] = "linear", [TSR_CBED_SQRT] = "sqrt", [TSR_CBED_LOG] = "log"};
+    for (int i = 0; i < 3; i++)
+      if (json_is_string(v) && !strcmp(json_string_value(v), names[i])) {
+        o->intensity = (tsr_cbed_intensity)i;
+        return TSR_OK;
+      }
+    return bad(path, k, "\"log\", \"sqrt\" or \"linear\"");
+  }
+  return _tsr_error(TSR_ERR_ARG, "%s: unknown field '%s' (known: " FIELDS ")", path, k);
+}
+
+tsr_status tsr_cbed_opts_load_json(const char *path, tsr_cbed_opts *o) {
+  if (!path || !o) return _tsr_error(TSR_ERR_ARG, "tsr_cbed_opts_load_json: %s is NULL", path ? "o" : "path");
+  tsr_cbed_opts_default(o);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root) return _tsr_error(TSR_ERR_FORMAT, "%s:%d: %s", path, err.line, err.text);
+  tsr_status st = json_is_object(root) ? TSR_OK : _tsr_error(TSR_ERR_FORMAT, "%s: not a JSON object", path);
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (st == TSR_OK) st = field(path, key, v, o);
+  }
+  json_decref(root);
+  if (st == TSR_OK && tsr_cbed_opts_check(o) != TSR_OK) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tsr_last_error());
+    st = _tsr_error(TSR_ERR_ARG, "%s: %s", path, msg);
+  }
+  return st;
+}
