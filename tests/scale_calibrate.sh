@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# tessera-scale --calibrate over an emulated link: two netlab nodes joined by a link shaped with tc to
+# 1 Gbit/s; the measured bandwidth must be within 10% of it (payload over TCP/IP at MTU 1500 is ~95%
+# of the line rate). netlab (scripts/netlab of the communication issue; TESSERA_NETLAB=path to use
+# another copy) adds no delay (this kernel has no netem), so latency is reported, not checked.
+# Skips (77) without netlab, root, namespaces or mpirun. Then a wrong machine file is an error naming
+# its field, and --cost prints the ring's hand-checked time.
+set -u
+B=${TESSERA_BUILDDIR:-.}
+S=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+scale=$B/tessera-scale
+tmp=$(mktemp -d /tmp/tessera-scalecal-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+echo '{"inter": {"bandwidth_gbit": -2}}' >"$tmp/bad.json"
+if "$scale" --cost --bytes 4000 --machine "$tmp/bad.json" >"$tmp/bad.log" 2>&1; then
+  echo "FAIL: a machine file with a negative bandwidth was accepted"; fail=1
+elif grep -q "bad.json: field 'inter.bandwidth_gbit'" "$tmp/bad.log"; then
+  echo "PASS: a bad machine file is refused naming the field: $(cat "$tmp/bad.log")"
+else
+  echo "FAIL: the message does not name the field: $(cat "$tmp/bad.log")"; fail=1
+fi
+# 2 ranks, 4000 bytes, inter 10 us at 8 Gbit/s (1000 bytes/us), sums at 8 Gbit/s: 2 x (10 + 2) + 2 = 26 us
+echo '{"inter": {"latency_us": 10, "bandwidth_gbit": 8}, "reduce_gbit": 8}' >"$tmp/hand.json"
+if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/hand.json" | awk '$1 == 2 { exit !($2 == 26.0) }'; then
+  echo "PASS: --cost gives the ring's hand-computed 26 us"
+else
+  echo "FAIL: --cost: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/hand.json")"; fail=1
+fi
+[ $fail = 0 ] || exit 1
+
+netlab=${TESSERA_NETLAB:-$S/scripts/netlab}
+[ -x "$netlab" ] || { echo "SKIP: no netlab at $netlab (the emulated cluster of the communication issue; set TESSERA_NETLAB)"; exit 77; }
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
+why=$("$netlab" check 2>&1) || { echo "SKIP: $why"; exit 77; }
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1
+timeout 600 "$netlab" run --nodes 2 --rate 1gbit -- mpirun --allow-run-as-root -np 2 -x STARPU_HOME -x STARPU_SILENT \
+  "$scale" --calibrate --reps 10 --sizes 8,1024,65536,262144,1048576 --save "$tmp/lab.json" >"$tmp/cal.log" 2>&1
+rc=$?
+cat "$tmp/cal.log"
+bw=$(sed -n 's/.*"bandwidth_gbit": *\([0-9.e+-]*\).*/\1/p' "$tmp/lab.json" 2>/dev/null | tail -1)
+if [ $rc = 0 ] && [ -n "$bw" ] && awk -v b="$bw" 'BEGIN { exit !(b >= 0.9 && b <= 1.1) }'; then
+  echo "PASS: calibration over a 1 Gbit/s tc link measured $bw Gbit/s (within 10%)"
+else
+  echo "FAIL: calibration over a 1 Gbit/s tc link (rc $rc) measured '${bw:-nothing}' Gbit/s"; exit 1
+fi
