@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tessera-scale --calibrate over an emulated link: two netlab nodes joined by a link shaped with tc to
-# 1 Gbit/s; the measured bandwidth must be within 10% of it (payload over TCP/IP at MTU 1500 is ~95%
-# of the line rate). netlab (scripts/netlab of the communication issue; TESSERA_NETLAB=path to use
+# 100 Mbit/s; the measured bandwidth must be within 10% of it (payload over TCP/IP at MTU 1500 is ~95%
+# of the line rate). The rate is low so that the shaped link, not the CPU of a loaded machine, limits
+# the transfers: streams of 8 x 1-2 MiB last 0.7-1.3 s, against scheduling delays of milliseconds. netlab (scripts/netlab of the communication issue; TESSERA_NETLAB=path to use
 # another copy) adds no delay (this kernel has no netem), so latency is reported, not checked.
 # Skips (77) without netlab, root, namespaces or mpirun. Then a wrong machine file is an error naming
 # its field, and --cost prints the ring's hand-checked time.
@@ -34,13 +35,13 @@ netlab=${TESSERA_NETLAB:-$S/scripts/netlab}
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
 why=$("$netlab" check 2>&1) || { echo "SKIP: $why"; exit 77; }
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1
-timeout 600 "$netlab" run --nodes 2 --rate 1gbit -- mpirun --allow-run-as-root -np 2 -x STARPU_HOME -x STARPU_SILENT \
-  "$scale" --calibrate --reps 10 --sizes 8,1024,65536,262144,1048576 --save "$tmp/lab.json" >"$tmp/cal.log" 2>&1
+timeout 600 "$netlab" run --nodes 2 --rate 100mbit --mtu 9000 -- mpirun --allow-run-as-root -np 2 -x STARPU_HOME -x STARPU_SILENT \
+  "$scale" --calibrate --reps 3 --sizes 8,262144,1048576,2097152 --save "$tmp/lab.json" >"$tmp/cal.log" 2>&1
 rc=$?
 cat "$tmp/cal.log"
 bw=$(sed -n 's/.*"bandwidth_gbit": *\([0-9.e+-]*\).*/\1/p' "$tmp/lab.json" 2>/dev/null | tail -1)
-if [ $rc = 0 ] && [ -n "$bw" ] && awk -v b="$bw" 'BEGIN { exit !(b >= 0.9 && b <= 1.1) }'; then
-  echo "PASS: calibration over a 1 Gbit/s tc link measured $bw Gbit/s (within 10%)"
+if [ $rc = 0 ] && [ -n "$bw" ] && awk -v b="$bw" 'BEGIN { exit !(b >= 0.09 && b <= 0.11) }'; then
+  echo "PASS: calibration over a 100 Mbit/s tc link measured $bw Gbit/s (within 10%)"
 else
-  echo "FAIL: calibration over a 1 Gbit/s tc link (rc $rc) measured '${bw:-nothing}' Gbit/s"; exit 1
+  echo "FAIL: calibration over a 100 Mbit/s tc link (rc $rc) measured '${bw:-nothing}' Gbit/s"; exit 1
 fi
