@@ -41,7 +41,9 @@ static void usage(void) {
          "      --calibrate       measure the link between ranks 0 and 1 (ping-pong and streaming)\n"
          "      --save FILE       machine file written by --calibrate\n"
          "      --link inter|intra  which link of the machine file --calibrate sets (default inter)\n"
-         "      --from-trace DIR  with --calibrate (or alone with --save): workers and sum/pack rates from a trace\n"
+         "      --from-trace DIR  workers, dispatch time per task and sum/pack rates from a traced run: with\n"
+         "                        --calibrate, or alone with --save (into the file), or when predicting\n"
+         "                        (over the machine file's; the replayed trace itself: the same load)\n"
          "      --sizes LIST      message sizes in bytes for --calibrate (default 8,1024,...,4194304)\n"
          "      --reps N          repetitions per size (default 20)\n"
          "      --ranks-per-node K  ranks_per_node written by --calibrate\n"
@@ -132,7 +134,7 @@ static void parse(int argc, char **argv, struct options *o) {
   if (o->calibrate || o->cost || (o->save && o->from_trace)) {
     if (optind != argc) cli_usage_error("unexpected argument '%s'", argv[optind]);
     if (o->cost && !o->bytes) cli_usage_error("--cost needs --bytes");
-    if ((o->calibrate || o->from_trace) && !o->save) cli_usage_error("--calibrate and --from-trace need --save FILE");
+    if (o->calibrate && !o->save) cli_usage_error("--calibrate needs --save FILE");
     return;
   }
   if (optind != argc - 1) cli_usage_error("expected one trace folder (got %d arguments)", argc - optind);
@@ -167,6 +169,7 @@ int main(int argc, char **argv) {
   tsr_machine m;
   tsr_machine_default(&m);
   if (o.machine) check(tsr_machine_load(o.machine, &m));
+  if (o.from_trace && !o.calibrate && !o.save) check(tsr_machine_from_trace(o.from_trace, &m));
   if (o.calibrate || (o.save && o.from_trace)) {
     if (o.calibrate) calibrate(&o, &m, &argc, &argv);
     if (o.from_trace) check(tsr_machine_from_trace(o.from_trace, &m));

@@ -52,7 +52,7 @@ for link in $links; do
     for n in 1 2 3 4; do
       [ "$link" != loop ] && [ "$n" = 1 ] && continue # one rank uses no link
       train "$link" "$n" "$layout" "$tmp/tr" || exit 1
-      line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --ranks "$n" --csv | tail -1)
+      line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --csv | tail -1)
       load=$(cut -d' ' -f1 /proc/loadavg)
       echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" \
         '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld }' | tee -a "$csv"

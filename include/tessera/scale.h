@@ -26,6 +26,7 @@ typedef struct tsr_machine {
   int workers_per_rank;   /* workers (CPU cores or GPUs) per rank; 0: as in the trace */
   int ranks_per_node;     /* ranks placed on one node, consecutive ranks together */
   double compute_scale;   /* traced task durations are multiplied by it (a slower or faster device) */
+  double task_overhead_us; /* added to every task: the runtime's dispatch time between tasks */
   tsr_link intra;         /* between two ranks of one node */
   tsr_link inter;         /* a node's link to the other nodes */
   double reduce_gbit;     /* float32 sums on receipt: Gbit/s of float32 input */
@@ -40,8 +41,10 @@ tsr_status tsr_machine_load(const char *path, tsr_machine *m);
 /* The same from JSON text; `what` names it in messages. */
 tsr_status tsr_machine_parse(const char *json, const char *what, tsr_machine *m);
 tsr_status tsr_machine_save(const char *path, const tsr_machine *m);
-/* The compute side from a traced run: workers per rank, and the float32 sum and pack rates from
- * the reductions' own tasks (kept when the trace has none, e.g. one rank). */
+/* The compute side from a traced run: workers per rank, the runtime's mean dispatch time per task
+ * (a worker's wait between its previous task's end, or the task's dependencies and submission, and
+ * the task's start), and the float32 sum and pack rates from the reductions' own tasks (kept when
+ * the trace has none, e.g. one rank). Rank 0's tasks. */
 tsr_status tsr_machine_from_trace(const char *trace_dir, tsr_machine *m);
 
 /* Time of one reduction of `bytes` bytes of float32 gradients over `ranks` ranks with cost model

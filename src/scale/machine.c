@@ -78,6 +78,8 @@ static tsr_status fields(const char *what, const json_t *root, tsr_machine *m) {
       TSR_TRY(integer(what, key, v, 1, &m->ranks_per_node));
     else if (!strcmp(key, "compute_scale"))
       TSR_TRY(num(what, key, v, 0, &m->compute_scale));
+    else if (!strcmp(key, "task_overhead_us"))
+      TSR_TRY(num(what, key, v, 1, &m->task_overhead_us));
     else if (!strcmp(key, "intra"))
       TSR_TRY(link_of(what, key, v, &m->intra));
     else if (!strcmp(key, "inter"))
@@ -88,8 +90,8 @@ static tsr_status fields(const char *what, const json_t *root, tsr_machine *m) {
       TSR_TRY(num(what, key, v, 0, &m->pack_gbit));
     else if (key[0] != '_') /* "_comment" and the like */
       return _tsr_error(TSR_ERR_FORMAT,
-                        "%s: unknown field '%s' (name, workers_per_rank, ranks_per_node, compute_scale, intra, "
-                        "inter, reduce_gbit, pack_gbit)", what, key);
+                        "%s: unknown field '%s' (name, workers_per_rank, ranks_per_node, compute_scale, "
+                        "task_overhead_us, intra, inter, reduce_gbit, pack_gbit)", what, key);
   }
   return TSR_OK;
 }
@@ -133,8 +135,9 @@ tsr_status tsr_machine_load(const char *path, tsr_machine *m) {
 tsr_status tsr_machine_save(const char *path, const tsr_machine *m) {
   if (!path || !m) return _tsr_error(TSR_ERR_ARG, "tsr_machine_save: path and machine are required");
   json_t *root = json_pack(
-      "{s:s, s:i, s:i, s:f, s:{s:f, s:f, s:b}, s:{s:f, s:f, s:b}, s:f, s:f}", "name", m->name, "workers_per_rank",
-      m->workers_per_rank, "ranks_per_node", m->ranks_per_node, "compute_scale", m->compute_scale, "intra",
+      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b}, s:{s:f, s:f, s:b}, s:f, s:f}", "name", m->name,
+      "workers_per_rank", m->workers_per_rank, "ranks_per_node", m->ranks_per_node, "compute_scale",
+      m->compute_scale, "task_overhead_us", m->task_overhead_us, "intra",
       "latency_us", m->intra.latency_us, "bandwidth_gbit", m->intra.bandwidth_gbit, "shared", m->intra.shared,
       "inter", "latency_us", m->inter.latency_us, "bandwidth_gbit", m->inter.bandwidth_gbit, "shared",
       m->inter.shared, "reduce_gbit", m->reduce_gbit, "pack_gbit", m->pack_gbit);
@@ -154,16 +157,44 @@ static double op_rate(const struct _tsr_tl *tl, const char *name, const char *op
   return us > 0 && bytes > 0 ? bytes / us / 125.0 : 0;
 }
 
+static int cmp_worker_start(const void *a, const void *b) {
+  const struct _tsr_tev *x = *(const struct _tsr_tev *const *)a, *y = *(const struct _tsr_tev *const *)b;
+  if (x->worker != y->worker) return x->worker < y->worker ? -1 : 1;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Mean time per task of rank 0 that a worker waited while the task could have run: from the
+ * latest of its previous task's end, its dependencies' ends and its submission, to its start. */
+static tsr_status dispatch_us(const struct _tsr_tl *tl, double *out) {
+  const struct _tsr_tev **v = malloc((tl->ntasks + 1) * sizeof *v);
+  if (!v) return _tsr_error(TSR_ERR_NOMEM, "trace: out of memory");
+  int n = 0;
+  for (int i = 0; i < tl->ntasks; i++)
+    if (tl->tasks[i].rank == 0) v[n++] = &tl->tasks[i];
+  qsort(v, n, sizeof *v, cmp_worker_start);
+  double wait = 0;
+  for (int i = 1; i < n; i++) {
+    if (v[i]->worker != v[i - 1]->worker) continue;
+    double ready = fmax(v[i - 1]->end, v[i]->submit);
+    for (int k = 0; k < v[i]->ndeps; k++) ready = fmax(ready, tl->tasks[v[i]->deps[k]].end);
+    if (v[i]->start > ready) wait += v[i]->start - ready;
+  }
+  *out = n ? wait / n : 0;
+  free(v);
+  return TSR_OK;
+}
+
 tsr_status tsr_machine_from_trace(const char *trace_dir, tsr_machine *m) {
   if (!trace_dir || !m) return _tsr_error(TSR_ERR_ARG, "tsr_machine_from_trace: folder and machine are required");
   struct _tsr_tl *tl;
   TSR_TRY(_tsr_tl_load(&tl, trace_dir));
   m->workers_per_rank = tl->nworkers[0];
+  tsr_status st = dispatch_us(tl, &m->task_overhead_us);
   /* A ring's sum task reads a received chunk into its own (half of its bytes is the input); a pack
    * or unpack task touches a float32 chunk and its half-size wire copy. */
   double s = op_rate(tl, "allreduce_sum", "accumulate") / 2, p = op_rate(tl, NULL, "wire_") / 1.5;
   if (s > 0) m->reduce_gbit = s;
   if (p > 0) m->pack_gbit = p;
   _tsr_tl_free(tl);
-  return TSR_OK;
+  return st;
 }

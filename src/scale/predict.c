@@ -84,7 +84,8 @@ static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const 
                     o->trace_rank);
   for (int i = 0; st == TSR_OK && i < g.n; i++) {
     struct _tsr_rnode *v = &g.v[i];
-    if (v->task >= 0) v->dur = (tl->tasks[v->task].end - tl->tasks[v->task].start) * m->compute_scale;
+    if (v->task >= 0)
+      v->dur = (tl->tasks[v->task].end - tl->tasks[v->task].start) * m->compute_scale + m->task_overhead_us;
   }
   for (int i = 0; st == TSR_OK && i < g.nmarks; i++) g.v[i].dur = 0;
   if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers);
