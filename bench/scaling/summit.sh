@@ -7,6 +7,7 @@
 set -eu
 B=$(cd "${1:?usage: summit.sh BUILD_DIR}" && pwd)
 shift
+extra=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d /tmp/tsr-summit-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -16,7 +17,7 @@ echo "$ranks" | tr , '\n' | while read -r r; do printf " %7s" "$r"; done
 echo
 for layout in "tessera 262144" "tessera 8388608" "layer 0" "end 0"; do
   set -- $layout
-  python3 "$here/stemdl_graph.py" "$tmp/g" --layout "$1" --group-bytes "${2}" "${@:3}" >"$tmp/info"
+  python3 "$here/stemdl_graph.py" "$tmp/g" --layout "$1" --group-bytes "$2" ${extra[@]+"${extra[@]}"} >"$tmp/info"
   name="$1"; [ "$1" = tessera ] && name="tessera $(($2 / 1024)) KiB"
   for algo in f32 hier best; do
     printf "%-22s %-6s" "$name" "$algo"
