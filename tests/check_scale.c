@@ -97,7 +97,8 @@ START_TEST(machine_files) {
   /* a file written by hand, fields left out keep their defaults; saved and read back unchanged */
   ck_assert_int_eq(tsr_machine_parse("{\"name\": \"two nodes\", \"_comment\": \"x\", \"ranks_per_node\": 6, "
                                      "\"inter\": {\"latency_us\": 1.5, \"bandwidth_gbit\": 200, \"shared\": true}}",
-                                     "m.json", &m), TSR_OK);
+                                     "m.json", &m),
+                   TSR_OK);
   ck_assert_str_eq(m.name, "two nodes");
   ck_assert_int_eq(m.ranks_per_node, 6);
   ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
@@ -119,8 +120,14 @@ END_TEST
  * X is a ring task of the traced run: the replay drops it, so U1 waits for B and group 0. */
 static void add(struct _tsr_tl *tl, uint64_t seq, int64_t step, const char *name, const char *op, double start,
                 double dur, const int *deps, int nd) {
-  struct _tsr_tev e = {.seq = seq, .step = step, .rank = 0, .worker = 0, .submit = start, .start = start,
-                       .end = start + dur, .bytes = 4};
+  struct _tsr_tev e = {.seq = seq,
+                       .step = step,
+                       .rank = 0,
+                       .worker = 0,
+                       .submit = start,
+                       .start = start,
+                       .end = start + dur,
+                       .bytes = 4};
   snprintf(e.name, sizeof e.name, "%s", name);
   snprintf(e.op, sizeof e.op, "%s", op);
   ck_assert_int_ge(_tsr_tl_add_task(tl, &e, deps, nd), 0);

@@ -67,34 +67,61 @@ static int parse_list(const char *opt, const char *arg, int64_t *v, int max, int
 }
 
 static void parse(int argc, char **argv, struct options *o) {
-  enum { O_STEPS = 256, O_OUTR, O_CSV, O_LIST, O_COST, O_BYTES, O_CAL, O_SAVE, O_LINK, O_FROM, O_SIZES, O_REPS,
-         O_RPN, O_NAME };
-  static const struct option lo[] = {
-      {"machine", required_argument, NULL, 'm'}, {"ranks", required_argument, NULL, 'r'},
-      {"algo", required_argument, NULL, 'a'},    {"steps", required_argument, NULL, O_STEPS},
-      {"out", required_argument, NULL, 'o'},     {"out-ranks", required_argument, NULL, O_OUTR},
-      {"csv", no_argument, NULL, O_CSV},         {"list", no_argument, NULL, O_LIST},
-      {"cost", no_argument, NULL, O_COST},       {"bytes", required_argument, NULL, O_BYTES},
-      {"calibrate", no_argument, NULL, O_CAL},   {"save", required_argument, NULL, O_SAVE},
-      {"link", required_argument, NULL, O_LINK}, {"from-trace", required_argument, NULL, O_FROM},
-      {"sizes", required_argument, NULL, O_SIZES}, {"reps", required_argument, NULL, O_REPS},
-      {"ranks-per-node", required_argument, NULL, O_RPN}, {"name", required_argument, NULL, O_NAME},
-      {"quiet", no_argument, NULL, 'q'},         {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
-  *o = (struct options){.algo = "f32", .out_ranks = 4, .first = -1, .last = -1, .reps = 20, .link = "inter",
-                        .ranks = {1}, .nranks = 1};
+  enum {
+    O_STEPS = 256,
+    O_OUTR,
+    O_CSV,
+    O_LIST,
+    O_COST,
+    O_BYTES,
+    O_CAL,
+    O_SAVE,
+    O_LINK,
+    O_FROM,
+    O_SIZES,
+    O_REPS,
+    O_RPN,
+    O_NAME
+  };
+  static const struct option lo[] = {{"machine", required_argument, NULL, 'm'},
+                                     {"ranks", required_argument, NULL, 'r'},
+                                     {"algo", required_argument, NULL, 'a'},
+                                     {"steps", required_argument, NULL, O_STEPS},
+                                     {"out", required_argument, NULL, 'o'},
+                                     {"out-ranks", required_argument, NULL, O_OUTR},
+                                     {"csv", no_argument, NULL, O_CSV},
+                                     {"list", no_argument, NULL, O_LIST},
+                                     {"cost", no_argument, NULL, O_COST},
+                                     {"bytes", required_argument, NULL, O_BYTES},
+                                     {"calibrate", no_argument, NULL, O_CAL},
+                                     {"save", required_argument, NULL, O_SAVE},
+                                     {"link", required_argument, NULL, O_LINK},
+                                     {"from-trace", required_argument, NULL, O_FROM},
+                                     {"sizes", required_argument, NULL, O_SIZES},
+                                     {"reps", required_argument, NULL, O_REPS},
+                                     {"ranks-per-node", required_argument, NULL, O_RPN},
+                                     {"name", required_argument, NULL, O_NAME},
+                                     {"quiet", no_argument, NULL, 'q'},
+                                     {"help", no_argument, NULL, 'h'},
+                                     {NULL, 0, NULL, 0}};
+  *o = (struct options){
+      .algo = "f32", .out_ranks = 4, .first = -1, .last = -1, .reps = 20, .link = "inter", .ranks = {1}, .nranks = 1};
   int64_t v[MAX_RANKS];
   char *end;
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "m:r:a:o:qh", lo, NULL)) != -1) {
     switch (c) {
-    case 'm': o->machine = optarg; break;
+    case 'm':
+      o->machine = optarg;
+      break;
     case 'r':
       o->nranks = parse_list("--ranks", optarg, v, MAX_RANKS, 1, 1 << 24);
       for (int i = 0; i < o->nranks; i++) o->ranks[i] = (int)v[i];
       break;
-    case 'a': o->algo = optarg; break;
+    case 'a':
+      o->algo = optarg;
+      break;
     case O_STEPS:
       o->first = strtoll(optarg, &end, 10);
       o->last = *end == ':' ? (end[1] ? strtoll(end + 1, &end, 10) : -1) : o->first;
@@ -102,9 +129,15 @@ static void parse(int argc, char **argv, struct options *o) {
       if (o->first < 0 || (o->last >= 0 && o->last < o->first + 1))
         cli_usage_error("--steps '%s': need 0 <= A < B (at least 2 steps)", optarg);
       break;
-    case 'o': o->out = optarg; break;
-    case O_OUTR: o->out_ranks = cli_parse_int("--out-ranks", optarg, 1, 1024); break;
-    case O_CSV: o->csv = 1; break;
+    case 'o':
+      o->out = optarg;
+      break;
+    case O_OUTR:
+      o->out_ranks = cli_parse_int("--out-ranks", optarg, 1, 1024);
+      break;
+    case O_CSV:
+      o->csv = 1;
+      break;
     case O_LIST:
       for (int i = 0;; i++) {
         const char *about, *n = tsr_scale_algo_name(i, &about);
@@ -113,22 +146,46 @@ static void parse(int argc, char **argv, struct options *o) {
       }
       printf("%-10s the cheapest of the exact (float32) models, per group\n", "best");
       exit(0);
-    case O_COST: o->cost = 1; break;
-    case O_BYTES: o->bytes = cli_parse_float("--bytes", optarg, 1, 1e15); break;
-    case O_CAL: o->calibrate = 1; break;
-    case O_SAVE: o->save = optarg; break;
+    case O_COST:
+      o->cost = 1;
+      break;
+    case O_BYTES:
+      o->bytes = cli_parse_float("--bytes", optarg, 1, 1e15);
+      break;
+    case O_CAL:
+      o->calibrate = 1;
+      break;
+    case O_SAVE:
+      o->save = optarg;
+      break;
     case O_LINK:
-      if (strcmp(optarg, "inter") && strcmp(optarg, "intra")) cli_usage_error("--link: inter or intra, not '%s'", optarg);
+      if (strcmp(optarg, "inter") && strcmp(optarg, "intra"))
+        cli_usage_error("--link: inter or intra, not '%s'", optarg);
       o->link = optarg;
       break;
-    case O_FROM: o->from_trace = optarg; break;
-    case O_SIZES: o->nsizes = parse_list("--sizes", optarg, o->sizes, 32, 1, 1 << 30); break;
-    case O_REPS: o->reps = cli_parse_int("--reps", optarg, 1, 100000); break;
-    case O_RPN: o->per_node = cli_parse_int("--ranks-per-node", optarg, 1, 1 << 20); break;
-    case O_NAME: o->name = optarg; break;
-    case 'q': o->quiet = 1; break;
-    case 'h': usage(); exit(0);
-    default: cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
+    case O_FROM:
+      o->from_trace = optarg;
+      break;
+    case O_SIZES:
+      o->nsizes = parse_list("--sizes", optarg, o->sizes, 32, 1, 1 << 30);
+      break;
+    case O_REPS:
+      o->reps = cli_parse_int("--reps", optarg, 1, 100000);
+      break;
+    case O_RPN:
+      o->per_node = cli_parse_int("--ranks-per-node", optarg, 1, 1 << 20);
+      break;
+    case O_NAME:
+      o->name = optarg;
+      break;
+    case 'q':
+      o->quiet = 1;
+      break;
+    case 'h':
+      usage();
+      exit(0);
+    default:
+      cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
     }
   }
   if (o->calibrate || o->cost || (o->save && o->from_trace)) {
@@ -202,8 +259,10 @@ int main(int argc, char **argv) {
     so.out_ranks = o.out_ranks;
     char dir[4096];
     if (o.out) {
-      if (o.nranks > 1) snprintf(dir, sizeof dir, "%s/ranks-%d", o.out, o.ranks[r]);
-      else snprintf(dir, sizeof dir, "%s", o.out);
+      if (o.nranks > 1)
+        snprintf(dir, sizeof dir, "%s/ranks-%d", o.out, o.ranks[r]);
+      else
+        snprintf(dir, sizeof dir, "%s", o.out);
       char err[512];
       if (cli_mkdirs(dir, err, sizeof err)) cli_die("%s", err);
       so.out_dir = dir;
@@ -215,8 +274,8 @@ int main(int argc, char **argv) {
     } else {
       printf("ranks %d on %s (%d workers/rank, %d steps replayed, model %s): predicted %.3f ms/step, "
              "efficiency %.3f (1 rank: %.3f ms/step; the trace itself: %.3f ms/step)\n",
-             res.ranks, m.name, res.workers, res.nsteps, o.algo, res.step_us / 1e3, res.efficiency,
-             res.step1_us / 1e3, res.measured_us / 1e3);
+             res.ranks, m.name, res.workers, res.nsteps, o.algo, res.step_us / 1e3, res.efficiency, res.step1_us / 1e3,
+             res.measured_us / 1e3);
       if (!o.quiet && res.ranks > 1) {
         printf("  %5s %12s %10s %12s %12s\n", "group", "bytes", "model", "reduce ms", "exposed ms");
         for (int g = 0; g < res.ngroups; g++)

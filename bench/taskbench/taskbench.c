@@ -42,17 +42,21 @@ static void kernel_cpu(void *buffers[], void *arg) {
   if (STARPU_TASK_GET_NBUFFERS(starpu_task_get_current()) > 0) *(double *)STARPU_VECTOR_GET_PTR(buffers[0]) = r;
 }
 
-static struct starpu_codelet cl = {.cpu_funcs = {kernel_cpu}, .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tb_kernel"};
+static struct starpu_codelet cl = {
+    .cpu_funcs = {kernel_cpu}, .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tb_kernel"};
 
 /* Points of step t-1 that point i of step t depends on (W points). */
 static int deps_of(int pat, int t, int i, int w, int *d) {
   int n = 0, lg = 0;
   while ((1 << (lg + 1)) <= w) lg++;
   switch (pat) {
-  case 0: return 0;                                        /* trivial: none, no data */
-  case 1: d[n++] = i; break;                               /* no_comm: itself */
-  case 2:                                                  /* stencil_1d: i-1, i, i+1 */
-  case 5:                                                  /* nearest: i-2 .. i+2 */
+  case 0:
+    return 0; /* trivial: none, no data */
+  case 1:
+    d[n++] = i;
+    break; /* no_comm: itself */
+  case 2:  /* stencil_1d: i-1, i, i+1 */
+  case 5:  /* nearest: i-2 .. i+2 */
     for (int r = pat == 2 ? 1 : 2, k = -r; k <= r; k++)
       if (i + k >= 0 && i + k < w) d[n++] = i + k;
     break;
@@ -60,8 +64,10 @@ static int deps_of(int pat, int t, int i, int w, int *d) {
     d[n++] = i;
     if (lg > 0 && (i ^ (1 << ((t - 1) % lg))) < w) d[n++] = i ^ (1 << ((t - 1) % lg));
     break;
-  case 4: d[n++] = i / 2; break;                           /* tree: a binary fan-out, point i/2 */
-  case 6:                                                  /* spread: 3 points W/3 apart */
+  case 4:
+    d[n++] = i / 2;
+    break; /* tree: a binary fan-out, point i/2 */
+  case 6:  /* spread: 3 points W/3 apart */
     for (int k = 0; k < 3; k++) d[n++] = (i + k * (w / 3) + t) % w;
     break;
   case 7: { /* random: 3 points drawn from a fixed sequence of (t, i) */
@@ -103,7 +109,8 @@ static double run_graph(struct run *r) {
   static double vals[4096][2];
   long grain = r->grain;
   for (int i = 0; i < r->w; i++)
-    for (int p = 0; p < 2; p++) starpu_vector_data_register(&r->h[i][p], STARPU_MAIN_RAM, (uintptr_t)&vals[i][p], 1, sizeof(double));
+    for (int p = 0; p < 2; p++)
+      starpu_vector_data_register(&r->h[i][p], STARPU_MAIN_RAM, (uintptr_t)&vals[i][p], 1, sizeof(double));
   starpu_mpi_barrier(MPI_COMM_WORLD);
   double t0 = now();
   int ret = 0, d[MAXDEP];
@@ -117,7 +124,8 @@ static double run_graph(struct run *r) {
         if (from == to) continue;
         starpu_mpi_tag_t tag = ((starpu_mpi_tag_t)t * r->w + j) * 64 + to;
         if (from == r->rank && !(sent[j] & (1u << to)))
-          sent[j] |= 1u << to, ret = starpu_mpi_isend_detached(r->h[j][(t - 1) & 1], to, tag, MPI_COMM_WORLD, NULL, NULL);
+          sent[j] |= 1u << to,
+              ret = starpu_mpi_isend_detached(r->h[j][(t - 1) & 1], to, tag, MPI_COMM_WORLD, NULL, NULL);
         else if (me && !(sent[j] & 0x80))
           sent[j] |= 0x80, ret = starpu_mpi_irecv_detached(r->h[j][(t - 1) & 1], from, tag, MPI_COMM_WORLD, NULL, NULL);
       }
@@ -157,7 +165,7 @@ int main(int argc, char **argv) {
   if (tsr_context_create(&ctx, &co, &argc, &argv) != TSR_OK) return fprintf(stderr, "%s\n", tsr_last_error()), 1;
   int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx), nw = (int)starpu_cpu_worker_get_count();
   int w = 4 * nw * size;
-  starpu_data_handle_t (*h)[2] = calloc(w, sizeof *h);
+  starpu_data_handle_t(*h)[2] = calloc(w, sizeof *h);
   if (rank == 0)
     printf("# ranks %d, CPU workers per rank %d, width %d, kernel %.3f ns/iteration (sink %g)\n"
            "pattern,variant,ranks,grain,tasks,wall_s,granularity_us,efficiency\n",

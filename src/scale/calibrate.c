@@ -22,8 +22,8 @@ static double median(double *v, int n) {
 }
 
 /* One size: median half round trip and median time per streamed message (rank 0; rank 1 echoes). */
-static int measure(int rank, starpu_data_handle_t *h, starpu_data_handle_t ack, int reps, double *half,
-                   double *per_msg, double ack_us, double *tv) {
+static int measure(int rank, starpu_data_handle_t *h, starpu_data_handle_t ack, int reps, double *half, double *per_msg,
+                   double ack_us, double *tv) {
   int peer = 1 - rank, ret = 0;
   for (int r = -2; !ret && r < reps; r++) { /* two warm-up rounds */
     double t0 = starpu_timing_now();
@@ -45,8 +45,9 @@ static int measure(int rank, starpu_data_handle_t *h, starpu_data_handle_t ack, 
       ret = rank == 0 ? starpu_mpi_isend(h[k], &req[k], peer, TAG + 1 + k, MPI_COMM_WORLD)
                       : starpu_mpi_irecv(h[k], &req[k], peer, TAG + 1 + k, MPI_COMM_WORLD);
     for (int k = 0; !ret && k < STREAM; k++) ret = starpu_mpi_wait(&req[k], MPI_STATUS_IGNORE);
-    if (!ret) ret = rank == 0 ? starpu_mpi_recv(ack, peer, TAG + 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
-                              : starpu_mpi_send(ack, peer, TAG + 99, MPI_COMM_WORLD);
+    if (!ret)
+      ret = rank == 0 ? starpu_mpi_recv(ack, peer, TAG + 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
+                      : starpu_mpi_send(ack, peer, TAG + 99, MPI_COMM_WORLD);
     if (r >= 0) tv[r] = (starpu_timing_now() - t0 - ack_us) / STREAM;
   }
   *per_msg = median(tv, reps);
@@ -58,8 +59,8 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
   if (!ctx || !link) return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: context and link are required");
   if (!sizes) sizes = default_sizes, nsizes = sizeof default_sizes / sizeof *default_sizes;
   if (nsizes < 2 || reps < 1 || reps > 100000)
-    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: %d sizes and %d repetitions (need >= 2 and 1..100000)",
-                      nsizes, reps);
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: %d sizes and %d repetitions (need >= 2 and 1..100000)", nsizes,
+                      reps);
   int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx);
   if (size < 2) return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: needs 2 ranks (run it under mpirun -np 2)");
   int64_t maxb = 0;
@@ -94,7 +95,8 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int n = 0, from = 0;
   while (from < nsizes - 2 && sizes[from] < 65536) from++;
-  for (int i = from; i < nsizes; i++, n++) sx += sizes[i], sy += per[i], sxx += (double)sizes[i] * sizes[i], sxy += sizes[i] * per[i];
+  for (int i = from; i < nsizes; i++, n++)
+    sx += sizes[i], sy += per[i], sxx += (double)sizes[i] * sizes[i], sxy += sizes[i] * per[i];
   double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx); /* us per byte */
   if (st == TSR_OK && rank == 0 && !(slope > 0))
     st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate: streaming time does not grow with size (noise?): rerun "

@@ -45,8 +45,7 @@ static double recdouble(const tsr_machine *mc, double n, int p) {
   while (p2 * 2 <= p) p2 *= 2;
   double t = 0;
   if (p2 < p) t += 2 * hop(p > k ? &mc->inter : &mc->intra, n, 1) + sum_us(mc, n);
-  for (int d = 1; d < p2; d *= 2)
-    t += (d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k)) + sum_us(mc, n);
+  for (int d = 1; d < p2; d *= 2) t += (d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k)) + sum_us(mc, n);
   return t;
 }
 
@@ -80,9 +79,7 @@ static double halving(const tsr_machine *mc, double n, int p, int stride, int fl
   }
   return t;
 }
-static double rabenseifner(const tsr_machine *mc, double n, int p) {
-  return halving(mc, n, p, 1, per_node(mc, p));
-}
+static double rabenseifner(const tsr_machine *mc, double n, int p) { return halving(mc, n, p, 1, per_node(mc, p)); }
 
 /* Hierarchical with halving/doubling across nodes: the ring reduce-scatter inside each node, k
  * concurrent Rabenseifner reductions across the N nodes (one per slice of n/k), allgather inside. */

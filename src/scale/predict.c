@@ -59,10 +59,12 @@ static tsr_status exposed(const struct _tsr_rgraph *g, int nsteps, tsr_scale_gro
     int lo = 0, hi = u; /* first interval ending after r->start */
     while (lo < hi) {
       int mid = (lo + hi) / 2;
-      if (iv[2 * mid + 1] <= r->start) lo = mid + 1; else hi = mid;
+      if (iv[2 * mid + 1] <= r->start)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
-    for (int k = lo; k < u && iv[2 * k] < r->end; k++)
-      busy += fmin(iv[2 * k + 1], r->end) - fmax(iv[2 * k], r->start);
+    for (int k = lo; k < u && iv[2 * k] < r->end; k++) busy += fmin(iv[2 * k + 1], r->end) - fmax(iv[2 * k], r->start);
     gr[r->group].exposed_us += (r->end - r->start - busy) / nsteps;
   }
   free(iv);
@@ -93,8 +95,7 @@ static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const 
   for (int i = 0; st == TSR_OK && i < g.nmarks; i++) {
     struct _tsr_rnode *v = &g.v[i];
     v->dur = _tsr_cost_us(m, o->algo, v->bytes, o->ranks, &v->algo);
-    res->groups[v->group] = (tsr_scale_group){.group = v->group, .bytes = v->bytes, .cost_us = v->dur,
-                                              .algo = v->algo};
+    res->groups[v->group] = (tsr_scale_group){.group = v->group, .bytes = v->bytes, .cost_us = v->dur, .algo = v->algo};
   }
   if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers);
   if (st == TSR_OK) {
@@ -118,12 +119,12 @@ static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const 
   return st;
 }
 
-tsr_status tsr_scale_predict(const char *dir, const tsr_machine *m, const tsr_scale_opts *opts,
-                             tsr_scale_result *res) {
+tsr_status tsr_scale_predict(const char *dir, const tsr_machine *m, const tsr_scale_opts *opts, tsr_scale_result *res) {
   tsr_scale_opts def;
   tsr_scale_opts_default(&def);
   const tsr_scale_opts *o = opts ? opts : &def;
-  if (!dir || !m || !res) return _tsr_error(TSR_ERR_ARG, "tsr_scale_predict: trace folder, machine and result are required");
+  if (!dir || !m || !res)
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_predict: trace folder, machine and result are required");
   memset(res, 0, sizeof *res);
   if (o->ranks < 1 || o->out_ranks < 1)
     return _tsr_error(TSR_ERR_ARG, "tsr_scale_predict: ranks %d and out_ranks %d must be >= 1", o->ranks, o->out_ranks);
@@ -149,7 +150,8 @@ tsr_status tsr_scale_predict(const char *dir, const tsr_machine *m, const tsr_sc
     }
     ns = u;
     if (ns < 2)
-      st = _tsr_error(TSR_ERR_FORMAT, "trace %s: %d training step(s) with gradient-group markers in the range "
+      st = _tsr_error(TSR_ERR_FORMAT,
+                      "trace %s: %d training step(s) with gradient-group markers in the range "
                       "(need at least 2: trace 3 or more training steps with a Tessera that records the markers)",
                       dir, ns);
   }

@@ -15,8 +15,8 @@
 #include "scale/replay.h"
 
 void tsr_scale_opts_default(tsr_scale_opts *o) {
-  *o = (tsr_scale_opts){.ranks = 1, .algo = "f32", .trace_rank = 0, .first_step = -1, .last_step = -1,
-                        .out_dir = NULL, .out_ranks = 4};
+  *o = (tsr_scale_opts){
+      .ranks = 1, .algo = "f32", .trace_rank = 0, .first_step = -1, .last_step = -1, .out_dir = NULL, .out_ranks = 4};
 }
 
 void tsr_scale_result_free(tsr_scale_result *r) {
@@ -89,8 +89,12 @@ tsr_status _tsr_rgraph_build(struct _tsr_rgraph *g, const struct _tsr_tl *tl, in
   tsr_status st = map && splice && nsplice && redn ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
   /* The reductions first: nodes 0 .. nmarks-1. */
   for (int k = 0; st == TSR_OK && k < g->nmarks; k++) {
-    struct _tsr_rnode n = {.task = -1, .group = g->marks[k].group, .consumer_of = -1, .step = g->marks[k].step,
-                           .seq = g->marks[k].seq, .bytes = (double)g->marks[k].bytes};
+    struct _tsr_rnode n = {.task = -1,
+                           .group = g->marks[k].group,
+                           .consumer_of = -1,
+                           .step = g->marks[k].step,
+                           .seq = g->marks[k].seq,
+                           .bytes = (double)g->marks[k].bytes};
     if ((redn[k] = add_node(g, &n)) < 0) st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
   }
   for (int i = 0; st == TSR_OK && i < tl->ntasks; i++) {
@@ -109,8 +113,14 @@ tsr_status _tsr_rgraph_build(struct _tsr_rgraph *g, const struct _tsr_tl *tl, in
     }
     int mk = !oom && group_consumer(e) ? mark_of(g, e) : -1;
     if (mk >= 0) oom = push_dep(&deps, &nd, redn[mk]);
-    struct _tsr_rnode n = {.task = i, .group = -1, .step = e->step, .seq = e->seq, .dur = e->end - e->start,
-                           .deps = deps, .ndeps = nd, .consumer_of = mk};
+    struct _tsr_rnode n = {.task = i,
+                           .group = -1,
+                           .step = e->step,
+                           .seq = e->seq,
+                           .dur = e->end - e->start,
+                           .deps = deps,
+                           .ndeps = nd,
+                           .consumer_of = mk};
     if (oom || (map[i] = add_node(g, &n)) < 0) {
       free(deps);
       st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
@@ -245,8 +255,14 @@ tsr_status _tsr_rgraph_write(const struct _tsr_rgraph *g, const struct _tsr_tl *
       const struct _tsr_rnode *v = &g->v[i];
       if (v->task < 0) {
         for (int s = 0; s < 2 && ranks > 1; s++) {
-          struct _tsr_xev x = {.step = v->step, .tag = v->group, .rank = r, .peer = (r + (s ? 1 : ranks - 1)) % ranks,
-                               .is_send = s, .bytes = (uint64_t)v->bytes, .post = v->start, .done = v->end};
+          struct _tsr_xev x = {.step = v->step,
+                               .tag = v->group,
+                               .rank = r,
+                               .peer = (r + (s ? 1 : ranks - 1)) % ranks,
+                               .is_send = s,
+                               .bytes = (uint64_t)v->bytes,
+                               .post = v->start,
+                               .done = v->end};
           if (_tsr_tl_add_xfer(o, &x) < 0) st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
         }
         struct _tsr_gev m = {.step = v->step, .rank = r, .group = v->group, .bytes = (uint64_t)v->bytes, .seq = v->seq};
@@ -256,7 +272,10 @@ tsr_status _tsr_rgraph_write(const struct _tsr_rgraph *g, const struct _tsr_tl *
       struct _tsr_tev e = tl->tasks[v->task];
       e.rank = r, e.worker = v->worker, e.submit = e.start = v->start, e.end = v->end;
       int nd = 0, *d = realloc(deps, (v->ndeps + 1) * sizeof *d);
-      if (!d) { st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory"); break; }
+      if (!d) {
+        st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
+        break;
+      }
       deps = d;
       for (int k = 0; k < v->ndeps; k++)
         if (g->v[v->deps[k]].task >= 0) deps[nd++] = idx[v->deps[k]];

@@ -8,9 +8,9 @@
 #include "trace_analysis/timeline.h"
 
 struct _tsr_rnode {
-  int task;          /* index into the timeline's tasks; -1: a group's reduction */
-  int group;         /* reduction: the group's index */
-  int consumer_of;   /* task waiting for a reduction: that reduction's marker index, else -1 */
+  int task;        /* index into the timeline's tasks; -1: a group's reduction */
+  int group;       /* reduction: the group's index */
+  int consumer_of; /* task waiting for a reduction: that reduction's marker index, else -1 */
   int64_t step;
   uint64_t seq;      /* submission order: ready tasks start in this order */
   double bytes;      /* reduction: the group's float32 bytes */
@@ -23,7 +23,7 @@ struct _tsr_rnode {
 
 struct _tsr_rgraph {
   int n, cap;
-  struct _tsr_rnode *v;   /* reductions first (nodes 0 .. nmarks-1, by step and submission), then tasks */
+  struct _tsr_rnode *v; /* reductions first (nodes 0 .. nmarks-1, by step and submission), then tasks */
   int nmarks;
   struct _tsr_gev *marks;
 };

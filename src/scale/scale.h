@@ -6,9 +6,9 @@
 #include <tessera/scale.h>
 
 struct _tsr_cost_model {
-  const char *name;  /* what --algo selects; the collective's --grad-reduce name where it has one */
-  const char *impl;  /* the algorithm */
-  int exact;         /* 1: sums in float32 (a candidate for "best") */
+  const char *name; /* what --algo selects; the collective's --grad-reduce name where it has one */
+  const char *impl; /* the algorithm */
+  int exact;        /* 1: sums in float32 (a candidate for "best") */
   const char *about;
   double (*time_us)(const tsr_machine *m, double bytes, int ranks);
 };
