@@ -14,7 +14,7 @@ enum { MAX_RANKS = 64 };
 
 struct options {
   const char *trace, *machine, *algo, *out, *save, *from_trace, *name, *link;
-  int ranks[MAX_RANKS], nranks, out_ranks, calibrate, cost, csv, reps, per_node, quiet;
+  int ranks[MAX_RANKS], nranks, out_ranks, trace_rank, calibrate, cost, csv, reps, per_node, quiet;
   int64_t first, last, sizes[32];
   int nsizes;
   double bytes;
@@ -31,6 +31,7 @@ static void usage(void) {
          "  -r, --ranks LIST      rank counts, comma-separated (default 1)\n"
          "  -a, --algo NAME       reduction cost model (default f32; --list shows them; best: cheapest exact)\n"
          "      --steps A:B       replay training steps A to B (default: all traced but the first)\n"
+         "      --trace-rank R    replay rank R of the trace (default: the slowest: workers busy longest)\n"
          "  -o, --out DIR         write the predicted timeline (raw files, trace.json, trace.paje) into\n"
          "                        DIR (DIR/ranks-P with several rank counts); read it with tessera-trace DIR\n"
          "      --out-ranks N     ranks written there (default 4)\n"
@@ -81,12 +82,14 @@ static void parse(int argc, char **argv, struct options *o) {
     O_SIZES,
     O_REPS,
     O_RPN,
-    O_NAME
+    O_NAME,
+    O_TRANK
   };
   static const struct option lo[] = {{"machine", required_argument, NULL, 'm'},
                                      {"ranks", required_argument, NULL, 'r'},
                                      {"algo", required_argument, NULL, 'a'},
                                      {"steps", required_argument, NULL, O_STEPS},
+                                     {"trace-rank", required_argument, NULL, O_TRANK},
                                      {"out", required_argument, NULL, 'o'},
                                      {"out-ranks", required_argument, NULL, O_OUTR},
                                      {"csv", no_argument, NULL, O_CSV},
@@ -104,8 +107,15 @@ static void parse(int argc, char **argv, struct options *o) {
                                      {"quiet", no_argument, NULL, 'q'},
                                      {"help", no_argument, NULL, 'h'},
                                      {NULL, 0, NULL, 0}};
-  *o = (struct options){
-      .algo = "f32", .out_ranks = 4, .first = -1, .last = -1, .reps = 20, .link = "inter", .ranks = {1}, .nranks = 1};
+  *o = (struct options){.algo = "f32",
+                        .out_ranks = 4,
+                        .first = -1,
+                        .last = -1,
+                        .reps = 20,
+                        .link = "inter",
+                        .ranks = {1},
+                        .nranks = 1,
+                        .trace_rank = -1};
   int64_t v[MAX_RANKS];
   char *end;
   opterr = 0;
@@ -131,6 +141,9 @@ static void parse(int argc, char **argv, struct options *o) {
       break;
     case 'o':
       o->out = optarg;
+      break;
+    case O_TRANK:
+      o->trace_rank = cli_parse_int("--trace-rank", optarg, 0, 1 << 20);
       break;
     case O_OUTR:
       o->out_ranks = cli_parse_int("--out-ranks", optarg, 1, 1024);
@@ -256,7 +269,7 @@ int main(int argc, char **argv) {
     tsr_scale_opts so;
     tsr_scale_opts_default(&so);
     so.ranks = o.ranks[r], so.algo = o.algo, so.first_step = o.first, so.last_step = o.last;
-    so.out_ranks = o.out_ranks;
+    so.out_ranks = o.out_ranks, so.trace_rank = o.trace_rank;
     char dir[4096];
     if (o.out) {
       if (o.nranks > 1)
@@ -272,10 +285,10 @@ int main(int argc, char **argv) {
     if (o.csv) {
       printf("%d,%.1f,%.1f,%.1f,%.4f\n", res.ranks, res.step_us, res.measured_us, res.step1_us, res.efficiency);
     } else {
-      printf("ranks %d on %s (%d workers/rank, %d steps replayed, model %s): predicted %.3f ms/step, "
+      printf("ranks %d on %s (%d workers/rank, %d steps of trace rank %d, model %s): predicted %.3f ms/step, "
              "efficiency %.3f (1 rank: %.3f ms/step; the trace itself: %.3f ms/step)\n",
-             res.ranks, m.name, res.workers, res.nsteps, o.algo, res.step_us / 1e3, res.efficiency, res.step1_us / 1e3,
-             res.measured_us / 1e3);
+             res.ranks, m.name, res.workers, res.nsteps, res.trace_rank, o.algo, res.step_us / 1e3, res.efficiency,
+             res.step1_us / 1e3, res.measured_us / 1e3);
       if (!o.quiet && res.ranks > 1) {
         printf("  %5s %12s %10s %12s %12s\n", "group", "bytes", "model", "reduce ms", "exposed ms");
         for (int g = 0; g < res.ngroups; g++)

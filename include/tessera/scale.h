@@ -44,7 +44,7 @@ tsr_status tsr_machine_save(const char *path, const tsr_machine *m);
 /* The compute side from a traced run: workers per rank, the runtime's mean dispatch time per task
  * (a worker's wait between its previous task's end, or the task's dependencies and submission, and
  * the task's start), and the float32 sum and pack rates from the reductions' own tasks (kept when
- * the trace has none, e.g. one rank). Rank 0's tasks. */
+ * the trace has none, e.g. one rank). The slowest rank's tasks (see tsr_scale_opts.trace_rank). */
 tsr_status tsr_machine_from_trace(const char *trace_dir, tsr_machine *m);
 
 /* Time of one reduction of `bytes` bytes of float32 gradients over `ranks` ranks with cost model
@@ -56,7 +56,8 @@ const char *tsr_scale_algo_name(int i, const char **about);
 typedef struct tsr_scale_opts {
   int ranks;                     /* ranks to predict (>= 1) */
   const char *algo;              /* cost model of the reductions (default "f32": the ring, float32 chunks) */
-  int trace_rank;                /* whose tasks are replayed (default 0) */
+  int trace_rank;                /* whose tasks are replayed (default -1: the slowest rank, whose workers
+                                    were occupied longest: it sets the pace of synchronous data parallelism) */
   int64_t first_step, last_step; /* training steps replayed (default -1: all traced but the first) */
   const char *out_dir;           /* not NULL: write the predicted timeline there (raw files, trace.json, trace.paje) */
   int out_ranks;                 /* ranks written to out_dir (default 4, at most `ranks`) */
@@ -73,6 +74,7 @@ typedef struct tsr_scale_group {
 
 typedef struct tsr_scale_result {
   int ranks, nsteps, workers;
+  int trace_rank;     /* the traced rank that was replayed */
   double step_us;     /* predicted time per step at `ranks` */
   double step1_us;    /* the same replay at one rank */
   double efficiency;  /* step1_us / step_us (weak scaling: the same per-rank batch) */

@@ -163,24 +163,38 @@ static int cmp_worker_start(const void *a, const void *b) {
   return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* Mean time per task of rank 0 that a worker waited while the task could have run: from the
- * latest of its previous task's end, its dependencies' ends and its submission, to its start. */
-static tsr_status dispatch_us(const struct _tsr_tl *tl, double *out) {
+/* Rank r's tasks: the sum of their durations (*busy), and the time per task a worker waited while
+ * the task could have run (*wait): from the latest of its previous task's end, its dependencies'
+ * ends and its submission, to its start. */
+static tsr_status rank_load(const struct _tsr_tl *tl, int r, double *busy, double *wait) {
   const struct _tsr_tev **v = malloc((tl->ntasks + 1) * sizeof *v);
   if (!v) return _tsr_error(TSR_ERR_NOMEM, "trace: out of memory");
   int n = 0;
+  *busy = *wait = 0;
   for (int i = 0; i < tl->ntasks; i++)
-    if (tl->tasks[i].rank == 0) v[n++] = &tl->tasks[i];
+    if (tl->tasks[i].rank == r) v[n++] = &tl->tasks[i], *busy += tl->tasks[i].end - tl->tasks[i].start;
   qsort(v, n, sizeof *v, cmp_worker_start);
-  double wait = 0;
   for (int i = 1; i < n; i++) {
     if (v[i]->worker != v[i - 1]->worker) continue;
     double ready = fmax(v[i - 1]->end, v[i]->submit);
     for (int k = 0; k < v[i]->ndeps; k++) ready = fmax(ready, tl->tasks[v[i]->deps[k]].end);
-    if (v[i]->start > ready) wait += v[i]->start - ready;
+    if (v[i]->start > ready) *wait += v[i]->start - ready;
   }
-  *out = n ? wait / n : 0;
+  *wait = n ? *wait / n : 0;
   free(v);
+  return TSR_OK;
+}
+
+tsr_status _tsr_scale_slowest_rank(const struct _tsr_tl *tl, int *rank, double *wait) {
+  double best = -1;
+  *rank = 0, *wait = 0;
+  for (int r = 0; r < tl->nranks; r++) {
+    double busy = 0, w = 0;
+    int n = 0;
+    TSR_TRY(rank_load(tl, r, &busy, &w));
+    for (int i = 0; i < tl->ntasks; i++) n += tl->tasks[i].rank == r;
+    if (busy + w * n > best) best = busy + w * n, *rank = r, *wait = w;
+  }
   return TSR_OK;
 }
 
@@ -188,8 +202,9 @@ tsr_status tsr_machine_from_trace(const char *trace_dir, tsr_machine *m) {
   if (!trace_dir || !m) return _tsr_error(TSR_ERR_ARG, "tsr_machine_from_trace: folder and machine are required");
   struct _tsr_tl *tl;
   TSR_TRY(_tsr_tl_load(&tl, trace_dir));
-  m->workers_per_rank = tl->nworkers[0];
-  tsr_status st = dispatch_us(tl, &m->task_overhead_us);
+  int r;
+  tsr_status st = _tsr_scale_slowest_rank(tl, &r, &m->task_overhead_us);
+  m->workers_per_rank = tl->nworkers[r];
   /* A ring's sum task reads a received chunk into its own (half of its bytes is the input); a pack
    * or unpack task touches a float32 chunk and its half-size wire copy. */
   double s = op_rate(tl, "allreduce_sum", "accumulate") / 2, p = op_rate(tl, NULL, "wire_") / 1.5;

@@ -71,19 +71,18 @@ static tsr_status exposed(const struct _tsr_rgraph *g, int nsteps, tsr_scale_gro
   return TSR_OK;
 }
 
-static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const tsr_scale_opts *o,
+static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const tsr_scale_opts *o, int rank,
                           tsr_scale_result *res, const int64_t *steps, int ns) {
   struct _tsr_rgraph g;
-  TSR_TRY(_tsr_rgraph_build(&g, tl, o->trace_rank, steps[0], steps[ns - 1]));
-  int workers = m->workers_per_rank > 0 ? m->workers_per_rank : tl->nworkers[o->trace_rank];
+  TSR_TRY(_tsr_rgraph_build(&g, tl, rank, steps[0], steps[ns - 1]));
+  int workers = m->workers_per_rank > 0 ? m->workers_per_rank : tl->nworkers[rank];
   double *end = malloc(ns * sizeof *end);
   int ngroups = 0;
   for (int i = 0; i < g.nmarks; i++) ngroups = g.v[i].group + 1 > ngroups ? g.v[i].group + 1 : ngroups;
   res->groups = calloc(ngroups + 1, sizeof *res->groups);
   tsr_status st = end && res->groups ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
   if (st == TSR_OK && workers < 1)
-    st = _tsr_error(TSR_ERR_FORMAT, "trace rank %d lists no worker: give workers_per_rank in the machine file",
-                    o->trace_rank);
+    st = _tsr_error(TSR_ERR_FORMAT, "trace rank %d lists no worker: give workers_per_rank in the machine file", rank);
   for (int i = 0; st == TSR_OK && i < g.n; i++) {
     struct _tsr_rnode *v = &g.v[i];
     if (v->task >= 0)
@@ -99,7 +98,7 @@ static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const 
   }
   if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers);
   if (st == TSR_OK) {
-    res->ngroups = ngroups, res->ranks = o->ranks, res->nsteps = ns, res->workers = workers;
+    res->ngroups = ngroups, res->ranks = o->ranks, res->nsteps = ns, res->workers = workers, res->trace_rank = rank;
     res->step_us = simulated_step(&g, steps, ns, end);
     res->efficiency = res->step_us > 0 ? res->step1_us / res->step_us : 1;
     st = exposed(&g, ns, res->groups);
@@ -108,7 +107,7 @@ static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const 
     for (int k = 0; k < ns; k++) end[k] = -INFINITY;
     for (int i = 0; i < tl->ntasks; i++) {
       const struct _tsr_tev *e = &tl->tasks[i];
-      int k = e->rank == o->trace_rank ? step_index(steps, ns, e->step) : -1;
+      int k = e->rank == rank ? step_index(steps, ns, e->step) : -1;
       if (k >= 0 && e->end > end[k]) end[k] = e->end;
     }
     res->measured_us = per_step(end, ns);
@@ -135,10 +134,13 @@ tsr_status tsr_scale_predict(const char *dir, const tsr_machine *m, const tsr_sc
   int64_t *steps = malloc((tl->ngroups + 1) * sizeof *steps);
   int ns = 0;
   if (!steps) st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
-  if (st == TSR_OK && (o->trace_rank < 0 || o->trace_rank >= tl->nranks))
-    st = _tsr_error(TSR_ERR_ARG, "trace %s has ranks 0..%d, not rank %d", dir, tl->nranks - 1, o->trace_rank);
+  int rank = o->trace_rank;
+  double wait;
+  if (st == TSR_OK && rank < 0) st = _tsr_scale_slowest_rank(tl, &rank, &wait);
+  if (st == TSR_OK && rank >= tl->nranks)
+    st = _tsr_error(TSR_ERR_ARG, "trace %s has ranks 0..%d, not rank %d", dir, tl->nranks - 1, rank);
   for (int i = 0; st == TSR_OK && i < tl->ngroups; i++)
-    if (tl->groups[i].rank == o->trace_rank) steps[ns++] = tl->groups[i].step;
+    if (tl->groups[i].rank == rank) steps[ns++] = tl->groups[i].step;
   if (st == TSR_OK) {
     qsort(steps, ns, sizeof *steps, cmp_i64);
     int u = 0; /* unique, then keep [first, last]; by default the first traced step is left out */
@@ -155,7 +157,7 @@ tsr_status tsr_scale_predict(const char *dir, const tsr_machine *m, const tsr_sc
                       "(need at least 2: trace 3 or more training steps with a Tessera that records the markers)",
                       dir, ns);
   }
-  if (st == TSR_OK) st = predict(tl, m, o, res, steps, ns);
+  if (st == TSR_OK) st = predict(tl, m, o, rank, res, steps, ns);
   if (st != TSR_OK) tsr_scale_result_free(res);
   free(steps);
   _tsr_tl_free(tl);

@@ -16,7 +16,7 @@
 
 void tsr_scale_opts_default(tsr_scale_opts *o) {
   *o = (tsr_scale_opts){
-      .ranks = 1, .algo = "f32", .trace_rank = 0, .first_step = -1, .last_step = -1, .out_dir = NULL, .out_ranks = 4};
+      .ranks = 1, .algo = "f32", .trace_rank = -1, .first_step = -1, .last_step = -1, .out_dir = NULL, .out_ranks = 4};
 }
 
 void tsr_scale_result_free(tsr_scale_result *r) {

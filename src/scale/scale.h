@@ -5,6 +5,8 @@
 
 #include <tessera/scale.h>
 
+#include "trace_analysis/timeline.h"
+
 struct _tsr_cost_model {
   const char *name; /* what --algo selects; the collective's --grad-reduce name where it has one */
   const char *impl; /* the algorithm */
@@ -19,5 +21,9 @@ const struct _tsr_cost_model *_tsr_cost_model(const char *name);
 tsr_status _tsr_cost_check(const char *algo);
 /* One reduction's time; *used: the entry it used (the cheapest exact one for "best"). 0 on one rank. */
 double _tsr_cost_us(const tsr_machine *m, const char *algo, double bytes, int ranks, const char **used);
+
+/* The rank whose workers were occupied longest (task time plus dispatch waits): in synchronous data
+ * parallelism it sets everyone's pace. *wait: its dispatch time per task (machine.c). */
+tsr_status _tsr_scale_slowest_rank(const struct _tsr_tl *tl, int *rank, double *wait);
 
 #endif
