@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""METG(50%) from taskbench CSV lines (stdin or files): per (pattern, variant, ranks, scheduler), the
+smallest task granularity at which efficiency is still >= 50%, interpolated (log granularity, linear
+efficiency) between the last grain above 50% and the first below, going from large grains to small.
+Prints a Markdown table: one row per pattern, one column per variant x ranks x scheduler."""
+import csv
+import math
+import sys
+from collections import defaultdict
+
+
+def metg(points):
+    pts = sorted(points, key=lambda p: -p[0])  # large grains first
+    prev = None
+    for gran, eff in pts:
+        if eff < 0.5:
+            if prev is None:
+                return None  # below 50% already at the largest grain
+            g0, e0 = prev
+            f = (e0 - 0.5) / (e0 - eff)
+            return math.exp(math.log(g0) + f * (math.log(gran) - math.log(g0)))
+        prev = (gran, eff)
+    return prev[0] if prev else None  # never below: at most the smallest measured
+
+
+def main():
+    rows = defaultdict(list)
+    files = sys.argv[1:] or ["-"]
+    for name in files:
+        f = sys.stdin if name == "-" else open(name)
+        for r in csv.reader(l for l in f if l[0] != "#" and not l.startswith("pattern")):
+            if len(r) < 9:
+                continue
+            pat, var, ranks, sched = r[0], r[1], r[2], r[8]
+            rows[(pat, "%s %s r%s" % (sched, var, ranks))].append((float(r[6]), float(r[7])))
+    cols = sorted({k[1] for k in rows})
+    pats = []
+    for k in rows:
+        if k[0] not in pats:
+            pats.append(k[0])
+    print("| pattern | " + " | ".join(cols) + " |")
+    print("| --- |" + " ---: |" * len(cols))
+    for p in pats:
+        cells = []
+        for c in cols:
+            m = metg(rows.get((p, c), []))
+            cells.append("-" if m is None else "%.1f" % m)
+        print("| %s | %s |" % (p, " | ".join(cells)))
+
+
+if __name__ == "__main__":
+    main()
