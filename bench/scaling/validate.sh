@@ -61,9 +61,9 @@ for link in $links; do
     done
   done
 done
-awk -F, 'NR > 1 { e = $6 < 0 ? -$6 : $6; v[++n] = e; if (e > w) w = e }
-  END { asort(v); m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
-        printf "%d configurations: median |error| %.1f%%, worst %.1f%%\n", n, 100 * m, 100 * w }' "$csv" | tee "$out/summary.txt"
+tail -n +2 "$csv" | awk -F, '{ print ($6 < 0 ? -$6 : $6) }' | sort -g |
+  awk '{ v[++n] = $1 } END { m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
+        printf "%d configurations: median |error| %.1f%%, worst %.1f%%\n", n, 100 * m, 100 * v[n] }' | tee "$out/summary.txt"
 if command -v gnuplot >/dev/null; then
   gnuplot <<GP
 set terminal pngcairo size 700,600
@@ -75,6 +75,6 @@ f(x) = x
 plot "< grep '^loop' $csv" using 4:5 title "loopback" pt 7, \
      "< grep '^1gbit' $csv" using 4:5 title "netlab 1 Gbit/s" pt 5, \
      "< grep '^10gbit' $csv" using 4:5 title "netlab 10 Gbit/s" pt 9, \
-     f(x) title "predicted = measured" lt -1, 1.25*x title "+-25%" dt 2 lc rgb "gray", 0.8*x notitle dt 2 lc rgb "gray"
+     f(x) title "predicted = measured" lt -1, 1.25*x title "x 1.25, / 1.25" dt 2 lc rgb "gray", x/1.25 notitle dt 2 lc rgb "gray"
 GP
 fi

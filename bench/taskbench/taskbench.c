@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
     if (only && strcmp(only, patterns[p])) continue;
     for (long g = max_grain; g >= min_grain; g /= 2)
       for (int v = 0; v < 2; v++) { /* interleaved: both variants see the same load */
-        int steps = (int)fmin(20000, fmax(8, budget * nw * size / (w * g * per_iter)));
+        int steps = (int)fmin(1000, fmax(8, budget * nw * size / (w * g * per_iter)));
         struct run r = {.pat = p, .w = w, .t = steps, .tessera = v, .rank = rank, .size = size, .grain = g, .h = h};
         double wall = run_graph(&r);
         if (wall < 0) return fprintf(stderr, "taskbench: submission failed\n"), 1;
