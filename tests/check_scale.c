@@ -51,15 +51,19 @@ END_TEST
 START_TEST(other_models_by_hand) {
   tsr_machine m = hand_machine(1);
   /* recursive doubling, 4 ranks: 2 rounds of (10 + 4000/1000) + a sum of 4 us */
-  ck_assert_double_eq_tol(cost(&m, "recdouble", 4000, 4), 2 * 18.0, eps);
+  ck_assert_double_eq_tol(cost(&m, "rd", 4000, 4), 2 * 18.0, eps);
   /* 3 ranks: fold in and out (2 x 14 + 4), then one round of 18 */
-  ck_assert_double_eq_tol(cost(&m, "recdouble", 4000, 3), 32 + 18.0, eps);
-  /* hierarchical, 2 per node, 4 ranks: inside, slices of 2000: 2 hops of (1 + 2000/12500) and a sum
-   * of 2; across 2 nodes, chunks of 1000 with 2 flows on the shared link: 2 x (10 + 2) + 1 */
+  ck_assert_double_eq_tol(cost(&m, "rd", 4000, 3), 32 + 18.0, eps);
+  /* binomial tree, 4 ranks: 2 rounds up with a sum (14 + 4) and 2 down (14) */
+  ck_assert_double_eq_tol(cost(&m, "tree", 4000, 4), 2 * 18.0 + 2 * 14.0, eps);
+  /* hierarchical, 2 per node, 4 ranks: inside, a tree round up (1 + 4000/12500, a sum of 4) and one
+   * down (1.32); across the 2 leaders a ring of 2 rounds of 2000 (10 + 2) and a sum of 2 */
   tsr_machine m2 = hand_machine(2);
-  ck_assert_double_eq_tol(cost(&m2, "hier", 4000, 4), 2 * 1.16 + 2 + 24 + 1, 1e-9);
-  /* sign votes, 4 ranks, 32000 bytes: 3 rounds of (10 + 1000/1000), 3 counts of 8000/1000, a pack of 32 */
-  ck_assert_double_eq_tol(cost(&m, "sign1", 32000, 4), 3 * 11.0 + 3 * 8.0 + 32, eps);
+  ck_assert_double_eq_tol(cost(&m2, "hier", 4000, 4), 1.32 + 4 + 1.32 + 24 + 2, 1e-9);
+  /* sign votes, 4 ranks, 32000 bytes: 6 rounds of (10 + 250/1000), 3 counts of 2000/1000, a pack of 32 */
+  ck_assert_double_eq_tol(cost(&m, "sign1", 32000, 4), 6 * 10.25 + 3 * 2.0 + 32, eps);
+  /* p-bit sums, 4 ranks: 4 bits (2P + 1 = 9 values), 1000 bytes per message: 6 x 11 + 6 + 32 */
+  ck_assert_double_eq_tol(cost(&m, "signp", 32000, 4), 6 * 11.0 + 3 * 2.0 + 32, eps);
   /* halving-doubling, 4 ranks: halves of 2000 (2 x (10 + 2) + a sum of 2), quarters of 1000
    * (2 x 11 + 1) */
   ck_assert_double_eq_tol(cost(&m, "rabenseifner", 4000, 4), 26 + 23.0, eps);

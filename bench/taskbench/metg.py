@@ -2,7 +2,10 @@
 """METG(50%) from taskbench CSV lines (stdin or files): per (pattern, variant, ranks, scheduler), the
 smallest task granularity at which efficiency is still >= 50%, interpolated (log granularity, linear
 efficiency) between the last grain above 50% and the first below, going from large grains to small.
-Prints a Markdown table: one row per pattern, one column per variant x ranks x scheduler."""
+--wall: from wall-clock efficiency (Task Bench's own: cores x wall time); default: from CPU time
+(the CPU time the processes got, every thread: on a shared machine, where the wall clock also counts
+other users' time). Prints a Markdown table: one row per pattern, one column per variant x ranks x
+scheduler."""
 import csv
 import math
 import sys
@@ -25,14 +28,16 @@ def metg(points):
 
 def main():
     rows = defaultdict(list)
-    files = sys.argv[1:] or ["-"]
+    wall = "--wall" in sys.argv
+    files = [a for a in sys.argv[1:] if a != "--wall"] or ["-"]
     for name in files:
         f = sys.stdin if name == "-" else open(name)
         for r in csv.reader(l for l in f if l[0] != "#" and not l.startswith("pattern")):
-            if len(r) < 9:
+            if len(r) < 12:
                 continue
-            pat, var, ranks, sched = r[0], r[1], r[2], r[8]
-            rows[(pat, "%s %s r%s" % (sched, var, ranks))].append((float(r[6]), float(r[7])))
+            pat, var, ranks, sched = r[0], r[1], r[2], r[11]
+            gran, eff = (r[6], r[7]) if wall else (r[9], r[10])
+            rows[(pat, "%s %s r%s" % (sched, var, ranks))].append((float(gran), float(eff)))
     cols = sorted({k[1] for k in rows})
     pats = []
     for k in rows:

@@ -5,14 +5,17 @@
  * copy, name, placement rule, trace hook) or as a bare StarPU task, the same codelet and handles.
  * Across ranks, points are split in blocks and the values a task needs from another rank travel
  * as StarPU-MPI detached sends/receives (as Tessera's ring does), the same in both variants.
- * For each grain G (halving from --max-grain) it prints the efficiency (ideal time: tasks x the
+ * For each grain G (halving from MAX_GRAIN) it prints the efficiency (ideal time: tasks x the
  * kernel's time alone / workers, over the measured time) and the task granularity (wall x workers
- * / tasks); METG(50%) is the smallest granularity with efficiency >= 50% (interpolated).
+ * / tasks), and the same from the CPU time the processes got (all their threads), which a shared
+ * machine's other users do not inflate; METG(50%) is the smallest granularity with efficiency >= 50%
+ * (interpolated, bench/taskbench/metg.py).
  * Build: make bench/taskbench/taskbench; run: bench/taskbench/run.sh BUILD_DIR. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <starpu_mpi.h>
 #include <tessera.h>
@@ -27,6 +30,13 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* CPU time of this process (every thread: workers, StarPU-MPI's progress thread, the submitter). */
+static double cpu_now(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 /* The kernel: G dependent multiply-adds on 4 lanes (compute-bound, no memory traffic). */
@@ -104,15 +114,16 @@ static int submit(const struct run *r, int t, int i, const int *d, int nd, long 
   return starpu_task_submit(task);
 }
 
-/* One run: returns the wall time in seconds (every rank), or -1. */
-static double run_graph(struct run *r) {
+/* One run: returns the wall time in seconds (every rank), or -1; *cpu: the CPU time of every rank's
+ * process during it, summed on rank 0. */
+static double run_graph(struct run *r, double *cpu) {
   static double vals[4096][2];
   long grain = r->grain;
   for (int i = 0; i < r->w; i++)
     for (int p = 0; p < 2; p++)
       starpu_vector_data_register(&r->h[i][p], STARPU_MAIN_RAM, (uintptr_t)&vals[i][p], 1, sizeof(double));
   starpu_mpi_barrier(MPI_COMM_WORLD);
-  double t0 = now();
+  double t0 = now(), c0 = cpu_now();
   int ret = 0, d[MAXDEP];
   unsigned char *sent = calloc(r->w, 1);
   for (int t = 0; !ret && t < r->t; t++) {
@@ -136,7 +147,15 @@ static double run_graph(struct run *r) {
   starpu_task_wait_for_all();
   starpu_mpi_wait_for_all(MPI_COMM_WORLD);
   starpu_mpi_barrier(MPI_COMM_WORLD);
-  double wall = now() - t0;
+  double wall = now() - t0, mine = cpu_now() - c0, other = 0;
+  starpu_data_handle_t hc;
+  starpu_variable_data_register(&hc, STARPU_MAIN_RAM, (uintptr_t)&other, sizeof other);
+  *cpu = mine;
+  for (int k = 1; !ret && k < r->size; k++) { /* every rank's CPU time to rank 0 */
+    if (r->rank == k) other = mine, ret = starpu_mpi_send(hc, 0, 999, MPI_COMM_WORLD);
+    if (r->rank == 0) ret = starpu_mpi_recv(hc, k, 999, MPI_COMM_WORLD, MPI_STATUS_IGNORE), *cpu += other;
+  }
+  starpu_data_unregister(hc);
   for (int i = 0; i < r->w; i++)
     for (int p = 0; p < 2; p++) starpu_data_unregister(r->h[i][p]);
   return ret ? -1 : wall;
@@ -168,7 +187,8 @@ int main(int argc, char **argv) {
   starpu_data_handle_t(*h)[2] = calloc(w, sizeof *h);
   if (rank == 0)
     printf("# ranks %d, CPU workers per rank %d, width %d, kernel %.3f ns/iteration (sink %g)\n"
-           "pattern,variant,ranks,grain,tasks,wall_s,granularity_us,efficiency\n",
+           "pattern,variant,ranks,grain,tasks,wall_s,granularity_us,efficiency,cpu_s,cpu_granularity_us,"
+           "cpu_efficiency\n",
            size, nw, w, per_iter * 1e9, sink);
   for (int p = 0; p < NPAT; p++) {
     if (only && strcmp(only, patterns[p])) continue;
@@ -176,12 +196,13 @@ int main(int argc, char **argv) {
       for (int v = 0; v < 2; v++) { /* interleaved: both variants see the same load */
         int steps = (int)fmin(1000, fmax(8, budget * nw * size / (w * g * per_iter)));
         struct run r = {.pat = p, .w = w, .t = steps, .tessera = v, .rank = rank, .size = size, .grain = g, .h = h};
-        double wall = run_graph(&r);
+        double cpu, wall = run_graph(&r, &cpu);
         if (wall < 0) return fprintf(stderr, "taskbench: submission failed\n"), 1;
         double tasks = (double)w * steps, ideal = tasks * g * per_iter / (nw * size);
         if (rank == 0)
-          printf("%s,%s,%d,%ld,%.0f,%.4f,%.3f,%.4f\n", patterns[p], v ? "tessera" : "starpu", size, g, tasks, wall,
-                 wall * nw * size / tasks * 1e6, ideal / wall);
+          printf("%s,%s,%d,%ld,%.0f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f\n", patterns[p], v ? "tessera" : "starpu", size, g,
+                 tasks, wall, wall * nw * size / tasks * 1e6, ideal / wall, cpu, cpu / tasks * 1e6,
+                 tasks * g * per_iter / cpu);
         fflush(stdout);
       }
   }

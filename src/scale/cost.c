@@ -49,16 +49,26 @@ static double recdouble(const tsr_machine *mc, double n, int p) {
   return t;
 }
 
-/* Hierarchical: a ring reduce-scatter inside each node (k-1 rounds of n/k), k rings across the N
- * nodes at once, one per slice of n/k (2(N-1) rounds of n/(kN), sharing the node's link), then an
- * allgather inside the node. */
+/* Binomial tree: ceil(log2 P) rounds summing whole groups towards the first member, then as many
+ * broadcasting the result (partners 1, 2, 4... apart: inside a node while closer than k). */
+static double tree_rounds(const tsr_machine *mc, double n, int p, int stride) {
+  int k = per_node(mc, p * stride);
+  double t = 0;
+  for (int d = 1; d < p; d *= 2) {
+    double h = d * stride < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, 1);
+    t += 2 * h + sum_us(mc, n);
+  }
+  return t;
+}
+static double tree(const tsr_machine *mc, double n, int p) { return tree_rounds(mc, n, p, 1); }
+
+/* Hierarchical (hier.c): a binomial-tree sum inside each node to its first member, the float32
+ * ring across the N node leaders (2(N-1) rounds of n/N, one flow per node link), a binomial-tree
+ * broadcast inside each node. */
 static double hier(const tsr_machine *mc, double n, int p) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
-  double s = n / k, t = (k - 1) * (2 * hop(&mc->intra, s, 1) + sum_us(mc, s));
-  if (nodes > 1) {
-    double c = s / nodes;
-    t += 2.0 * (nodes - 1) * hop(&mc->inter, c, k) + (nodes - 1) * sum_us(mc, c);
-  }
+  double t = tree_rounds(mc, n, k, 1);
+  if (nodes > 1) t += 2.0 * (nodes - 1) * hop(&mc->inter, n / nodes, 1) + (nodes - 1) * sum_us(mc, n / nodes);
   return t;
 }
 
@@ -89,22 +99,34 @@ static double hier_rh(const tsr_machine *mc, double n, int p) {
   return t + (nodes > 1 ? halving(mc, s, nodes, k, k) : 0);
 }
 
-/* 1-bit sign votes: every rank's signs (1 bit per float32 value: n/32 bytes) go round a ring
- * allgather (P-1 rounds), and the votes are counted like sums of (P-1) int8 vectors of n/4 values. */
+/* 1-bit sign votes (sign.c, "sign1"): a reduce-scatter and an allgather of packed signs, one bit
+ * per float32 value (n/32 bytes in all, n/32P per message), P-1 rounds each; the owner of a chunk
+ * counts the P-1 votes it receives (n/4P values each, costed like float32 sums of a quarter). */
 static double sign1(const tsr_machine *mc, double n, int p) {
-  return (p - 1) * ring_round(mc, p, n / 32) + (p - 1) * sum_us(mc, n / 4) + pack_us(mc, n);
+  return 2.0 * (p - 1) * ring_round(mc, p, n / 32 / p) + (p - 1) * sum_us(mc, n / 4 / p) + pack_us(mc, n);
+}
+
+/* p-bit partial sums of signs (sign.c, "signp"): the ring on ceil(log2(2P + 1)) bits per value. */
+static double signp(const tsr_machine *mc, double n, int p) {
+  int bits = 0;
+  while ((1 << bits) < 2 * p + 1) bits++;
+  double c = n / 32 * bits / p;
+  return 2.0 * (p - 1) * ring_round(mc, p, c) + (p - 1) * sum_us(mc, n / 4 / p) + pack_us(mc, n);
 }
 
 static const struct _tsr_cost_model models[] = {
     {"f32", "ring", 1, "ring allreduce, float32 chunks (ring.c)", ring_f32},
     {"bf16", "ring", 0, "ring allreduce, bf16 chunks summed in float32 (ring.c)", ring_half},
     {"fp16", "ring", 0, "ring allreduce, fp16 chunks summed in float32 (ring.c)", ring_half},
-    {"recdouble", "recursive doubling", 1, "recursive doubling, float32: log2(P) rounds of the whole group", recdouble},
-    {"hier", "hierarchical", 1, "ring inside nodes, k concurrent rings across nodes, float32", hier},
+    {"rd", "recursive doubling", 1, "recursive doubling, float32: log2(P) rounds of the whole group", recdouble},
+    {"tree", "binomial tree", 1, "binomial-tree sum then broadcast, float32: 2 log2(P) rounds", tree},
+    {"hier", "hierarchical", 1, "tree inside nodes, float32 ring across node leaders (hier.c)", hier},
     {"rabenseifner", "halving-doubling", 1, "recursive halving reduce-scatter + doubling allgather, float32",
      rabenseifner},
-    {"hier-rh", "hierarchical", 1, "ring inside nodes, halving-doubling across nodes, float32", hier_rh},
-    {"sign1", "sign votes", 0, "1-bit sign votes: ring allgather of packed signs", sign1},
+    {"hier-rh", "hierarchical", 1, "ring inside nodes, k concurrent halving-doublings across nodes, float32",
+     hier_rh},
+    {"sign1", "sign votes", 0, "1-bit sign votes: reduce-scatter and allgather of packed signs (sign.c)", sign1},
+    {"signp", "sign votes", 0, "ring of p-bit partial sums of signs, p = ceil(log2(2P+1)) (sign.c)", signp},
 };
 enum { NMODELS = sizeof models / sizeof *models };
 
