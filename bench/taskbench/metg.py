@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """METG(50%) from taskbench CSV lines (stdin or files): per (pattern, variant, ranks, scheduler), the
 smallest task granularity at which efficiency is still >= 50%, interpolated (log granularity, linear
-efficiency) between the last grain above 50% and the first below, going from large grains to small.
+efficiency) towards the next smaller granularity measured.
 --wall: from wall-clock efficiency (Task Bench's own: cores x wall time); default: from CPU time
 (the CPU time the processes got, every thread: on a shared machine, where the wall clock also counts
 other users' time). Prints a Markdown table: one row per pattern, one column per variant x ranks x
@@ -13,17 +13,19 @@ from collections import defaultdict
 
 
 def metg(points):
+    """The smallest granularity measured at >= 50%, interpolated (log granularity, linear efficiency)
+    towards the next smaller one, which fell below: a noisy or warming-up point above it (dmdas
+    calibrates its models in the first runs) does not end the search."""
     pts = sorted(points, key=lambda p: -p[0])  # large grains first
-    prev = None
-    for gran, eff in pts:
-        if eff < 0.5:
-            if prev is None:
-                return None  # below 50% already at the largest grain
-            g0, e0 = prev
-            f = (e0 - 0.5) / (e0 - eff)
-            return math.exp(math.log(g0) + f * (math.log(gran) - math.log(g0)))
-        prev = (gran, eff)
-    return prev[0] if prev else None  # never below: at most the smallest measured
+    above = [i for i, (_, e) in enumerate(pts) if e >= 0.5]
+    if not above:
+        return None
+    i = above[-1]
+    if i + 1 == len(pts):
+        return pts[i][0]  # never below 50%: at most the smallest measured
+    (g0, e0), (g1, e1) = pts[i], pts[i + 1]
+    f = (e0 - 0.5) / (e0 - e1)
+    return math.exp(math.log(g0) + f * (math.log(g1) - math.log(g0)))
 
 
 def main():
