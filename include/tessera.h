@@ -13,6 +13,7 @@
 #include <tessera/data.h>
 #include <tessera/params.h>
 #include <tessera/trace.h>
+#include <tessera/scale.h>
 #include <tessera/cbed.h>
 #include <tessera/loader.h>
 #include <tessera/checkpoint.h>

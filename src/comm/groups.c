@@ -10,6 +10,7 @@
 #include "runtime/communicator.h"
 #include "runtime/error.h"
 #include "runtime/submit.h"
+#include "trace/trace.h"
 
 static size_t padded(size_t n) { return (n + 15) & ~(size_t)15; }
 
@@ -187,6 +188,7 @@ void _tsr_groups_destroy(struct _tsr_groups *gs) {
 }
 
 int _tsr_group_allreduce(struct _tsr_groups *gs, int g, int64_t step) {
+  _tsr_trace_group(step, g, gs->g[g].n * sizeof(float));
   if (!gs->ops) return 0;
   gs->ops = gs->g[g].ops;
   gs->bytes += gs->ops->wire_bytes(gs, g);

@@ -142,6 +142,11 @@ tsr_status _tsr_trace_write_raw(const char *path, const struct _tsr_recs *r, int
     fprintf(f, "xfer\t%lld\t%d\t%d\t%llu\t%lld\t%.3f\t%.3f\n", (long long)x->step, x->peer, x->is_send,
             (unsigned long long)x->bytes, (long long)x->tag, x->post, x->done);
   }
+  for (size_t i = 0; i < r->ngroups; i++) {
+    const struct _tsr_grec *g = &r->groups[i];
+    fprintf(f, "group\t%lld\t%d\t%llu\t%llu\n", (long long)g->step, g->group, (unsigned long long)g->bytes,
+            (unsigned long long)g->seq);
+  }
   free(deps.v);
   hmap_free(&m);
   int bad = ferror(f);

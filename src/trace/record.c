@@ -22,6 +22,8 @@ static char trace_dir[4096];
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct _tsr_tbuf *bufs; /* every thread's buffer of this recording */
 static atomic_int generation;
+static struct _tsr_grec *grecs; /* group markers (host thread, under reg_lock) */
+static size_t ngrecs, gcap;
 static _Thread_local struct _tsr_tbuf *my;
 static _Thread_local int my_gen = -1;
 
@@ -61,6 +63,15 @@ static int reserve(void **p, size_t *cap, size_t n, size_t sz) {
   if (!q) return -1;
   *p = q, *cap = c;
   return 0;
+}
+
+void _tsr_trace_group(int64_t step, int g, uint64_t bytes) {
+  if (!atomic_load_explicit(&_tsr_trace_active, memory_order_relaxed)) return;
+  if (step < win_first || (win_last >= 0 && step > win_last)) return;
+  pthread_mutex_lock(&reg_lock);
+  if (reserve((void **)&grecs, &gcap, ngrecs, sizeof *grecs) == 0)
+    grecs[ngrecs++] = (struct _tsr_grec){step, g, bytes, atomic_load(&next_seq)};
+  pthread_mutex_unlock(&reg_lock);
 }
 
 static void record_task(struct cbarg *a) {
@@ -196,10 +207,12 @@ tsr_status tsr_trace_stop(tsr_context *ctx) {
   /* Gather this rank's buffers: records by submission order, with their handle accesses. */
   pthread_mutex_lock(&reg_lock);
   struct _tsr_tbuf *list = bufs;
-  bufs = NULL;
+  struct _tsr_grec *marks = grecs;
+  size_t nmarks = ngrecs;
+  bufs = NULL, grecs = NULL, ngrecs = gcap = 0;
   atomic_fetch_add(&generation, 1);
   pthread_mutex_unlock(&reg_lock);
-  struct _tsr_recs all = {0};
+  struct _tsr_recs all = {.groups = marks, .ngroups = nmarks};
   for (struct _tsr_tbuf *b = list; b; b = b->next) all.nrecs += b->nrecs, all.nxfers += b->nxfers;
   all.recs = malloc((all.nrecs + 1) * sizeof *all.recs);
   all.xfers = malloc((all.nxfers + 1) * sizeof *all.xfers);
@@ -240,6 +253,7 @@ tsr_status tsr_trace_stop(tsr_context *ctx) {
   free(all.recs);
   free(all.xfers);
   free(all.acc);
+  free(marks);
   while (list) {
     struct _tsr_tbuf *n = list->next;
     free(list->recs);

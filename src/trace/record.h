@@ -29,6 +29,12 @@ struct _tsr_xrec {            /* one MPI transfer */
   double post, done;
 };
 
+struct _tsr_grec {            /* one group marker */
+  int64_t step;
+  int group;
+  uint64_t bytes, seq;        /* seq: the first task submitted after it */
+};
+
 struct _tsr_tbuf {            /* one thread's events */
   struct _tsr_rec *recs;
   struct _tsr_access *acc;
@@ -41,7 +47,8 @@ struct _tsr_recs {            /* a rank's events, records in submission order */
   struct _tsr_rec *recs;
   const struct _tsr_access **acc; /* [nrecs]: each record's recs[i].nacc accesses */
   struct _tsr_xrec *xfers;
-  size_t nrecs, nxfers;
+  const struct _tsr_grec *groups;
+  size_t nrecs, nxfers, ngroups;
 };
 
 /* raw.c: rebuilds data dependencies (sequential consistency, in submission order) and writes the

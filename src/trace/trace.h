@@ -46,6 +46,11 @@ void _tsr_trace_transfer_step(int64_t step, int peer, size_t bytes, int64_t tag,
  *   starpu_mpi_isend_detached(h, peer, tag, comm, a ? _tsr_trace_xfer_done : NULL, a); */
 void *_tsr_trace_xfer_arg(int64_t step, int peer, size_t bytes, int64_t tag, int is_send);
 void _tsr_trace_xfer_done(void *arg);
+/* A gradient group's reduction submitted for `step` (g: its index, bytes: its float32 size): the
+ * marker lies between the tasks submitted before and after it (their sequence numbers), so a replay
+ * (src/scale) finds the group's gradients and its updates even in a 1-rank trace, where the
+ * reduction submits nothing. Host thread only. */
+void _tsr_trace_group(int64_t step, int g, uint64_t bytes);
 /* Tasks recorded since tsr_trace_start (tests). */
 uint64_t _tsr_trace_num_hooked(void);
 

@@ -42,6 +42,7 @@ void _tsr_tl_free(struct _tsr_tl *tl) {
   free(tl->offset);
   free(tl->tasks);
   free(tl->xfers);
+  free(tl->groups);
   free(tl);
 }
 
@@ -70,6 +71,16 @@ int _tsr_tl_add_xfer(struct _tsr_tl *tl, const struct _tsr_xev *ev) {
   }
   tl->xfers[tl->nxfers] = *ev;
   return tl->nxfers++;
+}
+
+int _tsr_tl_add_group(struct _tsr_tl *tl, const struct _tsr_gev *ev) {
+  if ((tl->ngroups & (tl->ngroups - 1)) == 0) {
+    struct _tsr_gev *g = realloc(tl->groups, (tl->ngroups ? 2 * tl->ngroups : 1) * sizeof *g);
+    if (!g) return -1;
+    tl->groups = g;
+  }
+  tl->groups[tl->ngroups] = *ev;
+  return tl->ngroups++;
 }
 
 void _tsr_tl_finish(struct _tsr_tl *tl) {
@@ -164,6 +175,10 @@ static tsr_status load_rank(struct _tsr_tl *tl, const char *path, int rank, int 
                            .tag = strtoll(fld[4], NULL, 10), .post = strtod(fld[5], NULL) + off,
                            .done = strtod(fld[6], NULL) + off};
       if (_tsr_tl_add_xfer(tl, &x) < 0) st = _tsr_error(TSR_ERR_NOMEM, "trace: out of memory");
+    } else if (!strcmp(kind, "group") && n >= 4) {
+      struct _tsr_gev g = {.step = strtoll(fld[0], NULL, 10), .rank = rank, .group = atoi(fld[1]),
+                           .bytes = strtoull(fld[2], NULL, 10), .seq = strtoull(fld[3], NULL, 10)};
+      if (_tsr_tl_add_group(tl, &g) < 0) st = _tsr_error(TSR_ERR_NOMEM, "trace: out of memory");
     } else {
       st = bad(path, ln, "unknown or truncated line");
     }
@@ -214,6 +229,51 @@ tsr_status _tsr_tl_load(struct _tsr_tl **out, const char *dir) {
   }
   _tsr_tl_finish(tl);
   *out = tl;
+  return TSR_OK;
+}
+
+/* ---- writing raw files (a timeline built elsewhere, e.g. a replay) ---- */
+
+static tsr_status write_rank(const struct _tsr_tl *tl, int r, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return _tsr_error(TSR_ERR_IO, "trace: cannot write %s: %s", path, strerror(errno));
+  fprintf(f, "# tessera trace 1\nrank\t%d\tsize\t%d\toffset_us\t0.000\n", r, tl->nranks);
+  for (int w = 0; w < tl->nworkers[r]; w++)
+    fprintf(f, "worker\t%d\t%s\n", w, tl->worker_names[r][w] ? tl->worker_names[r][w] : "worker");
+  for (int i = 0; i < tl->ntasks; i++) {
+    const struct _tsr_tev *e = &tl->tasks[i];
+    if (e->rank != r) continue;
+    fprintf(f, "task\t%llu\t%lld\t%d\t%.3f\t%.3f\t%.3f\t%llu\t%s\t%s\t", (unsigned long long)e->seq,
+            (long long)e->step, e->worker, e->submit, e->start, e->end, (unsigned long long)e->bytes, e->name, e->op);
+    int any = 0;
+    for (int k = 0; k < e->ndeps; k++)
+      if (tl->tasks[e->deps[k]].rank == r)
+        fprintf(f, "%s%llu", any++ ? "," : "", (unsigned long long)tl->tasks[e->deps[k]].seq);
+    fputs(any ? "\n" : "-\n", f);
+  }
+  for (int i = 0; i < tl->nxfers; i++) {
+    const struct _tsr_xev *x = &tl->xfers[i];
+    if (x->rank == r)
+      fprintf(f, "xfer\t%lld\t%d\t%d\t%llu\t%lld\t%.3f\t%.3f\n", (long long)x->step, x->peer, x->is_send,
+              (unsigned long long)x->bytes, (long long)x->tag, x->post, x->done);
+  }
+  for (int i = 0; i < tl->ngroups; i++) {
+    const struct _tsr_gev *g = &tl->groups[i];
+    if (g->rank == r)
+      fprintf(f, "group\t%lld\t%d\t%llu\t%llu\n", (long long)g->step, g->group, (unsigned long long)g->bytes,
+              (unsigned long long)g->seq);
+  }
+  int err = ferror(f);
+  if (fclose(f) != 0 || err) return _tsr_error(TSR_ERR_IO, "trace: error while writing %s", path);
+  return TSR_OK;
+}
+
+tsr_status _tsr_tl_write_raw(const struct _tsr_tl *tl, const char *dir) {
+  for (int r = 0; r < tl->nranks; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank-%d.tsv", dir, r);
+    TSR_TRY(write_rank(tl, r, path));
+  }
   return TSR_OK;
 }
 

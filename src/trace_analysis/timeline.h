@@ -32,15 +32,23 @@ struct _tsr_xev {             /* one MPI transfer */
   double post, done;
 };
 
+struct _tsr_gev {             /* a gradient group's reduction (marker) */
+  int64_t step;
+  int rank, group;
+  uint64_t bytes;             /* the group's float32 size */
+  uint64_t seq;               /* the first task of its rank submitted after it */
+};
+
 struct _tsr_tl {
   int nranks;
   int *nworkers;              /* [nranks] */
   char ***worker_names;       /* [nranks][nworkers] */
   double *offset;             /* [nranks] added to a rank's clock to get rank 0's */
   double t0;                  /* earliest event (aligned), subtracted by the writers */
-  int ntasks, nxfers;
+  int ntasks, nxfers, ngroups;
   struct _tsr_tev *tasks;     /* sorted by (rank, seq) */
   struct _tsr_xev *xfers;
+  struct _tsr_gev *groups;    /* in file order: by (rank, step, group) */
 };
 
 /* Reads DIR/rank-*.tsv (the raw files written by tsr_trace_stop). */
@@ -50,11 +58,15 @@ struct _tsr_tl *_tsr_tl_new(int nranks, int nworkers);
 /* Appends a task (deps: indices of earlier tasks) or a transfer; returns its index or -1. */
 int _tsr_tl_add_task(struct _tsr_tl *tl, const struct _tsr_tev *ev, const int *deps, int ndeps);
 int _tsr_tl_add_xfer(struct _tsr_tl *tl, const struct _tsr_xev *ev);
+int _tsr_tl_add_group(struct _tsr_tl *tl, const struct _tsr_gev *ev);
 /* Sets t0 and gives unassigned transfers (step -1) a step by time. Call once all events are in. */
 void _tsr_tl_finish(struct _tsr_tl *tl);
 void _tsr_tl_free(struct _tsr_tl *tl);
 
 /* ---- writers ---- */
+/* DIR/rank-R.tsv for every rank, in the format tsr_trace_stop writes (offsets 0: times are already
+ * on one clock), so that _tsr_tl_load and tessera-trace read it back. */
+tsr_status _tsr_tl_write_raw(const struct _tsr_tl *tl, const char *dir);
 tsr_status _tsr_tl_write_chrome(const struct _tsr_tl *tl, const char *path);
 tsr_status _tsr_tl_write_paje(const struct _tsr_tl *tl, const char *path);
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Measured against predicted step times (docs/scaling.md): for each link (loopback: Open MPI's shared
+# memory; netlab at 1 and 10 Gbit/s when it can run here), each group layout (TESSERA_GROUP_BYTES:
+# the default 256 KiB, one group per layer, one group for all) and 1..4 ranks, one traced
+# tessera-train run of validate_model.json (4 samples per rank per step, 1 worker per rank); the
+# prediction replays that same trace (rank 0's task durations: the same load as the measured steps)
+# on the link's machine file, measured by tessera-scale --calibrate (+ --from-trace for the sums).
+# Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv)
+set -u
+B=$(cd "${1:?usage: validate.sh BUILD_DIR [OUT_DIR]}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+out=${2:-$PWD/validate-out}
+mkdir -p "$out"
+tmp=$(mktemp -d /tmp/tsr-validate-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 TESSERA_GROUP_BYTES=262144
+netlab=${TESSERA_NETLAB:-$here/../../scripts/netlab}
+MPI="mpirun --allow-run-as-root --oversubscribe -x STARPU_HOME -x STARPU_SILENT -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x TESSERA_GROUP_BYTES"
+"$B/tessera-datagen" --out "$tmp/data.h5" --samples 224 --size 16 --seed 3 -q || exit 1
+"$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 \
+  --workers 1 -q >/dev/null 2>&1 # StarPU's bus and kernel models, once
+csv=$out/validate.csv
+echo "link,ranks,layout,measured_ms,predicted_ms,error,load" >"$csv"
+
+# launch LINK N CMD...: runs CMD on N ranks over the link
+launch() {
+  local link=$1 n=$2
+  shift 2
+  case $link in
+  loop) if [ "$n" = 1 ]; then "$@"; else $MPI -np "$n" "$@"; fi ;;
+  *) "$netlab" run --nodes "$n" --rate "$link" -- $MPI -np "$n" "$@" ;;
+  esac
+}
+
+train() { # LINK N LAYOUT TRACE
+  rm -rf "$4"
+  TESSERA_GROUP_BYTES=$3 launch "$1" "$2" "$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" \
+    --val-fraction 0 --epochs 1 --batch $((4 * $2)) --workers 1 -q --trace "$4" >"$tmp/train.log" 2>&1 ||
+    { cat "$tmp/train.log"; return 1; }
+}
+
+links="loop"
+if [ -x "$netlab" ] && "$netlab" check >/dev/null 2>&1; then links="loop 1gbit 10gbit"; else
+  echo "netlab not usable here ($("$netlab" check 2>&1 | tail -1)): loopback only"; fi
+for link in $links; do
+  mf=$out/machine-$link.json
+  train "$link" 2 262144 "$tmp/cal-trace" || exit 1
+  for try in 1 2 3; do # a loaded machine can drown the small sizes' times in scheduling noise
+    launch "$link" 2 "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 \
+      --from-trace "$tmp/cal-trace" --name "$link" --save "$mf" >"$out/calibrate-$link.log" 2>&1 && break
+    [ $try = 3 ] && { cat "$out/calibrate-$link.log"; exit 1; }
+  done
+  for layout in 262144 layer 1000000000000; do
+    for n in 1 2 3 4; do
+      [ "$link" != loop ] && [ "$n" = 1 ] && continue # one rank uses no link
+      train "$link" "$n" "$layout" "$tmp/tr" || exit 1
+      line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --csv | tail -1)
+      load=$(cut -d' ' -f1 /proc/loadavg)
+      echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" \
+        '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld }' | tee -a "$csv"
+    done
+  done
+done
+tail -n +2 "$csv" | awk -F, '{ print ($6 < 0 ? -$6 : $6) }' | sort -g |
+  awk '{ v[++n] = $1 } END { m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
+        printf "%d configurations: median |error| %.1f%%, worst %.1f%%\n", n, 100 * m, 100 * v[n] }' | tee "$out/summary.txt"
+if command -v gnuplot >/dev/null; then
+  gnuplot <<GP
+set terminal pngcairo size 700,600
+set output "$out/validate.png"
+set datafile separator ","
+set xlabel "measured ms/step"; set ylabel "predicted ms/step"; set key top left
+set logscale xy
+f(x) = x
+plot "< grep '^loop' $csv" using 4:5 title "loopback" pt 7, \
+     "< grep '^1gbit' $csv" using 4:5 title "netlab 1 Gbit/s" pt 5, \
+     "< grep '^10gbit' $csv" using 4:5 title "netlab 10 Gbit/s" pt 9, \
+     f(x) title "predicted = measured" lt -1, 1.25*x title "x 1.25, / 1.25" dt 2 lc rgb "gray", x/1.25 notitle dt 2 lc rgb "gray"
+GP
+fi

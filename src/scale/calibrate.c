@@ -1,0 +1,118 @@
+/* tsr_scale_calibrate: measures the link between ranks 0 and 1 through StarPU-MPI, the layer the
+ * reductions use: ping-pong half round trips (latency) and streams of back-to-back messages
+ * (bandwidth) at several sizes, medians over repetitions. Other ranks take no part. */
+#include <math.h>
+#include <stdlib.h>
+#include <starpu_mpi.h>
+
+#include "runtime/error.h"
+#include "scale/scale.h"
+
+enum { STREAM = 8, TAG = 7000 };
+
+static const int64_t default_sizes[] = {8, 1024, 65536, 262144, 1048576, 4194304};
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One size: median half round trip and median time per streamed message (rank 0; rank 1 echoes). */
+static int measure(int rank, starpu_data_handle_t *h, starpu_data_handle_t ack, int reps, double *half, double *per_msg,
+                   double ack_us, double *tv) {
+  int peer = 1 - rank, ret = 0;
+  for (int r = -2; !ret && r < reps; r++) { /* two warm-up rounds */
+    double t0 = starpu_timing_now();
+    if (rank == 0) {
+      ret = starpu_mpi_send(h[0], peer, TAG, MPI_COMM_WORLD);
+      if (!ret) ret = starpu_mpi_recv(h[0], peer, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      ret = starpu_mpi_recv(h[0], peer, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (!ret) ret = starpu_mpi_send(h[0], peer, TAG, MPI_COMM_WORLD);
+    }
+    if (r >= 0) tv[r] = (starpu_timing_now() - t0) / 2;
+  }
+  if (ret) return ret;
+  *half = median(tv, reps);
+  for (int r = -1; !ret && r < reps; r++) {
+    starpu_mpi_req req[STREAM];
+    double t0 = starpu_timing_now();
+    for (int k = 0; !ret && k < STREAM; k++)
+      ret = rank == 0 ? starpu_mpi_isend(h[k], &req[k], peer, TAG + 1 + k, MPI_COMM_WORLD)
+                      : starpu_mpi_irecv(h[k], &req[k], peer, TAG + 1 + k, MPI_COMM_WORLD);
+    for (int k = 0; !ret && k < STREAM; k++) ret = starpu_mpi_wait(&req[k], MPI_STATUS_IGNORE);
+    if (!ret)
+      ret = rank == 0 ? starpu_mpi_recv(ack, peer, TAG + 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
+                      : starpu_mpi_send(ack, peer, TAG + 99, MPI_COMM_WORLD);
+    if (r >= 0) tv[r] = (starpu_timing_now() - t0 - ack_us) / STREAM;
+  }
+  *per_msg = median(tv, reps);
+  return ret;
+}
+
+tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsizes, int reps, tsr_link *link,
+                               FILE *log) {
+  if (!ctx || !link) return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: context and link are required");
+  if (!sizes) sizes = default_sizes, nsizes = sizeof default_sizes / sizeof *default_sizes;
+  if (nsizes < 2 || reps < 1 || reps > 100000)
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: %d sizes and %d repetitions (need >= 2 and 1..100000)", nsizes,
+                      reps);
+  int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx);
+  if (size < 2) return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: needs 2 ranks (run it under mpirun -np 2)");
+  int64_t maxb = 0;
+  for (int i = 0; i < nsizes; i++) {
+    if (sizes[i] < 1 || sizes[i] > (1 << 30) || (i > 0 && sizes[i] <= sizes[i - 1]))
+      return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate: size %d (%lld bytes) must be 1 B..1 GiB and increasing", i,
+                        (long long)sizes[i]);
+    maxb = sizes[i];
+  }
+  if (rank > 1) return TSR_OK;
+  char *buf = calloc(STREAM, (size_t)maxb), ackb = 0;
+  double *tv = malloc(reps * sizeof *tv), *half = calloc(nsizes, sizeof *half), *per = calloc(nsizes, sizeof *per);
+  if (!buf || !tv || !half || !per) {
+    free(buf), free(tv), free(half), free(per);
+    return _tsr_error(TSR_ERR_NOMEM, "tsr_scale_calibrate: out of memory for %lld-byte messages", (long long)maxb);
+  }
+  starpu_data_handle_t ack;
+  starpu_vector_data_register(&ack, STARPU_MAIN_RAM, (uintptr_t)&ackb, 1, 1);
+  int ret = 0;
+  for (int i = 0; !ret && i < nsizes; i++) {
+    starpu_data_handle_t h[STREAM];
+    for (int k = 0; k < STREAM; k++)
+      starpu_vector_data_register(&h[k], STARPU_MAIN_RAM, (uintptr_t)(buf + k * maxb), (uint32_t)sizes[i], 1);
+    ret = measure(rank, h, ack, reps, &half[i], &per[i], i ? half[0] : 0, tv);
+    for (int k = 0; k < STREAM; k++) starpu_data_unregister(h[k]);
+  }
+  starpu_data_unregister(ack);
+  tsr_status st = TSR_OK;
+  if (ret) st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate: StarPU-MPI transfer failed (%d)", ret);
+  /* Bandwidth: least-squares slope of time per streamed message against size, sizes >= 64 KiB
+   * (all sizes when fewer than two are that large). */
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int n = 0, from = 0;
+  while (from < nsizes - 2 && sizes[from] < 65536) from++;
+  for (int i = from; i < nsizes; i++, n++)
+    sx += sizes[i], sy += per[i], sxx += (double)sizes[i] * sizes[i], sxy += sizes[i] * per[i];
+  double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx); /* us per byte */
+  if (st == TSR_OK && rank == 0 && !(slope > 0))
+    st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate: streaming time does not grow with size (noise?): rerun "
+                                     "with more repetitions or larger sizes");
+  if (st == TSR_OK && rank == 0) {
+    link->latency_us = half[0];
+    link->bandwidth_gbit = 1 / slope / 125.0;
+    if (log) {
+      fprintf(log, "%12s %14s %16s %12s\n", "bytes", "half RTT us", "stream us/msg", "Gbit/s");
+      for (int i = 0; i < nsizes; i++)
+        fprintf(log, "%12lld %14.2f %16.2f %12.3f\n", (long long)sizes[i], half[i], per[i],
+                per[i] > 0 ? sizes[i] / per[i] / 125.0 : 0.0);
+      fprintf(log, "latency %.2f us, bandwidth %.3f Gbit/s (slope over sizes >= %lld bytes)\n", link->latency_us,
+              link->bandwidth_gbit, (long long)sizes[from]);
+    }
+  }
+  free(buf), free(tv), free(half), free(per);
+  return st;
+}

@@ -1,0 +1,172 @@
+/* Cost models of the reductions, one entry per algorithm: the time of one group's sum over P ranks
+ * from the links of a machine (latency + bytes / bandwidth per message, a node's shared link divided
+ * among the flows that cross it at once) and the rates of the sums and packs on receipt. Ranks sit
+ * k to a node, consecutive ranks together, so a ring crosses each node boundary once per direction.
+ * A new collective is one entry here (docs/scaling.md gives each formula). */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/error.h"
+#include "scale/scale.h"
+
+static double rate(double gbit) { return gbit * 125.0; } /* Gbit/s -> bytes per us */
+
+/* One message of m bytes over link l while `flows` messages share it (when it is shared). */
+static double hop(const tsr_link *l, double m, int flows) {
+  return l->latency_us + m * (l->shared && flows > 1 ? flows : 1) / rate(l->bandwidth_gbit);
+}
+static double sum_us(const tsr_machine *mc, double b) { return b / rate(mc->reduce_gbit); }
+static double pack_us(const tsr_machine *mc, double b) { return b / rate(mc->pack_gbit); }
+static int per_node(const tsr_machine *mc, int p) { return mc->ranks_per_node < p ? mc->ranks_per_node : p; }
+
+/* One round in which every rank sends m bytes to its ring neighbour: the slowest hop. */
+static double ring_round(const tsr_machine *mc, int p, double m) {
+  int k = per_node(mc, p), nodes = (p + k - 1) / k;
+  double a = k > 1 ? hop(&mc->intra, m, 1) : 0, b = nodes > 1 ? hop(&mc->inter, m, 1) : 0;
+  return a > b ? a : b;
+}
+
+/* Ring (ring.c): reduce-scatter then allgather, 2(P-1) rounds of n/P; a sum per reduce-scatter
+ * round; half formats halve the bytes and pack/unpack each round. */
+static double ring(const tsr_machine *mc, double n, int p, double wire) {
+  double c = n / p;
+  double t = 2.0 * (p - 1) * ring_round(mc, p, c * wire) + (p - 1) * sum_us(mc, c);
+  if (wire < 1) t += 2.0 * (p - 1) * pack_us(mc, c);
+  return t;
+}
+static double ring_f32(const tsr_machine *mc, double n, int p) { return ring(mc, n, p, 1.0); }
+static double ring_half(const tsr_machine *mc, double n, int p) { return ring(mc, n, p, 0.5); }
+
+/* Recursive doubling: log2(P') rounds exchanging the whole vector with the rank at distance
+ * 1, 2, 4...; from distance k on, all k ranks of a node cross its link at once. P not a power of
+ * two: the P - P' extra ranks fold into partners first and get the result back (two more rounds). */
+static double recdouble(const tsr_machine *mc, double n, int p) {
+  int k = per_node(mc, p), p2 = 1;
+  while (p2 * 2 <= p) p2 *= 2;
+  double t = 0;
+  if (p2 < p) t += 2 * hop(p > k ? &mc->inter : &mc->intra, n, 1) + sum_us(mc, n);
+  for (int d = 1; d < p2; d *= 2) t += (d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k)) + sum_us(mc, n);
+  return t;
+}
+
+/* Binomial tree: ceil(log2 P) rounds summing whole groups towards the first member, then as many
+ * broadcasting the result (partners 1, 2, 4... apart: inside a node while closer than k). */
+static double tree_rounds(const tsr_machine *mc, double n, int p, int stride) {
+  int k = per_node(mc, p * stride);
+  double t = 0;
+  for (int d = 1; d < p; d *= 2) {
+    double h = d * stride < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, 1);
+    t += 2 * h + sum_us(mc, n);
+  }
+  return t;
+}
+static double tree(const tsr_machine *mc, double n, int p) { return tree_rounds(mc, n, p, 1); }
+
+/* Hierarchical (hier.c): a binomial-tree sum inside each node to its first member, the float32
+ * ring across the N node leaders (2(N-1) rounds of n/N, one flow per node link), a binomial-tree
+ * broadcast inside each node. */
+static double hier(const tsr_machine *mc, double n, int p) {
+  int k = per_node(mc, p), nodes = (p + k - 1) / k;
+  double t = tree_rounds(mc, n, k, 1);
+  if (nodes > 1) t += 2.0 * (nodes - 1) * hop(&mc->inter, n / nodes, 1) + (nodes - 1) * sum_us(mc, n / nodes);
+  return t;
+}
+
+/* Recursive halving then doubling (Rabenseifner) over p members `stride` ranks apart (1: neighbours,
+ * k: one rank per node): halving rounds send n/2, n/4... to partners at distances 1, 2, 4... members,
+ * summing what they receive, and the allgather retraces them. A round whose partners are k or more
+ * ranks apart crosses the node link with `flows` messages at once. P not a power of two: fold in and
+ * out as recursive doubling does. */
+static double halving(const tsr_machine *mc, double n, int p, int stride, int flows) {
+  int k = per_node(mc, p * stride), p2 = 1;
+  while (p2 * 2 <= p) p2 *= 2;
+  double t = 0, m = n;
+  if (p2 < p) t += 2 * hop(p * stride > k ? &mc->inter : &mc->intra, n, flows) + sum_us(mc, n);
+  for (int d = 1; d < p2; d *= 2) {
+    m /= 2;
+    double h = d * stride < k ? hop(&mc->intra, m, 1) : hop(&mc->inter, m, flows);
+    t += 2 * h + sum_us(mc, m);
+  }
+  return t;
+}
+static double rabenseifner(const tsr_machine *mc, double n, int p) { return halving(mc, n, p, 1, per_node(mc, p)); }
+
+/* Hierarchical with halving/doubling across nodes: the ring reduce-scatter inside each node, k
+ * concurrent Rabenseifner reductions across the N nodes (one per slice of n/k), allgather inside. */
+static double hier_rh(const tsr_machine *mc, double n, int p) {
+  int k = per_node(mc, p), nodes = (p + k - 1) / k;
+  double s = n / k, t = (k - 1) * (2 * hop(&mc->intra, s, 1) + sum_us(mc, s));
+  return t + (nodes > 1 ? halving(mc, s, nodes, k, k) : 0);
+}
+
+/* 1-bit sign votes (sign.c, "sign1"): a reduce-scatter and an allgather of packed signs, one bit
+ * per float32 value (n/32 bytes in all, n/32P per message), P-1 rounds each; the owner of a chunk
+ * counts the P-1 votes it receives (n/4P values each, costed like float32 sums of a quarter). */
+static double sign1(const tsr_machine *mc, double n, int p) {
+  return 2.0 * (p - 1) * ring_round(mc, p, n / 32 / p) + (p - 1) * sum_us(mc, n / 4 / p) + pack_us(mc, n);
+}
+
+/* p-bit partial sums of signs (sign.c, "signp"): the ring on ceil(log2(2P + 1)) bits per value. */
+static double signp(const tsr_machine *mc, double n, int p) {
+  int bits = 0;
+  while ((1 << bits) < 2 * p + 1) bits++;
+  double c = n / 32 * bits / p;
+  return 2.0 * (p - 1) * ring_round(mc, p, c) + (p - 1) * sum_us(mc, n / 4 / p) + pack_us(mc, n);
+}
+
+static const struct _tsr_cost_model models[] = {
+    {"f32", "ring", 1, "ring allreduce, float32 chunks (ring.c)", ring_f32},
+    {"bf16", "ring", 0, "ring allreduce, bf16 chunks summed in float32 (ring.c)", ring_half},
+    {"fp16", "ring", 0, "ring allreduce, fp16 chunks summed in float32 (ring.c)", ring_half},
+    {"rd", "recursive doubling", 1, "recursive doubling, float32: log2(P) rounds of the whole group", recdouble},
+    {"tree", "binomial tree", 1, "binomial-tree sum then broadcast, float32: 2 log2(P) rounds", tree},
+    {"hier", "hierarchical", 1, "tree inside nodes, float32 ring across node leaders (hier.c)", hier},
+    {"rabenseifner", "halving-doubling", 1, "recursive halving reduce-scatter + doubling allgather, float32",
+     rabenseifner},
+    {"hier-rh", "hierarchical", 1, "ring inside nodes, k concurrent halving-doublings across nodes, float32",
+     hier_rh},
+    {"sign1", "sign votes", 0, "1-bit sign votes: reduce-scatter and allgather of packed signs (sign.c)", sign1},
+    {"signp", "sign votes", 0, "ring of p-bit partial sums of signs, p = ceil(log2(2P+1)) (sign.c)", signp},
+};
+enum { NMODELS = sizeof models / sizeof *models };
+
+const struct _tsr_cost_model *_tsr_cost_model(const char *name) {
+  for (int i = 0; i < NMODELS; i++)
+    if (!strcmp(models[i].name, name)) return &models[i];
+  return NULL;
+}
+
+const char *tsr_scale_algo_name(int i, const char **about) {
+  if (i < 0 || i >= NMODELS) return NULL;
+  if (about) *about = models[i].about;
+  return models[i].name;
+}
+
+double _tsr_cost_us(const tsr_machine *mc, const char *algo, double bytes, int ranks, const char **used) {
+  if (ranks <= 1) return *used = algo, 0;
+  const struct _tsr_cost_model *c = _tsr_cost_model(algo);
+  if (c) return *used = c->name, c->time_us(mc, bytes, ranks);
+  double best = INFINITY; /* "best": the cheapest exact model */
+  for (int i = 0; i < NMODELS; i++) {
+    double t = models[i].exact ? models[i].time_us(mc, bytes, ranks) : INFINITY;
+    if (t < best) best = t, *used = models[i].name;
+  }
+  return best;
+}
+
+tsr_status _tsr_cost_check(const char *algo) {
+  if (algo && (!strcmp(algo, "best") || _tsr_cost_model(algo))) return TSR_OK;
+  char list[256] = "";
+  for (int i = 0; i < NMODELS; i++) strcat(strcat(list, models[i].name), ", ");
+  return _tsr_error(TSR_ERR_ARG, "reduction cost model '%s' is not one of %sbest", algo ? algo : "(null)", list);
+}
+
+tsr_status tsr_scale_collective_us(const tsr_machine *m, const char *algo, double bytes, int ranks, double *us) {
+  if (!m || !us) return _tsr_error(TSR_ERR_ARG, "tsr_scale_collective_us: machine and result are required");
+  if (ranks < 1 || !(bytes >= 0))
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_collective_us: %d ranks, %g bytes (need >= 1 and >= 0)", ranks, bytes);
+  TSR_TRY(_tsr_cost_check(algo));
+  const char *used;
+  *us = _tsr_cost_us(m, algo, bytes, ranks, &used);
+  return TSR_OK;
+}

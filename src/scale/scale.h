@@ -1,0 +1,29 @@
+/* Internals of the scaling prediction: the table of reduction cost models (cost.c), shared by the
+ * replay (replay.c) and the public queries. Times in microseconds, sizes in bytes of float32. */
+#ifndef TSR_SCALE_SCALE_H
+#define TSR_SCALE_SCALE_H
+
+#include <tessera/scale.h>
+
+#include "trace_analysis/timeline.h"
+
+struct _tsr_cost_model {
+  const char *name; /* what --algo selects; the collective's --grad-reduce name where it has one */
+  const char *impl; /* the algorithm */
+  int exact;        /* 1: sums in float32 (a candidate for "best") */
+  const char *about;
+  double (*time_us)(const tsr_machine *m, double bytes, int ranks);
+};
+
+/* The entry named `name`, or NULL. */
+const struct _tsr_cost_model *_tsr_cost_model(const char *name);
+/* TSR_OK if `algo` names an entry or is "best", else an error listing them. */
+tsr_status _tsr_cost_check(const char *algo);
+/* One reduction's time; *used: the entry it used (the cheapest exact one for "best"). 0 on one rank. */
+double _tsr_cost_us(const tsr_machine *m, const char *algo, double bytes, int ranks, const char **used);
+
+/* The rank whose workers were occupied longest (task time plus dispatch waits): in synchronous data
+ * parallelism it sets everyone's pace. *wait: its dispatch time per task (machine.c). */
+tsr_status _tsr_scale_slowest_rank(const struct _tsr_tl *tl, int *rank, double *wait);
+
+#endif

@@ -1,0 +1,230 @@
+/* Scaling prediction: the cost models against their formulas worked by hand, machine files (every
+ * bad field named), and the replay of a hand-made trace (two layers, two gradient groups, a ring
+ * task to be replaced) whose predicted step time, one-rank time, exposed communication and traced
+ * time are worked out by hand in the comments; the predicted timeline must read back as a trace. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tessera/scale.h>
+
+#include "testutil.h"
+#include "trace_analysis/timeline.h"
+
+static const double eps = 1e-9;
+
+/* inter: 10 us, 8 Gbit/s = 1000 bytes/us, shared; intra: 1 us, 100 Gbit/s = 12500 bytes/us;
+ * sums at 8 Gbit/s = 1000 bytes/us; packs at 8 Gbit/s. */
+static tsr_machine hand_machine(int per_node) {
+  tsr_machine m;
+  tsr_machine_default(&m);
+  m.ranks_per_node = per_node;
+  m.inter = (tsr_link){10, 8, 1};
+  m.intra = (tsr_link){1, 100, 0};
+  m.reduce_gbit = m.pack_gbit = 8;
+  return m;
+}
+
+static double cost(const tsr_machine *m, const char *algo, double bytes, int ranks) {
+  double us = -1;
+  ck_assert_msg(tsr_scale_collective_us(m, algo, bytes, ranks, &us) == TSR_OK, "%s", tsr_last_error());
+  return us;
+}
+
+START_TEST(ring_by_hand) {
+  tsr_machine m = hand_machine(1);
+  /* 4 ranks, 4000 bytes: chunks of 1000; 6 rounds of (10 + 1000/1000) and 3 sums of 1000/1000. */
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 4), 6 * 11.0 + 3 * 1.0, eps);
+  /* bf16: half the bytes on the wire (6 x 10.5), the same sums, 6 packs of 1000 bytes of float32. */
+  ck_assert_double_eq_tol(cost(&m, "bf16", 4000, 4), 6 * 10.5 + 3 * 1.0 + 6 * 1.0, eps);
+  /* 2 ranks: chunks of 2000: 2 x (10 + 2) + 2 */
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 2), 26, eps);
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 1), 0, eps);
+  /* 2 ranks per node, 4 ranks: the slowest hop of a round is the one between nodes. */
+  tsr_machine m2 = hand_machine(2);
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 69, eps);
+}
+END_TEST
+
+START_TEST(other_models_by_hand) {
+  tsr_machine m = hand_machine(1);
+  /* recursive doubling, 4 ranks: 2 rounds of (10 + 4000/1000) + a sum of 4 us */
+  ck_assert_double_eq_tol(cost(&m, "rd", 4000, 4), 2 * 18.0, eps);
+  /* 3 ranks: fold in and out (2 x 14 + 4), then one round of 18 */
+  ck_assert_double_eq_tol(cost(&m, "rd", 4000, 3), 32 + 18.0, eps);
+  /* binomial tree, 4 ranks: 2 rounds up with a sum (14 + 4) and 2 down (14) */
+  ck_assert_double_eq_tol(cost(&m, "tree", 4000, 4), 2 * 18.0 + 2 * 14.0, eps);
+  /* hierarchical, 2 per node, 4 ranks: inside, a tree round up (1 + 4000/12500, a sum of 4) and one
+   * down (1.32); across the 2 leaders a ring of 2 rounds of 2000 (10 + 2) and a sum of 2 */
+  tsr_machine m2 = hand_machine(2);
+  ck_assert_double_eq_tol(cost(&m2, "hier", 4000, 4), 1.32 + 4 + 1.32 + 24 + 2, 1e-9);
+  /* sign votes, 4 ranks, 32000 bytes: 6 rounds of (10 + 250/1000), 3 counts of 2000/1000, a pack of 32 */
+  ck_assert_double_eq_tol(cost(&m, "sign1", 32000, 4), 6 * 10.25 + 3 * 2.0 + 32, eps);
+  /* p-bit sums, 4 ranks: 4 bits (2P + 1 = 9 values), 1000 bytes per message: 6 x 11 + 6 + 32 */
+  ck_assert_double_eq_tol(cost(&m, "signp", 32000, 4), 6 * 11.0 + 3 * 2.0 + 32, eps);
+  /* halving-doubling, 4 ranks: halves of 2000 (2 x (10 + 2) + a sum of 2), quarters of 1000
+   * (2 x 11 + 1) */
+  ck_assert_double_eq_tol(cost(&m, "rabenseifner", 4000, 4), 26 + 23.0, eps);
+  /* best: the cheapest exact model (here recursive doubling, 36 < 69) */
+  ck_assert_double_eq_tol(cost(&m, "best", 4000, 4), 36, eps);
+  double us;
+  ck_assert_int_eq(tsr_scale_collective_us(&m, "nope", 4000, 4, &us), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "'nope'"));
+}
+END_TEST
+
+static void bad_machine(const char *json, const char *needle) {
+  tsr_machine m;
+  tsr_status st = tsr_machine_parse(json, "m.json", &m);
+  ck_assert_msg(st == TSR_ERR_FORMAT, "%s: accepted", json);
+  ck_assert_msg(strstr(tsr_last_error(), needle) && strstr(tsr_last_error(), "m.json"), "%s: message '%s' lacks '%s'",
+                json, tsr_last_error(), needle);
+}
+
+START_TEST(machine_files) {
+  bad_machine("{\"inter\": {\"bandwidth_gbit\": 0}}", "'inter.bandwidth_gbit'");
+  bad_machine("{\"intra\": {\"latency_us\": -1}}", "'intra.latency_us'");
+  bad_machine("{\"inter\": {\"latency\": 3}}", "'inter.latency'");
+  bad_machine("{\"inter\": {\"shared\": 1}}", "'inter.shared'");
+  bad_machine("{\"inter\": 5}", "'inter'");
+  bad_machine("{\"ranks_per_node\": 0}", "'ranks_per_node'");
+  bad_machine("{\"workers_per_rank\": 1.5}", "'workers_per_rank'");
+  bad_machine("{\"reduce_gbit\": \"fast\"}", "'reduce_gbit'");
+  bad_machine("{\"bogus\": 1}", "'bogus'");
+  bad_machine("[1, 2]", "object");
+  bad_machine("{\"inter\": ", "m.json:1:");
+  tsr_machine m, back;
+  ck_assert_int_eq(tsr_machine_load("/nonexistent/m.json", &m), TSR_ERR_IO);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "/nonexistent/m.json"));
+  /* a file written by hand, fields left out keep their defaults; saved and read back unchanged */
+  ck_assert_int_eq(tsr_machine_parse("{\"name\": \"two nodes\", \"_comment\": \"x\", \"ranks_per_node\": 6, "
+                                     "\"inter\": {\"latency_us\": 1.5, \"bandwidth_gbit\": 200, \"shared\": true}}",
+                                     "m.json", &m),
+                   TSR_OK);
+  ck_assert_str_eq(m.name, "two nodes");
+  ck_assert_int_eq(m.ranks_per_node, 6);
+  ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
+  ck_assert_double_eq(m.intra.bandwidth_gbit, 100);
+  const char *path = tt_path_in(tt_tmpdir(), "m.json");
+  ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
+  ck_assert_int_eq(tsr_machine_load(path, &back), TSR_OK);
+  ck_assert_str_eq(back.name, m.name);
+  ck_assert(back.ranks_per_node == m.ranks_per_node && back.inter.latency_us == m.inter.latency_us &&
+            back.inter.bandwidth_gbit == m.inter.bandwidth_gbit && back.inter.shared == m.inter.shared &&
+            back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit);
+}
+END_TEST
+
+/* One rank, two workers, steps 1..3 submitted as
+ *   A fwd (10 us; waits for the previous step's U1, U2)   B bwd of layer 2 (20; A)
+ *   [group 0 marker, 4000 bytes]   X allreduce_sum (100; B)   U1 update (5; X)
+ *   C bwd of layer 1 (30; B)   [group 1 marker, 2000 bytes]   U2 update (5; C)
+ * X is a ring task of the traced run: the replay drops it, so U1 waits for B and group 0. */
+static void add(struct _tsr_tl *tl, uint64_t seq, int64_t step, const char *name, const char *op, double start,
+                double dur, const int *deps, int nd) {
+  struct _tsr_tev e = {.seq = seq,
+                       .step = step,
+                       .rank = 0,
+                       .worker = 0,
+                       .submit = start,
+                       .start = start,
+                       .end = start + dur,
+                       .bytes = 4};
+  snprintf(e.name, sizeof e.name, "%s", name);
+  snprintf(e.op, sizeof e.op, "%s", op);
+  ck_assert_int_ge(_tsr_tl_add_task(tl, &e, deps, nd), 0);
+}
+
+static const char *hand_trace(void) {
+  struct _tsr_tl *tl = _tsr_tl_new(1, 2);
+  int u1 = -1, u2 = -1;
+  for (int s = 1; s <= 3; s++) {
+    uint64_t q = 6 * (uint64_t)s;
+    double t = 1000.0 * s; /* the traced run: one step every 1000 us */
+    int a = tl->ntasks, dA[2] = {u1, u2};
+    add(tl, q, s, "a", "conv_fwd", t, 10, dA, s > 1 ? 2 : 0);
+    int b = tl->ntasks;
+    add(tl, q + 1, s, "b", "conv_bwd", t + 10, 20, &a, 1);
+    int x = tl->ntasks;
+    add(tl, q + 2, s, "allreduce_sum", "accumulate", t + 30, 100, &b, 1);
+    u1 = tl->ntasks;
+    add(tl, q + 3, s, "b.weight", "opt_update", t + 130, 5, &x, 1);
+    int c = tl->ntasks;
+    add(tl, q + 4, s, "c", "conv_bwd", t + 30, 30, &b, 1);
+    u2 = tl->ntasks;
+    add(tl, q + 5, s, "c.weight", "opt_update", t + 140, 5, &c, 1);
+    struct _tsr_gev g0 = {.step = s, .rank = 0, .group = 0, .bytes = 4000, .seq = q + 2};
+    struct _tsr_gev g1 = {.step = s, .rank = 0, .group = 1, .bytes = 2000, .seq = q + 5};
+    ck_assert_int_ge(_tsr_tl_add_group(tl, &g0), 0);
+    ck_assert_int_ge(_tsr_tl_add_group(tl, &g1), 0);
+  }
+  _tsr_tl_finish(tl);
+  const char *dir = tt_tmpdir();
+  ck_assert_int_eq(_tsr_tl_write_raw(tl, dir), TSR_OK);
+  _tsr_tl_free(tl);
+  return dir;
+}
+
+/* Replayed: steps 2 and 3 (the first traced step is left out). At 2 ranks group 0 costs
+ * 2 x (10 + 2000/1000) + 2 = 26 us and group 1 2 x (10 + 1) + 1 = 23 us.
+ *   step 2: A [0,10] B [10,30] C [30,60]; group 0 [30,56] (C runs: hidden); U1 [56,61];
+ *           group 1 [60,83] (only U1 runs, till 61: 22 us exposed); U2 [83,88] -> ends at 88
+ *   step 3: the same, 88 later                                             -> ends at 176
+ * Time per step 88 us. One rank (reductions free): step 2 ends with U2 [60,65], step 3 at 130: 65.
+ * The trace itself: steps end at 2145 and 3145: 1000 us. */
+START_TEST(replay_by_hand) {
+  const char *dir = hand_trace();
+  tsr_machine m = hand_machine(1);
+  tsr_scale_opts o;
+  tsr_scale_opts_default(&o);
+  o.ranks = 2;
+  char *out = strdup(tt_path_in(dir, "predicted"));
+  o.out_dir = out;
+  tsr_scale_result r;
+  ck_assert_msg(tsr_scale_predict(dir, &m, &o, &r) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(r.nsteps, 2);
+  ck_assert_int_eq(r.workers, 2);
+  ck_assert_double_eq_tol(r.step_us, 88, eps);
+  ck_assert_double_eq_tol(r.step1_us, 65, eps);
+  ck_assert_double_eq_tol(r.efficiency, 65.0 / 88, eps);
+  ck_assert_double_eq_tol(r.measured_us, 1000, eps);
+  ck_assert_int_eq(r.ngroups, 2);
+  ck_assert_double_eq_tol(r.groups[0].cost_us, 26, eps);
+  ck_assert_double_eq_tol(r.groups[1].cost_us, 23, eps);
+  ck_assert_double_eq_tol(r.groups[0].exposed_us, 0, eps);
+  ck_assert_double_eq_tol(r.groups[1].exposed_us, 22, eps);
+  tsr_scale_result_free(&r);
+  /* The predicted timeline reads back as a trace: 2 ranks alike, 5 tasks per step (X dropped),
+   * one send and one receive per reduction. */
+  struct _tsr_tl *p;
+  ck_assert_msg(_tsr_tl_load(&p, out) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(p->nranks, 2);
+  ck_assert_int_eq(p->ntasks, 2 * 2 * 5);
+  ck_assert_int_eq(p->nxfers, 2 * 2 * 2 * 2);
+  ck_assert_int_eq(p->ngroups, 2 * 2 * 2);
+  double last = 0;
+  for (int i = 0; i < p->ntasks; i++) last = fmax(last, p->tasks[i].end);
+  ck_assert_double_eq_tol(last, 176, 1e-3);
+  _tsr_tl_free(p);
+  /* Fewer than 2 steps in range: refused, saying why. */
+  o.out_dir = NULL, o.first_step = 3;
+  ck_assert_int_eq(tsr_scale_predict(dir, &m, &o, &r), TSR_ERR_FORMAT);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "at least 2"));
+  free(out);
+}
+END_TEST
+
+static Suite *make_scale_suite(void) {
+  Suite *s = suite_create("scale");
+  TCase *tc = tcase_create("scale");
+  tcase_add_test(tc, ring_by_hand);
+  tcase_add_test(tc, other_models_by_hand);
+  tcase_add_test(tc, machine_files);
+  tcase_add_test(tc, replay_by_hand);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+TT_MAIN(make_scale_suite)
