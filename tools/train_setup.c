@@ -1,0 +1,102 @@
+/* tessera-train's set-up and per-epoch helpers (train_setup.h): the data's shapes against the
+ * model's, the mean-target baseline, input standardisation in the trainer, the learning-rate
+ * schedule of the run. Errors end the run (train_fail.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <tessera.h>
+
+#include "train_fail.h"
+#include "train_setup.h"
+
+enum { BASELINE_MEAN_SAMPLES = 4096 }; /* training samples averaged for the mean-target baseline */
+
+void check_shapes(const char *path, const tsr_loader *d, const tsr_trainer *t, const tsr_model *m) {
+  int dc, dh, dw, mc, mh, mw;
+  tsr_loader_input_shape(d, &dc, &dh, &dw);
+  tsr_trainer_input_shape(t, &mc, &mh, &mw);
+  const char *what = "inputs", *verb = "takes";
+  if (dc == mc && dh == mh && dw == mw) {
+    tsr_loader_target_shape(d, &dc, &dh, &dw);
+    tsr_trainer_target_shape(t, &mc, &mh, &mw);
+    what = "targets", verb = "outputs";
+    if (dc == mc && dh == mh && dw == mw) return;
+  }
+  fail("%s: %s have per-sample shape [%d, %d, %d] but model '%s' %s [%d, %d, %d]", path, what, dc, dh, dw,
+       tsr_model_name(m), verb, mc, mh, mw);
+}
+
+/* ---- mean-target baseline ---- */
+
+/* Loss (MSE) of predicting the mean training target (the per-pixel mean image, a stronger baseline
+ * than one constant) for every validation sample. *mean_out is the image's average value. */
+double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, int64_t vfirst, int64_t nval,
+                           double *mean_out) {
+  int c, h, w;
+  tsr_loader_target_shape(train, &c, &h, &w);
+  size_t ye = (size_t)c * h * w;
+  float *y = malloc(ye * sizeof *y);
+  double *mean = calloc(ye, sizeof *mean);
+  if (!y || !mean) fail("out of memory");
+  int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
+  for (int64_t i = 0; i < k; i++) {
+    check(tsr_loader_read(train, i * ntrain / k, NULL, y));
+    for (size_t j = 0; j < ye; j++) mean[j] += y[j];
+  }
+  double se = 0, avg = 0;
+  for (size_t j = 0; j < ye; j++) mean[j] /= (double)k, avg += mean[j] / ye;
+  for (int64_t i = 0; i < nval; i++) {
+    check(tsr_loader_read(val, vfirst + i, NULL, y));
+    for (size_t j = 0; j < ye; j++) se += (y[j] - mean[j]) * (y[j] - mean[j]);
+  }
+  free(y);
+  free(mean);
+  *mean_out = avg;
+  return se / ((double)nval * ye);
+}
+
+/* The loader computed the training inputs' per-channel statistics; the trainer applies them (to
+ * training, validation and prediction inputs alike), so checkpoints and exported parameters carry
+ * them and an export applied to raw inputs predicts as this run does. */
+void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
+  const double *mean, *std;
+  int c, h, w;
+  tsr_loader_stats(train, &mean, &std);
+  if (!mean) return;
+  tsr_loader_input_shape(train, &c, &h, &w);
+  float *m = malloc(sizeof(float) * c), *s = malloc(sizeof(float) * c);
+  if (!m || !s) fail("out of memory");
+  for (int i = 0; i < c; i++) m[i] = (float)mean[i], s[i] = (float)std[i];
+  check(tsr_trainer_set_input_norm(t, m, s, c));
+  check(tsr_loader_set_stats(train, NULL, NULL, 0)); /* raw reads from now on */
+  free(m), free(s);
+}
+
+/* An epoch's validation loss goes to the schedule (plateau may lower the rate; ranks must agree). */
+void epoch_end_schedule(tsr_context *ctx, tsr_schedule *sched, int ep, double val, int talk) {
+  int reduced;
+  check(tsr_schedule_observe(sched, val, &reduced));
+  const tsr_schedule_state *st = &sched->state;
+  double agree[3] = {st->lr, (double)st->bad_epochs, (double)st->cooldown_left};
+  if (sched->spec.kind == TSR_SCHEDULE_PLATEAU)
+    check(tsr_context_check_same(ctx, "the plateau schedule's learning rate", agree, sizeof agree));
+  if (talk && reduced)
+    printf("epoch %d: the validation loss has not improved for %lld epochs: learning rate %g\n", ep,
+           (long long)sched->spec.patience + 1, st->lr);
+}
+
+/* The run's learning-rate schedule: the model file's (spec), or --lr-schedule's; --warmup-steps; the linear
+ * scaling rule (Goyal et al., 2017: ranks x the rate, warmed up from the one-rank rate); cosine's
+ * first period and one-cycle's length default to the whole run. */
+void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,
+                          int has_val, tsr_schedule *sched) {
+  if (o->have_schedule) spec = o->schedule;
+  if (o->warmup >= 0) spec.warmup_steps = o->warmup;
+  if (o->lr_linear) spec.scale = nranks, spec.warmup_start = 1;
+  int64_t run = spec.per_step ? steps * o->epochs : o->epochs;
+  if (spec.kind == TSR_SCHEDULE_COSINE && spec.t0 == 0) spec.t0 = run;
+  if (spec.kind == TSR_SCHEDULE_ONE_CYCLE && spec.total == 0) spec.total = run;
+  if (spec.kind == TSR_SCHEDULE_PLATEAU && !has_val)
+    fail("the plateau schedule follows the validation loss: give --val or --val-fraction");
+  check(tsr_schedule_init(sched, &spec, lr));
+}

@@ -1,0 +1,26 @@
+/* tessera-train's set-up and per-epoch helpers; each ends the run on error (train_fail.h). */
+#ifndef TSR_TOOLS_TRAIN_SETUP_H
+#define TSR_TOOLS_TRAIN_SETUP_H
+
+#include <stdint.h>
+
+#include <tessera.h>
+
+#include "train_opts.h"
+
+/* Ends the run unless the data file `path`'s per-sample input and target shapes are the model's. */
+void check_shapes(const char *path, const tsr_loader *d, const tsr_trainer *t, const tsr_model *m);
+/* Loss (MSE) of predicting the mean training target image for validation samples vfirst..+nval;
+ * *mean_out: that image's average value. */
+double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, int64_t vfirst, int64_t nval,
+                    double *mean_out);
+/* Moves the loader's input statistics into the trainer (checkpoints and exports carry them). */
+void standardize_in_trainer(tsr_loader *train, tsr_trainer *t);
+/* The run's schedule from the model file's spec and the options (--lr-schedule, --warmup-steps,
+ * --lr-scaling); `steps` per epoch; plateau needs validation data. */
+void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,
+                   int has_val, tsr_schedule *sched);
+/* An epoch's validation loss to the schedule (ranks must agree on a plateau's rate). */
+void epoch_end_schedule(tsr_context *ctx, tsr_schedule *sched, int ep, double val, int talk);
+
+#endif
