@@ -9,6 +9,7 @@
 
 #include <tessera/context.h>
 #include "runtime/env.h"
+#include "runtime/idle.h"
 #include "runtime/switches.h"
 #include "runtime/error.h"
 
@@ -70,6 +71,11 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
       opts->precision != TSR_PRECISION_FP16)
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision = %d (TSR_PRECISION_F32, _BF16 or _FP16)",
                       opts->precision);
+  if (opts->idle < 0 || opts->idle > TSR_IDLE_SPIN)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: idle = %d (TSR_IDLE_YIELD or TSR_IDLE_SPIN)", opts->idle);
+  int idle = opts->idle ? opts->idle : _tsr_env_idle();
+  if (idle < 0) return _tsr_error(TSR_ERR_ARG, "tsr_context_create: TESSERA_IDLE is neither 'yield' nor 'spin'");
+  if (idle == TSR_IDLE_DEFAULT) idle = TSR_IDLE_YIELD;
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
   c->use_mpi = opts->use_mpi < 0 ? _tsr_env_launched_by_mpi() : opts->use_mpi;
@@ -86,7 +92,14 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   struct starpu_conf conf;
   starpu_conf_init(&conf);
   if (opts->ncpus > 0) conf.ncpus = opts->ncpus;
-  if (!_tsr_env_is_set("STARPU_SCHED")) conf.sched_policy_name = "dmdas";
+  const char *sched = _tsr_env_starpu_sched();
+  if (!sched) conf.sched_policy_name = sched = "dmdas";
+  if (idle == TSR_IDLE_YIELD) {
+    /* a policy set in conf takes precedence over STARPU_SCHED: this copy is of the policy it names */
+    struct starpu_sched_policy *p = _tsr_idle_policy(sched);
+    if (p) conf.sched_policy = p;
+    if (c->use_mpi) _tsr_idle_mpi_yield();
+  }
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus);
   if (c->use_mpi) {

@@ -16,6 +16,11 @@ int _tsr_env_step_timeout(double *seconds);
 /* TESSERA_MEMORY_LIMIT: its text when set and not empty (parsed by memory.c), else NULL. */
 const char *_tsr_env_memory_limit(void);
 
+/* TESSERA_IDLE: 1 for "yield", 2 for "spin" (tsr_idle), 0 when unset or empty, -1 for anything else. */
+int _tsr_env_idle(void);
+/* STARPU_SCHED: its text when set and not empty, else NULL. */
+const char *_tsr_env_starpu_sched(void);
+
 /* 1 when started by mpirun, srun or another PMI launcher. */
 int _tsr_env_launched_by_mpi(void);
 /* Ranks on this machine and this rank's index among them, from the launcher (1 and 0 without). */
