@@ -1,5 +1,7 @@
 /* The context owns StarPU's lifetime (and StarPU-MPI's under mpirun/srun), the worker threading
  * policy for kernel libraries, and the run-wide seed and determinism flag. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,14 +32,22 @@ void tsr_context_opts_default(tsr_context_opts *o) {
 
 /* Several ranks on one machine must not pin their workers to the same cores: each rank's workers
  * are bound to its own block of cores (one core of a block of two or more is left to StarPU-MPI's
- * progress thread, which is not bound: idle StarPU workers spin, and a progress thread sharing a
- * core with them answers in milliseconds instead of microseconds). The user's STARPU_NCPU,
- * STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
+ * progress thread, which is not bound). With STARPU_WORKERS_GETBIND set, the launcher chose the
+ * process's CPUs (StarPU then numbers them from 0): the block is cut from them, also for one rank
+ * (so that a rank given one CPU keeps a worker instead of leaving it to the progress thread).
+ * The user's STARPU_NCPU, STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
+static long allowed_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return sysconf(_SC_NPROCESSORS_ONLN);
+  return CPU_COUNT(&set);
+}
+
 static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
-  int local = _tsr_env_local_ranks(), me = _tsr_env_local_rank();
-  if (local < 2 || _tsr_env_is_set("STARPU_WORKERS_CPUID") || _tsr_env_is_set("STARPU_WORKERS_NOBIND")) return;
+  int local = _tsr_env_local_ranks(), me = _tsr_env_local_rank(), getbind = _tsr_env_starpu_getbind();
+  if ((local < 2 && !getbind) || _tsr_env_is_set("STARPU_WORKERS_CPUID") || _tsr_env_is_set("STARPU_WORKERS_NOBIND"))
+    return;
   setenv("STARPU_MPI_NOBIND", "1", 0);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = getbind ? allowed_cpus() : sysconf(_SC_NPROCESSORS_ONLN);
   long first, count;
   if (local <= cores) {
     first = me * cores / local;

@@ -34,6 +34,11 @@ int _tsr_env_idle(void) {
   return strcmp(v, "yield") == 0 ? 1 : strcmp(v, "spin") == 0 ? 2 : -1;
 }
 
+int _tsr_env_starpu_getbind(void) {
+  const char *v = nonempty("STARPU_WORKERS_GETBIND");
+  return v && atoi(v) != 0;
+}
+
 const char *_tsr_env_starpu_sched(void) { return nonempty("STARPU_SCHED"); }
 
 int _tsr_env_launched_by_mpi(void) {

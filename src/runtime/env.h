@@ -18,6 +18,8 @@ const char *_tsr_env_memory_limit(void);
 
 /* TESSERA_IDLE: 1 for "yield", 2 for "spin" (tsr_idle), 0 when unset or empty, -1 for anything else. */
 int _tsr_env_idle(void);
+/* STARPU_WORKERS_GETBIND: 1 when set to a nonzero integer (StarPU keeps to the process's CPUs). */
+int _tsr_env_starpu_getbind(void);
 /* STARPU_SCHED: its text when set and not empty, else NULL. */
 const char *_tsr_env_starpu_sched(void);
 
