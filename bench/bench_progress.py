@@ -5,7 +5,8 @@ the progress settings, interleaved run by run, with the CPU time of every thread
 Each run's ranks are sampled from /proc/<pid>/task/<tid>/stat (utime + stime) while rank 0's step log
 grows; the CPU time between the end of the first epoch (warm-up) and the last step is divided by the
 steps in between, per thread kind: 'MPI' (StarPU-MPI's progress thread; Open MPI's own threads are
-also named MPI but sleep), 'CPU n' (StarPU workers), 'main' (the submitting thread), 'other'. CPU time
+also named MPI but sleep), 'CPU n' (StarPU workers), 'main' (the submitting thread), 'other', and the
+context switches per step and rank (/proc/.../status, voluntary and not: each costs caches). CPU time
 per step depends little on the machine's load (spinning threads excepted: they spin longer when the
 step is slower); milliseconds per step are wall-clock and are printed with the load average.
 
@@ -61,6 +62,12 @@ def thread_cpu(pid):
         cpu = (int(fields[11]) + int(fields[12])) / TICK
         kind = "main" if tid == str(pid) else "MPI" if name == "MPI" else "CPU" if name.startswith("CPU ") else "other"
         out[kind] = out.get(kind, 0.0) + cpu
+        try:  # context switches: each costs the caches of the thread that was running
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                sw = sum(int(l.split()[1]) for l in f if "ctxt_switches:" in l)
+        except OSError:
+            sw = 0
+        out["switches"] = out.get("switches", 0) + sw
     return out
 
 
@@ -139,7 +146,8 @@ def run(a, tmp, data, env_extra, skip):
     if first and last and last[0] > first[0]:
         for r0, r1 in zip(first[1], last[1]):
             for k, v in r1.items():
-                cpu[k] = cpu.get(k, 0.0) + 1e3 * (v - r0.get(k, 0.0)) / (last[0] - first[0]) / nproc
+                scale = 1 if k == "switches" else 1e3  # counts; CPU seconds to milliseconds
+                cpu[k] = cpu.get(k, 0.0) + scale * (v - r0.get(k, 0.0)) / (last[0] - first[0]) / nproc
     return ms, cpu
 
 
@@ -157,17 +165,17 @@ def main():
         subprocess.run([datagen, "-q", "-o", data, "-n", str(a.batch * max(1, a.ranks) * a.steps), "--seed", "1"], check=True)
         print("%d ranks, local batch %d, %d steps per epoch, epochs 2..%d timed; CPU ms per step per rank" %
               (a.ranks, a.batch, a.steps, a.epochs))
-        print("%-10s %-6s %5s %9s %8s %8s %8s %8s  %s" % ("variant", "reduce", "round", "ms/step", "MPI", "workers",
-                                                          "main", "other", "load (1 min)"))
+        print("%-10s %-6s %5s %9s %8s %8s %8s %8s %9s  %s" % ("variant", "reduce", "round", "ms/step", "MPI", "workers",
+                                                              "main", "other", "switches", "load (1 min)"))
         res = {}
         for rd in range(a.rounds):
             for name, env in variants:
                 for skip in (False, True):
                     ms, cpu = run(a, tmp, data, env, skip)
                     res.setdefault((name, skip), []).append(ms)
-                    print("%-10s %-6s %5d %9.1f %8.1f %8.1f %8.1f %8.1f  %.2f" % (
+                    print("%-10s %-6s %5d %9.1f %8.1f %8.1f %8.1f %8.1f %9.0f  %.2f" % (
                         name, "off" if skip else "on", rd + 1, ms, cpu.get("MPI", 0), cpu.get("CPU", 0),
-                        cpu.get("main", 0), cpu.get("other", 0), os.getloadavg()[0]), flush=True)
+                        cpu.get("main", 0), cpu.get("other", 0), cpu.get("switches", 0), os.getloadavg()[0]), flush=True)
         print("median ms/step: reductions on / off, added")
         for name, _ in variants:
             on, off = statistics.median(res[(name, False)]), statistics.median(res[(name, True)])

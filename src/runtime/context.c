@@ -108,7 +108,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
     /* a policy set in conf takes precedence over STARPU_SCHED: this copy is of the policy it names */
     struct starpu_sched_policy *p = _tsr_idle_policy(sched);
     if (p) conf.sched_policy = p;
-    if (c->use_mpi) _tsr_idle_mpi_yield();
+    if (c->use_mpi) _tsr_idle_mpi();
   }
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus);

@@ -1,12 +1,14 @@
 /* Idle threads that give their core away. Debian's StarPU 1.3 is built with non-blocking drivers: an
  * idle CPU worker polls its scheduler without pause, and StarPU-MPI's progress thread polls MPI_Test
- * while requests are pending. Where ranks share cores, each poller takes the core from a thread that
+ * while any request is pending. Where ranks share cores, each poller takes the core from a thread that
  * computes. The cure here: a copy of the chosen scheduling policy whose CPU workers, idle for a while,
- * sleep until a task is pushed (bounded waits), and Open MPI's progress yielding when it finds nothing. */
+ * sleep until a task is pushed (bounded waits), and an MPI_Test (MPI's profiling interface) that makes
+ * the progress thread, after a while without news, sleep a little between polls. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <mpi.h>
 #include <starpu.h>
 
 #include "runtime/idle.h"
@@ -101,4 +103,46 @@ struct starpu_sched_policy *_tsr_idle_policy(const char *name) {
   return NULL;
 }
 
-void _tsr_idle_mpi_yield(void) { setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0); }
+/* The progress thread polls for this long without a completed request before it sleeps; its sleeps
+ * double from the first to the last length until a request completes. A sleeping thread that wakes
+ * gets the core at once (it is owed CPU time), so messages still progress while workers compute: a
+ * polling thread that yields does not (it keeps being put behind them). */
+#define MPI_POLL_NS 20000L
+#define MPI_SLEEP_FIRST_NS 10000L
+#define MPI_SLEEP_MAX_NS 500000L
+
+static int mpi_armed;        /* set before MPI starts, read by the progress thread */
+static pthread_t mpi_thread; /* the thread that initialised MPI: StarPU-MPI's progress thread */
+static int mpi_thread_known;
+static __thread long mpi_idle_since_ns, mpi_sleep_ns;
+
+void _tsr_idle_mpi(void) {
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  __atomic_store_n(&mpi_armed, 1, __ATOMIC_SEQ_CST);
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  int ret = PMPI_Init_thread(argc, argv, required, provided);
+  if (__atomic_load_n(&mpi_armed, __ATOMIC_SEQ_CST)) {
+    mpi_thread = pthread_self();
+    __atomic_store_n(&mpi_thread_known, 1, __ATOMIC_SEQ_CST);
+  }
+  return ret;
+}
+
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
+  int ret = PMPI_Test(request, flag, status);
+  if (!__atomic_load_n(&mpi_thread_known, __ATOMIC_RELAXED) || !pthread_equal(pthread_self(), mpi_thread)) return ret;
+  if (ret != MPI_SUCCESS || *flag) {
+    mpi_idle_since_ns = 0;
+    return ret;
+  }
+  long t = now_ns();
+  if (!mpi_idle_since_ns) mpi_idle_since_ns = t, mpi_sleep_ns = MPI_SLEEP_FIRST_NS;
+  if (t - mpi_idle_since_ns >= MPI_POLL_NS) {
+    struct timespec d = {0, mpi_sleep_ns};
+    nanosleep(&d, NULL);
+    if (mpi_sleep_ns < MPI_SLEEP_MAX_NS) mpi_sleep_ns *= 2;
+  }
+  return ret;
+}
