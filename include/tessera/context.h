@@ -19,8 +19,8 @@ typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1, TSR_PRECISION_FP16
 
 /* What threads with nothing to do do. YIELD: an idle StarPU CPU worker sleeps until a task is pushed
  * (after 50 us of polling; sleeps bounded by 1 ms); under MPI, StarPU-MPI's progress thread sleeps
- * between fruitless MPI_Test calls (after 20 us; 10 us doubling to 500 us) and Open MPI's progress
- * yields (OMPI_MCA_mpi_yield_when_idle=1 unless set): ranks sharing cores lose little to polling.
+ * between fruitless passes over its posted requests (after 20 us; 10 us doubling to 500 us): ranks
+ * sharing cores lose little to polling.
  * SPIN: StarPU's and Open MPI's own behaviour, polling without letting go. */
 typedef enum { TSR_IDLE_DEFAULT = 0, TSR_IDLE_YIELD = 1, TSR_IDLE_SPIN = 2 } tsr_idle;
 

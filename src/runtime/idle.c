@@ -3,7 +3,7 @@
  * while any request is pending. Where ranks share cores, each poller takes the core from a thread that
  * computes. The cure here: a copy of the chosen scheduling policy whose CPU workers, idle for a while,
  * sleep until a task is pushed (bounded waits), and an MPI_Test (MPI's profiling interface) that makes
- * the progress thread, after a while without news, sleep a little between polls. */
+ * the progress thread, after a while without news, sleep a little between passes over its requests. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +64,7 @@ static void sleep_unless_pushed(unsigned long seen) {
   __atomic_sub_fetch(&sleepers, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&idle_mutex);
   starpu_worker_relax_off();
-  if (sleep_ns < SLEEP_MAX_NS) sleep_ns *= 2;
+  sleep_ns = sleep_ns * 2 < SLEEP_MAX_NS ? sleep_ns * 2 : SLEEP_MAX_NS;
 }
 
 static struct starpu_task *pop_or_sleep(unsigned sched_ctx_id) {
@@ -103,21 +103,34 @@ struct starpu_sched_policy *_tsr_idle_policy(const char *name) {
   return NULL;
 }
 
-/* The progress thread polls for this long without a completed request before it sleeps; its sleeps
- * double from the first to the last length until a request completes. A sleeping thread that wakes
- * gets the core at once (it is owed CPU time), so messages still progress while workers compute: a
- * polling thread that yields does not (it keeps being put behind them). */
+/* StarPU-MPI 1.3's progress thread tests every pending request once per pass of its loop (MPI_Test on
+ * each posted send and receive, with MPI_STATUS_IGNORE, its lock released) and then the receive of
+ * envelopes (with a status, holding its progress lock, which every thread that hands it a request
+ * must take). It sleeps only in the former: a thread that sleeps holding that lock lets go of it
+ * only for the instant between two passes, and a worker handing over a send (woken at the unlock but
+ * not yet running) never gets it, so both ranks waited for each other's messages for ever (seen under
+ * load). For the same reason Open MPI's yield_when_idle (a sched_yield inside MPI_Test) is not set.
+ * A pass whose tests bring no news ends in one sleep, taken when the pass's first request comes up
+ * again: a sleep per fruitless test multiplied the wait by the requests pending (tens in a
+ * reduction). The thread polls for this long without news before it sleeps; its sleeps double from
+ * the first to the last length until a request completes. A sleeping thread that wakes gets the core
+ * at once (it is owed CPU time), so messages still progress while workers compute. */
 #define MPI_POLL_NS 20000L
 #define MPI_SLEEP_FIRST_NS 10000L
 #define MPI_SLEEP_MAX_NS 500000L
+/* A pass longer than this many tests is taken as ended (its first request may have been replaced). */
+#define MPI_PASS_MAX 4096
 
 static int mpi_armed;        /* set before MPI starts, read by the progress thread */
 static pthread_t mpi_thread; /* the thread that initialised MPI: StarPU-MPI's progress thread */
 static int mpi_thread_known;
+/* the progress thread's: when its tests stopped bringing news, its next sleep, the first request
+ * tested in this pass and the tests since */
 static __thread long mpi_idle_since_ns, mpi_sleep_ns;
+static __thread const MPI_Request *mpi_pass_first;
+static __thread int mpi_pass_tests;
 
 void _tsr_idle_mpi(void) {
-  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
   __atomic_store_n(&mpi_armed, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -130,19 +143,27 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
   return ret;
 }
 
+/* At the start of a pass that follows one without news: sleeps once the thread has polled long enough. */
+static void mpi_pass_ended(void) {
+  mpi_pass_first = NULL, mpi_pass_tests = 0;
+  if (now_ns() - mpi_idle_since_ns < MPI_POLL_NS) return;
+  struct timespec d = {0, mpi_sleep_ns};
+  nanosleep(&d, NULL);
+  mpi_sleep_ns = mpi_sleep_ns * 2 < MPI_SLEEP_MAX_NS ? mpi_sleep_ns * 2 : MPI_SLEEP_MAX_NS;
+}
+
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
+  if (!__atomic_load_n(&mpi_thread_known, __ATOMIC_RELAXED) || !pthread_equal(pthread_self(), mpi_thread))
+    return PMPI_Test(request, flag, status);
+  int unlocked = status == MPI_STATUS_IGNORE; /* a posted send or receive: StarPU-MPI holds no lock */
+  if (unlocked && mpi_pass_first && (request == mpi_pass_first || mpi_pass_tests >= MPI_PASS_MAX)) mpi_pass_ended();
   int ret = PMPI_Test(request, flag, status);
-  if (!__atomic_load_n(&mpi_thread_known, __ATOMIC_RELAXED) || !pthread_equal(pthread_self(), mpi_thread)) return ret;
-  if (ret != MPI_SUCCESS || *flag) {
-    mpi_idle_since_ns = 0;
+  if (ret != MPI_SUCCESS || *flag) { /* news: poll again before sleeping */
+    mpi_idle_since_ns = 0, mpi_pass_first = NULL, mpi_pass_tests = 0;
     return ret;
   }
-  long t = now_ns();
-  if (!mpi_idle_since_ns) mpi_idle_since_ns = t, mpi_sleep_ns = MPI_SLEEP_FIRST_NS;
-  if (t - mpi_idle_since_ns >= MPI_POLL_NS) {
-    struct timespec d = {0, mpi_sleep_ns};
-    nanosleep(&d, NULL);
-    if (mpi_sleep_ns < MPI_SLEEP_MAX_NS) mpi_sleep_ns *= 2;
-  }
+  if (!mpi_idle_since_ns) mpi_idle_since_ns = now_ns(), mpi_sleep_ns = MPI_SLEEP_FIRST_NS;
+  if (unlocked && !mpi_pass_first) mpi_pass_first = request;
+  mpi_pass_tests += unlocked;
   return ret;
 }

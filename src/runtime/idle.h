@@ -8,10 +8,10 @@ struct starpu_sched_policy;
  * NULL when there is no such policy (StarPU then reports the name). One copy per process: the context
  * is unique. */
 struct starpu_sched_policy *_tsr_idle_policy(const char *name);
-/* Call before MPI starts: Open MPI's progress yields the core when it finds nothing to do (unless the
- * user set OMPI_MCA_mpi_yield_when_idle), and the thread that initialises MPI (StarPU-MPI's progress
- * thread) sleeps between fruitless MPI_Test calls once it has polled 20 us (this library defines
- * MPI_Init_thread and MPI_Test over PMPI_*; other threads' calls are passed through untouched). */
+/* Call before MPI starts: the thread that initialises MPI (StarPU-MPI's progress thread) sleeps
+ * between fruitless passes over its posted requests once it has polled 20 us, never while it holds
+ * its progress lock (this library defines MPI_Init_thread and MPI_Test over PMPI_*; other threads'
+ * calls are passed through untouched). */
 void _tsr_idle_mpi(void);
 
 #endif
