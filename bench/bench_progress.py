@@ -11,7 +11,7 @@ per step depends little on the machine's load (spinning threads excepted: they s
 step is slower); milliseconds per step are wall-clock and are printed with the load average.
 
     /usr/bin/python3 bench/bench_progress.py --tessera-train build/tessera-train \\
-        --variant spin:TESSERA_MPI_PROGRESS=spin --variant default: [--ranks 2] [--rounds 2]
+        --variant spin:TESSERA_IDLE=spin --variant yield: [--ranks 2] [--rounds 2]
 
 A variant is NAME:VAR=VALUE,VAR=VALUE,... (environment of the ranks; empty for none).
 """
