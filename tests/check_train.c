@@ -1,7 +1,8 @@
 /* Training as a task graph: the whole-graph gradient (DAG with skip connections, several
  * consumers per layer, slices) against finite differences, overfitting a small batch, bitwise
- * reproducibility in deterministic mode, a kernel failure returned as a status, and models too large
- * for the memory (or for 64-bit sizes) refused before anything is allocated. */
+ * reproducibility in deterministic mode (also between sleeping and polling idle workers), a kernel
+ * failure returned as a status, and models too large for the memory (or for 64-bit sizes) refused
+ * before anything is allocated. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,11 @@ static int fill(void *user, int64_t step, int index, float *x, float *y) {
   return 0;
 }
 
-static tsr_context *start(int deterministic, int ncpus) {
+static tsr_context *start_idle(int deterministic, int ncpus, int idle) {
   tsr_context_opts o;
   tsr_context_opts_default(&o);
   o.ncpus = ncpus;
+  o.idle = idle;
   o.use_mpi = 0;
   o.deterministic = deterministic;
   o.verbose = 0;
@@ -33,6 +35,8 @@ static tsr_context *start(int deterministic, int ncpus) {
   ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   return ctx;
 }
+
+static tsr_context *start(int deterministic, int ncpus) { return start_idle(deterministic, ncpus, 0); }
 
 /* A DAG: two consumers of 'a' and of the input, concat, pooling, transposed conv, add, dense-free. */
 static tsr_model *dag_model(void) {
@@ -152,8 +156,8 @@ static tsr_model *small_bn_model(void) {
 }
 
 /* Trains `steps` steps; returns the losses (caller frees) and the flattened final parameters. */
-static double *train_run(int deterministic, int steps, float **params_out, size_t *nparams) {
-  tsr_context *ctx = start(deterministic, 2);
+static double *train_run_idle(int deterministic, int idle, int steps, float **params_out, size_t *nparams) {
+  tsr_context *ctx = start_idle(deterministic, 2, idle);
   tsr_model *m = small_bn_model();
   tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
@@ -187,6 +191,10 @@ static double *train_run(int deterministic, int steps, float **params_out, size_
   return loss;
 }
 
+static double *train_run(int deterministic, int steps, float **params_out, size_t *nparams) {
+  return train_run_idle(deterministic, 0, steps, params_out, nparams);
+}
+
 START_TEST(small_model_overfits_a_small_batch) {
   float *p;
   size_t n;
@@ -206,6 +214,31 @@ START_TEST(deterministic_mode_reproduces_bitwise) {
   for (int i = 0; i < 12; i++) ck_assert_msg(memcmp(&l1[i], &l2[i], sizeof(double)) == 0, "step %d: %.17g vs %.17g", i, l1[i], l2[i]);
   ck_assert_msg(memcmp(p1, p2, n1 * sizeof(float)) == 0, "final parameters differ");
   free(l1), free(l2), free(p1), free(p2);
+}
+END_TEST
+
+/* Idle workers that sleep (the default) or poll run the same graph: same losses and parameters,
+ * bitwise, in deterministic mode; a value that is neither is refused, naming where it came from. */
+START_TEST(idle_workers_sleeping_or_polling_train_identically) {
+  float *p1, *p2;
+  size_t n1, n2;
+  double *l1 = train_run_idle(1, TSR_IDLE_YIELD, 12, &p1, &n1), *l2 = train_run_idle(1, TSR_IDLE_SPIN, 12, &p2, &n2);
+  ck_assert_int_eq(n1, n2);
+  for (int i = 0; i < 12; i++) ck_assert_msg(memcmp(&l1[i], &l2[i], sizeof(double)) == 0, "step %d: %.17g vs %.17g", i, l1[i], l2[i]);
+  ck_assert_msg(memcmp(p1, p2, n1 * sizeof(float)) == 0, "final parameters differ");
+  free(l1), free(l2), free(p1), free(p2);
+  tsr_context_opts o;
+  tsr_context_opts_default(&o);
+  o.use_mpi = 0, o.verbose = 0, o.idle = 9;
+  tsr_context *ctx = NULL;
+  ck_assert_int_eq(tsr_context_create(&ctx, &o, NULL, NULL), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "idle = 9"));
+  o.idle = 0;
+  setenv("TESSERA_IDLE", "nap", 1);
+  ck_assert_int_eq(tsr_context_create(&ctx, &o, NULL, NULL), TSR_ERR_ARG);
+  unsetenv("TESSERA_IDLE");
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "TESSERA_IDLE is neither"));
+  ck_assert_ptr_null(ctx);
 }
 END_TEST
 
@@ -521,6 +554,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, whole_graph_gradient_matches_finite_differences);
   tcase_add_test(tc, small_model_overfits_a_small_batch);
   tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
+  tcase_add_test(tc, idle_workers_sleeping_or_polling_train_identically);
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   tcase_add_test(tc, group_size_falls_back_to_the_environment);

@@ -17,6 +17,13 @@ typedef struct tsr_context tsr_context;
  * same with IEEE half (cuDNN tensor cores on GPUs), with dynamic loss scaling. */
 typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1, TSR_PRECISION_FP16 = 2 } tsr_precision;
 
+/* What threads with nothing to do do. YIELD: an idle StarPU CPU worker sleeps until a task is pushed
+ * (after 50 us of polling; sleeps bounded by 1 ms); under MPI, StarPU-MPI's progress thread sleeps
+ * between fruitless passes over its posted requests (after 20 us; 10 us doubling to 500 us): ranks
+ * sharing cores lose little to polling.
+ * SPIN (the default): StarPU's and Open MPI's own behaviour, polling without letting go. */
+typedef enum { TSR_IDLE_DEFAULT = 0, TSR_IDLE_YIELD = 1, TSR_IDLE_SPIN = 2 } tsr_idle;
+
 typedef struct tsr_context_opts {
   int ncpus;            /* CPU workers; -1 = StarPU's choice (STARPU_NCPU is honoured) */
   int use_mpi;          /* 1 = start StarPU-MPI, 0 = never, -1 = when launched by mpirun/srun */
@@ -24,6 +31,7 @@ typedef struct tsr_context_opts {
   uint64_t seed;        /* seed of every random stream (initialisation, dropout, shuffling) */
   int verbose;          /* 0 quiet, 1 info, 2 debug (to stderr) */
   int precision;        /* tsr_precision; default TSR_PRECISION_F32 */
+  int idle;             /* tsr_idle; 0 = TESSERA_IDLE=yield|spin, else spin */
 } tsr_context_opts;
 
 void tsr_context_opts_default(tsr_context_opts *opts);

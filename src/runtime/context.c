@@ -1,5 +1,7 @@
 /* The context owns StarPU's lifetime (and StarPU-MPI's under mpirun/srun), the worker threading
  * policy for kernel libraries, and the run-wide seed and determinism flag. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 
 #include <tessera/context.h>
 #include "runtime/env.h"
+#include "runtime/idle.h"
 #include "runtime/switches.h"
 #include "runtime/error.h"
 
@@ -29,14 +32,22 @@ void tsr_context_opts_default(tsr_context_opts *o) {
 
 /* Several ranks on one machine must not pin their workers to the same cores: each rank's workers
  * are bound to its own block of cores (one core of a block of two or more is left to StarPU-MPI's
- * progress thread, which is not bound: idle StarPU workers spin, and a progress thread sharing a
- * core with them answers in milliseconds instead of microseconds). The user's STARPU_NCPU,
- * STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
+ * progress thread, which is not bound). With STARPU_WORKERS_GETBIND set, the launcher chose the
+ * process's CPUs (StarPU then numbers them from 0): the block is cut from them, also for one rank
+ * (so that a rank given one CPU keeps a worker instead of leaving it to the progress thread).
+ * The user's STARPU_NCPU, STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
+static long allowed_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return sysconf(_SC_NPROCESSORS_ONLN);
+  return CPU_COUNT(&set);
+}
+
 static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
-  int local = _tsr_env_local_ranks(), me = _tsr_env_local_rank();
-  if (local < 2 || _tsr_env_is_set("STARPU_WORKERS_CPUID") || _tsr_env_is_set("STARPU_WORKERS_NOBIND")) return;
+  int local = _tsr_env_local_ranks(), me = _tsr_env_local_rank(), getbind = _tsr_env_starpu_getbind();
+  if ((local < 2 && !getbind) || _tsr_env_is_set("STARPU_WORKERS_CPUID") || _tsr_env_is_set("STARPU_WORKERS_NOBIND"))
+    return;
   setenv("STARPU_MPI_NOBIND", "1", 0);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = getbind ? allowed_cpus() : sysconf(_SC_NPROCESSORS_ONLN);
   long first, count;
   if (local <= cores) {
     first = me * cores / local;
@@ -70,6 +81,11 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
       opts->precision != TSR_PRECISION_FP16)
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision = %d (TSR_PRECISION_F32, _BF16 or _FP16)",
                       opts->precision);
+  if (opts->idle < 0 || opts->idle > TSR_IDLE_SPIN)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: idle = %d (TSR_IDLE_YIELD or TSR_IDLE_SPIN)", opts->idle);
+  int idle = opts->idle ? opts->idle : _tsr_env_idle();
+  if (idle < 0) return _tsr_error(TSR_ERR_ARG, "tsr_context_create: TESSERA_IDLE is neither 'yield' nor 'spin'");
+  if (idle == TSR_IDLE_DEFAULT) idle = TSR_IDLE_SPIN; /* yield is opt-in: README, TESSERA_IDLE */
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
   c->use_mpi = opts->use_mpi < 0 ? _tsr_env_launched_by_mpi() : opts->use_mpi;
@@ -86,7 +102,14 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   struct starpu_conf conf;
   starpu_conf_init(&conf);
   if (opts->ncpus > 0) conf.ncpus = opts->ncpus;
-  if (!_tsr_env_is_set("STARPU_SCHED")) conf.sched_policy_name = "dmdas";
+  const char *sched = _tsr_env_starpu_sched();
+  if (!sched) conf.sched_policy_name = sched = "dmdas";
+  if (idle == TSR_IDLE_YIELD) {
+    /* a policy set in conf takes precedence over STARPU_SCHED: this copy is of the policy it names */
+    struct starpu_sched_policy *p = _tsr_idle_policy(sched);
+    if (p) conf.sched_policy = p;
+    if (c->use_mpi) _tsr_idle_mpi();
+  }
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus);
   if (c->use_mpi) {

@@ -28,6 +28,19 @@ int _tsr_env_step_timeout(double *seconds) {
   return v != NULL;
 }
 
+int _tsr_env_idle(void) {
+  const char *v = nonempty("TESSERA_IDLE");
+  if (!v) return 0;
+  return strcmp(v, "yield") == 0 ? 1 : strcmp(v, "spin") == 0 ? 2 : -1;
+}
+
+int _tsr_env_starpu_getbind(void) {
+  const char *v = nonempty("STARPU_WORKERS_GETBIND");
+  return v && atoi(v) != 0;
+}
+
+const char *_tsr_env_starpu_sched(void) { return nonempty("STARPU_SCHED"); }
+
 int _tsr_env_launched_by_mpi(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_STEP_ID");
 }

@@ -29,6 +29,13 @@ int _tsr_env_sim_fail_at(int64_t *index);
 /* TESSERA_MEMORY_LIMIT: its text when set and not empty (parsed by memory.c), else NULL. */
 const char *_tsr_env_memory_limit(void);
 
+/* TESSERA_IDLE: 1 for "yield", 2 for "spin" (tsr_idle), 0 when unset or empty, -1 for anything else. */
+int _tsr_env_idle(void);
+/* STARPU_WORKERS_GETBIND: 1 when set to a nonzero integer (StarPU keeps to the process's CPUs). */
+int _tsr_env_starpu_getbind(void);
+/* STARPU_SCHED: its text when set and not empty, else NULL. */
+const char *_tsr_env_starpu_sched(void);
+
 /* 1 when started by mpirun, srun or another PMI launcher. */
 int _tsr_env_launched_by_mpi(void);
 /* Ranks on this machine and this rank's index among them, from the launcher (1 and 0 without). */

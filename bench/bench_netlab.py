@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""The cost of gradient reductions over an emulated network (scripts/netlab, as root): Tessera under
+mpirun against PyTorch DistributedDataParallel (gloo), same model file and local batch, over the same
+shaped links, with and without their reductions, interleaved run by run.
+
+For each configuration (link rate x nodes x ranks per node) and round: tessera-train with reductions
+and with TESSERA_SKIP_ALLREDUCE=1, then DDP with and without no_sync(), each in a fresh lab. Reported
+per configuration (medians over rounds): ms per step with and without reductions and the added cost,
+for both; bytes per step that crossed node 0's link (tc counters, control traffic included) and the
+reduction bytes Tessera's rank 0 sent; the load average during the configuration's runs.
+
+    sudo /usr/bin/python3 bench/bench_netlab.py --tessera-train build/tessera-train \\
+        [--rates 1gbit,10gbit] [--layouts 2x1,4x1,2x2] [--rounds 2] [--skip-torch] [--out FILE.json]
+
+A layout NxK is N nodes of K ranks (ranks of one node share memory). The machine's CPUs are split
+among the nodes (netlab --cpus split); on a machine with fewer cores than ranks the ranks share them.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NETLAB = os.path.join(HERE, "..", "scripts", "netlab")
+
+DDP_WORKER = r'''
+import os, sys, time, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import torch_model
+batch, steps, skip = (int(v) for v in sys.argv[3:6])
+rank, n = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
+torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
+dist.init_process_group("gloo", init_method="tcp://%s:%s" % (os.environ["NETLAB_MASTER"], sys.argv[6]),
+                        rank=rank, world_size=n)
+torch.manual_seed(1)
+net, spec = torch_model.load(sys.argv[2])
+net = net.to(memory_format=torch.channels_last)
+ddp = torch.nn.parallel.DistributedDataParallel(net)
+loss_fn = torch_model.make_loss(spec)
+opt = torch_model.make_optimizer(spec, ddp.parameters())
+x = torch.randn((batch,) + net.input_shape()).to(memory_format=torch.channels_last)
+y = torch.randn((batch,) + net.output_shape())
+def step():
+    opt.zero_grad(set_to_none=True)
+    if skip:
+        with ddp.no_sync():
+            loss_fn(ddp(x), y).backward()
+    else:
+        loss_fn(ddp(x), y).backward()
+    opt.step()
+for _ in range(2):
+    step()
+dist.barrier()
+t = time.perf_counter()
+for _ in range(steps):
+    step()
+dist.barrier()
+if rank == 0:
+    print("ddp_step_s %.6f" % ((time.perf_counter() - t) / steps))
+dist.destroy_process_group()
+'''
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=os.path.join(HERE, "..", "examples", "stemdl", "fcdensenet.json"))
+    ap.add_argument("--tessera-train", default="build/tessera-train")
+    ap.add_argument("--rates", default="1gbit,10gbit", help="link rates, tc units (default 1gbit,10gbit)")
+    ap.add_argument("--layouts", default="2x1,4x1,2x2", help="nodes x ranks per node (default 2x1,4x1,2x2)")
+    ap.add_argument("--batch", type=int, default=16, help="local batch per rank (default 16)")
+    ap.add_argument("--steps", type=int, default=8,
+                    help="steps per epoch at the most ranks, and DDP's timed steps (default 8)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--out", help="write the results as JSON here")
+    return ap.parse_args()
+
+
+def lab(rate, nodes, k, command, env):
+    argv = [NETLAB, "run", "--nodes", str(nodes), "--ranks-per-node", str(k), "--rate", rate, "--"] + command
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit("bench_netlab: %s failed (%d):\n%s%s" % (" ".join(argv), r.returncode, r.stdout[-3000:],
+                                                          r.stderr[-3000:]))
+    m = re.search(r"netlab: n0 sent (\d+) bytes", r.stderr)
+    return r.stdout + r.stderr, int(m.group(1)) if m else 0
+
+
+def tessera(a, tmp, data, rate, nodes, k, skip):
+    log = os.path.join(tmp, "epochs.csv")
+    if os.path.exists(log):
+        os.remove(log)
+    env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1",
+               TESSERA_SKIP_ALLREDUCE="1" if skip else "0", TESSERA_STEP_TIMEOUT="600")
+    epochs = 3
+    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "-x", "STARPU_HOME", "-x", "STARPU_SILENT",
+                                     "-x", "TESSERA_SKIP_ALLREDUCE", "-x", "TESSERA_STEP_TIMEOUT", a.tessera_train,
+                                     "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs",
+                                     str(epochs), "--batch", str(a.batch), "--log", log], env)
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    sps = statistics.mean(float(r["samples_per_s"]) for r in rows[1:])
+    m = re.search(r"([0-9.e+]+) KB sent by rank 0 per training step", out)
+    steps = epochs * (a.samples // (a.batch * nodes * k))
+    return 1e3 * a.batch * nodes * k / sps, link / steps, float(m.group(1)) * 1e3 if m else float("nan")
+
+
+def ddp(a, tmp, rate, nodes, k, skip, port):
+    script = os.path.join(tmp, "ddp_worker.py")
+    with open(script, "w") as f:
+        f.write(DDP_WORKER)
+    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "/usr/bin/python3", script, HERE, a.model,
+                                     str(a.batch), str(a.steps), str(int(skip)), str(port)],
+                    dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))  # the node's link, not loopback
+    m = re.search(r"ddp_step_s ([0-9.]+)", out)
+    if not m:
+        sys.exit("bench_netlab: no step time from DDP:\n" + out[-3000:])
+    return 1e3 * float(m.group(1)), link / (a.steps + 2)
+
+
+def main():
+    a = parse_args()
+    a.tessera_train = os.path.abspath(shutil.which(a.tessera_train) or a.tessera_train)
+    r = subprocess.run([NETLAB, "check"], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit("bench_netlab: " + (r.stdout.strip() or "netlab check failed"))
+    layouts = [tuple(int(v) for v in l.split("x")) for l in a.layouts.split(",")]
+    rates = a.rates.split(",")
+    tmp = tempfile.mkdtemp(prefix="tessera-netlab-bench-")
+    results = []
+    try:
+        data = os.path.join(tmp, "train.h5")
+        nmax = max(n * k for n, k in layouts)
+        datagen = os.path.join(os.path.dirname(a.tessera_train), "tessera-datagen")
+        a.samples = a.batch * nmax * a.steps
+        subprocess.run([datagen, "-q", "-o", data, "-n", str(a.samples), "--seed", "1"], check=True)
+        port = 29500 + os.getpid() % 1000
+        print("local batch %d, %d round(s); ms per step (median), added = with / without reductions - 1; "
+              "KB/step over node 0's link; no delay added (no netem)" % (a.batch, a.rounds))
+        print("%-7s %-6s %9s %9s %8s %9s %9s %8s %9s %9s %9s %6s" % (
+            "rate", "layout", "tsr", "tsr-skip", "added", "ddp", "ddp-skip", "added", "tsr-link", "tsr-red",
+            "ddp-link", "load"))
+        for rate in rates:
+            for nodes, k in layouts:
+                # one rank per node first: StarPU calibrates each node's files alone (see scripts/netlab)
+                if k > 1:
+                    tessera(a, tmp, data, rate, nodes, 1, True)
+                v = {key: [] for key in ("tsr", "tsr_skip", "ddp", "ddp_skip", "tsr_link", "tsr_red", "ddp_link")}
+                loads = [os.getloadavg()[0]]
+                for _ in range(a.rounds):
+                    ms, link, red = tessera(a, tmp, data, rate, nodes, k, False)
+                    v["tsr"].append(ms), v["tsr_link"].append(link), v["tsr_red"].append(red)
+                    v["tsr_skip"].append(tessera(a, tmp, data, rate, nodes, k, True)[0])
+                    if not a.skip_torch:
+                        port += 1
+                        ms, link = ddp(a, tmp, rate, nodes, k, False, port)
+                        v["ddp"].append(ms), v["ddp_link"].append(link)
+                        port += 1
+                        v["ddp_skip"].append(ddp(a, tmp, rate, nodes, k, True, port)[0])
+                    loads.append(os.getloadavg()[0])
+                med = {key: statistics.median(x) if x else float("nan") for key, x in v.items()}
+                print("%-7s %-6s %9.1f %9.1f %+7.1f%% %9.1f %9.1f %+7.1f%% %9.1f %9.1f %9.1f %6.2f" % (
+                    rate, "%dx%d" % (nodes, k), med["tsr"], med["tsr_skip"], 100 * (med["tsr"] / med["tsr_skip"] - 1),
+                    med["ddp"], med["ddp_skip"], 100 * (med["ddp"] / med["ddp_skip"] - 1), med["tsr_link"] / 1e3,
+                    med["tsr_red"] / 1e3, med["ddp_link"] / 1e3, statistics.mean(loads)), flush=True)
+                results.append({"rate": rate, "nodes": nodes, "ranks_per_node": k, "raw": v, "median": med,
+                                "load": loads})
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump({"batch": a.batch, "rounds": a.rounds, "results": results}, f, indent=1)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
