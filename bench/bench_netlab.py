@@ -29,43 +29,6 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETLAB = os.path.join(HERE, "..", "scripts", "netlab")
 
-DDP_WORKER = r'''
-import os, sys, time, torch, torch.distributed as dist
-sys.path.insert(0, sys.argv[1])
-import torch_model
-batch, steps, skip = (int(v) for v in sys.argv[3:6])
-rank, n = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
-local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
-torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
-dist.init_process_group("gloo", init_method="tcp://%s:%s" % (os.environ["NETLAB_MASTER"], sys.argv[6]),
-                        rank=rank, world_size=n)
-torch.manual_seed(1)
-net, spec = torch_model.load(sys.argv[2])
-net = net.to(memory_format=torch.channels_last)
-ddp = torch.nn.parallel.DistributedDataParallel(net)
-loss_fn = torch_model.make_loss(spec)
-opt = torch_model.make_optimizer(spec, ddp.parameters())
-x = torch.randn((batch,) + net.input_shape()).to(memory_format=torch.channels_last)
-y = torch.randn((batch,) + net.output_shape())
-def step():
-    opt.zero_grad(set_to_none=True)
-    if skip:
-        with ddp.no_sync():
-            loss_fn(ddp(x), y).backward()
-    else:
-        loss_fn(ddp(x), y).backward()
-    opt.step()
-for _ in range(2):
-    step()
-dist.barrier()
-t = time.perf_counter()
-for _ in range(steps):
-    step()
-dist.barrier()
-if rank == 0:
-    print("ddp_step_s %.6f" % ((time.perf_counter() - t) / steps))
-dist.destroy_process_group()
-'''
 
 
 def parse_args():
@@ -113,11 +76,9 @@ def tessera(a, tmp, data, rate, nodes, k, skip):
 
 
 def ddp(a, tmp, rate, nodes, k, skip, port):
-    script = os.path.join(tmp, "ddp_worker.py")
-    with open(script, "w") as f:
-        f.write(DDP_WORKER)
-    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "/usr/bin/python3", script, HERE, a.model,
-                                     str(a.batch), str(a.steps), str(int(skip)), str(port)],
+    argv = ["/usr/bin/python3", os.path.join(HERE, "ddp_worker.py"), "--model", a.model, "--batch", str(a.batch),
+            "--steps", str(a.steps), "--port", str(port)] + (["--skip"] if skip else [])
+    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + argv,
                     dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))  # the node's link, not loopback
     m = re.search(r"ddp_step_s ([0-9.]+)", out)
     if not m:

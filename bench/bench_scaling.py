@@ -15,6 +15,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -70,56 +71,21 @@ def tessera_step(a, tmp, data, n, skip, alone=False):
     return a.batch * n / sps
 
 
-TORCH_WORKER = r'''
-import os, sys, time, torch, torch.distributed as dist
-sys.path.insert(0, sys.argv[1])
-import torch_model
-rank, n, batch, steps, skip, threads = (int(v) for v in sys.argv[3:9])
-torch.set_num_threads(threads)
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[9], rank=rank, world_size=n)
-torch.manual_seed(1)
-net, spec = torch_model.load(sys.argv[2])
-net = net.to(memory_format=torch.channels_last)
-ddp = torch.nn.parallel.DistributedDataParallel(net)
-loss_fn = torch_model.make_loss(spec)
-opt = torch_model.make_optimizer(spec, ddp.parameters())
-x = torch.randn((batch,) + net.input_shape()).to(memory_format=torch.channels_last)
-y = torch.randn((batch,) + net.output_shape())
-def step():
-    opt.zero_grad(set_to_none=True)
-    if skip:
-        with ddp.no_sync():
-            loss_fn(ddp(x), y).backward()
-    else:
-        loss_fn(ddp(x), y).backward()
-    opt.step()
-for _ in range(2):
-    step()
-dist.barrier()
-t = time.perf_counter()
-for _ in range(steps):
-    step()
-dist.barrier()
-if rank == 0:
-    print((time.perf_counter() - t) / steps)
-dist.destroy_process_group()
-'''
 
 
 def torch_step(a, tmp, n, skip, port):
-    script = os.path.join(tmp, "ddp_worker.py")
-    with open(script, "w") as f:
-        f.write(TORCH_WORKER)
     threads = max(1, a.cores // n)
     steps = max(2, a.steps * max(1, 4 // n) // 2)
-    procs = [subprocess.Popen(["/usr/bin/python3", script, HERE, a.model, str(r), str(n), str(a.batch), str(steps),
-                               str(int(skip)), str(threads), str(port)], stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    argv = ["/usr/bin/python3", os.path.join(HERE, "ddp_worker.py"), "--model", a.model, "--batch", str(a.batch),
+            "--steps", str(steps), "--threads", str(threads), "--port", str(port), "--world", str(n)]
+    procs = [subprocess.Popen(argv + ["--rank", str(r)] + (["--skip"] if skip else []), stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
              for r in range(n)]
     outs = [p.communicate()[0] for p in procs]
-    if any(p.returncode for p in procs):
+    m = re.search(r"ddp_step_s ([0-9.]+)", outs[0])
+    if any(p.returncode for p in procs) or not m:
         sys.exit("bench_scaling: the DDP run with %d ranks failed" % n)
-    return float(outs[0].strip().splitlines()[-1])
+    return float(m.group(1))
 
 
 def main():

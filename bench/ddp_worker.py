@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""One rank of PyTorch DistributedDataParallel (gloo) on a Tessera model file, for bench_scaling.py
+and bench_netlab.py: two warm-up steps, then --steps timed steps between barriers (with --skip,
+inside no_sync(): no reduction); rank 0 prints "ddp_step_s SECONDS" per step. Rank and size come
+from the options or from Open MPI's environment; the rendezvous host is $NETLAB_MASTER (a netlab
+lab's first node) or 127.0.0.1."""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--skip", action="store_true", help="no reductions (no_sync)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the cores / ranks on this node)")
+    ap.add_argument("--port", required=True)
+    ap.add_argument("--rank", type=int, default=int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    ap.add_argument("--world", type=int, default=int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+    a = ap.parse_args()
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
+    torch.set_num_threads(a.threads or max(1, len(os.sched_getaffinity(0)) // local))
+    master = os.environ.get("NETLAB_MASTER", "127.0.0.1")
+    dist.init_process_group("gloo", init_method="tcp://%s:%s" % (master, a.port), rank=a.rank, world_size=a.world)
+    torch.manual_seed(1)
+    net, spec = torch_model.load(a.model)
+    net = net.to(memory_format=torch.channels_last)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    loss_fn = torch_model.make_loss(spec)
+    opt = torch_model.make_optimizer(spec, ddp.parameters())
+    x = torch.randn((a.batch,) + net.input_shape()).to(memory_format=torch.channels_last)
+    y = torch.randn((a.batch,) + net.output_shape())
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        if a.skip:
+            with ddp.no_sync():
+                loss_fn(ddp(x), y).backward()
+        else:
+            loss_fn(ddp(x), y).backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    dist.barrier()
+    t = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dist.barrier()
+    if a.rank == 0:
+        print("ddp_step_s %.6f" % ((time.perf_counter() - t) / a.steps), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
