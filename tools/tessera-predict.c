@@ -5,12 +5,10 @@
  * into OUT in rank order and removes them. With targets, prints MSE and PSNR (also stored as
  * attributes of OUT) and can draw true | predicted | difference PNGs of the first samples. */
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <tessera.h>
 
@@ -18,6 +16,7 @@
 #include "opt_table.h"
 #include "pred_out.h"
 #include "predict_png.h"
+#include "run_fail.h"
 
 struct predict_opts {
   const char *model, *params, *checkpoint, *data, *out, *input_dataset, *target_dataset, *png, *config;
@@ -60,37 +59,6 @@ static const struct opt_table table = {
     "With targets in IN, prints the MSE over all outputs and the PSNR, 10 log10(range^2 / MSE) with range the\n"
     "targets' max - min, and stores both as attributes of OUT.h5."};
 
-/* Everything a failure must release (one rank of several exits at once: see tessera-train). */
-static struct {
-  tsr_context *ctx;
-  tsr_trainer *t;
-  tsr_model *m;
-  tsr_loader *l;
-} live;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...) {
-  char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (live.ctx && tsr_context_size(live.ctx) > 1) {
-    fprintf(stderr, "%s: rank %d: %s\n", cli_program(), tsr_context_rank(live.ctx), msg);
-    fflush(NULL);
-    _exit(1);
-  }
-  tsr_trainer_destroy(live.t);
-  tsr_model_destroy(live.m);
-  tsr_loader_close(live.l);
-  tsr_context_destroy(live.ctx);
-  cli_die("%s", msg);
-}
-
-static void check(tsr_status s) {
-  if (s != TSR_OK) fail("%s (%s)", tsr_last_error(), tsr_status_name(s));
-}
-
 /* The inputs: a loader (targets too), or one .npy file of inputs held in memory. */
 struct source {
   float *npy;     /* [n, c, h, w] or NULL */
@@ -116,15 +84,15 @@ static void open_source(const struct predict_opts *o, struct source *src) {
   tsr_loader_opts_default(&lo);
   lo.input_name = o->input_dataset, lo.target_name = o->target_dataset;
   lo.standardize = 0; /* the parameters carry the training run's normalisation */
-  check(tsr_loader_open(&live.l, o->data, &lo));
-  src->n = tsr_loader_size(live.l);
-  tsr_loader_input_shape(live.l, &src->c, &src->h, &src->w);
-  tsr_loader_target_shape(live.l, &src->tc, &src->th, &src->tw);
+  check(tsr_loader_open(&live.train, o->data, &lo));
+  src->n = tsr_loader_size(live.train);
+  tsr_loader_input_shape(live.train, &src->c, &src->h, &src->w);
+  tsr_loader_target_shape(live.train, &src->tc, &src->th, &src->tw);
 }
 
 static void read_sample(const struct source *src, int64_t i, float *x, float *y) {
   if (src->npy) memcpy(x, src->npy + (size_t)i * src->c * src->h * src->w, sizeof(float) * src->c * src->h * src->w);
-  else check(tsr_loader_read(live.l, i, x, y));
+  else check(tsr_loader_read(live.train, i, x, y));
 }
 
 static void check_shapes(const struct predict_opts *o, const struct source *src) {
@@ -230,14 +198,11 @@ int main(int argc, char **argv) {
                        m.hi - m.lo);
   }
   if (o.png && rank == 0) {
-    if (predict_png(live.t, live.l, 0, o.png_count, o.png, err, sizeof err) != 0) fail("--png: %s", err);
+    if (predict_png(live.t, live.train, 0, o.png_count, o.png, err, sizeof err) != 0) fail("--png: %s", err);
     if (talk) printf("true | predicted | difference PNGs of %d samples written to %s/\n",
                      (int)(src.n < o.png_count ? src.n : o.png_count), o.png);
   }
   free(src.npy);
-  tsr_trainer_destroy(live.t);
-  tsr_model_destroy(live.m);
-  tsr_loader_close(live.l);
-  tsr_context_destroy(live.ctx);
+  release();
   return 0;
 }

@@ -16,7 +16,7 @@
 #include "predict_png.h"
 #include "train_best.h"
 #include "train_ckpt.h"
-#include "train_fail.h"
+#include "run_fail.h"
 #include "train_opts.h"
 #include "train_setup.h"
 

@@ -1,12 +1,12 @@
 /* tessera-train's set-up and per-epoch helpers (train_setup.h): the data's shapes against the
  * model's, the mean-target baseline, input standardisation in the trainer, the learning-rate
- * schedule of the run. Errors end the run (train_fail.h). */
+ * schedule of the run. Errors end the run (run_fail.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <tessera.h>
 
-#include "train_fail.h"
+#include "run_fail.h"
 #include "train_setup.h"
 
 enum { BASELINE_MEAN_SAMPLES = 4096 }; /* training samples averaged for the mean-target baseline */

@@ -1,4 +1,4 @@
-/* tessera-train's set-up and per-epoch helpers; each ends the run on error (train_fail.h). */
+/* tessera-train's set-up and per-epoch helpers; each ends the run on error (run_fail.h). */
 #ifndef TSR_TOOLS_TRAIN_SETUP_H
 #define TSR_TOOLS_TRAIN_SETUP_H
 

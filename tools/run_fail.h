@@ -1,6 +1,7 @@
-/* tessera-train: the objects a failure must release before exiting, and the exits after an error. */
-#ifndef TSR_TOOLS_TRAIN_FAIL_H
-#define TSR_TOOLS_TRAIN_FAIL_H
+/* tessera-train and tessera-predict: the objects a failure must release before exiting, and the exits
+ * after an error. */
+#ifndef TSR_TOOLS_RUN_FAIL_H
+#define TSR_TOOLS_RUN_FAIL_H
 
 #include <tessera.h>
 
@@ -9,7 +10,7 @@ struct train_live {
   tsr_context *ctx;
   tsr_trainer *t;
   tsr_model *m;
-  tsr_loader *train, *val;
+  tsr_loader *train, *val; /* tessera-predict: its input loader in train */
 };
 extern struct train_live live;
 

@@ -1,4 +1,5 @@
-/* tessera-train: what a failure must release, and how the run ends after an error (train_fail.h). */
+/* tessera-train and tessera-predict: what a failing run must release, and how it ends after an error
+ * (run_fail.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,7 +8,7 @@
 #include <tessera.h>
 
 #include "cli.h"
-#include "train_fail.h"
+#include "run_fail.h"
 
 /* Everything a failure must release before exiting. */
 struct train_live live;
