@@ -188,14 +188,7 @@ START_TEST(model_files_set_larc_and_lamb) {
 }
 END_TEST
 
-enum { S = 6 };
 
-static int fill(void *user, int64_t step, int index, float *x, float *y) {
-  (void)user;
-  for (int p = 0; p < S * S; p++) x[p] = sinf(0.3f * (p + 1) * (index + 1) + 0.2f * (float)(step % 4));
-  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] - 0.25f * x[(p + 3) % (S * S)];
-  return 0;
-}
 
 static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, const tsr_optim_spec *o) {
   tsr_trainer_opts to;
@@ -206,17 +199,12 @@ static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, const tsr_optim_spec
   return t;
 }
 
-static void train(tsr_trainer *t, int steps, double *loss) {
-  int64_t id[8];
-  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, fill, NULL, &id[i]), TSR_OK);
-  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, id[i], &loss[i]), TSR_OK);
-}
 
 /* 3 steps, a checkpoint, 3 more; a second trainer loads the checkpoint and must give the same 3. */
 static void resume_case(tsr_context *ctx, tsr_model *m, const tsr_optim_spec *o, const char *name) {
   tsr_trainer *a = trainer(ctx, m, o), *b = trainer(ctx, m, o);
   double la[6], lb[3];
-  train(a, 3, la);
+  tt_train_steps(a, 3, la);
   char *path = tt_path_in(tt_tmpdir(), name);
   tsr_checkpoint_meta meta = {.step = 3, .epoch = 1, .nranks = 1, .batch = 4};
   ck_assert_msg(tsr_checkpoint_save(a, path, &meta) == TSR_OK, "%s", tsr_last_error());
@@ -226,8 +214,8 @@ static void resume_case(tsr_context *ctx, tsr_model *m, const tsr_optim_spec *o,
             ck.meta.optim.larc_eta == o->larc_eta && ck.meta.optim.kind == o->kind);
   _tsr_ck_free(&ck);
   ck_assert_msg(tsr_checkpoint_load(b, path, NULL) == TSR_OK, "%s", tsr_last_error());
-  train(a, 3, la + 3);
-  train(b, 3, lb);
+  tt_train_steps(a, 3, la + 3);
+  tt_train_steps(b, 3, lb);
   for (int i = 0; i < 3; i++)
     ck_assert_msg(la[3 + i] == lb[i], "%s step %d: %.17g, resumed %.17g", name, 4 + i, la[3 + i], lb[i]);
   ck_assert_msg(la[5] < la[0], "%s: loss %g -> %g did not fall", name, la[0], la[5]);
@@ -241,12 +229,7 @@ START_TEST(trainers_with_larc_and_lamb_resume_bitwise) {
   co.ncpus = 2, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
   tsr_context *ctx;
   ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "lb"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, S, S), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 3, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_TANH, "c1"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "r1", 1, 3, 1, 1), TSR_OK);
+  tsr_model *m = tt_small_model("lb");
   tsr_optim_spec o = tsr_optim_spec_default(TSR_OPTIM_SGD);
   o.lr = 0.5f, o.larc = 1, o.larc_eta = 0.05f, o.weight_decay = 1e-4f;
   resume_case(ctx, m, &o, "sgd-larc.h5");

@@ -308,12 +308,6 @@ START_TEST(registry_entries_name_their_kinds_and_state_tensors) {
 }
 END_TEST
 
-enum { S = 6 };
-static int fill(void *user, int64_t step, int index, float *x, float *y) {
-  for (int p = 0; p < S * S; p++) x[p] = sinf(0.3f * (p + 1) * (index + 1) + 0.2f * (float)(step % 4));
-  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] - 0.25f * x[(p + 3) % (S * S)];
-  return 0;
-}
 
 static tsr_trainer *sgd_trainer(tsr_context *ctx, tsr_model *m) {
   tsr_optim_spec o = tsr_optim_spec_default(TSR_OPTIM_SGD);
@@ -326,11 +320,6 @@ static tsr_trainer *sgd_trainer(tsr_context *ctx, tsr_model *m) {
   return t;
 }
 
-static void train(tsr_trainer *t, int steps, double *loss) {
-  int64_t id[8];
-  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, fill, NULL, &id[i]), TSR_OK);
-  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, id[i], &loss[i]), TSR_OK);
-}
 
 /* ck (read from an SGD checkpoint) as files were before: moment0 and a zero moment1, no list. */
 static void write_old_layout(struct _tsr_ck *ck, const char *path) {
@@ -353,15 +342,10 @@ START_TEST(trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load) {
   co.ncpus = 2, co.use_mpi = 0, co.deterministic = 1, co.verbose = 0;
   tsr_context *ctx;
   ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "opt"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, S, S), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 3, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_TANH, "c1"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "r1", 1, 3, 1, 1), TSR_OK);
+  tsr_model *m = tt_small_model("opt");
   tsr_trainer *a = sgd_trainer(ctx, m), *b = sgd_trainer(ctx, m);
   double la[6], lb[3];
-  train(a, 3, la);
+  tt_train_steps(a, 3, la);
   float buf[27];
   int w = tsr_trainer_tensor_find(a, "c1.weight");
   ck_assert_int_eq(tsr_trainer_moment_get(a, w, 0, buf), TSR_OK);
@@ -380,8 +364,8 @@ START_TEST(trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load) {
   ck_assert(ck.nstate == 2 && ck.meta.optim.extra[2] == 0.5f);
   _tsr_ck_free(&ck);
   ck_assert_msg(tsr_checkpoint_load(b, old, NULL) == TSR_OK, "%s", tsr_last_error());
-  train(a, 3, la + 3);
-  train(b, 3, lb);
+  tt_train_steps(a, 3, la + 3);
+  tt_train_steps(b, 3, lb);
   for (int i = 0; i < 3; i++)
     ck_assert_msg(la[3 + i] == lb[i], "step %d: %.17g, resumed %.17g", 4 + i, la[3 + i], lb[i]);
   tsr_trainer_destroy(a);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <starpu.h>
+#include <tessera.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -171,4 +172,31 @@ int tt_run_suite(Suite *s) {
   int skipped = have_root ? report_skips(root) : 0;
   if (have_root && !getenv("TT_KEEP_TMP")) nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return failed ? 1 : skipped ? 77 : 0;
+}
+
+enum { SMALL_S = 6 }; /* tt_small_model's input side */
+
+struct tsr_model *tt_small_model(const char *name) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, name), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, SMALL_S, SMALL_S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "in", 3, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_TANH, "c1"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "r1", 1, 3, 1, 1), TSR_OK);
+  return m;
+}
+
+int tt_fill_small(void *user, int64_t step, int index, float *x, float *y) {
+  (void)user;
+  const int n = SMALL_S * SMALL_S;
+  for (int p = 0; p < n; p++) x[p] = sinf(0.3f * (p + 1) * (index + 1) + 0.2f * (float)(step % 4));
+  for (int p = 0; p < n; p++) y[p] = 0.5f * x[p] - 0.25f * x[(p + 3) % n];
+  return 0;
+}
+
+void tt_train_steps(struct tsr_trainer *t, int steps, double *loss) {
+  int64_t id[64];
+  ck_assert_int_le(steps, 64);
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_step(t, tt_fill_small, NULL, &id[i]), TSR_OK);
+  for (int i = 0; i < steps; i++) ck_assert_int_eq(tsr_trainer_loss(t, id[i], &loss[i]), TSR_OK);
 }

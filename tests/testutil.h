@@ -54,4 +54,13 @@ int tt_run_suite(Suite *s);
 #define TT_MAIN(make_suite)                                                                        \
   int main(void) { return tt_run_suite(make_suite()); }
 
+/* The small trainable net of the optimizer tests: input 1x6x6, conv2d 'c1' (3 channels, 3x3, padding
+ * 1), tanh 'r1', conv2d 'out' (1 channel); tt_fill_small gives its samples (a smooth input and a
+ * linear target of it), and tt_train_steps submits `steps` steps of them and reads their losses. */
+struct tsr_model;
+struct tsr_trainer;
+struct tsr_model *tt_small_model(const char *name);
+int tt_fill_small(void *user, int64_t step, int index, float *x, float *y);
+void tt_train_steps(struct tsr_trainer *t, int steps, double *loss);
+
 #endif
