@@ -154,6 +154,43 @@ START_TEST(thin_centrosymmetric_crystal_gives_friedel_pattern) {
 }
 END_TEST
 
+/* Pattern of probe (5, 5) A through one period of Si [001] whose slice s is moved by s * shift in x. */
+static void sheared_pattern(double tilt, double shift, double *out) {
+  struct cbed_atoms a;
+  ck_assert_int_eq(_tsr_cbed_build_crystal(&a, TSR_CBED_SI, 1, 10, 0, 0), 0);
+  double dz = a.lz / lround(a.lz / 2);
+  for (int k = 0; k < a.n; k++) a.x[k] = fmod(a.x[k] + (int)(a.z[k] / dz) * shift + 2 * a.lx, a.lx);
+  a.tilt[0] = tilt;
+  struct cbed_work w;
+  ck_assert_int_eq(_tsr_cbed_work_init(&w, 32), 0);
+  ck_assert_int_eq(_tsr_cbed_prepare(&w, &a, 200, 2), 0);
+  _tsr_cbed_probe(&w, 15, 0, 0, 5, 5);
+  _tsr_cbed_propagate(&w, 1);
+  _tsr_cbed_intensity(&w, out);
+  _tsr_cbed_work_free(&w);
+  _tsr_cbed_atoms_free(&a);
+}
+
+/* A specimen tilted by theta (the propagator's tilt) is the untilted specimen whose slice s lies
+ * s dz tan(theta) further along x: with that shift one grid pixel (so the potentials' samples move
+ * exactly), both give the same pattern; shifting the other way does not. */
+START_TEST(tilt_is_a_shear_of_the_slices) {
+  const double lx = 2 * 5.431, dz = 5.431 / 3, pixel = lx / 32, theta = atan(pixel / dz);
+  double *tilted = malloc(sizeof(double) * 32 * 32), *sheared = malloc(sizeof(double) * 32 * 32);
+  sheared_pattern(theta, 0, tilted);
+  double d[2];
+  for (int sign = 0; sign < 2; sign++) {
+    sheared_pattern(0, sign ? -pixel : pixel, sheared);
+    double mx = 0, diff = 0;
+    for (int k = 0; k < 32 * 32; k++) mx = fmax(mx, tilted[k]), diff = fmax(diff, fabs(tilted[k] - sheared[k]));
+    d[sign] = diff / mx;
+  }
+  ck_assert_msg(d[0] < 1e-9, "tilt %.4f rad against the sheared specimen: max difference %.3g of the peak", theta, d[0]);
+  ck_assert_msg(d[1] > 1e-3, "shearing the other way gives the same pattern (%.3g)", d[1]);
+  free(tilted), free(sheared);
+}
+END_TEST
+
 static tsr_cbed_opts small(void) {
   tsr_cbed_opts o;
   tsr_cbed_opts_default(&o);
@@ -349,6 +386,7 @@ static Suite *make_cbed_suite(void) {
   tcase_add_test(p, propagation_conserves_intensity);
   tcase_add_test(p, central_disc_radius_is_alpha_over_lambda_dk);
   tcase_add_test(p, thin_centrosymmetric_crystal_gives_friedel_pattern);
+  tcase_add_test(p, tilt_is_a_shear_of_the_slices);
   suite_add_tcase(s, p);
   TCase *d = tcase_create("data");
   tcase_add_test(d, samples_are_deterministic);
