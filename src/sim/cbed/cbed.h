@@ -35,10 +35,6 @@ struct cbed_atoms {
 void _tsr_cbed_atoms_free(struct cbed_atoms *a);
 /* Appends an atom; -1 when out of memory. */
 int _tsr_cbed_atoms_push(struct cbed_atoms *a, int zn, double x, double y, double z);
-/* Built-in crystal `s` along zone `zone` (1 = [001], 2 = [110], 4 = [111]), not rotated, whole
- * cells tiled to about `fov` in x and y, shifted in plane by (sx, sy) cells. */
-int _tsr_cbed_build_crystal(struct cbed_atoms *a, tsr_cbed_structure s, int zone, double fov, double sx,
-                            double sy);
 /* `count` atoms of random elements in fov x fov x thickness, no two closer than dmin (rng: uniform [0,1)). */
 int _tsr_cbed_build_random(struct cbed_atoms *a, int count, double fov, double thickness, double dmin,
                            double (*uniform)(void *), void *rng);

@@ -324,16 +324,3 @@ int _tsr_cbed_build_supercell(struct cbed_atoms *a, const struct cbed_crystal *c
   _tsr_cbed_atoms_free(&box);
   return rc;
 }
-
-int _tsr_cbed_build_crystal(struct cbed_atoms *a, tsr_cbed_structure s, int zone, double fov, double sx,
-                            double sy) {
-  static const int uvw[5][3] = {[1] = {0, 0, 1}, [2] = {1, 1, 0}, [4] = {1, 1, 1}};
-  *a = (struct cbed_atoms){0};
-  struct cbed_crystal c = {0};
-  struct cbed_zone z;
-  int rc = zone == 1 || zone == 2 || zone == 4 ? _tsr_cbed_crystal_builtin(s, &c) : -1;
-  if (rc == 0) rc = _tsr_cbed_zone_cell(&c, uvw[zone], 0, fmax(fov, 4 * c.cell[0]), &z);
-  if (rc == 0) rc = _tsr_cbed_build_supercell(a, &c, &z, fov, sx, sy);
-  _tsr_cbed_crystal_free(&c);
-  return rc;
-}
