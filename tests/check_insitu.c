@@ -301,11 +301,16 @@ START_TEST(cbed_json_sets_fields_and_names_bad_ones) {
   tsr_cbed_opts_default(&d);
   const char *ok = write_json("ok.json", "{\"kv\": 300, \"grid\": 32, \"pattern\": 24, \"target\": 16, \"probes\": 2,"
                                          " \"thickness\": [10, 30], \"structures\": [\"si\", \"cu\"], \"zones\": [\"111\"],"
-                                         " \"shift\": false, \"raw_target\": true, \"intensity\": \"sqrt\", \"seed\": 9}");
+                                         " \"shift\": false, \"intensity\": \"sqrt\", \"seed\": 9,"
+                                         " \"cif\": [\"a.cif\", \"b.cif\"], \"zone_index\": 2, \"tilt\": 4,"
+                                         " \"rotation\": 90, \"elements\": [3, 83], \"density\": [0.04, 0.06]}");
   ck_assert_msg(tsr_cbed_opts_load_json(ok, &o) == TSR_OK, "%s", tsr_last_error());
   ck_assert(o.kv == 300 && o.grid == 32 && o.pattern == 24 && o.target == 16 && o.probes == 2);
   ck_assert(o.thickness_min == 10 && o.thickness_max == 30 && o.structures == (1u << TSR_CBED_SI | 1u << TSR_CBED_CU));
-  ck_assert(o.zones == 4 && o.shift == 0 && o.standardize_target == 0 && o.intensity == TSR_CBED_SQRT && o.seed == 9);
+  ck_assert(o.zones == 4 && o.shift == 0 && o.intensity == TSR_CBED_SQRT && o.seed == 9);
+  ck_assert_str_eq(o.cif, "a.cif,b.cif");
+  ck_assert(o.zone_index == 2 && o.tilt_mrad == 4 && o.rotation_deg == 90 && o.zmin == 3 && o.zmax == 83);
+  ck_assert(o.density_min == 0.04 && o.density_max == 0.06 && o.sites == d.sites);
   ck_assert(o.alpha_mrad == d.alpha_mrad && o.slice == d.slice && o.fov == d.fov); /* left out: defaults */
   struct {
     const char *json, *want;
@@ -314,8 +319,10 @@ START_TEST(cbed_json_sets_fields_and_names_bad_ones) {
              {"{\"grid\": 7}", "grid 7 is not an even number"},
              {"{\"zones\": [\"100\", \"123\"]}", "field 'zones' must be"},
              {"{\"thickness\": [80, 20]}", "thickness range 80..20"},
+             {"{\"elements\": [0, 200]}", "field 'elements' must be"},
+             {"{\"raw_target\": true}", "the target is always the potential in V A"},
              {"[1, 2]", "not a JSON object"}};
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 8; i++) {
     char name[32];
     snprintf(name, sizeof name, "bad%d.json", i);
     const char *path = write_json(name, bad[i].json);

@@ -114,6 +114,7 @@ spack_name() {
   case $1 in
   STARPU) echo starpu ;; MPI) echo mpi ;; DNNL) echo onednn ;; check) echo check ;; hdf5) echo hdf5 ;;
   fftw3) echo fftw ;; jansson) echo jansson ;; libpng) echo libpng ;; openblas) echo openblas ;;
+  libcif) echo cif-api ;; spglib) echo spglib ;;
   *) echo "?$1" ;;
   esac
 }

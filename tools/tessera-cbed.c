@@ -15,9 +15,11 @@ static void usage(void) {
   tsr_cbed_opts d;
   tsr_cbed_opts_default(&d);
   printf("Usage: %s --out FILE.h5 --samples N [options]\n"
-         "Simulates convergent-beam electron diffraction (multislice) of crystals and random atoms.\n"
+         "Simulates convergent-beam electron diffraction (multislice) of crystals (built-in, CIF files or\n"
+         "random crystals of Z = 1..103) and random atoms. The record of every sample (structure, cell,\n"
+         "zone axis, supercell, thickness, tilt, rotation, origin, probe) is the dataset 'meta'.\n"
          "Each sample: P = probes^2 diffraction patterns [P, H, W] ('cbed') and the projected potential\n"
-         "[1, H', W'] ('potential'). Under mpirun, rank R writes FILE.rankR.h5 with its share of samples.\n\n"
+         "[1, H', W'] ('potential', V A). Under mpirun, rank R writes FILE.rankR.h5 with its share of samples.\n\n"
          "  -o, --out FILE          output HDF5 file\n"
          "  -n, --samples N         number of samples (over all ranks)\n"
          "      --seed S            random seed (default %llu)\n"
@@ -33,13 +35,21 @@ static void usage(void) {
          "      --thickness A:B     specimen thickness range, A (default %g:%g)\n"
          "      --slice DZ          slice thickness, A (default %g)\n"
          "      --blur B            rms Gaussian blur of the target, A (default %g)\n"
-         "      --structures LIST   of si, srtio3, cu, random (default si,srtio3,cu)\n"
+         "      --structures LIST   of si, srtio3, cu, random (atoms), crystal (random crystals)\n"
+         "                          (default si,srtio3,cu)\n"
+         "      --cif FILES         CIF files, comma-separated, drawn as further structures\n"
          "      --zones LIST        zone axes of 001, 110, 111 (default 001,110)\n"
+         "      --zone-index N      instead: a random zone axis [uvw] with |u|,|v|,|w| <= N per sample\n"
+         "      --tilt T            largest specimen tilt off the zone axis, mrad (default 0)\n"
+         "      --rotation R        in-plane rotation drawn in [0, R) degrees (default 0; 360: any)\n"
+         "      --elements A:B      random crystals: atomic numbers in [A, B] (default %d:%d)\n"
+         "      --sites N           random crystals: at most N atoms per cell (default %d)\n"
+         "      --min-distance D    random crystals: closest approach of two atoms, A (default %g)\n"
+         "      --density A:B       random crystals: atoms per A^3 (default %g:%g)\n"
          "      --no-shift          crystal origin fixed (default: random in-plane origin per sample)\n"
          "      --atoms A:B         atoms per sample in random mode (default %d:%d)\n"
          "      --intensity S       log, sqrt or linear (default log: log(1 + I / floor))\n"
          "      --floor F           intensity floor of the log scaling (default %g)\n"
-         "      --raw-target        keep the potential in V A (default: standardised per sample)\n"
          "      --half              store float16 (IEEE half; readers convert to float32)\n"
          "      --first I           index of the first sample (default 0)\n"
          "      --workers N         CPU workers (default: StarPU's choice)\n"
@@ -47,8 +57,8 @@ static void usage(void) {
          "  -V, --version           print the version\n"
          "  -h, --help              this text\n",
          cli_program(), (unsigned long long)d.seed, d.kv, d.alpha_mrad, d.defocus, d.cs_mm, d.grid, d.pattern,
-         d.target, d.probes, d.fov, d.thickness_min, d.thickness_max, d.slice, d.blur, d.random_atoms_min,
-         d.random_atoms_max, d.intensity_floor);
+         d.target, d.probes, d.fov, d.thickness_min, d.thickness_max, d.slice, d.blur, d.zmin, d.zmax, d.sites,
+         d.min_distance, d.density_min, d.density_max, d.random_atoms_min, d.random_atoms_max, d.intensity_floor);
 }
 
 static void parse_range(const char *opt, const char *arg, double *lo, double *hi) {
@@ -102,7 +112,8 @@ static void on_progress(void *user, int64_t done, int64_t total) {
 int main(int argc, char **argv) {
   cli_set_program("tessera-cbed");
   enum { O_SEED = 256, O_KV, O_ALPHA, O_DF, O_CS, O_GRID, O_PAT, O_TGT, O_PROBES, O_FOV, O_THICK, O_SLICE, O_BLUR,
-         O_STRUCT, O_ZONES, O_NOSHIFT, O_ATOMS, O_INT, O_FLOOR, O_RAW, O_HALF, O_FIRST, O_WORKERS };
+         O_STRUCT, O_ZONES, O_NOSHIFT, O_ATOMS, O_INT, O_FLOOR, O_HALF, O_FIRST, O_WORKERS, O_CIF, O_ZINDEX,
+         O_TILT, O_ROT, O_ELEM, O_SITES, O_DMIN, O_DENS };
   static const struct option longopts[] = {
       {"out", required_argument, NULL, 'o'}, {"samples", required_argument, NULL, 'n'},
       {"seed", required_argument, NULL, O_SEED}, {"kv", required_argument, NULL, O_KV},
@@ -114,7 +125,11 @@ int main(int argc, char **argv) {
       {"blur", required_argument, NULL, O_BLUR}, {"structures", required_argument, NULL, O_STRUCT},
       {"zones", required_argument, NULL, O_ZONES}, {"no-shift", no_argument, NULL, O_NOSHIFT},
       {"atoms", required_argument, NULL, O_ATOMS}, {"intensity", required_argument, NULL, O_INT},
-      {"floor", required_argument, NULL, O_FLOOR}, {"raw-target", no_argument, NULL, O_RAW},
+      {"floor", required_argument, NULL, O_FLOOR}, {"cif", required_argument, NULL, O_CIF},
+      {"zone-index", required_argument, NULL, O_ZINDEX}, {"tilt", required_argument, NULL, O_TILT},
+      {"rotation", required_argument, NULL, O_ROT}, {"elements", required_argument, NULL, O_ELEM},
+      {"sites", required_argument, NULL, O_SITES}, {"min-distance", required_argument, NULL, O_DMIN},
+      {"density", required_argument, NULL, O_DENS},
       {"half", no_argument, NULL, O_HALF}, {"first", required_argument, NULL, O_FIRST},
       {"workers", required_argument, NULL, O_WORKERS}, {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
@@ -156,7 +171,20 @@ int main(int argc, char **argv) {
       else cli_usage_error("--intensity: '%s' is not log, sqrt or linear", optarg);
       break;
     case O_FLOOR: o.intensity_floor = cli_parse_float("--floor", optarg, 1e-30, 1e30); break;
-    case O_RAW: o.standardize_target = 0; break;
+    case O_CIF:
+      if (strlen(optarg) >= sizeof o.cif) cli_usage_error("--cif: the list is longer than %zu characters", sizeof o.cif - 1);
+      snprintf(o.cif, sizeof o.cif, "%s", optarg);
+      break;
+    case O_ZINDEX: o.zone_index = cli_parse_int("--zone-index", optarg, 0, 6); break;
+    case O_TILT: o.tilt_mrad = cli_parse_float("--tilt", optarg, 0, 200); break;
+    case O_ROT: o.rotation_deg = cli_parse_float("--rotation", optarg, 0, 360); break;
+    case O_ELEM:
+      parse_range("--elements", optarg, &lo, &hi);
+      o.zmin = (int)lo, o.zmax = (int)hi;
+      break;
+    case O_SITES: o.sites = cli_parse_int("--sites", optarg, 1, 256); break;
+    case O_DMIN: o.min_distance = cli_parse_float("--min-distance", optarg, 0.5, 5); break;
+    case O_DENS: parse_range("--density", optarg, &o.density_min, &o.density_max); break;
     case O_HALF: half = 1; break;
     case O_FIRST: first = cli_parse_int64("--first", optarg, 0, INT64_C(1) << 50); break;
     case O_WORKERS: workers = cli_parse_int("--workers", optarg, 1, 4096); break;

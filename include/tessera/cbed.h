@@ -1,7 +1,9 @@
-/* Multislice simulation of convergent-beam electron diffraction (CBED): crystal supercells (or random
- * atoms), Kirkland projected potentials, a probe with convergence angle, defocus and Cs scanned over
- * a grid of positions. One sample is an input stack [P, H, W] of diffraction intensities (one pattern
- * per probe position) and a target [1, H', W'], the slice-averaged projected potential. */
+/* Multislice simulation of convergent-beam electron diffraction (CBED): crystal supercells (built-in,
+ * read from CIF files, or random but physical crystals over Z = 1..103; or random atoms) along a
+ * zone axis, tilted and rotated, Kirkland projected potentials, a probe with convergence angle,
+ * defocus and Cs scanned over a grid of positions. One sample is an input stack [P, H, W] of
+ * diffraction intensities (one pattern per probe position) and a target [1, H', W'], the
+ * slice-averaged projected potential in V A. */
 #ifndef TESSERA_CBED_H
 #define TESSERA_CBED_H
 
@@ -19,6 +21,7 @@ typedef enum tsr_cbed_structure {
   TSR_CBED_SRTIO3,  /* cubic perovskite SrTiO3, a = 3.905 A */
   TSR_CBED_CU,      /* fcc copper, a = 3.615 A */
   TSR_CBED_RANDOM,  /* random atoms of Si, O, Ti, Sr, Cu in the field of view */
+  TSR_CBED_CRYSTAL, /* a random crystal per sample (fields zmin .. density_max below) */
   TSR_CBED_NSTRUCT
 } tsr_cbed_structure;
 
@@ -38,12 +41,19 @@ typedef struct tsr_cbed_opts {
   double slice;           /* slice thickness, A (default 2) */
   double blur;            /* Gaussian blur of the target, rms in A (default 0.3) */
   unsigned structures;    /* bit mask of tsr_cbed_structure drawn per sample (default Si|SrTiO3|Cu) */
+  char cif[1024];         /* CIF files, comma-separated, drawn as further structures (default none) */
   unsigned zones;         /* bit mask: 1 = [001], 2 = [110], 4 = [111] (default 1|2) */
+  int zone_index;         /* > 0: zone axis [uvw] drawn per sample with |u|, |v|, |w| <= zone_index (default 0) */
+  double tilt_mrad;       /* largest specimen tilt off the zone axis, random direction (default 0) */
+  double rotation_deg;    /* in-plane rotation of the crystal drawn in [0, rotation_deg) (default 0) */
   int shift;              /* 1 = random in-plane origin of the crystal per sample (default 1) */
   int random_atoms_min, random_atoms_max; /* atoms per sample in random mode (default 20..60) */
+  int zmin, zmax;         /* random crystals: elements Z in [zmin, zmax] (default 1..103) */
+  int sites;              /* random crystals: at most this many atoms per unit cell (default 8) */
+  double min_distance;    /* random crystals: closest approach of two atoms, A (default 1.8) */
+  double density_min, density_max; /* random crystals: atoms per A^3 (default 0.03..0.08) */
   tsr_cbed_intensity intensity; /* input scaling (default log: log(1 + I / intensity_floor)) */
   double intensity_floor; /* default 1e-5 (intensities sum to 1 over the whole diffraction plane) */
-  int standardize_target; /* 1 = target minus its mean over its std, per sample (default 1) */
   uint64_t seed;          /* default 1, as every seed in Tessera (programs, tsr_context_opts) */
 } tsr_cbed_opts;
 
@@ -58,20 +68,23 @@ double tsr_cbed_wavelength(double kv);
 double tsr_cbed_sigma(double kv);
 
 /* Simulates sample `index` (deterministic for (seed, index)): x [P, pattern, pattern], v [1, target,
- * target]. Thread-safe. */
+ * target], the projected potential in V A (no rescaling). Thread-safe. */
 tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, float *v);
 
 /* Simulates samples [first, first + n) as StarPU tasks (one per sample) on the context's workers
  * and writes them to an HDF5 file: datasets `cbed` [n, P, H, W] and `potential` [n, 1, H', W']
- * (float32, or IEEE half precision with half = 1), one attribute per option plus `first_index`.
+ * (float32, or IEEE half precision with half = 1), `meta` [n] (one compound record per sample:
+ * structure, formula, source file, cell, zone axis, supercell, thickness, tilt, rotation, origin,
+ * probe), one attribute per option plus `first_index`.
  * Written to path.tmp, then renamed. progress(user, done, n) is called now and then if not NULL. */
 tsr_status tsr_cbed_write(tsr_context *ctx, const tsr_cbed_opts *o, int64_t first, int64_t n, int half,
                           const char *path, void (*progress)(void *user, int64_t done, int64_t total),
                           void *user);
 
 /* Options from a JSON file: one object whose fields are tessera-cbed's long options ("kv": 200,
- * "thickness": [20, 80], "structures": ["si", "cu"], "zones": ["001", "110"], "atoms": [20, 60],
- * "intensity": "log", "shift": false, "raw_target": true, "seed": 7, ...); the rest keep their
+ * "thickness": [20, 80], "structures": ["si", "cu", "crystal"], "cif": ["a.cif"], "zones": ["001"],
+ * "zone_index": 2, "tilt": 5, "rotation": 360, "elements": [1, 103], "density": [0.03, 0.08],
+ * "atoms": [20, 60], "intensity": "log", "shift": false, "seed": 7, ...); the rest keep their
  * defaults. Unknown fields and bad values are errors naming the file and the field. */
 tsr_status tsr_cbed_opts_load_json(const char *path, tsr_cbed_opts *o);
 

@@ -31,6 +31,8 @@ class Tessera(AutotoolsPackage, CudaPackage):
     depends_on("fftw")
     depends_on("jansson@2.7:")
     depends_on("libpng")
+    depends_on("cif-api")  # CIF files of crystal structures (this repo's spack/packages/cif-api)
+    depends_on("spglib")
     depends_on("check@0.10:")
     depends_on("cudnn", when="+cuda")
     depends_on("nccl", when="+cuda")

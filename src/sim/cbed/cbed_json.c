@@ -1,6 +1,7 @@
 /* CBED settings as a JSON file (cbed.json): one object whose fields are tessera-cbed's long options
- * ("kv": 200, "thickness": [20, 80], "structures": ["si", "cu"], "zones": ["001"], "shift": false,
- * "raw_target": true, ...). Fields left out keep tsr_cbed_opts_default's values; an unknown field,
+ * ("kv": 200, "thickness": [20, 80], "structures": ["si", "cu", "crystal"], "cif": ["stem/Si.cif"],
+ * "zones": ["001"], "zone_index": 2, "tilt": 5, "rotation": 360, "elements": [1, 103],
+ * "density": [0.03, 0.08], "shift": false, ...). Fields left out keep tsr_cbed_opts_default's values; an unknown field,
  * a value of the wrong type and a value out of range are errors naming the file and the field. */
 #include <math.h>
 #include <stdio.h>
@@ -13,7 +14,7 @@
 
 #define FIELDS                                                                                                 \
   "seed, kv, alpha, defocus, cs, grid, pattern, target, probes, fov, thickness, slice, blur, structures, zones, " \
-  "shift, atoms, intensity, floor, raw_target"
+  "cif, zone_index, tilt, rotation, shift, atoms, elements, sites, min_distance, density, intensity, floor"
 
 static tsr_status bad(const char *path, const char *key, const char *want) {
   return _tsr_error(TSR_ERR_ARG, "%s: field '%s' must be %s", path, key, want);
@@ -46,11 +47,11 @@ static tsr_status structures(const char *path, const json_t *v, unsigned *mask) 
   size_t i;
   json_t *e;
   *mask = 0;
-  if (!json_is_array(v)) return bad(path, "structures", "a list of si, srtio3, cu, random");
+  if (!json_is_array(v)) return bad(path, "structures", "a list of si, srtio3, cu, random, crystal");
   json_array_foreach(v, i, e) {
     tsr_cbed_structure s;
     if (!json_is_string(e) || tsr_cbed_structure_parse(json_string_value(e), &s) != TSR_OK)
-      return bad(path, "structures", "a list of si, srtio3, cu, random");
+      return bad(path, "structures", "a list of si, srtio3, cu, random, crystal");
     *mask |= 1u << s;
   }
   return TSR_OK;
@@ -67,6 +68,22 @@ static tsr_status zones(const char *path, const json_t *v, unsigned *mask) {
     while (z < 3 && !(json_is_string(e) && !strcmp(json_string_value(e), names[z]))) z++;
     if (z == 3) return bad(path, "zones", "a list of \"001\", \"110\", \"111\"");
     *mask |= 1u << z;
+  }
+  return TSR_OK;
+}
+
+/* A file name or a list of them, joined with commas into o->cif. */
+static tsr_status cif_list(const char *path, const json_t *v, tsr_cbed_opts *o) {
+  const char *want = "a CIF file name or a list of them (no commas in names)";
+  size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0, at = 0;
+  if (!n) return bad(path, "cif", want);
+  o->cif[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *e = json_is_string(v) ? v : json_array_get(v, i);
+    const char *name = json_is_string(e) ? json_string_value(e) : NULL;
+    size_t len = name ? strlen(name) : 0;
+    if (!len || strchr(name, ',') || at + len + 2 > sizeof o->cif) return bad(path, "cif", want);
+    at += (size_t)snprintf(o->cif + at, sizeof o->cif - at, "%s%s", at ? "," : "", name);
   }
   return TSR_OK;
 }
@@ -92,6 +109,19 @@ static tsr_status field(const char *path, const char *k, const json_t *v, tsr_cb
   if (!strcmp(k, "blur")) return number(path, k, v, &o->blur);
   if (!strcmp(k, "structures")) return structures(path, v, &o->structures);
   if (!strcmp(k, "zones")) return zones(path, v, &o->zones);
+  if (!strcmp(k, "cif")) return cif_list(path, v, o);
+  if (!strcmp(k, "zone_index")) return integer(path, k, v, &o->zone_index);
+  if (!strcmp(k, "tilt")) return number(path, k, v, &o->tilt_mrad);
+  if (!strcmp(k, "rotation")) return number(path, k, v, &o->rotation_deg);
+  if (!strcmp(k, "sites")) return integer(path, k, v, &o->sites);
+  if (!strcmp(k, "min_distance")) return number(path, k, v, &o->min_distance);
+  if (!strcmp(k, "density")) return range(path, k, v, &o->density_min, &o->density_max);
+  if (!strcmp(k, "elements")) {
+    TSR_TRY(range(path, k, v, &lo, &hi));
+    if (lo != floor(lo) || hi != floor(hi) || lo < 1 || hi > 103) return bad(path, k, "atomic numbers [A, B] in 1..103");
+    o->zmin = (int)lo, o->zmax = (int)hi;
+    return TSR_OK;
+  }
   if (!strcmp(k, "floor")) return number(path, k, v, &o->intensity_floor);
   if (!strcmp(k, "atoms")) {
     TSR_TRY(range(path, k, v, &lo, &hi));
@@ -99,12 +129,13 @@ static tsr_status field(const char *path, const char *k, const json_t *v, tsr_cb
     o->random_atoms_min = (int)lo, o->random_atoms_max = (int)hi;
     return TSR_OK;
   }
-  if (!strcmp(k, "shift") || !strcmp(k, "raw_target")) {
+  if (!strcmp(k, "shift")) {
     if (!json_is_boolean(v)) return bad(path, k, "true or false");
-    if (k[0] == 's') o->shift = json_is_true(v);
-    else o->standardize_target = !json_is_true(v);
+    o->shift = json_is_true(v);
     return TSR_OK;
   }
+  if (!strcmp(k, "raw_target"))
+    return _tsr_error(TSR_ERR_ARG, "%s: field 'raw_target' is gone: the target is always the potential in V A", path);
   if (!strcmp(k, "intensity")) {
     static const char *names[] = {[TSR_CBED_LINEAR] = "linear", [TSR_CBED_SQRT] = "sqrt", [TSR_CBED_LOG] = "log"};
     for (int i = 0; i < 3; i++)

@@ -34,7 +34,7 @@ static tsr_status produce(void *user, int64_t index, float *x, float *y) {
     }
     ws->ready = 1;
   }
-  return _tsr_cbed_sample_with(&p->o, &ws->w, ws->buf, index, x, y);
+  return _tsr_cbed_sample_with(&p->o, &ws->w, ws->buf, index, x, y, NULL);
 }
 
 static void destroy(void *user) {

@@ -1,7 +1,6 @@
-/* One CBED training sample: the specimen drawn from (seed, index) alone (structure, zone axis,
- * thickness, in-plane origin; or random atoms), the multislice run for each probe position of the
- * scan grid (input channels), and the target: the slice-averaged projected potential, blurred by a
- * Gaussian, cropped to the centre and standardised. */
+/* One CBED training sample: the specimen drawn from (seed, index) alone (cbed_specimen.c), the
+ * multislice run for each probe position of the scan grid (input channels), and the target: the
+ * slice-averaged projected potential in V A, blurred by a Gaussian and cropped to the centre. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +11,7 @@
 #include "runtime/rng.h"
 
 static const char *names[] = {[TSR_CBED_SI] = "si", [TSR_CBED_SRTIO3] = "srtio3", [TSR_CBED_CU] = "cu",
-                              [TSR_CBED_RANDOM] = "random"};
+                              [TSR_CBED_RANDOM] = "random", [TSR_CBED_CRYSTAL] = "crystal"};
 
 const char *tsr_cbed_structure_name(tsr_cbed_structure s) {
   return s >= 0 && s < TSR_CBED_NSTRUCT ? names[s] : "?";
@@ -24,7 +23,7 @@ tsr_status tsr_cbed_structure_parse(const char *name, tsr_cbed_structure *s) {
       *s = (tsr_cbed_structure)i;
       return TSR_OK;
     }
-  return _tsr_error(TSR_ERR_ARG, "unknown structure '%s' (known: si, srtio3, cu, random)", name ? name : "(null)");
+  return _tsr_error(TSR_ERR_ARG, "unknown structure '%s' (known: si, srtio3, cu, random, crystal)", name ? name : "(null)");
 }
 
 void tsr_cbed_opts_default(tsr_cbed_opts *o) {
@@ -33,7 +32,8 @@ void tsr_cbed_opts_default(tsr_cbed_opts *o) {
                        .slice = 2, .blur = 0.3,
                        .structures = 1u << TSR_CBED_SI | 1u << TSR_CBED_SRTIO3 | 1u << TSR_CBED_CU,
                        .zones = 1 | 2, .shift = 1, .random_atoms_min = 20, .random_atoms_max = 60,
-                       .intensity = TSR_CBED_LOG, .intensity_floor = 1e-5, .standardize_target = 1, .seed = 1};
+                       .zmin = 1, .zmax = 103, .sites = 8, .min_distance = 1.8, .density_min = 0.03,
+                       .density_max = 0.08, .intensity = TSR_CBED_LOG, .intensity_floor = 1e-5, .seed = 1};
 }
 
 #define BAD(...) return _tsr_error(TSR_ERR_ARG, "cbed: " __VA_ARGS__)
@@ -52,24 +52,23 @@ tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o) {
     BAD("thickness range %g..%g A is not positive and increasing", o->thickness_min, o->thickness_max);
   if (!(o->slice > 0.1 && o->slice <= 100)) BAD("slice thickness %g A is not in (0.1, 100]", o->slice);
   if (!(o->blur >= 0 && o->blur < 100)) BAD("blur %g A is not in [0, 100)", o->blur);
-  if (!o->structures || o->structures >> TSR_CBED_NSTRUCT) BAD("structure mask 0x%x selects nothing valid", o->structures);
+  if ((!o->structures && !o->cif[0]) || o->structures >> TSR_CBED_NSTRUCT)
+    BAD("structure mask 0x%x selects nothing valid and no CIF file is given", o->structures);
+  if (!memchr(o->cif, 0, sizeof o->cif)) BAD("the CIF list is not a terminated string");
   if (!o->zones || o->zones > 7) BAD("zone mask %u selects no zone axis of [001]=1, [110]=2, [111]=4", o->zones);
+  if (o->zone_index < 0 || o->zone_index > 6) BAD("zone index %d is not in [0, 6]", o->zone_index);
+  if (!(o->tilt_mrad >= 0 && o->tilt_mrad <= 200)) BAD("tilt %g mrad is not in [0, 200]", o->tilt_mrad);
+  if (!(o->rotation_deg >= 0 && o->rotation_deg <= 360)) BAD("rotation %g degrees is not in [0, 360]", o->rotation_deg);
+  if (o->zmin < 1 || o->zmax > 103 || o->zmax < o->zmin) BAD("elements Z %d..%d are not in 1..103", o->zmin, o->zmax);
+  if (o->sites < 1 || o->sites > 256) BAD("sites %d per cell is not in [1, 256]", o->sites);
+  if (!(o->min_distance >= 0.5 && o->min_distance <= 5)) BAD("minimum distance %g A is not in [0.5, 5]", o->min_distance);
+  if (!(o->density_min >= 0.005 && o->density_max >= o->density_min && o->density_max <= 0.3))
+    BAD("density %g..%g atoms/A^3 is not an increasing range in [0.005, 0.3]", o->density_min, o->density_max);
   if (o->random_atoms_min < 1 || o->random_atoms_max < o->random_atoms_min)
     BAD("random atoms %d..%d", o->random_atoms_min, o->random_atoms_max);
   if (o->intensity < TSR_CBED_LINEAR || o->intensity > TSR_CBED_LOG) BAD("intensity scaling %d", o->intensity);
   if (!(o->intensity_floor > 0)) BAD("intensity floor %g is not positive", o->intensity_floor);
   return TSR_OK;
-}
-
-/* Counter-based stream (runtime/rng.h): the draws of sample (seed, index) depend on nothing else.
- * The crystal code takes it as a callback. */
-static double uniform(void *r) { return _tsr_rng_uniform(r); }
-
-static int pick_bit(unsigned mask, double u) {
-  int count = __builtin_popcount(mask), k = (int)(u * count);
-  for (int b = 0; b < 32; b++)
-    if (mask >> b & 1 && k-- == 0) return b;
-  return 0;
 }
 
 /* Crops the centre side x side of an n x n grid. */
@@ -92,12 +91,7 @@ static void target(const tsr_cbed_opts *o, struct cbed_work *w, double *buf, flo
   size_t m = (size_t)o->target * o->target;
   double *c = buf + (size_t)n * n;
   crop(buf, n, o->target, c);
-  double mean = 0, var = 0;
-  for (size_t p = 0; p < m; p++) mean += c[p] / m;
-  for (size_t p = 0; p < m; p++) var += (c[p] - mean) * (c[p] - mean) / m;
-  double sd = sqrt(var);
-  for (size_t p = 0; p < m; p++)
-    v[p] = (float)(o->standardize_target ? (sd > 0 ? (c[p] - mean) / sd : 0) : c[p]);
+  for (size_t p = 0; p < m; p++) v[p] = (float)c[p];
 }
 
 static float scale_intensity(const tsr_cbed_opts *o, double i) {
@@ -110,23 +104,12 @@ static float scale_intensity(const tsr_cbed_opts *o, double i) {
 
 /* Simulates with an initialised work space of side o->grid; buf holds 2 n^2 doubles. */
 tsr_status _tsr_cbed_sample_with(const tsr_cbed_opts *o, struct cbed_work *w, double *buf, int64_t index, float *x,
-                                 float *v) {
+                                 float *v, struct cbed_meta *m) {
   struct _tsr_rng r = _tsr_rng_stream(o->seed, (uint64_t)index + 0x3C6EF372FE94F82Bull);
-  tsr_cbed_structure s = (tsr_cbed_structure)pick_bit(o->structures, uniform(&r));
-  int zone = 1 << pick_bit(o->zones, uniform(&r));
-  double thick = o->thickness_min + uniform(&r) * (o->thickness_max - o->thickness_min);
-  double sx = o->shift ? uniform(&r) : 0, sy = o->shift ? uniform(&r) : 0;
   struct cbed_atoms a;
-  int rc, periods = 1;
-  if (s == TSR_CBED_RANDOM) {
-    int count = o->random_atoms_min + (int)(uniform(&r) * (o->random_atoms_max - o->random_atoms_min + 1));
-    rc = _tsr_cbed_build_random(&a, count, o->fov, thick, 1.5, uniform, &r);
-  } else {
-    rc = _tsr_cbed_build_crystal(&a, s, zone, o->fov, sx, sy);
-    periods = (int)lround(thick / a.lz);
-    periods = periods < 1 ? 1 : periods;
-  }
-  if (rc == 0) rc = _tsr_cbed_prepare(w, &a, o->kv, o->slice);
+  int periods;
+  TSR_TRY(_tsr_cbed_specimen(o, index, &r, &a, &periods, m));
+  int rc = _tsr_cbed_prepare(w, &a, o->kv, o->slice);
   _tsr_cbed_atoms_free(&a);
   if (rc != 0) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory simulating sample %lld", (long long)index);
   int n = w->n, pp = o->pattern;
@@ -151,7 +134,7 @@ tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, floa
   struct cbed_work w = {0};
   double *buf = malloc(sizeof(double) * 2 * o->grid * o->grid);
   tsr_status st = buf && _tsr_cbed_work_init(&w, o->grid) == 0
-                      ? _tsr_cbed_sample_with(o, &w, buf, index, x, v)
+                      ? _tsr_cbed_sample_with(o, &w, buf, index, x, v, NULL)
                       : _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a %d x %d grid", o->grid, o->grid);
   _tsr_cbed_work_free(&w);
   free(buf);

@@ -144,7 +144,10 @@ int _tsr_cbed_prepare(struct cbed_work *w, const struct cbed_atoms *a, double kv
     for (int i = 0; i < n; i++) {
       double kx, ky;
       kvec(w, i, j, &kx, &ky);
-      double ph = -M_PI * w->lambda * w->dz * (kx * kx + ky * ky), m = _tsr_cbed_in_band(w, i, j) ? norm : 0;
+      /* Fresnel propagator, tilted by the specimen tilt (Kirkland eq. 6.99) */
+      double ph = -M_PI * w->lambda * w->dz * (kx * kx + ky * ky) +
+                  2 * M_PI * w->dz * (kx * tan(a->tilt[0]) + ky * tan(a->tilt[1]));
+      double m = _tsr_cbed_in_band(w, i, j) ? norm : 0;
       w->prop[(size_t)j * n + i][0] = m * cos(ph);
       w->prop[(size_t)j * n + i][1] = m * sin(ph);
     }

@@ -1,5 +1,6 @@
 /* Writes simulated CBED samples to HDF5. Every sample is one StarPU task writing its own pair of
- * handles (slots of a block buffer); two blocks alternate, so the host writes block b to the file
+ * handles (slots of a block buffer) and its record (a slot beside them, read after the handles are
+ * acquired, so after the task); two blocks alternate, so the host writes block b to the file
  * (acquiring its handles waits for exactly those tasks) while the workers simulate block b + 1.
  * Each worker keeps its own multislice work space. Half precision is IEEE binary16 built with
  * H5Tset_fields (HDF5 1.10 has no predefined float16); readers convert it to float32 on read. */
@@ -12,12 +13,12 @@
 #include <hdf5.h>
 
 #include "runtime/submit.h"
-#include "sim/cbed/cbed.h"
+#include "sim/cbed/cbed_meta.h"
 #include "runtime/hdf5_lock.h"
 #include "runtime/error.h"
 
 #define GEN_NAME "tessera-cbed multislice"
-#define GEN_VERSION 1
+#define GEN_VERSION 2
 
 struct slot_ws {
   int ready;
@@ -35,6 +36,7 @@ struct shared {
 struct task_arg {
   struct shared *sh;
   int64_t index;
+  struct cbed_meta *meta;
 };
 
 static void sample_cpu(void *buffers[], void *cl_arg) {
@@ -50,7 +52,8 @@ static void sample_cpu(void *buffers[], void *cl_arg) {
              : _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a work space");
     ws->ready = st == TSR_OK;
   }
-  if (st == TSR_OK) st = _tsr_cbed_sample_with(sh->o, &ws->w, ws->buf, a->index, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
+  if (st == TSR_OK) st = _tsr_cbed_sample_with(sh->o, &ws->w, ws->buf, a->index, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1),
+                                                a->meta);
   int expected = 0;
   if (st != TSR_OK && atomic_compare_exchange_strong(&sh->failed, &expected, 1))
     snprintf(sh->error, sizeof sh->error, "sample %lld: %s", (long long)a->index, tsr_last_error());
@@ -96,7 +99,7 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
          _tsr_h5_attr(f, "cs_mm", H5T_NATIVE_DOUBLE, &o->cs_mm) && _tsr_h5_attr(f, "grid", H5T_NATIVE_INT, &o->grid) &&
          _tsr_h5_attr(f, "pattern", H5T_NATIVE_INT, &o->pattern) && _tsr_h5_attr(f, "target", H5T_NATIVE_INT, &o->target) &&
          _tsr_h5_attr(f, "probes_per_side", H5T_NATIVE_INT, &o->probes) && _tsr_h5_attr(f, "probe_positions", H5T_NATIVE_INT, &p) &&
-         _tsr_h5_attr(f, "fov_A", H5T_NATIVE_DOUBLE, &o->fov) &&
+         _tsr_h5_attr(f, "fov_requested_A", H5T_NATIVE_DOUBLE, &o->fov) &&
          _tsr_h5_attr(f, "thickness_min_A", H5T_NATIVE_DOUBLE, &o->thickness_min) &&
          _tsr_h5_attr(f, "thickness_max_A", H5T_NATIVE_DOUBLE, &o->thickness_max) &&
          _tsr_h5_attr(f, "slice_A", H5T_NATIVE_DOUBLE, &o->slice) && _tsr_h5_attr(f, "blur_A", H5T_NATIVE_DOUBLE, &o->blur) &&
@@ -105,7 +108,15 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
          _tsr_h5_attr(f, "random_atoms_max", H5T_NATIVE_INT, &o->random_atoms_max) &&
          _tsr_h5_attr_str(f, "intensity", scal[o->intensity]) &&
          _tsr_h5_attr(f, "intensity_floor", H5T_NATIVE_DOUBLE, &o->intensity_floor) &&
-         _tsr_h5_attr(f, "standardize_target", H5T_NATIVE_INT, &o->standardize_target) &&
+         _tsr_h5_attr_str(f, "cif", o->cif) && _tsr_h5_attr(f, "zone_index", H5T_NATIVE_INT, &o->zone_index) &&
+         _tsr_h5_attr(f, "tilt_max_mrad", H5T_NATIVE_DOUBLE, &o->tilt_mrad) &&
+         _tsr_h5_attr(f, "rotation_max_deg", H5T_NATIVE_DOUBLE, &o->rotation_deg) &&
+         _tsr_h5_attr(f, "crystal_zmin", H5T_NATIVE_INT, &o->zmin) && _tsr_h5_attr(f, "crystal_zmax", H5T_NATIVE_INT, &o->zmax) &&
+         _tsr_h5_attr(f, "crystal_sites", H5T_NATIVE_INT, &o->sites) &&
+         _tsr_h5_attr(f, "crystal_min_distance_A", H5T_NATIVE_DOUBLE, &o->min_distance) &&
+         _tsr_h5_attr(f, "crystal_density_min", H5T_NATIVE_DOUBLE, &o->density_min) &&
+         _tsr_h5_attr(f, "crystal_density_max", H5T_NATIVE_DOUBLE, &o->density_max) &&
+         _tsr_h5_attr_str(f, "target_units", "V*A (projected potential per slice, not rescaled)") &&
          _tsr_h5_attr_str(f, "storage", half ? "float16" : "float32");
 }
 
@@ -136,6 +147,7 @@ struct blocks {
   size_t xe, ve;
   float *x[2], *v[2];
   starpu_data_handle_t *hx[2], *hv[2];
+  struct cbed_meta *meta[2];
 };
 
 static void blocks_free(struct blocks *b) {
@@ -144,7 +156,7 @@ static void blocks_free(struct blocks *b) {
       if (b->hx[k][i]) starpu_data_unregister(b->hx[k][i]);
     for (int i = 0; b->hv[k] && i < b->cap; i++)
       if (b->hv[k][i]) starpu_data_unregister(b->hv[k][i]);
-    free(b->hx[k]), free(b->hv[k]), free(b->x[k]), free(b->v[k]);
+    free(b->hx[k]), free(b->hv[k]), free(b->x[k]), free(b->v[k]), free(b->meta[k]);
   }
 }
 
@@ -153,7 +165,8 @@ static int blocks_init(struct blocks *b, int cap, size_t xe, size_t ve) {
   for (int k = 0; k < 2; k++) {
     b->x[k] = malloc(sizeof(float) * xe * cap), b->v[k] = malloc(sizeof(float) * ve * cap);
     b->hx[k] = calloc(cap, sizeof(starpu_data_handle_t)), b->hv[k] = calloc(cap, sizeof(starpu_data_handle_t));
-    if (!b->x[k] || !b->v[k] || !b->hx[k] || !b->hv[k]) return -1;
+    b->meta[k] = calloc(cap, sizeof(struct cbed_meta));
+    if (!b->x[k] || !b->v[k] || !b->hx[k] || !b->hv[k] || !b->meta[k]) return -1;
     for (int i = 0; i < cap; i++) {
       b->hx[k][i] = _tsr_register_floats(b->x[k] + xe * i, xe);
       b->hv[k][i] = _tsr_register_floats(b->v[k] + ve * i, ve);
@@ -164,7 +177,7 @@ static int blocks_init(struct blocks *b, int cap, size_t xe, size_t ve) {
 
 static tsr_status submit_block(struct blocks *b, int k, struct shared *sh, int64_t first, int64_t count) {
   for (int64_t i = 0; i < count; i++) {
-    struct task_arg a = {sh, first + i};
+    struct task_arg a = {sh, first + i, &b->meta[k][i]};
     struct _tsr_buf bufs[2] = {{b->hx[k][i], STARPU_W}, {b->hv[k][i], STARPU_W}};
     if (_tsr_submit(&sample_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "cbed_sample", 2, bufs) != 0) return TSR_ERR_RUNTIME;
   }
@@ -172,7 +185,7 @@ static tsr_status submit_block(struct blocks *b, int k, struct shared *sh, int64
 }
 
 static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const char *tmp, hid_t din, hid_t dtg,
-                      void (*progress)(void *, int64_t, int64_t), void *user) {
+                      hid_t dmeta, void (*progress)(void *, int64_t, int64_t), void *user) {
   int nw = (int)starpu_worker_get_count();
   struct shared sh = {.o = o, .ws = calloc(nw > 0 ? nw : 1, sizeof(struct slot_ws))};
   struct blocks b;
@@ -198,7 +211,7 @@ static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const ch
     if (st == TSR_OK) {
       _tsr_hdf5_lock();
       if (!write_rows(din, off, cnt, o->probes * o->probes, o->pattern, b.x[p]) ||
-          !write_rows(dtg, off, cnt, 1, o->target, b.v[p]))
+          !write_rows(dtg, off, cnt, 1, o->target, b.v[p]) || !_tsr_cbed_meta_write(dmeta, off, cnt, b.meta[p]))
         st = _tsr_error(TSR_ERR_IO, "%s: cannot write samples %lld..%lld (%s)", tmp, (long long)off,
                         (long long)(off + cnt - 1), _tsr_hdf5_reason(why));
       _tsr_hdf5_unlock();
@@ -232,19 +245,22 @@ tsr_status tsr_cbed_write(tsr_context *ctx, const tsr_cbed_opts *o, int64_t firs
   tsr_status st = TSR_OK;
   _tsr_hdf5_lock();
   hid_t type = half ? half_type() : H5Tcopy(H5T_IEEE_F32LE);
-  hid_t f = type < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), din = -1, dtg = -1;
+  hid_t f = type < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), din = -1, dtg = -1,
+        dmeta = -1;
   if (f < 0) st = _tsr_error(TSR_ERR_IO, "%s: cannot create (%s)", tmp, _tsr_hdf5_reason(why));
   if (st == TSR_OK) {
     din = create_dset(f, "cbed", type, n, o->probes * o->probes, o->pattern);
     dtg = create_dset(f, "potential", type, n, 1, o->target);
-    if (din < 0 || dtg < 0 || !write_attrs(f, o, first, n, half))
+    dmeta = _tsr_cbed_meta_create(f, n);
+    if (din < 0 || dtg < 0 || dmeta < 0 || !write_attrs(f, o, first, n, half))
       st = _tsr_error(TSR_ERR_IO, "%s: cannot create datasets (%s)", tmp, _tsr_hdf5_reason(why));
   }
   _tsr_hdf5_unlock();
-  if (st == TSR_OK) st = run(o, first, n, tmp, din, dtg, progress, user);
+  if (st == TSR_OK) st = run(o, first, n, tmp, din, dtg, dmeta, progress, user);
   _tsr_hdf5_lock();
   if (din >= 0) H5Dclose(din);
   if (dtg >= 0) H5Dclose(dtg);
+  if (dmeta >= 0) H5Dclose(dmeta);
   if (type >= 0) H5Tclose(type);
   if (f >= 0 && H5Fclose(f) < 0 && st == TSR_OK) st = _tsr_error(TSR_ERR_IO, "%s: cannot close (%s)", tmp, _tsr_hdf5_reason(why));
   _tsr_hdf5_unlock();

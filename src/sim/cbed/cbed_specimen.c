@@ -1,0 +1,186 @@
+/* The specimen of one sample, drawn from the sample's own random stream: the structure (a built-in
+ * crystal, a CIF file, a random crystal or random atoms), the zone axis, the thickness, the in-plane
+ * origin, then (only when asked for, so older settings draw as before) a random low-index zone, a
+ * rotation and a tilt; and the record of what was drawn. CIF files are read once per process and
+ * kept (read-only) in a table shared by the workers. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/error.h"
+#include "sim/cbed/cbed.h"
+
+#define MAX_CIFS 64
+
+static double uniform(void *r) { return _tsr_rng_uniform(r); }
+
+/* ---- CIF files, read once ---- */
+
+static struct {
+  char path[256];
+  struct cbed_crystal c;
+} cifs[MAX_CIFS];
+static int ncifs;
+static pthread_mutex_t cif_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static tsr_status cif_crystal(const char *path, const struct cbed_crystal **out) {
+  tsr_status st = TSR_OK;
+  pthread_mutex_lock(&cif_mutex);
+  int i = 0;
+  while (i < ncifs && strcmp(cifs[i].path, path) != 0) i++;
+  if (i == ncifs) {
+    if (ncifs == MAX_CIFS) st = _tsr_error(TSR_ERR_ARG, "cbed: more than %d CIF files (%s)", MAX_CIFS, path);
+    else if (strlen(path) >= sizeof cifs[i].path) st = _tsr_error(TSR_ERR_ARG, "cbed: CIF path too long: %s", path);
+    else if ((st = _tsr_cbed_crystal_read_cif(path, &cifs[i].c)) == TSR_OK) snprintf(cifs[ncifs++].path, 256, "%s", path);
+  }
+  if (st == TSR_OK) *out = &cifs[i].c;
+  pthread_mutex_unlock(&cif_mutex);
+  return st;
+}
+
+/* The k-th path of a comma-separated list into out; the number of paths when k < 0. */
+static int list_item(const char *list, int k, char *out, size_t len) {
+  int count = 0;
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n > 0) {
+      if (count == k) snprintf(out, len, "%.*s", (int)n, p);
+      count++;
+    }
+    p += n + (e ? 1 : 0);
+  }
+  return count;
+}
+
+/* ---- draws ---- */
+
+static int pick_bit(unsigned mask, int k) {
+  for (int b = 0; b < 32; b++)
+    if (mask >> b & 1 && k-- == 0) return b;
+  return 0;
+}
+
+static const int mask_zones[3][3] = {{0, 0, 1}, {1, 1, 0}, {1, 1, 1}};
+
+/* A zone [uvw] with |u|, |v|, |w| <= n, not all zero, no common factor. */
+static void random_zone(int n, struct _tsr_rng *r, int uvw[3]) {
+  for (int tries = 0; tries < 100; tries++) {
+    int g = 0;
+    for (int k = 0; k < 3; k++) {
+      uvw[k] = -n + (int)(uniform(r) * (2 * n + 1));
+      if (uvw[k] > n) uvw[k] = n;
+      int a = abs(uvw[k]);
+      while (a) { int t = g % a; g = a, a = t; }
+    }
+    if (g == 1) return;
+  }
+  uvw[0] = uvw[1] = 0, uvw[2] = 1;
+}
+
+/* The zone's cell; when the crystal has no orthogonal cell along it, the zones of the mask, then
+ * the low-index ones, in a fixed order (the record says which was used). */
+static int zone_cell(const struct cbed_crystal *c, const int want[3], double rot, double lmax, struct cbed_zone *z) {
+  if (_tsr_cbed_zone_cell(c, want, rot, lmax, z) == 0) return 0;
+  for (int n = 1; n <= 2; n++)
+    for (int u = 0; u <= n; u++)
+      for (int v = -n; v <= n; v++)
+        for (int w = -n; w <= n; w++) {
+          const int uvw[3] = {u, v, w};
+          if ((u || v || w) && _tsr_cbed_zone_cell(c, uvw, rot, lmax, z) == 0) return 0;
+        }
+  return -1;
+}
+
+static void record(const tsr_cbed_opts *o, const struct cbed_crystal *c, const struct cbed_zone *z,
+                   const struct cbed_atoms *a, int periods, double sx, double sy, struct cbed_meta *m) {
+  *m = (struct cbed_meta){.kv = o->kv, .alpha_mrad = o->alpha_mrad, .defocus_A = o->defocus, .cs_mm = o->cs_mm,
+                          .slice_A = o->slice, .blur_A = o->blur, .periods = periods, .atoms = a->n,
+                          .supercell = {a->lx, a->ly, a->lz}, .thickness_A = periods * a->lz,
+                          .tilt_mrad = {a->tilt[0] * 1e3, a->tilt[1] * 1e3},
+                          .pixel_A = {a->lx / o->grid, a->ly / o->grid}};
+  if (!c) {
+    snprintf(m->structure, sizeof m->structure, "random atoms");
+    snprintf(m->source, sizeof m->source, "generated");
+    return;
+  }
+  snprintf(m->structure, sizeof m->structure, "%s", c->name);
+  snprintf(m->source, sizeof m->source, "%s", c->source);
+  _tsr_cbed_crystal_formula(c, m->formula, sizeof m->formula);
+  m->spacegroup = c->spacegroup;
+  memcpy(m->cell, c->cell, sizeof m->cell);
+  memcpy(m->zone, z->uvw, sizeof m->zone);
+  memcpy(m->edge_x, z->x, sizeof m->edge_x);
+  memcpy(m->edge_y, z->y, sizeof m->edge_y);
+  m->tiles[0] = (int)lround(a->lx / z->len[0]), m->tiles[1] = (int)lround(a->ly / z->len[1]);
+  m->strain = z->strain, m->rotation_deg = z->rotation_deg;
+  m->origin_A[0] = sx * z->len[0], m->origin_A[1] = sy * z->len[1];
+}
+
+tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr_rng *r, struct cbed_atoms *a,
+                              int *periods, struct cbed_meta *m) {
+  *a = (struct cbed_atoms){0};
+  int nbuiltin = __builtin_popcount(o->structures), ncif = list_item(o->cif, -1, NULL, 0);
+  int pick = (int)(uniform(r) * (nbuiltin + ncif));
+  pick = pick < nbuiltin + ncif ? pick : nbuiltin + ncif - 1;
+  int zone_bit = pick_bit(o->zones, (int)(uniform(r) * __builtin_popcount(o->zones)));
+  double thick = o->thickness_min + uniform(r) * (o->thickness_max - o->thickness_min);
+  double sx = o->shift ? uniform(r) : 0, sy = o->shift ? uniform(r) : 0;
+  tsr_cbed_structure s = pick < nbuiltin ? (tsr_cbed_structure)pick_bit(o->structures, pick) : TSR_CBED_NSTRUCT;
+  *periods = 1;
+  if (s == TSR_CBED_RANDOM) {
+    int count = o->random_atoms_min + (int)(uniform(r) * (o->random_atoms_max - o->random_atoms_min + 1));
+    if (_tsr_cbed_build_random(a, count, o->fov, thick, 1.5, uniform, r) != 0)
+      return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
+    if (m) record(o, NULL, NULL, a, 1, 0, 0, m);
+    return TSR_OK;
+  }
+  struct cbed_crystal own = {0};
+  const struct cbed_crystal *c = &own;
+  char path[1024];
+  tsr_status st = TSR_OK;
+  if (s == TSR_CBED_NSTRUCT) {
+    list_item(o->cif, pick - nbuiltin, path, sizeof path);
+    st = cif_crystal(path, &c);
+  } else if (s == TSR_CBED_CRYSTAL) {
+    int rc = _tsr_cbed_crystal_random(&own, o, uniform, r);
+    if (rc != 0)
+      st = rc == -1 ? _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index)
+                    : _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: no random crystal with atoms %.2f A apart at %g..%g "
+                                              "atoms/A^3 in 50 attempts", (long long)index, o->min_distance,
+                                 o->density_min, o->density_max);
+  } else if (_tsr_cbed_crystal_builtin(s, &own) != 0) {
+    st = _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
+  }
+  if (st != TSR_OK) {
+    _tsr_cbed_crystal_free(&own);
+    return st;
+  }
+  int uvw[3];
+  memcpy(uvw, mask_zones[zone_bit < 3 ? zone_bit : 0], sizeof uvw);
+  if (o->zone_index > 0) random_zone(o->zone_index, r, uvw);
+  double rot = o->rotation_deg > 0 ? uniform(r) * o->rotation_deg : 0;
+  if (o->tilt_mrad > 0) {
+    double t = uniform(r) * o->tilt_mrad * 1e-3, phi = 2 * M_PI * uniform(r);
+    a->tilt[0] = t * cos(phi), a->tilt[1] = t * sin(phi);
+  }
+  double longest = fmax(c->cell[0], fmax(c->cell[1], c->cell[2])), tilt[2] = {a->tilt[0], a->tilt[1]};
+  struct cbed_zone z;
+  int rc = zone_cell(c, uvw, rot, fmax(o->fov, 2.5 * longest), &z);
+  if (rc == 0) rc = _tsr_cbed_build_supercell(a, c, &z, o->fov, sx, sy);
+  a->tilt[0] = tilt[0], a->tilt[1] = tilt[1];
+  if (rc != 0) {
+    _tsr_cbed_crystal_free(&own);
+    _tsr_cbed_atoms_free(a);
+    return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: %s (%s) has no orthogonal cell along [%d %d %d] or a low-index "
+                      "zone within %g A", (long long)index, c->name, c->source, uvw[0], uvw[1], uvw[2],
+                      fmax(o->fov, 2.5 * longest));
+  }
+  *periods = (int)lround(thick / a->lz);
+  *periods = *periods < 1 ? 1 : *periods;
+  if (m) record(o, c, &z, a, *periods, sx, sy, m);
+  _tsr_cbed_crystal_free(&own);
+  return TSR_OK;
+}
