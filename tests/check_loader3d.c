@@ -2,8 +2,9 @@
  * read whole and by boxes of their spatial axes (what a rank of a spatially partitioned run reads):
  * every box equals the whole sample cut to it, standardised alike; targets come boxed when they
  * have the inputs' spatial shape (segmentation), whole otherwise (regression); two half-boxes of
- * each sample of a rank's shard rebuild it; .npy sources cut [C, H, W] boxes; boxes outside the
- * sample and mixed ranks are refused naming the axis or the shapes. */
+ * each sample of a rank's shard rebuild it; .npy sources and pools of produced samples cut
+ * [C, H, W] boxes; boxes outside the sample and mixed ranks are refused naming the axis or the
+ * shapes. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -174,6 +175,36 @@ START_TEST(npy_boxes_equal_the_cut_sample) {
 }
 END_TEST
 
+/* A pool's producer: [2, 6, 8] inputs and targets whose values encode (index, element). */
+static tsr_status produce(void *user, int64_t index, float *x, float *y) {
+  for (int i = 0; i < 2 * H * W; i++) x[i] = (float)(index * 1000 + i), y[i] = -(float)(index * 1000 + i);
+  return TSR_OK;
+}
+
+/* A stream: boxes are cut from the produced sample, targets of the same spatial shape boxed too. */
+START_TEST(pool_boxes_equal_the_cut_sample) {
+  tt_starpu_start(1);
+  tsr_sample_producer p = {.name = "box_sample", .c = 2, .h = H, .w = W, .tc = 2, .th = H, .tw = W,
+                           .produce = produce};
+  tsr_pool_opts o;
+  tsr_pool_opts_default(&o);
+  o.slots = 4, o.stats_samples = 0;
+  tsr_loader *l;
+  ck_assert_msg(tsr_loader_open_pool(&l, &p, &o) == TSR_OK, "%s", tsr_last_error());
+  float x[2 * H * W], y[2 * H * W], bx[2 * H * W], by[2 * H * W], ref[2 * H * W];
+  const int64_t dims[2] = {H, W}, st[2] = {2, 3}, ex[2] = {3, 4};
+  ck_assert_int_eq(tsr_loader_read(l, 5, x, y), TSR_OK);
+  ck_assert_msg(tsr_loader_read_box(l, 5, st, ex, bx, by) == TSR_OK, "%s", tsr_last_error());
+  cut(2, 2, dims, x, st, ex, ref);
+  ck_assert(memcmp(bx, ref, sizeof(float) * 2 * 3 * 4) == 0);
+  cut(2, 2, dims, y, st, ex, ref);
+  ck_assert(memcmp(by, ref, sizeof(float) * 2 * 3 * 4) == 0);
+  ck_assert(bx[0] == 5000 + 2 * W + 3);
+  tsr_loader_close(l);
+  tt_starpu_stop();
+}
+END_TEST
+
 static void expect_box_error(tsr_loader *l, const int64_t *st, const int64_t *ex, const char *a, const char *b) {
   float buf[C * D * H * W];
   ck_assert_int_eq(tsr_loader_read_box(l, 0, st, ex, buf, NULL), TSR_ERR_ARG);
@@ -223,6 +254,7 @@ static Suite *make_loader3d_suite(void) {
   tcase_add_test(t, boxes_of_3d_samples_equal_the_cut_sample);
   tcase_add_test(t, half_boxes_of_a_shard_rebuild_its_samples);
   tcase_add_test(t, npy_boxes_equal_the_cut_sample);
+  tcase_add_test(t, pool_boxes_equal_the_cut_sample);
   tcase_add_test(t, boxes_outside_the_sample_and_mixed_ranks_are_refused);
   suite_add_tcase(s, t);
   return s;

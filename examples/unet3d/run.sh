@@ -27,9 +27,10 @@ gen=("$build/tessera-cosmogen" --task segmentation --size 32 --seed 1 --workers 
   --export-params "$out/params.h5" ${TRAIN_ARGS:-} | tee "$out/train.log"
 "$build/tessera-predict" --model "$here/unet3d.json" --params "$out/params.h5" --data "$out/val.h5" \
   --out "$out/pred.h5" --workers "$workers" -q
-if python3 -c 'import h5py, numpy' 2>/dev/null; then
-  python3 "$here/evaluate.py" "$out/train.h5" "$out/val.h5" "$out/pred.h5" | tee "$out/evaluate.txt"
+py=${PYTHON:-/usr/bin/python3}   # Debian's, with python3-h5py and python3-numpy (scripts/deps)
+if "$py" -c 'import h5py, numpy' 2>/dev/null; then
+  "$py" "$here/evaluate.py" "$out/train.h5" "$out/val.h5" "$out/pred.h5" | tee "$out/evaluate.txt"
 else
-  echo "run.sh: no h5py for python3: the cross-entropy baseline needs it; validation losses per epoch are in $out/train.csv"
+  echo "run.sh: no h5py for $py (PYTHON= to choose another): the cross-entropy baseline needs it; validation losses per epoch are in $out/train.csv"
 fi
 echo "run.sh: data, log, parameters and predictions in $out"
