@@ -1,8 +1,9 @@
 /* HDF5 datasets: `inputs` [N,C,H,W] or [N,C,D,H,W] and `targets` of either rank (or `cbed` and
- * `potential`, or any names given) of any float type (float16 included), read one sample, or one box
- * of a sample's spatial axes, at a time as float32 through a hyperslab. The serial HDF5 library is not thread-safe and samples
- * are read inside StarPU tasks on several workers, so every HDF5 call after the open checks goes
- * through one process-wide lock (shared with the generator's writer, see _tsr_hdf5_lock). */
+ * `potential`, or any names given) of any float type (float16 included), read one sample, or one
+ * box of a sample's spatial axes, at a time as float32 through a hyperslab. The serial HDF5
+ * library is not thread-safe and samples are read inside StarPU tasks on several workers, so every
+ * HDF5 call after the open checks goes through one process-wide lock (shared with the generator's
+ * writer, see _tsr_hdf5_lock). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
