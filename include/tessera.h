@@ -15,6 +15,7 @@
 #include <tessera/trace.h>
 #include <tessera/scale.h>
 #include <tessera/cbed.h>
+#include <tessera/cosmo.h>
 #include <tessera/loader.h>
 #include <tessera/checkpoint.h>
 #include <tessera/memory.h>

@@ -1,10 +1,11 @@
-/* Datasets: HDF5 files with `inputs` [N,C,H,W] and `targets` [N,C',H',W'] (float32), and the
- * built-in phase-object diffraction generator that makes such files. */
+/* Datasets: HDF5 files with `inputs` [N,C,H,W] or [N,C,D,H,W] and `targets` of either rank (float),
+ * and the built-in phase-object diffraction generator that makes such files. */
 #ifndef TESSERA_DATA_H
 #define TESSERA_DATA_H
 
 #include <stdint.h>
 #include <tessera/status.h>
+#include <tessera/tensor.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -12,18 +13,29 @@ extern "C" {
 
 typedef struct tsr_dataset tsr_dataset;
 
-/* Opens `path`, checks that `inputs` and `targets` exist, are float32 and 4-D with the same N.
- * Errors name the file and the dataset. */
+/* Opens `path`, checks that `inputs` and `targets` exist, are float and 4-D [N, C, H, W] or 5-D
+ * [N, C, D, H, W] with the same N. Errors name the file and the dataset. */
 tsr_status tsr_dataset_open(tsr_dataset **d, const char *path);
 /* The same with the dataset names given; NULL = `inputs` (`targets`) when present, else `cbed`
  * (`potential`), the names tessera-cbed writes. */
 tsr_status tsr_dataset_open_names(tsr_dataset **d, const char *path, const char *inputs, const char *targets);
 void tsr_dataset_close(tsr_dataset *d);
 int64_t tsr_dataset_size(const tsr_dataset *d);
+/* Per-sample shapes as [C, H, W]; a [C, D, H, W] sample is given as [C, D*H, W] (the same elements
+ * in the same order). */
 void tsr_dataset_input_shape(const tsr_dataset *d, int *c, int *h, int *w);
 void tsr_dataset_target_shape(const tsr_dataset *d, int *c, int *h, int *w);
+/* Per-sample shapes as they are stored: ndim 3 [C, H, W] or 4 [C, D, H, W]. */
+void tsr_dataset_input_dims(const tsr_dataset *d, tsr_shape *s);
+void tsr_dataset_target_dims(const tsr_dataset *d, tsr_shape *s);
 /* Reads one sample (thread-safe: HDF5 calls are serialised inside). */
 tsr_status tsr_dataset_read(tsr_dataset *d, int64_t index, float *x, float *y);
+/* Reads the box [start[a], start[a] + extent[a]) of each spatial axis a (D, H, W or H, W) of sample
+ * `index`'s input, all channels, into x as [C, extent...] through an HDF5 hyperslab (nothing
+ * outside the box is copied out). y gets the same box of the target when the target has the
+ * input's spatial shape (segmentation), else the whole target. Errors name the axis. */
+tsr_status tsr_dataset_read_box(tsr_dataset *d, int64_t index, const int64_t *start, const int64_t *extent, float *x,
+                                float *y);
 
 /* Phase-object diffraction: a random projected potential V (Gaussian atoms) gives the input
  * log(1 + |FFT(P exp(i sigma V))|^2) and the target V. P is a defocused convergent probe (aperture

@@ -1,5 +1,6 @@
 /* Training data from one or many files: HDF5 files (datasets `inputs`/`targets` or `cbed`/`potential`,
- * found automatically, or named), `.npy` pairs, globs; per-channel standardisation of the inputs;
+ * found automatically, or named; samples [C, H, W] or [C, D, H, W]), `.npy` pairs, globs; reads of
+ * whole samples or of a box of each sample; per-channel standardisation of the inputs;
  * and the per-epoch order (seeded shuffle, the same on every rank) sharded across ranks. Reads are
  * thread-safe, so a tsr_sample_fn can call tsr_loader_read inside the trainer's load tasks. */
 #ifndef TESSERA_LOADER_H
@@ -7,6 +8,7 @@
 
 #include <stdint.h>
 #include <tessera/status.h>
+#include <tessera/tensor.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,11 +37,23 @@ void tsr_loader_close(tsr_loader *l);
 int64_t tsr_loader_size(const tsr_loader *l);
 int tsr_loader_num_files(const tsr_loader *l);
 const char *tsr_loader_file(const tsr_loader *l, int i);
+/* Per-sample shapes as [C, H, W]; [C, D, H, W] samples are given as [C, D*H, W] (the same elements in
+ * the same order, so buffers sized from these hold a whole sample). */
 void tsr_loader_input_shape(const tsr_loader *l, int *c, int *h, int *w);
 void tsr_loader_target_shape(const tsr_loader *l, int *c, int *h, int *w);
+/* Per-sample shapes as stored: ndim 3 [C, H, W] or 4 [C, D, H, W]. */
+void tsr_loader_input_dims(const tsr_loader *l, tsr_shape *s);
+void tsr_loader_target_dims(const tsr_loader *l, tsr_shape *s);
 
 /* Sample `index` of the concatenation (x or y may be NULL), standardised if enabled. Thread-safe. */
 tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y);
+/* A box of sample `index`: on each spatial axis a of the inputs (D, H, W, or H, W), the indices
+ * [start[a], start[a] + extent[a]). x gets [C, extent...] of the inputs (standardised if enabled);
+ * y the same box of the targets when they have the inputs' spatial shape (segmentation), else the
+ * whole target (regression). HDF5 sources read only the box (a hyperslab); others cut it from the
+ * sample. Equal to tsr_loader_read's sample cut to the box. Errors name the axis. Thread-safe. */
+tsr_status tsr_loader_read_box(tsr_loader *l, int64_t index, const int64_t *start, const int64_t *extent, float *x,
+                               float *y);
 
 /* Per-channel input statistics ([C] each; NULL when standardisation is off). A validation loader
  * should use its training loader's statistics: tsr_loader_set_stats copies them; NULL mean and std

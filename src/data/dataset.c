@@ -1,8 +1,9 @@
-/* HDF5 datasets: `inputs` [N,C,H,W] and `targets` [N,C',H',W'] (or `cbed` and `potential`, or any
- * names given) of any float type (float16 included), read one sample
- * at a time as float32 through a hyperslab. The serial HDF5 library is not thread-safe and samples
- * are read inside StarPU tasks on several workers, so every HDF5 call after the open checks goes
- * through one process-wide lock (shared with the generator's writer, see _tsr_hdf5_lock). */
+/* HDF5 datasets: `inputs` [N,C,H,W] or [N,C,D,H,W] and `targets` of either rank (or `cbed` and
+ * `potential`, or any names given) of any float type (float16 included), read one sample, or one
+ * box of a sample's spatial axes, at a time as float32 through a hyperslab. The serial HDF5
+ * library is not thread-safe and samples are read inside StarPU tasks on several workers, so every
+ * HDF5 call after the open checks goes through one process-wide lock (shared with the generator's
+ * writer, see _tsr_hdf5_lock). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,16 +15,20 @@
 
 #include <hdf5.h>
 
+#include "data/box.h"
 #include "runtime/hdf5_lock.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include <tessera/data.h>
 
+enum { MAXD = 5 }; /* dataset dimensions: the sample index and up to 4 per sample */
+
 struct part {
   char name[256];   /* "inputs", "targets", "cbed", "potential" or the caller's */
   hid_t dset, fspace;
-  int c, h, w;
-  hsize_t chunk[4];  /* chunk dimensions; chunk[0] == 0: not chunked */
+  int nd;            /* 4 [N, C, H, W] or 5 [N, C, D, H, W] */
+  hsize_t dims[MAXD]; /* dims[0] is N */
+  hsize_t chunk[MAXD]; /* chunk dimensions; chunk[0] == 0: not chunked */
   hsize_t chunk_bytes;
   int nfilters;      /* filters in the chunks' pipeline: their stored size then varies */
   int scanned;       /* every record of the chunk index was checked at open */
@@ -90,6 +95,14 @@ static herr_t list_name(hid_t g, const char *name, const H5L_info_t *info, void 
   return 0;
 }
 
+/* "[a, b, c, d]" of an HDF5 coordinate, in buf (96 bytes). */
+static const char *coords(int nd, const hsize_t *o, char *buf) {
+  int at = snprintf(buf, 96, "[");
+  for (int i = 0; i < nd && at < 96; i++) at += snprintf(buf + at, 96 - at, "%s%llu", i ? ", " : "", (unsigned long long)o[i]);
+  if (at < 96) snprintf(buf + at, 96 - at, "]");
+  return buf;
+}
+
 /* ---- storage checks. HDF5 trusts the type, layout and chunk index it reads from the file, and
  * corrupted ones (found by fuzzing: chunk records with sizes and addresses that mean nothing) make
  * H5Dread copy past its own buffers. What its API shows is checked against the file size and the
@@ -134,9 +147,10 @@ static int cmp_hsize(const void *a, const void *b) {
  * at a chunk's offset, no chunk twice. A fuzzed file whose records were wrong only in these ways
  * (sizes 0 at address 0 beside a valid one) made H5Dread copy past a 0-byte buffer, although
  * H5Dget_chunk_info_by_coord found the valid record for the sample read. */
-static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const hsize_t dims[4], hsize_t stored) {
+static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, hsize_t stored) {
+  const hsize_t *dims = p->dims;
   hsize_t room = 1, n = 0;
-  for (int i = 0; i < 4; i++) room *= (dims[i] + p->chunk[i] - 1) / p->chunk[i];
+  for (int i = 0; i < p->nd; i++) room *= (dims[i] + p->chunk[i] - 1) / p->chunk[i];
   char why[256];
   if (H5Dget_num_chunks(p->dset, p->fspace, &n) < 0)
     return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot read its chunk index (%s)", d->path, p->name,
@@ -152,22 +166,21 @@ static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const 
                       (unsigned long long)p->chunk_bytes);
   hsize_t seen[FULL_SCAN_CHUNKS]; /* linear chunk numbers: no chunk may be listed twice */
   for (hsize_t k = 0; n <= FULL_SCAN_CHUNKS && k < n; k++) {
-    hsize_t o[4], size = 0, linear = 0;
+    hsize_t o[MAXD] = {0}, size = 0, linear = 0;
     unsigned mask = 0;
     haddr_t at = HADDR_UNDEF;
     int ok = H5Dget_chunk_info(p->dset, p->fspace, k, o, &mask, &at, &size) >= 0 && at != HADDR_UNDEF && at > 0 &&
              at < d->bytes && size > 0 && size <= d->bytes - at && (p->nfilters > 0 || size == p->chunk_bytes);
-    for (int i = 0; ok && i < 4; i++) {
+    for (int i = 0; ok && i < p->nd; i++) {
       ok = o[i] % p->chunk[i] == 0 && o[i] < dims[i];
       linear = linear * ((dims[i] + p->chunk[i] - 1) / p->chunk[i]) + o[i] / p->chunk[i];
     }
     if (!ok)
       return _tsr_error(TSR_ERR_FORMAT,
                         "%s: dataset '%s': chunk record %llu of the index is corrupt (%llu bytes at byte %llu, "
-                        "offset [%llu, %llu, %llu, %llu])",
+                        "offset %s)",
                         d->path, p->name, (unsigned long long)k, (unsigned long long)size, (unsigned long long)at,
-                        (unsigned long long)o[0], (unsigned long long)o[1], (unsigned long long)o[2],
-                        (unsigned long long)o[3]);
+                        coords(p->nd, o, (char[96]){0}));
     seen[k] = linear;
   }
   if (n <= FULL_SCAN_CHUNKS) {
@@ -182,8 +195,7 @@ static tsr_status check_chunk_index(const tsr_dataset *d, struct part *p, const 
 }
 
 /* The layout's storage against the data's size (`bytes`) and the file's; notes chunking in p. */
-static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl, const hsize_t dims[4], hsize_t bytes,
-                               size_t tsize) {
+static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl, hsize_t bytes, size_t tsize) {
   H5D_layout_t layout = H5Pget_layout(dcpl);
   hsize_t stored = H5Dget_storage_size(p->dset);
   if (layout == H5D_COMPACT) {
@@ -209,10 +221,10 @@ static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl,
   if (layout != H5D_CHUNKED)
     return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %s layout; expected compact, contiguous or chunked",
                       d->path, p->name, layout_name(layout));
-  if (H5Pget_chunk(dcpl, 4, p->chunk) != 4)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': chunks without 4 dimensions", d->path, p->name);
+  if (H5Pget_chunk(dcpl, p->nd, p->chunk) != p->nd)
+    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': chunks without %d dimensions", d->path, p->name, p->nd);
   p->chunk_bytes = tsize;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < p->nd; i++) {
     if (p->chunk[i] == 0 || p->chunk[i] > (1u << 30))
       return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': chunk dimension %d is %llu", d->path, p->name, i,
                         (unsigned long long)p->chunk[i]);
@@ -233,7 +245,7 @@ static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl,
       return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' needs HDF5 filter %d ('%s'), which is not available",
                         d->path, p->name, (int)id, fname);
   }
-  return check_chunk_index(d, p, dims, stored);
+  return check_chunk_index(d, p, stored);
 }
 
 /* Every written chunk a sample touches must lie inside the file and, unless a filter changed it,
@@ -241,39 +253,34 @@ static tsr_status check_layout(const tsr_dataset *d, struct part *p, hid_t dcpl,
  * large to scan at open only. Lock held. */
 static tsr_status check_chunks(const tsr_dataset *d, const struct part *p, int64_t index) {
   if (!p->chunk[0] || p->scanned) return TSR_OK;
-  const hsize_t *cd = p->chunk, dims[4] = {0, (hsize_t)p->c, (hsize_t)p->h, (hsize_t)p->w};
+  const hsize_t *cd = p->chunk;
   unsigned all = p->nfilters >= 32 ? ~0u : (1u << p->nfilters) - 1;
-  hsize_t o[4] = {(hsize_t)index / cd[0] * cd[0], 0, 0, 0};
-  for (o[1] = 0; o[1] < dims[1]; o[1] += cd[1])
-    for (o[2] = 0; o[2] < dims[2]; o[2] += cd[2])
-      for (o[3] = 0; o[3] < dims[3]; o[3] += cd[3]) {
-        unsigned mask = 0;
-        haddr_t at = HADDR_UNDEF;
-        hsize_t size = 0;
-        char why[256];
-        if (H5Dget_chunk_info_by_coord(p->dset, o, &mask, &at, &size) < 0)
-          return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot look up the chunk of sample %lld (%s)", d->path,
-                            p->name, (long long)index, _tsr_hdf5_reason(why));
-        if (at == HADDR_UNDEF) continue; /* never written: HDF5 reads the fill value */
-        if (at > d->bytes || size > d->bytes - at)
-          return _tsr_error(TSR_ERR_FORMAT,
-                            "%s: dataset '%s': the chunk at [%llu, %llu, %llu, %llu] (%llu bytes at byte %llu) lies "
-                            "past the end of the file (%llu bytes)",
-                            d->path, p->name, (unsigned long long)o[0], (unsigned long long)o[1],
-                            (unsigned long long)o[2], (unsigned long long)o[3], (unsigned long long)size,
-                            (unsigned long long)at, (unsigned long long)d->bytes);
-        if ((p->nfilters == 0 || (mask & all) == all) && size != p->chunk_bytes)
-          return _tsr_error(TSR_ERR_FORMAT,
-                            "%s: dataset '%s': the unfiltered chunk at [%llu, %llu, %llu, %llu] has stored size %llu, "
-                            "expected %llu",
-                            d->path, p->name, (unsigned long long)o[0], (unsigned long long)o[1],
-                            (unsigned long long)o[2], (unsigned long long)o[3], (unsigned long long)size,
-                            (unsigned long long)p->chunk_bytes);
-      }
-  return TSR_OK;
+  hsize_t o[MAXD] = {(hsize_t)index / cd[0] * cd[0]};
+  for (;;) { /* every chunk offset of the sample, the last axis fastest */
+    unsigned mask = 0;
+    haddr_t at = HADDR_UNDEF;
+    hsize_t size = 0;
+    char why[256], where[96];
+    if (H5Dget_chunk_info_by_coord(p->dset, o, &mask, &at, &size) < 0)
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot look up the chunk of sample %lld (%s)", d->path,
+                        p->name, (long long)index, _tsr_hdf5_reason(why));
+    if (at != HADDR_UNDEF && (at > d->bytes || size > d->bytes - at)) /* HADDR_UNDEF: never written, fill value */
+      return _tsr_error(TSR_ERR_FORMAT,
+                        "%s: dataset '%s': the chunk at %s (%llu bytes at byte %llu) lies past the end of the file "
+                        "(%llu bytes)",
+                        d->path, p->name, coords(p->nd, o, where), (unsigned long long)size, (unsigned long long)at,
+                        (unsigned long long)d->bytes);
+    if (at != HADDR_UNDEF && (p->nfilters == 0 || (mask & all) == all) && size != p->chunk_bytes)
+      return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': the unfiltered chunk at %s has stored size %llu, expected %llu",
+                        d->path, p->name, coords(p->nd, o, where), (unsigned long long)size,
+                        (unsigned long long)p->chunk_bytes);
+    int i = p->nd - 1;
+    while (i >= 1 && (o[i] += cd[i]) >= p->dims[i]) o[i--] = 0;
+    if (i < 1) return TSR_OK;
+  }
 }
 
-/* Opens one of the two datasets and checks it is 4-D float; *n gets its first dimension. */
+/* Opens one of the two datasets and checks it is 4-D or 5-D float; *n gets its first dimension. */
 static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, int64_t *n) {
   snprintf(p->name, sizeof p->name, "%s", name);
   htri_t ex = H5Lexists(d->file, name, H5P_DEFAULT);
@@ -298,35 +305,33 @@ static tsr_status open_part(tsr_dataset *d, struct part *p, const char *name, in
   TSR_TRY(s);
   p->fspace = H5Dget_space(p->dset);
   int nd = p->fspace < 0 ? -1 : H5Sget_simple_extent_ndims(p->fspace);
-  if (nd != 4)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has %d dimensions, expected 4 [N, C, H, W]", d->path,
+  if (nd != 4 && nd != 5)
+    return _tsr_error(TSR_ERR_FORMAT,
+                      "%s: dataset '%s' has %d dimensions, expected 4 [N, C, H, W] or 5 [N, C, D, H, W]", d->path,
                       name, nd);
-  hsize_t dims[4];
+  p->nd = nd;
+  hsize_t *dims = p->dims;
   H5Sget_simple_extent_dims(p->fspace, dims, NULL);
-  for (int i = 1; i < 4; i++)
+  for (int i = 1; i < nd; i++)
     if (dims[i] == 0 || dims[i] > (1u << 30))
       return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' has dimension %d of size %llu", d->path, name, i,
                         (unsigned long long)dims[i]);
-  p->c = (int)dims[1];
-  p->h = (int)dims[2];
-  p->w = (int)dims[3];
   *n = (int64_t)dims[0];
   hsize_t bytes = tsize;
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < nd; i++)
     if (__builtin_mul_overflow(bytes, dims[i], &bytes) || bytes > ((hsize_t)1 << 62))
       return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s' of %llu samples would hold more than 2^62 bytes", d->path,
                         name, (unsigned long long)dims[0]);
   /* a reader holds at least one sample as float32: a declared shape may ask for more than exists */
-  char what[512];
-  snprintf(what, sizeof what, "%s: dataset '%s' of shape [%llu, %llu, %llu, %llu]: one sample as float32", d->path,
-           name, (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)dims[2],
-           (unsigned long long)dims[3]);
+  char what[512], shape[96];
+  snprintf(what, sizeof what, "%s: dataset '%s' of shape %s: one sample as float32", d->path, name,
+           coords(nd, dims, shape));
   uint64_t sample = sizeof(float);
-  for (int i = 1; i < 4; i++) sample = _tsr_mul_sat(sample, dims[i]);
+  for (int i = 1; i < nd; i++) sample = _tsr_mul_sat(sample, dims[i]);
   TSR_TRY(_tsr_memory_check(sample, what, NULL));
   hid_t dcpl = H5Dget_create_plist(p->dset);
   if (dcpl < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: dataset '%s': cannot read its storage layout", d->path, name);
-  s = check_layout(d, p, dcpl, dims, bytes, tsize);
+  s = check_layout(d, p, dcpl, bytes, tsize);
   H5Pclose(dcpl);
   return s;
 }
@@ -406,26 +411,38 @@ void tsr_dataset_close(tsr_dataset *d) {
 
 int64_t tsr_dataset_size(const tsr_dataset *d) { return d->n; }
 
-void tsr_dataset_input_shape(const tsr_dataset *d, int *c, int *h, int *w) {
-  *c = d->in.c;
-  *h = d->in.h;
-  *w = d->in.w;
+/* Per-sample shape [C, H, W] or [C, D, H, W]; the three-value form folds D into H. */
+static void part_dims(const struct part *p, tsr_shape *s) {
+  s->ndim = p->nd - 1;
+  for (int i = 1; i < p->nd; i++) s->dims[i - 1] = (int64_t)p->dims[i];
 }
 
-void tsr_dataset_target_shape(const tsr_dataset *d, int *c, int *h, int *w) {
-  *c = d->tg.c;
-  *h = d->tg.h;
-  *w = d->tg.w;
+static void part_chw(const struct part *p, int *c, int *h, int *w) {
+  *c = (int)p->dims[1];
+  *h = (int)(p->nd == 5 ? p->dims[2] * p->dims[3] : p->dims[2]);
+  *w = (int)p->dims[p->nd - 1];
 }
 
-static tsr_status read_part(tsr_dataset *d, struct part *p, int64_t index, float *out) {
-  hsize_t start[4] = {(hsize_t)index, 0, 0, 0};
-  hsize_t count[4] = {1, (hsize_t)p->c, (hsize_t)p->h, (hsize_t)p->w};
-  hsize_t numel = count[1] * count[2] * count[3];
+void tsr_dataset_input_shape(const tsr_dataset *d, int *c, int *h, int *w) { part_chw(&d->in, c, h, w); }
+void tsr_dataset_target_shape(const tsr_dataset *d, int *c, int *h, int *w) { part_chw(&d->tg, c, h, w); }
+void tsr_dataset_input_dims(const tsr_dataset *d, tsr_shape *s) { part_dims(&d->in, s); }
+void tsr_dataset_target_dims(const tsr_dataset *d, tsr_shape *s) { part_dims(&d->tg, s); }
+
+/* Sample `index`, or the box [start, start + extent) of its spatial axes (start NULL: all of it),
+ * into out as [C, extent...]. */
+static tsr_status read_part(tsr_dataset *d, struct part *p, int64_t index, const int64_t *box_start,
+                            const int64_t *box_extent, float *out) {
+  hsize_t start[MAXD] = {(hsize_t)index}, count[MAXD] = {1, p->dims[1]};
+  hsize_t numel = p->dims[1];
+  for (int i = 2; i < p->nd; i++) {
+    start[i] = box_start ? (hsize_t)box_start[i - 2] : 0;
+    count[i] = box_start ? (hsize_t)box_extent[i - 2] : p->dims[i];
+    numel *= count[i];
+  }
   char why[256] = "";
   _tsr_hdf5_lock();
   /* memory space of the selection's own shape: HDF5 then maps chunks without visiting each element */
-  hid_t mspace = H5Screate_simple(4, count, NULL);
+  hid_t mspace = H5Screate_simple(p->nd, count, NULL);
   tsr_status s = check_chunks(d, p, index);
   herr_t e = s != TSR_OK || mspace < 0 ? -1 : H5Sselect_hyperslab(p->fspace, H5S_SELECT_SET, start, NULL, count, NULL);
   if (e >= 0) e = H5Dread(p->dset, H5T_NATIVE_FLOAT, mspace, p->fspace, H5P_DEFAULT, out);
@@ -438,19 +455,38 @@ static tsr_status read_part(tsr_dataset *d, struct part *p, int64_t index, float
                       (long long)index, why);
   for (hsize_t i = 0; i < numel; i++)
     if (!isfinite(out[i]))
-      return _tsr_error(TSR_ERR_NUMERIC, "%s: dataset '%s' sample %lld holds %s at element %llu", d->path,
-                        p->name, (long long)index, isnan(out[i]) ? "NaN" : "Inf", (unsigned long long)i);
+      return _tsr_error(TSR_ERR_NUMERIC, "%s: dataset '%s' sample %lld holds %s at element %llu%s", d->path,
+                        p->name, (long long)index, isnan(out[i]) ? "NaN" : "Inf", (unsigned long long)i,
+                        box_start ? " of the box read" : "");
+  return TSR_OK;
+}
+
+static tsr_status check_index(const tsr_dataset *d, int64_t index) {
+  if (!d) return _tsr_error(TSR_ERR_ARG, "tsr_dataset_read: dataset is NULL");
+  if (index < 0 || index >= d->n)
+    return _tsr_error(TSR_ERR_ARG, "%s: sample %lld is out of range (the file holds %lld)", d->path,
+                      (long long)index, (long long)d->n);
   return TSR_OK;
 }
 
 /* x or y may be NULL to read only the other one. */
 tsr_status tsr_dataset_read(tsr_dataset *d, int64_t index, float *x, float *y) {
-  if (!d) return _tsr_error(TSR_ERR_ARG, "tsr_dataset_read: dataset is NULL");
-  if (index < 0 || index >= d->n)
-    return _tsr_error(TSR_ERR_ARG, "%s: sample %lld is out of range (the file holds %lld)", d->path,
-                      (long long)index, (long long)d->n);
-  if (x) TSR_TRY(read_part(d, &d->in, index, x));
-  if (y) TSR_TRY(read_part(d, &d->tg, index, y));
+  TSR_TRY(check_index(d, index));
+  if (x) TSR_TRY(read_part(d, &d->in, index, NULL, NULL, x));
+  if (y) TSR_TRY(read_part(d, &d->tg, index, NULL, NULL, y));
+  return TSR_OK;
+}
+
+tsr_status tsr_dataset_read_box(tsr_dataset *d, int64_t index, const int64_t *start, const int64_t *extent, float *x,
+                                float *y) {
+  TSR_TRY(check_index(d, index));
+  tsr_shape xs, ys;
+  part_dims(&d->in, &xs);
+  part_dims(&d->tg, &ys);
+  TSR_TRY(_tsr_box_check(d->path, &xs, start, extent));
+  int same = xs.ndim == ys.ndim && !memcmp(xs.dims + 1, ys.dims + 1, sizeof(int64_t) * (xs.ndim - 1));
+  if (x) TSR_TRY(read_part(d, &d->in, index, start, extent, x));
+  if (y) TSR_TRY(read_part(d, &d->tg, index, same ? start : NULL, extent, y));
   return TSR_OK;
 }
 

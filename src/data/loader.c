@@ -1,5 +1,6 @@
-/* The loader: a concatenation of sources (HDF5 files read one sample at a time through tsr_dataset,
- * or .npy pairs held in memory) or a stream from a pool of produced samples (pool.c), input
+/* The loader: a concatenation of sources (HDF5 files read one sample, or one box of a sample, at a
+ * time through tsr_dataset, or .npy pairs held in memory) or a stream from a pool of produced
+ * samples (pool.c), input
  * standardisation with per-channel statistics, the per-epoch sharded order, and what the trainer's
  * load tasks ask of a loader (loader_tasks.h). Errors name the file; NaN and Inf are caught on read
  * (HDF5) or at open (.npy). */
@@ -14,6 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/rng.h"
+#include "data/box.h"
 #include "data/loader_tasks.h"
 #include "data/pool.h"
 #include "tensor/dist.h"
@@ -32,8 +34,8 @@ struct tsr_loader {
   struct source *src;
   int nsrc, cap;
   int64_t n;
-  int c, h, w, tc, th, tw;
-  double *mean, *std; /* [c] or NULL */
+  tsr_shape xs, ys;   /* per-sample shapes: [C, H, W] or [C, D, H, W] */
+  double *mean, *std; /* [C] or NULL */
   struct _tsr_pool *pool; /* a stream: no sources, n unbounded */
 };
 
@@ -66,29 +68,34 @@ static void source_free(struct source *s) {
   free(s->path);
 }
 
+static int same_shape(const tsr_shape *a, const tsr_shape *b) {
+  return a->ndim == b->ndim && !memcmp(a->dims, b->dims, sizeof(int64_t) * a->ndim);
+}
+
 /* Checks one source's per-sample shapes against the first source's. */
-static tsr_status check_shapes(tsr_loader *l, const char *path, int c, int h, int w, int tc, int th, int tw) {
+static tsr_status check_shapes(tsr_loader *l, const char *path, const tsr_shape *xs, const tsr_shape *ys) {
   if (l->nsrc == 0) {
-    l->c = c, l->h = h, l->w = w, l->tc = tc, l->th = th, l->tw = tw;
+    l->xs = *xs, l->ys = *ys;
     return TSR_OK;
   }
-  if (c != l->c || h != l->h || w != l->w || tc != l->tc || th != l->th || tw != l->tw)
-    return _tsr_error(TSR_ERR_SHAPE,
-                      "%s: per-sample shapes inputs [%d, %d, %d], targets [%d, %d, %d] differ from %s's [%d, %d, %d], "
-                      "[%d, %d, %d]",
-                      path, c, h, w, tc, th, tw, l->src[0].path, l->c, l->h, l->w, l->tc, l->th, l->tw);
+  if (!same_shape(xs, &l->xs) || !same_shape(ys, &l->ys)) {
+    char a[96], b[96], c[96], d[96];
+    return _tsr_error(TSR_ERR_SHAPE, "%s: per-sample shapes inputs %s, targets %s differ from %s's %s, %s", path,
+                      tsr_shape_str(xs, a, sizeof a), tsr_shape_str(ys, b, sizeof b), l->src[0].path,
+                      tsr_shape_str(&l->xs, c, sizeof c), tsr_shape_str(&l->ys, d, sizeof d));
+  }
   return TSR_OK;
 }
 
 static tsr_status open_h5(tsr_loader *l, const char *path, const tsr_loader_opts *o) {
   struct source s = {0};
   TSR_TRY(tsr_dataset_open_names(&s.d, path, o->input_name, o->target_name));
-  int c, h, w, tc, th, tw;
-  tsr_dataset_input_shape(s.d, &c, &h, &w);
-  tsr_dataset_target_shape(s.d, &tc, &th, &tw);
+  tsr_shape xs, ys;
+  tsr_dataset_input_dims(s.d, &xs);
+  tsr_dataset_target_dims(s.d, &ys);
   s.n = tsr_dataset_size(s.d);
   s.path = strdup(path);
-  tsr_status st = s.path ? check_shapes(l, path, c, h, w, tc, th, tw) : _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  tsr_status st = s.path ? check_shapes(l, path, &xs, &ys) : _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
   if (st == TSR_OK) st = add_source(l, s);
   if (st != TSR_OK) source_free(&s);
   return st;
@@ -115,9 +122,11 @@ static tsr_status open_npy(tsr_loader *l, const char *xpath, const char *ypath) 
   if (st == TSR_OK && xs.dims[0] == 0) st = _tsr_error(TSR_ERR_FORMAT, "%s: no samples", xpath);
   if (st == TSR_OK) st = finite_npy(xpath, s.x, (size_t)xs.dims[0] * xs.dims[1] * xs.dims[2] * xs.dims[3]);
   if (st == TSR_OK) st = finite_npy(ypath, s.y, (size_t)ys.dims[0] * ys.dims[1] * ys.dims[2] * ys.dims[3]);
-  if (st == TSR_OK)
-    st = check_shapes(l, xpath, (int)xs.dims[1], (int)xs.dims[2], (int)xs.dims[3], (int)ys.dims[1], (int)ys.dims[2],
-                      (int)ys.dims[3]);
+  if (st == TSR_OK) { /* per-sample shapes: drop N */
+    tsr_shape xper = {.ndim = 3, .dims = {xs.dims[1], xs.dims[2], xs.dims[3]}};
+    tsr_shape yper = {.ndim = 3, .dims = {ys.dims[1], ys.dims[2], ys.dims[3]}};
+    st = check_shapes(l, xpath, &xper, &yper);
+  }
   if (st == TSR_OK) {
     s.n = xs.dims[0];
     s.path = strdup(xpath);
@@ -170,10 +179,11 @@ static tsr_status open_item(tsr_loader *l, const char *item, const tsr_loader_op
 
 /* Per-channel mean and std of the inputs over up to k samples spread evenly (float64 sums). */
 static tsr_status compute_stats(tsr_loader *l, int k) {
-  size_t plane = (size_t)l->h * l->w, xe = plane * l->c;
+  int nc = (int)l->xs.dims[0];
+  size_t xe = (size_t)tsr_shape_numel(&l->xs), plane = xe / nc;
   float *x = malloc(sizeof(float) * xe);
-  double *s1 = calloc(l->c, sizeof(double)), *s2 = calloc(l->c, sizeof(double));
-  l->mean = calloc(l->c, sizeof(double)), l->std = calloc(l->c, sizeof(double));
+  double *s1 = calloc(nc, sizeof(double)), *s2 = calloc(nc, sizeof(double));
+  l->mean = calloc(nc, sizeof(double)), l->std = calloc(nc, sizeof(double));
   if (!x || !s1 || !s2 || !l->mean || !l->std) {
     free(x), free(s1), free(s2);
     return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
@@ -184,7 +194,7 @@ static tsr_status compute_stats(tsr_loader *l, int k) {
   l->mean = NULL; /* raw reads while the statistics are gathered */
   for (int i = 0; i < k && st == TSR_OK; i++) {
     st = tsr_loader_read(l, l->pool ? i : (int64_t)i * l->n / k, x, NULL);
-    for (int c = 0; c < l->c && st == TSR_OK; c++)
+    for (int c = 0; c < nc && st == TSR_OK; c++)
       for (size_t p = 0; p < plane; p++) {
         double v = x[c * plane + p];
         s1[c] += v, s2[c] += v * v;
@@ -192,7 +202,7 @@ static tsr_status compute_stats(tsr_loader *l, int k) {
   }
   l->mean = keep_mean;
   double cnt = (double)k * plane;
-  for (int c = 0; c < l->c; c++) {
+  for (int c = 0; c < nc; c++) {
     l->mean[c] = s1[c] / cnt;
     double var = s2[c] / cnt - l->mean[c] * l->mean[c];
     l->std[c] = var > 1e-24 ? sqrt(var) : 1.0;
@@ -250,8 +260,17 @@ int tsr_loader_num_files(const tsr_loader *l) { return l->nsrc; }
 const char *tsr_loader_file(const tsr_loader *l, int i) { return i >= 0 && i < l->nsrc ? l->src[i].path : NULL; }
 int tsr_loader_is_stream(const tsr_loader *l) { return l && l->pool; }
 
-void tsr_loader_input_shape(const tsr_loader *l, int *c, int *h, int *w) { *c = l->c, *h = l->h, *w = l->w; }
-void tsr_loader_target_shape(const tsr_loader *l, int *c, int *h, int *w) { *c = l->tc, *h = l->th, *w = l->tw; }
+/* [C, H, W], or [C, D*H, W] for [C, D, H, W] */
+static void chw(const tsr_shape *s, int *c, int *h, int *w) {
+  *c = (int)s->dims[0];
+  *h = (int)(s->ndim == 4 ? s->dims[1] * s->dims[2] : s->dims[1]);
+  *w = (int)s->dims[s->ndim - 1];
+}
+
+void tsr_loader_input_shape(const tsr_loader *l, int *c, int *h, int *w) { chw(&l->xs, c, h, w); }
+void tsr_loader_target_shape(const tsr_loader *l, int *c, int *h, int *w) { chw(&l->ys, c, h, w); }
+void tsr_loader_input_dims(const tsr_loader *l, tsr_shape *s) { *s = l->xs; }
+void tsr_loader_target_dims(const tsr_loader *l, tsr_shape *s) { *s = l->ys; }
 
 void tsr_loader_stats(const tsr_loader *l, const double **mean, const double **std) {
   *mean = l->mean;
@@ -265,51 +284,99 @@ tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double 
     l->mean = l->std = NULL;
     return TSR_OK;
   }
-  if (channels != l->c)
+  int nc = (int)l->xs.dims[0];
+  if (channels != nc)
     return _tsr_error(TSR_ERR_SHAPE, "%s: inputs have %d channels, the statistics %d", l->pool ? "pool" : l->src[0].path,
-                      l->c, channels);
-  if (!l->mean) l->mean = malloc(sizeof(double) * l->c), l->std = malloc(sizeof(double) * l->c);
+                      nc, channels);
+  if (!l->mean) l->mean = malloc(sizeof(double) * nc), l->std = malloc(sizeof(double) * nc);
   if (!l->mean || !l->std) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
-  memcpy(l->mean, mean, sizeof(double) * l->c);
-  memcpy(l->std, std, sizeof(double) * l->c);
+  memcpy(l->mean, mean, sizeof(double) * nc);
+  memcpy(l->std, std, sizeof(double) * nc);
   return TSR_OK;
 }
 
-/* Per-channel standardisation of one input sample, when enabled. */
-static void standardize(const tsr_loader *l, float *x) {
-  size_t plane = (size_t)l->h * l->w;
+/* Per-channel standardisation of one input sample or box (`plane` values per channel), when enabled. */
+static void standardize(const tsr_loader *l, float *x, size_t plane) {
   if (x && l->mean)
-    for (int c = 0; c < l->c; c++) {
+    for (int c = 0; c < l->xs.dims[0]; c++) {
       float m = (float)l->mean[c], r = (float)(1.0 / l->std[c]);
       for (size_t p = 0; p < plane; p++) x[c * plane + p] = (x[c * plane + p] - m) * r;
     }
 }
 
-tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
-  if (!l) return _tsr_error(TSR_ERR_ARG, "tsr_loader_read: loader is NULL");
-  if (index < 0 || index >= l->n)
-    return _tsr_error(TSR_ERR_ARG, "sample %lld is out of range (the data hold %lld)", (long long)index, (long long)l->n);
-  if (l->pool) {
-    TSR_TRY(_tsr_pool_produce_now(l->pool, index, x, y));
-    standardize(l, x);
-    return TSR_OK;
-  }
+static size_t per_channel(const tsr_shape *s) { return (size_t)(tsr_shape_numel(s) / s->dims[0]); }
+
+/* The source holding sample `index` of the concatenation, and the sample's index in it. */
+static struct source *find_source(tsr_loader *l, int64_t index, int64_t *k) {
   int lo = 0, hi = l->nsrc - 1; /* the last source whose first index is <= index */
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
     if (l->src[mid].first <= index) lo = mid;
     else hi = mid - 1;
   }
-  struct source *s = &l->src[lo];
-  int64_t k = index - s->first;
-  size_t plane = (size_t)l->h * l->w, xe = plane * l->c, ye = (size_t)l->tc * l->th * l->tw;
+  *k = index - l->src[lo].first;
+  return &l->src[lo];
+}
+
+static tsr_status check_read(const tsr_loader *l, int64_t index) {
+  if (!l) return _tsr_error(TSR_ERR_ARG, "tsr_loader_read: loader is NULL");
+  if (index < 0 || index >= l->n)
+    return _tsr_error(TSR_ERR_ARG, "sample %lld is out of range (the data hold %lld)", (long long)index, (long long)l->n);
+  return TSR_OK;
+}
+
+tsr_status tsr_loader_read(tsr_loader *l, int64_t index, float *x, float *y) {
+  TSR_TRY(check_read(l, index));
+  if (l->pool) {
+    TSR_TRY(_tsr_pool_produce_now(l->pool, index, x, y));
+    standardize(l, x, per_channel(&l->xs));
+    return TSR_OK;
+  }
+  int64_t k;
+  struct source *s = find_source(l, index, &k);
+  size_t xe = (size_t)tsr_shape_numel(&l->xs), ye = (size_t)tsr_shape_numel(&l->ys);
   if (s->d) {
     TSR_TRY(tsr_dataset_read(s->d, k, x, y));
   } else {
     if (x) memcpy(x, s->x + xe * k, sizeof(float) * xe);
     if (y) memcpy(y, s->y + ye * k, sizeof(float) * ye);
   }
-  standardize(l, x);
+  standardize(l, x, per_channel(&l->xs));
+  return TSR_OK;
+}
+
+tsr_status tsr_loader_read_box(tsr_loader *l, int64_t index, const int64_t *start, const int64_t *extent, float *x,
+                               float *y) {
+  TSR_TRY(check_read(l, index));
+  TSR_TRY(_tsr_box_check(l->pool ? "pool" : l->src[0].path, &l->xs, start, extent));
+  /* the targets share the box when they have the inputs' spatial shape */
+  int same = l->xs.ndim == l->ys.ndim && !memcmp(l->xs.dims + 1, l->ys.dims + 1, sizeof(int64_t) * (l->xs.ndim - 1));
+  size_t box = (size_t)(_tsr_box_numel(&l->xs, extent) / l->xs.dims[0]);
+  int64_t k = index;
+  struct source *s = l->pool ? NULL : find_source(l, index, &k);
+  if (s && s->d) {
+    TSR_TRY(tsr_dataset_read_box(s->d, k, start, extent, x, y));
+    standardize(l, x, box);
+    return TSR_OK;
+  }
+  /* in memory (.npy) or produced whole: cut the box out of the sample */
+  size_t xe = (size_t)tsr_shape_numel(&l->xs), ye = (size_t)tsr_shape_numel(&l->ys);
+  float *wx = s ? s->x + xe * k : NULL, *wy = s ? s->y + ye * k : NULL, *buf = NULL;
+  if (!s) {
+    buf = malloc(sizeof(float) * (xe + ye));
+    if (!buf) return _tsr_error(TSR_ERR_NOMEM, "loader: out of memory for one sample");
+    tsr_status st = _tsr_pool_produce_now(l->pool, index, buf, buf + xe);
+    if (st != TSR_OK) {
+      free(buf);
+      return st;
+    }
+    wx = buf, wy = buf + xe;
+  }
+  if (x) _tsr_box_cut(&l->xs, start, extent, wx, x);
+  if (y && same) _tsr_box_cut(&l->ys, start, extent, wy, y);
+  else if (y) memcpy(y, wy, sizeof(float) * ye);
+  free(buf);
+  standardize(l, x, box);
   return TSR_OK;
 }
 
@@ -326,7 +393,8 @@ tsr_status tsr_loader_open_pool(tsr_loader **out, const tsr_sample_producer *p, 
     return st;
   }
   l->n = INT64_MAX;
-  l->c = p->c, l->h = p->h, l->w = p->w, l->tc = p->tc, l->th = p->th, l->tw = p->tw;
+  l->xs = (tsr_shape){.ndim = 3, .dims = {p->c, p->h, p->w}};
+  l->ys = (tsr_shape){.ndim = 3, .dims = {p->tc, p->th, p->tw}};
   int k = o ? o->stats_samples : 8;
   if (k > 0) st = compute_stats(l, k);
   if (st != TSR_OK) {
@@ -365,10 +433,10 @@ tsr_status _tsr_loader_task_submitted(tsr_loader *l, int64_t index) {
 tsr_status _tsr_loader_task_read(tsr_loader *l, int64_t index, const float *bx, const float *by, float *x, float *y) {
   if (!l->pool) return tsr_loader_read(l, index, x, y);
   TSR_TRY(_tsr_pool_check(l->pool, index));
-  size_t xe = (size_t)l->c * l->h * l->w, ye = (size_t)l->tc * l->th * l->tw;
+  size_t xe = (size_t)tsr_shape_numel(&l->xs), ye = (size_t)tsr_shape_numel(&l->ys);
   memcpy(x, bx, xe * sizeof(float));
   memcpy(y, by, ye * sizeof(float));
-  standardize(l, x);
+  standardize(l, x, per_channel(&l->xs));
   return TSR_OK;
 }
 
