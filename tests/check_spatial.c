@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "box.h"
+#include "box_copy.h"
 #include "codelets.h"
 #include "train/spatial.h"
 #include "testutil.h"

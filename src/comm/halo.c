@@ -1,5 +1,5 @@
 /* Halo exchanges, block gathers and ordered group sums of spatially split layers (halo.h): box
- * copies (codelets/box.c) around detached StarPU-MPI messages tagged by (group, step, layer,
+ * copies (codelets/box_copy.c) around detached StarPU-MPI messages tagged by (group, step, layer,
  * slice, message). */
 #include <stdlib.h>
 

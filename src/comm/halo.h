@@ -10,7 +10,7 @@
 #include <starpu.h>
 #include <tessera/status.h>
 
-#include "box.h"
+#include "box_copy.h"
 
 struct _tsr_comm;
 

@@ -8,7 +8,7 @@
 
 #include <tessera.h>
 
-#include "box.h"
+#include "box_copy.h"
 #include "comm/halo.h"
 #include "graph/model.h"
 #include "layers/layer.h"

@@ -2,7 +2,7 @@
  * fixed-order sums of double vectors over a group: the CPU kernels and their tasks (box.h). */
 #include <string.h>
 
-#include "box.h"
+#include "box_copy.h"
 #include "codelets.h"
 
 /* The descriptor's axes padded in front to TSR_BOX_AXES (extent 1, offset 0). */

@@ -1,8 +1,8 @@
-/* Copies of sub-boxes between arrays of up to 3 spatial axes (box.c): packing and unpacking the
+/* Copies of sub-boxes between arrays of up to 3 spatial axes (box_copy.c): packing and unpacking the
  * halo slabs of a spatially split tensor, placing a block inside its halo'd copy, assembling a
  * gathered map; and fixed-order sums of double vectors (statistics summed over a spatial group). */
-#ifndef TSR_CODELETS_BOX_H
-#define TSR_CODELETS_BOX_H
+#ifndef TSR_CODELETS_BOX_COPY_H
+#define TSR_CODELETS_BOX_COPY_H
 
 #include <stdint.h>
 #include <starpu.h>
