@@ -221,7 +221,7 @@ static int halo_test(tsr_context *ctx, const char *spec) {
   starpu_data_handle_t hh = _tsr_register_floats(halo, (size_t)_tsr_halo_count(&h));
   if (_tsr_halo_forward(&h, hb, hh, 0, "halo_test")) die("halo forward");
   wait_all();
-  starpu_data_acquire(hh, STARPU_R);
+  starpu_data_acquire(hh, STARPU_RW);
   for (int o = 0; o < HO; o++)
     for (int y = 0; y < ey; y++)
       for (int x = 0; x < ex; x++) {

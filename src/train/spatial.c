@@ -175,7 +175,7 @@ static int grid_of(const tsr_trainer_opts *o, int nd, int *grid) {
 }
 
 tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
-  int grid[TSR_BOX_AXES], ext[TSR_BOX_AXES];
+  int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
   int nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext), parts = grid_of(o, nd, grid);
   if (parts == 0) return TSR_ERR_ARG;
   if (parts == 1) return _tsr_dist_batch(&t->batch_dist, &t->world, 0, 0); /* data parallelism over every rank */
