@@ -47,7 +47,7 @@ void _tsr_box_copy_cpu(const struct _tsr_box_desc *d, const float *src, float *d
       }
 }
 
-void _tsr_sum_ordered_cpu(int n, int own, const double *const *parts, double *acc, size_t len) {
+void _tsr_sum_doubles_cpu(int n, int own, const double *const *parts, double *acc, size_t len) {
   for (size_t i = 0; i < len; i++) {
     double s = 0;
     for (int k = 0; k < n; k++) s += k == own ? acc[i] : parts[k][i];
@@ -62,22 +62,22 @@ static void box_copy_cpu(void *buffers[], void *cl_arg) {
 }
 
 /* cl_arg: {n, own}; buffers: the n parts in order, part `own` being the accumulator */
-static void sum_ordered_cpu(void *buffers[], void *cl_arg) {
+static void sum_doubles_task_cpu(void *buffers[], void *cl_arg) {
   int a[2];
   memcpy(a, cl_arg, sizeof a);
   const double *parts[a[0]];
   for (int k = 0; k < a[0]; k++) parts[k] = TSR_DBUF(buffers, k);
-  _tsr_sum_ordered_cpu(a[0], a[1], parts, TSR_DBUF(buffers, a[1]), TSR_NX(buffers, a[1]));
+  _tsr_sum_doubles_cpu(a[0], a[1], parts, TSR_DBUF(buffers, a[1]), TSR_NX(buffers, a[1]));
 }
 
 static struct starpu_perfmodel box_copy_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_box_copy"};
-static struct starpu_perfmodel sum_ordered_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_sum_ordered"};
+static struct starpu_perfmodel sum_doubles_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_sum_doubles"};
 static struct starpu_codelet cl_box_copy = {.cpu_funcs = {box_copy_cpu}, .cpu_funcs_name = {"box_copy_cpu"},
                                             .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_box_copy",
                                             .model = &box_copy_model};
-static struct starpu_codelet cl_sum_ordered = {.cpu_funcs = {sum_ordered_cpu}, .cpu_funcs_name = {"sum_ordered_cpu"},
-                                               .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_sum_ordered",
-                                               .model = &sum_ordered_model};
+static struct starpu_codelet cl_sum_doubles = {.cpu_funcs = {sum_doubles_task_cpu}, .cpu_funcs_name = {"sum_doubles_task_cpu"},
+                                               .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_sum_doubles",
+                                               .model = &sum_doubles_model};
 
 int _tsr_insert_box_copy(const struct _tsr_box_desc *d, starpu_data_handle_t src, starpu_data_handle_t dst,
                          const char *name) {
@@ -87,9 +87,9 @@ int _tsr_insert_box_copy(const struct _tsr_box_desc *d, starpu_data_handle_t src
   return _tsr_submit(&cl_box_copy, d, sizeof *d, STARPU_MAX_PRIO, name, 2, b);
 }
 
-int _tsr_insert_sum_ordered(int n, int own, const starpu_data_handle_t *parts, const char *name) {
+int _tsr_insert_sum_doubles(int n, int own, const starpu_data_handle_t *parts, const char *name) {
   struct _tsr_buf b[n];
   for (int k = 0; k < n; k++) b[k] = (struct _tsr_buf){parts[k], k == own ? STARPU_RW : STARPU_R};
   int a[2] = {n, own};
-  return _tsr_submit(&cl_sum_ordered, a, sizeof a, STARPU_MAX_PRIO, name, n, b);
+  return _tsr_submit(&cl_sum_doubles, a, sizeof a, STARPU_MAX_PRIO, name, n, b);
 }

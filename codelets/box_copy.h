@@ -33,7 +33,7 @@ int _tsr_insert_box_copy(const struct _tsr_box_desc *d, starpu_data_handle_t src
 /* acc[i] = sum over k of part_k[i] in order k = 0..n-1, where part `own` is acc itself (RW) and the
  * others are read: every member of a group sums its own and the received vectors in the same order,
  * so all hold the same result. Vectors of doubles. */
-void _tsr_sum_ordered_cpu(int n, int own, const double *const *parts, double *acc, size_t len);
-int _tsr_insert_sum_ordered(int n, int own, const starpu_data_handle_t *parts, const char *name);
+void _tsr_sum_doubles_cpu(int n, int own, const double *const *parts, double *acc, size_t len);
+int _tsr_insert_sum_doubles(int n, int own, const starpu_data_handle_t *parts, const char *name);
 
 #endif

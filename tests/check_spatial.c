@@ -43,7 +43,7 @@ START_TEST(ordered_sum_is_the_same_whichever_member_holds_the_accumulator) {
     double *v[3] = {a, b, c}, acc[3];
     memcpy(acc, v[own], sizeof acc);
     const double *parts[3] = {a, b, c};
-    _tsr_sum_ordered_cpu(3, own, parts, acc, 3);
+    _tsr_sum_doubles_cpu(3, own, parts, acc, 3);
     memcpy(out[own], acc, sizeof acc);
   }
   for (int own = 1; own < 3; own++) ck_assert_msg(!memcmp(out[0], out[own], sizeof out[0]), "member %d differs", own);
@@ -185,11 +185,11 @@ START_TEST(shapes_that_cannot_be_split_are_refused_naming_the_layer) {
   expect_refusal(m, (int[]){4, 1}, "input 'in': output height 10");
   tsr_model_destroy(m);
 
-  m = model_of("strided"); /* blocks of 6 rows: 2 rows per block, stride 4 */
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 12, 8), TSR_OK);
-  add(m, "s", TSR_LAYER_CONV2D, "in", 2, 4, 4, 0);
+  m = model_of("strided"); /* 4 outputs split in 2, but blocks of 12 rows are no multiple of the stride 5 */
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 24, 8), TSR_OK);
+  add(m, "s", TSR_LAYER_CONV2D, "in", 2, 5, 5, 0);
   add(m, "f", TSR_LAYER_FLATTEN, "s", 0, 0, 1, 0);
-  expect_refusal(m, (int[]){2, 1}, "conv2d 's': height 12 in 2 blocks of 6");
+  expect_refusal(m, (int[]){2, 1}, "conv2d 's': height 24 in 2 blocks of 12 with kernel 5, stride 5");
   tsr_model_destroy(m);
 
   m = model_of("wide"); /* a 7x7 kernel's halo of 3 exceeds blocks of 2 */

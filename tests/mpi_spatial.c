@@ -54,6 +54,8 @@ static int fill(void *user, int64_t step, int index, float *x, float *y) {
 
 static void add(tsr_model *m, const char *name, tsr_layer_kind kind, const char *in, int co, int k, int s, int p) {
   tsr_layer_spec sp = tsr_layer_spec_default(kind);
+  sp.bias = strcmp(name, "a") != 0; /* 'a' feeds batch norm: a bias would get a gradient of rounding noise, which
+                                       Adam turns into steps of lr in a direction that depends on the order of sums */
   sp.out_channels = co, sp.kernel_h = sp.kernel_w = k, sp.stride_h = sp.stride_w = s, sp.pad_h = sp.pad_w = p;
   if (tsr_model_add(m, name, &sp, &in, 1)) die(name);
 }

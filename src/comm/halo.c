@@ -5,6 +5,7 @@
 
 #include "comm/halo.h"
 #include "comm/p2p.h"
+#include "runtime/submit.h"
 #include "runtime/communicator.h"
 #include "runtime/error.h"
 
@@ -165,5 +166,5 @@ int _tsr_group_sum(const struct _tsr_comm *comm, starpu_data_handle_t acc, const
     ret = failed(_tsr_p2p_recv(comm, recv[q], q, t, step), "group sum receive", name);
     if (!ret) ret = failed(_tsr_p2p_send(comm, acc, q, t, step), "group sum send", name);
   }
-  return ret ? ret : _tsr_insert_sum_ordered(comm->size, me, parts, name);
+  return ret ? ret : _tsr_insert_sum_doubles(comm->size, me, parts, name);
 }

@@ -208,7 +208,7 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   tsr_status st = a && b ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "step %lld: out of memory for a load task", (long long)id);
   if (st == TSR_OK) {
     *a = (struct load_arg){t, src->fill, src->user, src->l, stream ? 2 * n : 0, id, first, n, nvalid, xe, ye, in->c,
-                           t->norm_mean, t->norm_std};
+                           t->norm_mean, t->norm_std, 0, {0}};
     if (t->sp) a->whole_xe = (size_t)in->c * in->h * in->w, a->crop = _tsr_spatial_input_box(t);
     b[0] = (struct _tsr_buf){t->x[p][s], STARPU_W}, b[1] = (struct _tsr_buf){t->t[p][s], STARPU_W};
   }
