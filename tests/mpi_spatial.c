@@ -139,6 +139,8 @@ static int train(tsr_context *ctx, int argc, char **argv) {
     snprintf(path, sizeof path, "%s.ckpt.h5", out);
     tsr_checkpoint_meta meta;
     memset(&meta, 0, sizeof meta);
+    meta.step = meta.position = i + 1, meta.epoch = 1, meta.seed = 11, meta.batch = batch;
+    meta.nranks = tsr_context_size(ctx);
     if (tsr_checkpoint_save(t, path, &meta)) die("checkpoint save");
     int done = i;
     if (tsr_context_check_same(ctx, "the step of the checkpoint", &done, sizeof done)) die("barrier");
