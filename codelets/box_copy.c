@@ -72,11 +72,15 @@ static void sum_doubles_task_cpu(void *buffers[], void *cl_arg) {
 
 static struct starpu_perfmodel box_copy_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_box_copy"};
 static struct starpu_perfmodel sum_doubles_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_sum_doubles"};
-static struct starpu_codelet cl_box_copy = {.cpu_funcs = {box_copy_cpu}, .cpu_funcs_name = {"box_copy_cpu"},
-                                            .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_box_copy",
+static struct starpu_codelet cl_box_copy = {.cpu_funcs = {box_copy_cpu},
+                                            .cpu_funcs_name = {"box_copy_cpu"},
+                                            .nbuffers = STARPU_VARIABLE_NBUFFERS,
+                                            .name = "tsr_box_copy",
                                             .model = &box_copy_model};
-static struct starpu_codelet cl_sum_doubles = {.cpu_funcs = {sum_doubles_task_cpu}, .cpu_funcs_name = {"sum_doubles_task_cpu"},
-                                               .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_sum_doubles",
+static struct starpu_codelet cl_sum_doubles = {.cpu_funcs = {sum_doubles_task_cpu},
+                                               .cpu_funcs_name = {"sum_doubles_task_cpu"},
+                                               .nbuffers = STARPU_VARIABLE_NBUFFERS,
+                                               .name = "tsr_sum_doubles",
                                                .model = &sum_doubles_model};
 
 int _tsr_insert_box_copy(const struct _tsr_box_desc *d, starpu_data_handle_t src, starpu_data_handle_t dst,

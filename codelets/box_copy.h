@@ -12,13 +12,13 @@
 /* Both arrays are [outer, ext[0], ..., ext[nd-1]] (row-major); the box has len[a] values along
  * axis a, starting at src_lo[a] in the source and dst_lo[a] in the destination. */
 struct _tsr_box_desc {
-  int64_t outer;                   /* samples x channels */
-  int nd;                          /* spatial axes, 1 to TSR_BOX_AXES */
+  int64_t outer; /* samples x channels */
+  int nd;        /* spatial axes, 1 to TSR_BOX_AXES */
   int src_ext[TSR_BOX_AXES], dst_ext[TSR_BOX_AXES];
   int src_lo[TSR_BOX_AXES], dst_lo[TSR_BOX_AXES], len[TSR_BOX_AXES];
-  float scale;                     /* dst box = scale * src box (+ the old dst box when add) */
+  float scale; /* dst box = scale * src box (+ the old dst box when add) */
   int add;
-  int fill;                        /* 1: every destination value outside the box is set to `value` */
+  int fill; /* 1: every destination value outside the box is set to `value` */
   float value;
 };
 

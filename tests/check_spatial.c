@@ -18,8 +18,16 @@ START_TEST(box_copy_packs_unpacks_adds_and_fills) {
   enum { O = 2, H = 5, W = 7 };
   float src[O * H * W], dst[O * 4 * 6];
   for (int i = 0; i < O * H * W; i++) src[i] = (float)i;
-  struct _tsr_box_desc d = {.outer = O, .nd = 2, .src_ext = {H, W}, .dst_ext = {4, 6}, .src_lo = {1, 2},
-                            .dst_lo = {2, 1}, .len = {2, 3}, .scale = 2.0f, .fill = 1, .value = -1.0f};
+  struct _tsr_box_desc d = {.outer = O,
+                            .nd = 2,
+                            .src_ext = {H, W},
+                            .dst_ext = {4, 6},
+                            .src_lo = {1, 2},
+                            .dst_lo = {2, 1},
+                            .len = {2, 3},
+                            .scale = 2.0f,
+                            .fill = 1,
+                            .value = -1.0f};
   _tsr_box_copy_cpu(&d, src, dst);
   for (int o = 0; o < O; o++)
     for (int y = 0; y < 4; y++)
@@ -86,11 +94,33 @@ static void check_blocks(tsr_model *m, int l, const int *grid) {
   const tsr_layer_spec *s = &L->spec;
   int pool = s->kind == TSR_LAYER_MAXPOOL2D || s->kind == TSR_LAYER_AVGPOOL2D;
   float *w = NULL;
-  struct _tsr_conv_desc cd = {.n = 1, .ci = I->c, .h = I->h, .w = I->w, .co = L->c, .oh = L->h, .ow = L->w,
-                              .kh = s->kernel_h, .kw = s->kernel_w, .sh = s->stride_h, .sw = s->stride_w,
-                              .ph = s->pad_h, .pw = s->pad_w, .dh = 1, .dw = 1};
-  struct _tsr_pool_desc pd = {.n = 1, .c = I->c, .h = I->h, .w = I->w, .oh = L->h, .ow = L->w, .kh = s->kernel_h,
-                              .kw = s->kernel_w, .sh = s->stride_h, .sw = s->stride_w, .ph = s->pad_h, .pw = s->pad_w,
+  struct _tsr_conv_desc cd = {.n = 1,
+                              .ci = I->c,
+                              .h = I->h,
+                              .w = I->w,
+                              .co = L->c,
+                              .oh = L->h,
+                              .ow = L->w,
+                              .kh = s->kernel_h,
+                              .kw = s->kernel_w,
+                              .sh = s->stride_h,
+                              .sw = s->stride_w,
+                              .ph = s->pad_h,
+                              .pw = s->pad_w,
+                              .dh = 1,
+                              .dw = 1};
+  struct _tsr_pool_desc pd = {.n = 1,
+                              .c = I->c,
+                              .h = I->h,
+                              .w = I->w,
+                              .oh = L->h,
+                              .ow = L->w,
+                              .kh = s->kernel_h,
+                              .kw = s->kernel_w,
+                              .sh = s->stride_h,
+                              .sw = s->stride_w,
+                              .ph = s->pad_h,
+                              .pw = s->pad_w,
                               .is_max = s->kind == TSR_LAYER_MAXPOOL2D};
   char ws[1 << 16];
   if (!pool) {
@@ -125,8 +155,8 @@ static void check_blocks(tsr_model *m, int l, const int *grid) {
           float got = yb[(c * P->out.h + i) * P->out.w + j];
           float want = y[(c * L->h + P->first[0] + i) * L->w + P->first[1] + j];
           ck_assert_msg(fabsf(got - want) <= 1e-6f * (1 + fabsf(want)),
-                        "layer '%s', grid %dx%d, part %d, output (%d, %d, %d): %g, whole %g", L->name, grid[0],
-                        grid[1], part, c, i, j, got, want);
+                        "layer '%s', grid %dx%d, part %d, output (%d, %d, %d): %g, whole %g", L->name, grid[0], grid[1],
+                        part, c, i, j, got, want);
         }
   }
   free(x), free(y), free(xh), free(yb), free(w);
@@ -163,8 +193,8 @@ START_TEST(plan_gathers_before_the_head_and_sizes_halos) {
   ck_assert(plan[0].split && plan[0].own[0] == 4 && plan[0].first[0] == 4 && plan[0].own[1] == 16);
   ck_assert(plan[1].lo[0] == 1 && plan[1].hi[0] == 1 && plan[1].lo[1] == 0 && plan[1].spec.pad_h == 0 &&
             plan[1].spec.pad_w == 1);
-  ck_assert(plan[2].lo[0] == 0 && plan[2].hi[0] == 0);   /* 2x2 stride 2: no halo */
-  ck_assert(plan[3].lo[0] == 1 && plan[3].hi[0] == 0);   /* 3x3 stride 2 pad 1 */
+  ck_assert(plan[2].lo[0] == 0 && plan[2].hi[0] == 0); /* 2x2 stride 2: no halo */
+  ck_assert(plan[3].lo[0] == 1 && plan[3].hi[0] == 0); /* 3x3 stride 2 pad 1 */
   ck_assert(plan[6].gather && !plan[6].split && !plan[7].split && plan[6].in.h == 4);
   tsr_model_destroy(m);
 }

@@ -115,12 +115,18 @@ static int train(tsr_context *ctx, int argc, char **argv) {
   int batch = 4, steps = 4, bn = 1, resume_at = -1, grid[3] = {1, 0, 0};
   const char *out = "mpi_spatial";
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-    else if (!strcmp(argv[i], "--spatial") && i + 1 < argc) parse_grid(argv[++i], grid);
-    else if (!strcmp(argv[i], "--resume-at") && i + 1 < argc) resume_at = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--no-bn")) bn = 0;
+    if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
+    else if (!strcmp(argv[i], "--spatial") && i + 1 < argc)
+      parse_grid(argv[++i], grid);
+    else if (!strcmp(argv[i], "--resume-at") && i + 1 < argc)
+      resume_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-bn"))
+      bn = 0;
   }
   int rank = tsr_context_rank(ctx), parts = (grid[0] > 1 ? grid[0] : 1) * (grid[1] > 1 ? grid[1] : 1);
   struct data d = {rank / parts, tsr_context_size(ctx) / parts, batch};
@@ -183,8 +189,8 @@ static float field(int o, int y, int x) { return (float)(o * 10000 + y * 100 + x
 static void geometry(struct _tsr_halo *h, const struct _tsr_comm *world, const int *grid, const int *lo, const int *hi,
                      float pad, int layer) {
   int me = world->index, coord[2] = {me / grid[1], me % grid[1]}, stride[2] = {grid[1], 1};
-  *h = (struct _tsr_halo){.comm = world, .nd = 2, .outer = HO, .own = {HH / grid[0], HW / grid[1]}, .pad = pad,
-                          .layer = layer};
+  *h = (struct _tsr_halo){
+      .comm = world, .nd = 2, .outer = HO, .own = {HH / grid[0], HW / grid[1]}, .pad = pad, .layer = layer};
   for (int a = 0; a < 2; a++) {
     h->lo[a] = lo[a], h->hi[a] = hi[a];
     h->nb[a][0] = coord[a] > 0 ? me - stride[a] : -1;
@@ -210,7 +216,8 @@ static int halo_test(tsr_context *ctx, const char *spec) {
   struct _tsr_comm world;
   if (_tsr_comm_world(&world, tsr_context_rank(ctx), tsr_context_size(ctx))) die("world");
   if (grid[0] * grid[1] != world.size || HH % grid[0] || HW % grid[1]) {
-    fprintf(stderr, "mpi_spatial --halo %s: needs %d ranks and a grid dividing %dx%d\n", spec, grid[0] * grid[1], HH, HW);
+    fprintf(stderr, "mpi_spatial --halo %s: needs %d ranks and a grid dividing %dx%d\n", spec, grid[0] * grid[1], HH,
+            HW);
     return 2;
   }
   int me = world.index, bad = 0;
@@ -220,7 +227,8 @@ static int halo_test(tsr_context *ctx, const char *spec) {
   float *block = malloc(sizeof(float) * HO * oy * ox), *halo = malloc(sizeof(float) * _tsr_halo_count(&h));
   for (int o = 0; o < HO; o++)
     for (int y = 0; y < oy; y++)
-      for (int x = 0; x < ox; x++) block[(o * oy + y) * ox + x] = field(o, (me / grid[1]) * oy + y, (me % grid[1]) * ox + x);
+      for (int x = 0; x < ox; x++)
+        block[(o * oy + y) * ox + x] = field(o, (me / grid[1]) * oy + y, (me % grid[1]) * ox + x);
   starpu_data_handle_t hb = _tsr_register_floats(block, (size_t)HO * oy * ox);
   starpu_data_handle_t hh = _tsr_register_floats(halo, (size_t)_tsr_halo_count(&h));
   if (_tsr_halo_forward(&h, hb, hh, 0, "halo_test")) die("halo forward");
@@ -276,8 +284,8 @@ static int halo_test(tsr_context *ctx, const char *spec) {
   starpu_data_release(hb);
   if (_tsr_halo_forward(&h, hb, hh, 2, "pool_test")) die("halo forward");
   wait_all();
-  struct _tsr_pool_desc pd = {.n = 1, .c = HO, .h = oy + 2, .w = ox + 2, .oh = oy, .ow = ox, .kh = 3, .kw = 3,
-                              .sh = 1, .sw = 1, .is_max = 1};
+  struct _tsr_pool_desc pd = {
+      .n = 1, .c = HO, .h = oy + 2, .w = ox + 2, .oh = oy, .ow = ox, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .is_max = 1};
   void *ws = malloc(_tsr_pool_ws_bytes(&pd) + 64);
   starpu_data_acquire(hh, STARPU_RW);
   _tsr_pool_fwd_cpu(&pd, halo, y, ws);

@@ -36,8 +36,10 @@ static struct _tsr_box_desc slab(const struct _tsr_halo *h, int a, int s, int se
     d.src_lo[b] = b < a ? 0 : h->lo[b];
     d.len[b] = b < a ? (int)ext(h, b) : h->own[b];
   }
-  if (send) d.src_lo[a] = s ? h->own[a] : h->lo[a], d.len[a] = s ? h->lo[a] : h->hi[a];
-  else d.src_lo[a] = s ? h->lo[a] + h->own[a] : 0, d.len[a] = s ? h->hi[a] : h->lo[a];
+  if (send)
+    d.src_lo[a] = s ? h->own[a] : h->lo[a], d.len[a] = s ? h->lo[a] : h->hi[a];
+  else
+    d.src_lo[a] = s ? h->lo[a] + h->own[a] : 0, d.len[a] = s ? h->hi[a] : h->lo[a];
   for (int b = 0; b < h->nd; b++) d.dst_ext[b] = d.len[b], d.dst_lo[b] = 0;
   return d;
 }
@@ -98,7 +100,8 @@ static int exchange_axis(const struct _tsr_halo *h, int a, starpu_data_handle_t 
   for (int s = 0; !ret && s < 2; s++) {
     starpu_data_handle_t go = fwd ? h->out[a][s] : h->in[a][s], come = fwd ? h->in[a][s] : h->out[a][s];
     /* direction 0 travels towards the higher member: what comes from side s travels towards this one */
-    if (come) ret = failed(_tsr_p2p_recv(h->comm, come, h->nb[a][s], tag(h, step, base, a, s), step), "halo receive", name);
+    if (come)
+      ret = failed(_tsr_p2p_recv(h->comm, come, h->nb[a][s], tag(h, step, base, a, s), step), "halo receive", name);
     if (!go || ret) continue;
     struct _tsr_box_desc pack = slab(h, a, s, fwd);
     ret = _tsr_insert_box_copy(&pack, arr, go, name);
@@ -133,8 +136,8 @@ int _tsr_halo_forward(const struct _tsr_halo *h, starpu_data_handle_t block, sta
   return ret;
 }
 
-int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock,
-                       int64_t step, const char *name) {
+int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock, int64_t step,
+                       const char *name) {
   int ret = 0;
   for (int a = h->nd - 1; !ret && a >= 0; a--) ret = exchange_axis(h, a, dhalo, 0, step, name);
   struct _tsr_box_desc take = middle(h);
@@ -142,8 +145,8 @@ int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, st
 }
 
 int _tsr_gather_blocks(const struct _tsr_comm *comm, const struct _tsr_box_desc *place, starpu_data_handle_t block,
-                       const starpu_data_handle_t *recv, starpu_data_handle_t whole, int layer, int slice,
-                       int64_t step, const char *name) {
+                       const starpu_data_handle_t *recv, starpu_data_handle_t whole, int layer, int slice, int64_t step,
+                       const char *name) {
   int me = comm->index, ret = 0;
   int64_t t = _tsr_p2p_layer_tag(comm, step, layer, slice, MSG_GATHER);
   for (int q = 0; !ret && q < comm->size; q++)
@@ -151,7 +154,8 @@ int _tsr_gather_blocks(const struct _tsr_comm *comm, const struct _tsr_box_desc 
       ret = failed(_tsr_p2p_recv(comm, recv[q], q, t, step), "gather receive", name);
       if (!ret) ret = failed(_tsr_p2p_send(comm, block, q, t, step), "gather send", name);
     }
-  for (int q = 0; !ret && q < comm->size; q++) ret = _tsr_insert_box_copy(&place[q], q == me ? block : recv[q], whole, name);
+  for (int q = 0; !ret && q < comm->size; q++)
+    ret = _tsr_insert_box_copy(&place[q], q == me ? block : recv[q], whole, name);
   return ret;
 }
 

@@ -17,14 +17,14 @@ struct _tsr_comm;
 /* One block of one slice: [outer, lo[0] + own[0] + hi[0], ...] with the block in the middle. */
 struct _tsr_halo {
   const struct _tsr_comm *comm;
-  int nd;                                   /* spatial axes */
-  int64_t outer;                            /* samples x channels */
-  int own[TSR_BOX_AXES];                    /* the block's extent along each axis */
-  int lo[TSR_BOX_AXES], hi[TSR_BOX_AXES];   /* halo widths below and above */
-  int nb[TSR_BOX_AXES][2];                  /* member index of the neighbour below / above; -1: none, the
-                                               halo there holds `pad` (the layer's padding value) */
+  int nd;                                 /* spatial axes */
+  int64_t outer;                          /* samples x channels */
+  int own[TSR_BOX_AXES];                  /* the block's extent along each axis */
+  int lo[TSR_BOX_AXES], hi[TSR_BOX_AXES]; /* halo widths below and above */
+  int nb[TSR_BOX_AXES][2];                /* member index of the neighbour below / above; -1: none, the
+                                             halo there holds `pad` (the layer's padding value) */
   float pad;
-  int layer, slice;                         /* for tags */
+  int layer, slice; /* for tags */
   /* forward: slab to neighbour [a][side] and slab from it (backward: the other way round) */
   starpu_data_handle_t out[TSR_BOX_AXES][2], in[TSR_BOX_AXES][2];
   float *outbuf[TSR_BOX_AXES][2], *inbuf[TSR_BOX_AXES][2];
@@ -41,14 +41,14 @@ int _tsr_halo_forward(const struct _tsr_halo *h, starpu_data_handle_t block, sta
                       const char *name);
 /* Backward: dhalo's halo slabs go back to their owners and are added to their boundary values (in
  * the reverse order of the forward axes); dblock = the middle of dhalo afterwards. */
-int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock,
-                       int64_t step, const char *name);
+int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock, int64_t step,
+                       const char *name);
 
 /* Every member's block into `whole` (the same on every member): block goes to the others, theirs
  * come into recv[q] (q != comm->index), and place[q] puts member q's block into whole. */
 int _tsr_gather_blocks(const struct _tsr_comm *comm, const struct _tsr_box_desc *place, starpu_data_handle_t block,
-                       const starpu_data_handle_t *recv, starpu_data_handle_t whole, int layer, int slice,
-                       int64_t step, const char *name);
+                       const starpu_data_handle_t *recv, starpu_data_handle_t whole, int layer, int slice, int64_t step,
+                       const char *name);
 /* acc (doubles) summed over the members in member order, the same on all: acc goes to the others,
  * theirs come into recv[q]. kind tells sums of one layer and step apart (< 16). */
 int _tsr_group_sum(const struct _tsr_comm *comm, starpu_data_handle_t acc, const starpu_data_handle_t *recv, int layer,

@@ -1,9 +1,10 @@
 /* The trainer's side of the gradient reductions: the world communicator and the batch split over
  * it (or over the replicas of spatial parallelism: the reductions still sum over every rank, which
  * is the sum over each spatial group of its blocks' shares, then over the replicas), the
- * gradient-buffer view of the trainer's tensors that src/comm cuts into groups, the collective picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that
- * splits its update, and may average the momenta every k steps), and the public queries about
- * groups, bytes and reduction names. */
+ * gradient-buffer view of the trainer's tensors that src/comm cuts into groups, the collective
+ * picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that splits its
+ * update, and may average the momenta every k steps), and the public queries about groups, bytes
+ * and reduction names. */
 #include <stdlib.h>
 #include <string.h>
 

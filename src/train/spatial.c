@@ -41,8 +41,8 @@ int _tsr_spatial_neighbour(int nd, const int *grid, int part, int a, int dir) {
 
 /* Halos of a window layer whose input blocks have n values along axis a: the block of outputs
  * [b m, (b + 1) m), m = n / stride, reads inputs [b n - pad, (b + 1) n - stride - pad + (k - 1) dil]. */
-static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *grid, const int *in_own, const int *out_ext,
-                              const int *in_ext, struct _tsr_sp_layer *P) {
+static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *grid, const int *in_own,
+                              const int *out_ext, const int *in_ext, struct _tsr_sp_layer *P) {
   P->window = 1;
   P->spec = L->spec;
   for (int a = 0; a < nd; a++) {
@@ -127,15 +127,20 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   if (!P->window && !P->gather) return TSR_OK;
   int S = t->slices, me = sp->comm.index;
   if (!ALLOC(P->x, S) || !ALLOC(P->dx, S) || !ALLOC(P->xbuf, S) || !ALLOC(P->dxbuf, S) ||
-      (P->window && !ALLOC(P->halo, S)) || (P->gather && (!ALLOC(P->recv, S * sp->parts) || !ALLOC(P->recvbuf, S * sp->parts))))
+      (P->window && !ALLOC(P->halo, S)) ||
+      (P->gather && (!ALLOC(P->recv, S * sp->parts) || !ALLOC(P->recvbuf, S * sp->parts))))
     return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for spatial buffers", L->name);
   const struct _tsr_sp_layer *I = &sp->l[L->inputs[0]];
   for (int s = 0; s < S; s++) {
     int64_t n = (int64_t)t->slice_n[s] * P->in.c * P->in.h * P->in.w;
     if (P->window) {
       struct _tsr_halo *h = &P->halo[s];
-      *h = (struct _tsr_halo){.comm = &sp->comm, .nd = sp->nd, .outer = (int64_t)t->slice_n[s] * P->in.c,
-                              .pad = L->ops->spatial == TSR_SPATIAL_WINDOW_MAX ? -FLT_MAX : 0.0f, .layer = l, .slice = s};
+      *h = (struct _tsr_halo){.comm = &sp->comm,
+                              .nd = sp->nd,
+                              .outer = (int64_t)t->slice_n[s] * P->in.c,
+                              .pad = L->ops->spatial == TSR_SPATIAL_WINDOW_MAX ? -FLT_MAX : 0.0f,
+                              .layer = l,
+                              .slice = s};
       for (int a = 0; a < sp->nd; a++) {
         h->own[a] = I->own[a], h->lo[a] = P->lo[a], h->hi[a] = P->hi[a];
         for (int side = 0; side < 2; side++)
@@ -167,7 +172,8 @@ static int grid_of(const tsr_trainer_opts *o, int nd, int *grid) {
     int g = o->spatial[a] > 1 ? o->spatial[a] : 1;
     if (o->spatial[a] < 0 || (a >= nd && g > 1))
       return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: spatial parts [%d, %d, %d] for samples of %d spatial axes",
-                        o->spatial[0], o->spatial[1], o->spatial[2], nd), 0;
+                        o->spatial[0], o->spatial[1], o->spatial[2], nd),
+             0;
     if (a < nd) grid[a] = g;
     parts *= g;
   }
@@ -182,8 +188,10 @@ tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   if (t->size % parts)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: %d spatial parts do not divide the %d ranks", parts, t->size);
   if (t->model->n > 1024 || t->slices > 64) /* the message tags' fields (comm/p2p.h) */
-    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: spatial parallelism takes at most 1024 layers and 64 slices "
-                      "(model '%s' has %d layers, %d slices)", t->model->name, t->model->n, t->slices);
+    return _tsr_error(TSR_ERR_ARG,
+                      "tsr_trainer_create: spatial parallelism takes at most 1024 layers and 64 slices "
+                      "(model '%s' has %d layers, %d slices)",
+                      t->model->name, t->model->n, t->slices);
   struct _tsr_spatial *sp = t->sp = calloc(1, sizeof *sp);
   if (!sp || !ALLOC(sp->l, t->model->n)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   sp->parts = parts, sp->nd = nd, sp->slices = t->slices, sp->nlayers = t->model->n;
@@ -280,8 +288,8 @@ int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, i
   /* Every member computed the same gradient of the whole map from the loss scaled by 1 / parts
    * (_tsr_spatial_share), so that the layers after the gather, run by each, add up to their
    * gradient once over the group; the block's gradient is its part of that, times parts. */
-  struct _tsr_box_desc d = unblock(block_box(t, t->model->layers[l].inputs[0], t->slice_n[s], sp->comm.index),
-                                   (float)sp->parts);
+  struct _tsr_box_desc d =
+      unblock(block_box(t, t->model->layers[l].inputs[0], t->slice_n[s], sp->comm.index), (float)sp->parts);
   return _tsr_insert_box_copy(&d, P->dx[s], target, nm);
 }
 

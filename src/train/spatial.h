@@ -29,7 +29,7 @@ struct _tsr_sp_layer {
   float **xbuf, **dxbuf;
   starpu_data_handle_t *recv; /* gather: [slice * parts + member] the other members' blocks */
   float **recvbuf;
-  starpu_data_handle_t *sum;  /* group sums: [member] the others' vectors (registered on first use) */
+  starpu_data_handle_t *sum; /* group sums: [member] the others' vectors (registered on first use) */
   void **sumbuf;
 };
 
