@@ -245,7 +245,10 @@ int main(int argc, char **argv) {
   if (o.ck.dir) ckpt_signals_install(); /* again: StarPU installs its own SIGINT handler */
   int rank = tsr_context_rank(live.ctx), nranks = tsr_context_size(live.ctx);
   int talk = !o.quiet && rank == 0;
-  if (o.simulate) open_simulation(&o, rank, nranks);
+  /* The data is split over the replicas: with --spatial P, ranks [r P, r P + P) share replica r's
+   * samples (the trainer checks that P divides the ranks). */
+  int parts = train_spatial_parts(&o), replica = rank / parts, nrep = nranks / parts > 0 ? nranks / parts : 1;
+  if (o.simulate) open_simulation(&o, replica, nrep);
 
   tsr_trainer_opts topts;
   tsr_trainer_opts_default(&topts);
@@ -255,6 +258,7 @@ int main(int argc, char **argv) {
   topts.check_finite = 1; /* with dynamic loss scaling, overflowing steps are skipped instead */
   topts.grad_reduce = o.grad_reduce;
   topts.collective = o.collective;
+  memcpy(topts.spatial, o.spatial, sizeof topts.spatial);
   topts.loss_scale = !isnan(o.loss_scale) ? o.loss_scale : o.precision == TSR_PRECISION_FP16 ? TSR_LOSS_SCALE_DYNAMIC : 0;
   check(tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
   if (o.trace) check(tsr_trace_start(live.ctx, o.trace, o.trace_first, o.trace_last));
@@ -271,10 +275,10 @@ int main(int argc, char **argv) {
 
   if (nranks > 1 && nval == 0 && (o.patience || o.keep_best))
     fail("--patience and --keep-best on several ranks need validation data (each rank's training loss differs)");
-  int64_t steps = o.simulate ? o.epoch_steps : ntrain / ((int64_t)o.batch * nranks);
+  int64_t steps = o.simulate ? o.epoch_steps : ntrain / ((int64_t)o.batch * nrep);
   if (steps == 0) {
-    fail("%s: %lld training samples make no full batch of %d x %d rank(s)", o.data, (long long)ntrain, o.batch,
-            nranks);
+    fail("%s: %lld training samples make no full batch of %d x %d replica(s)", o.data, (long long)ntrain, o.batch,
+            nrep);
   }
   /* in situ, the mean target comes from the validation data: training samples are simulated */
   double base_mean = 0, base = o.simulate ? (nval > 0 ? baseline_mse(live.val, nval, live.val, 0, nval, &base_mean) : NAN)
@@ -289,7 +293,8 @@ int main(int argc, char **argv) {
              "epoch", o.simulate, o.pool, o.reuse, (long long)steps, o.batch);
     else
       printf("data: %lld training samples (%lld steps of %d per epoch", (long long)ntrain, (long long)steps, o.batch);
-    if (nranks > 1) printf(" on each of %d ranks", nranks);
+    if (nrep > 1) printf(" on each of %d replicas", nrep);
+    if (parts > 1) printf(", each sample split over %d ranks", parts);
     if (nval > 0)
       printf("), %lld validation samples from %s%s\n", (long long)nval, val_name, o.val ? "" : " (held out)");
     else
@@ -297,14 +302,14 @@ int main(int argc, char **argv) {
   }
 
   tsr_schedule sched;
-  make_schedule(&o, file_sched, opt.lr, nranks, steps, nval > 0, &sched);
+  make_schedule(&o, file_sched, opt.lr, nrep, steps, nval > 0, &sched);
   if (talk && sched.spec.kind != TSR_SCHEDULE_CONSTANT)
     printf("learning-rate schedule: %s per %s\n", tsr_schedule_kind_name(sched.spec.kind),
            sched.spec.per_step ? "step" : "epoch");
   FILE *log = o.log && rank == 0 ? open_log(o.log) : NULL;
   struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2};
   r.slots = calloc(r.nslots, sizeof *r.slots);
-  int64_t *perm = malloc(sizeof *perm * (tsr_loader_shard_size(ntrain, rank, nranks) + 1));
+  int64_t *perm = malloc(sizeof *perm * (tsr_loader_shard_size(ntrain, replica, nrep) + 1));
   for (int i = 0; r.slots && i < r.nslots; i++) r.slots[i].idx = malloc(sizeof(int64_t) * o.batch);
   if (!r.slots || !perm || !r.slots[r.nslots - 1].idx) fail("out of memory");
   struct ckpt *ck = &o.ck;
@@ -357,7 +362,7 @@ restart:
     r.train_sum = r.val_sum = 0;
     r.train_steps = r.val_samples = 0;
     if (ep == ep0) r.train_sum = sum0, r.train_steps = pos0; /* resumed inside this epoch */
-    if (!o.simulate) check(tsr_loader_epoch_indices(ntrain, o.seed, ep, rank, nranks, perm)); /* this rank's shard */
+    if (!o.simulate) check(tsr_loader_epoch_indices(ntrain, o.seed, ep, replica, nrep, perm)); /* this rank's shard */
     double te = cli_now();
     for (int64_t st = ep == ep0 ? pos0 : 0; st < steps; st++) {
       int64_t gstep = ck->steps_before + (ep - 1) * steps + st + 1;
@@ -396,7 +401,7 @@ restart:
         snprintf(sim, sizeof sim, "  simulated %.1f/s  pool %d/%d", (made - sim0) / (cli_now() - t0), filled, o.pool);
       }
       cli_progress_update(&line, 0, "epoch %d/%d  step %lld/%lld  loss %s  trained %.0f samples/s%s  ETA %s", ep,
-                          o.epochs, (long long)st + 1, (long long)steps, loss, rate * o.batch * nranks, sim,
+                          o.epochs, (long long)st + 1, (long long)steps, loss, rate * o.batch * nrep, sim,
                           cli_duration(rate > 0 ? left / rate : -1, eta, sizeof eta));
     }
     harvest_all(&r);
@@ -437,7 +442,7 @@ restart:
     cli_progress_clear(&line);
     last_train = r.train_sum / r.train_steps;
     last_val = nval > 0 ? r.val_sum / r.val_samples : NAN;
-    double sps = (double)ran * o.batch * nranks / train_time, elapsed = cli_now() - t0;
+    double sps = (double)ran * o.batch * nrep / train_time, elapsed = cli_now() - t0;
     char el[32];
     if (talk) {
       printf("epoch %d/%d: train loss %.6g", ep, o.epochs, last_train);

@@ -46,6 +46,36 @@ static int text_grad_reduce(const void *opts, char *buf, size_t cap) {
   return 1;
 }
 
+/* --spatial N (along the first spatial axis) or NxM[xK] (along each). */
+static void parse_spatial(void *opts, const char *what, const char *arg) {
+  struct train_opts *o = opts;
+  memset(o->spatial, 0, sizeof o->spatial);
+  for (int a = 0; arg && *arg; a++) {
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (a == TSR_SPATIAL_MAX_AXES || end == arg || v < 1 || v > 4096 || (*end && *end != 'x'))
+      cli_usage_error("%s '%s': expected N or NxM (parts along the spatial axes, up to %d axes)", what, arg,
+                      TSR_SPATIAL_MAX_AXES);
+    o->spatial[a] = (int)v;
+    arg = *end ? end + 1 : end;
+  }
+}
+
+static int text_spatial(const void *opts, char *buf, size_t cap) {
+  const int *g = ((const struct train_opts *)opts)->spatial;
+  if (g[0] <= 1 && g[1] <= 1 && g[2] <= 1) return 0;
+  snprintf(buf, cap, "%d", g[0] > 0 ? g[0] : 1);
+  for (int a = 1; a < TSR_SPATIAL_MAX_AXES && g[a] > 0; a++) snprintf(buf + strlen(buf), cap - strlen(buf), "x%d", g[a]);
+  return 1;
+}
+
+/* Ranks that share each sample (the product of --spatial). */
+int train_spatial_parts(const struct train_opts *o) {
+  int p = 1;
+  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++) p *= o->spatial[a] > 1 ? o->spatial[a] : 1;
+  return p;
+}
+
 static void parse_loss_scale(void *opts, const char *what, const char *arg) {
   struct train_opts *o = opts;
   o->loss_scale = !arg                       ? NAN
@@ -141,6 +171,11 @@ static const struct opt_def defs[] = {
      "how gradients are summed across ranks: ring, rd (recursive doubling), tree, hier (inside nodes, then a ring "
      "across them), nccl, or auto (per group, the fastest on links measured at start-up)",
      .deftext = "NCCL with CUDA workers, else ring (TESSERA_COLLECTIVE)"},
+    {"spatial", 0, OPT_CUSTOM, 0, "N", NULL,
+     "spatial parallelism: split every sample into N blocks along its first spatial axis (height of [C, H, W]), "
+     "or NxM along the first two, over N (x M) ranks exchanging halos; with more ranks, ranks [r N, r N + N) "
+     "form replica r and the batch is split over the replicas (hybrid); N must divide the ranks",
+     .deftext = "1 (no split)", .parse = parse_spatial, .text = text_spatial},
     {"loss-scale", 0, OPT_CUSTOM, 0, "S", NULL,
      "off, dynamic (halve and skip the step on overflow, double after 2000 good steps) or a fixed scale",
      .deftext = "dynamic with fp16, else off", .parse = parse_loss_scale, .text = text_loss_scale},

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <tessera.h>
+
 #include "train_ckpt.h"
 
 struct train_opts {
@@ -17,6 +19,7 @@ struct train_opts {
   int precision;       /* tsr_precision */
   int grad_reduce;     /* tsr_reduce_precision of the gradient reductions across ranks */
   const char *collective; /* --collective: the reductions' algorithm (NULL: the library's default) */
+  int spatial[TSR_SPATIAL_MAX_AXES]; /* --spatial: parts per spatial axis (0: not split) */
   double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */
   float lr;            /* < 0: the model file's */
   int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */
@@ -44,5 +47,7 @@ char *train_opts_json(const struct train_opts *o);
 /* Fills *o from the defaults, the run file (--config), the command line and TESSERA_TRACE, in that
  * order; --help prints the options and --version the version, and both exit with 0. */
 void train_opts_parse(int argc, char **argv, struct train_opts *o);
+/* Ranks that share each sample: the product of --spatial (1 without it). */
+int train_spatial_parts(const struct train_opts *o);
 
 #endif

@@ -66,6 +66,9 @@ tsr_status tsr_reduce_precision_parse(const char *name, int *p);
  * every rank), doubled after loss_scale_interval finite steps in a row. */
 #define TSR_LOSS_SCALE_DYNAMIC (-1.0)
 
+/* Most spatial axes a sample is split along (tsr_trainer_opts.spatial). */
+#define TSR_SPATIAL_MAX_AXES 3
+
 typedef struct tsr_trainer_opts {
   int batch;        /* samples per step on this rank */
   int slices;       /* micro-batch slices per step; 0 = one per CPU worker (at most batch) */
@@ -95,6 +98,11 @@ typedef struct tsr_trainer_opts {
                           or "auto" (per group, the least time by the alpha-beta model of links
                           measured at start-up); NULL = TESSERA_COLLECTIVE, else NCCL where it
                           runs, else the ring */
+  int spatial[TSR_SPATIAL_MAX_AXES]; /* spatial parallelism: the parts every sample is split into
+                          along its spatial axes in order ([H, W] of [C, H, W] samples); 0 or 1 = not
+                          split. Their product P must divide the ranks: ranks [r P, r P + P) hold the
+                          blocks of the same samples (replica r, block rank % P in row-major order)
+                          and the batch (per replica) is split over the size / P replicas. */
 } tsr_trainer_opts;
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);

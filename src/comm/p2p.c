@@ -20,3 +20,7 @@ int _tsr_p2p_recv(const struct _tsr_comm *cm, starpu_data_handle_t h, int peer, 
 int64_t _tsr_p2p_tag(const struct _tsr_comm *cm, int64_t step, int g, int k) {
   return _tsr_comm_tag(cm, ((((int64_t)(step & 0xFFFFF)) * 4096 + g) * 2048) + k);
 }
+
+int64_t _tsr_p2p_layer_tag(const struct _tsr_comm *cm, int64_t step, int layer, int slice, int k) {
+  return _tsr_comm_tag(cm, (((((int64_t)(step & 0xFFFFF)) * 1024 + layer) * 64 + slice) * 64) + k);
+}

@@ -15,5 +15,8 @@ int _tsr_p2p_send(const struct _tsr_comm *cm, starpu_data_handle_t h, int peer, 
 int _tsr_p2p_recv(const struct _tsr_comm *cm, starpu_data_handle_t h, int peer, int64_t tag, int64_t step);
 /* Unique per (communicator, step, group g < 4096, message k < 2048) among messages in flight. */
 int64_t _tsr_p2p_tag(const struct _tsr_comm *cm, int64_t step, int g, int k);
+/* Unique per (communicator, step, layer < 1024, slice < 64, message kind k < 64) among messages in
+ * flight: the halo exchanges, gathers and statistics sums of spatially split layers. */
+int64_t _tsr_p2p_layer_tag(const struct _tsr_comm *cm, int64_t step, int layer, int slice, int k);
 
 #endif

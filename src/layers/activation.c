@@ -39,7 +39,9 @@ static const struct _tsr_layer_field alpha_field[] = {
     {NULL},
 };
 
-#define ACT_OPS .min_inputs = 1, .max_inputs = 1, .infer = act_infer, .forward = act_forward, .backward = act_backward
+#define ACT_OPS                                                                                    \
+  .min_inputs = 1, .max_inputs = 1, .infer = act_infer, .forward = act_forward, .backward = act_backward, \
+  .spatial = TSR_SPATIAL_POINTWISE
 
 const struct _tsr_layer_ops _tsr_layers_activation[] = {
     {.name = "relu", .kind = TSR_LAYER_RELU, ACT_OPS},

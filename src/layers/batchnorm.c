@@ -1,6 +1,7 @@
 /* Batch normalisation over the whole batch (PyTorch's BatchNorm2d): statistics span every slice,
  * so slice 0 opens an accumulation, each slice adds to it, and the last slice's call closes it and
- * submits every slice's normalisation (forward) or data gradient (backward). State: the forward
+ * submits every slice's normalisation (forward) or data gradient (backward); with spatially split
+ * samples the closing call first sums the accumulation over the spatial group. State: the forward
  * and backward sums (double [2c]) and the batch's mean and inverse std (float [2c]). */
 #include <stddef.h>
 #include <string.h>
@@ -44,7 +45,7 @@ static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size
 
 static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
   const struct _tsr_layer_view *v = c->v;
-  struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = c->batch,
+  struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = (int64_t)c->batch * c->parts,
                           .eps = v->spec->eps, .momentum = v->spec->momentum};
   return d;
 }
@@ -60,7 +61,8 @@ static int bn_forward(const struct _tsr_layer_call *c) {
   if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_F], nm);
   if (!ret) ret = _tsr_insert_bn_stats(&d, c->x[0][c->s], st[ACC_F], nm);
   if (ret || c->s != c->slices - 1) return ret;
-  ret = _tsr_insert_bn_finalize(&d, st[ACC_F], st[STAT], w[RUNNING_MEAN], w[RUNNING_VAR], nm);
+  if (c->group_sum) ret = c->group_sum(c->owner, st[ACC_F], 0); /* a spatially split batch */
+  if (!ret) ret = _tsr_insert_bn_finalize(&d, st[ACC_F], st[STAT], w[RUNNING_MEAN], w[RUNNING_VAR], nm);
   for (int k = 0; !ret && k < c->slices; k++) {
     struct _tsr_bn_desc dk = bn_desc(c, k);
     ret = _tsr_insert_bn_fwd(&dk, c->x[0][k], st[STAT], w[GAMMA], w[BETA], c->y[k], nm);
@@ -77,6 +79,9 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   if (!ret) ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], st[ACC_B], nm);
   if (ret || c->s != c->slices - 1) return ret;
   ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
+  /* split: the parameters' gradients are this block's share (the reduction sums them over the
+   * ranks), the data gradient needs the sums over the whole batch */
+  if (!ret && c->group_sum) ret = c->group_sum(c->owner, st[ACC_B], 1);
   for (int k = 0; !ret && c->dx[0] && k < c->slices; k++) {
     struct _tsr_bn_desc dk = bn_desc(c, k);
     ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[k], c->dx[0][k], nm);
@@ -94,6 +99,7 @@ static const struct _tsr_layer_field bn_fields[] = {
 const struct _tsr_layer_ops _tsr_layers_batchnorm[] = {
     {.name = "batchnorm", .kind = TSR_LAYER_BATCHNORM, .fields = bn_fields, .min_inputs = 1, .max_inputs = 1,
      .infer = bn_infer, .num_tensors = bn_num_tensors, .tensor = bn_tensor, .init = bn_init,
-     .num_state = bn_num_state, .state = bn_state, .forward = bn_forward, .backward = bn_backward},
+     .num_state = bn_num_state, .state = bn_state, .forward = bn_forward, .backward = bn_backward,
+     .spatial = TSR_SPATIAL_POINTWISE},
     {.name = NULL},
 };

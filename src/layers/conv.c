@@ -119,7 +119,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
   .flops = conv_flops, .forward = conv_forward, .backward = conv_backward
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {
-    {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, CONV_OPS},
+    {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, .spatial = TSR_SPATIAL_WINDOW, CONV_OPS},
     {.name = "conv_transpose2d", .kind = TSR_LAYER_CONV_TRANSPOSE2D, .fields = deconv_fields, CONV_OPS},
     {.name = NULL},
 };

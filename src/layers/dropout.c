@@ -47,6 +47,6 @@ static const struct _tsr_layer_field dropout_fields[] = {
 
 const struct _tsr_layer_ops _tsr_layers_dropout[] = {
     {.name = "dropout", .kind = TSR_LAYER_DROPOUT, DROPOUT_OPS},
-    {.name = "spatial_dropout", .kind = TSR_LAYER_SPATIAL_DROPOUT, DROPOUT_OPS},
+    {.name = "spatial_dropout", .kind = TSR_LAYER_SPATIAL_DROPOUT, .spatial = TSR_SPATIAL_POINTWISE, DROPOUT_OPS},
     {.name = NULL},
 };

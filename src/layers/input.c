@@ -41,7 +41,8 @@ static const struct _tsr_layer_field input_fields[] = {
 };
 
 const struct _tsr_layer_ops _tsr_layers_input[] = {
-    {.name = "input", .kind = TSR_LAYER_INPUT, .fields = input_fields, .infer = input_infer},
+    {.name = "input", .kind = TSR_LAYER_INPUT, .fields = input_fields, .infer = input_infer,
+     .spatial = TSR_SPATIAL_POINTWISE},
     {.name = "flatten", .kind = TSR_LAYER_FLATTEN, .min_inputs = 1, .max_inputs = 1, .infer = flatten_infer,
      .forward = flatten_forward, .backward = flatten_backward},
     {.name = NULL},

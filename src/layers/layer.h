@@ -36,6 +36,17 @@ struct _tsr_layer_view {
   struct _tsr_chw out;
 };
 
+/* How a layer runs on one block of a spatially split sample (tsr_trainer_opts.spatial). */
+enum _tsr_spatial_kind {
+  TSR_SPATIAL_WHOLE,     /* needs whole samples: the trainer gathers a split input first (the default) */
+  TSR_SPATIAL_POINTWISE, /* each output value from the same position of its inputs; per-channel
+                            statistics through the call's group_sum */
+  TSR_SPATIAL_WINDOW,    /* each output value from a window of input 0 (the spec's kernel, stride,
+                            padding, dilation): the trainer exchanges halos around its blocks; zero
+                            padding */
+  TSR_SPATIAL_WINDOW_MAX /* the same with padding that never wins (max pooling): -FLT_MAX */
+};
+
 /* How a JSON field is read into tsr_layer_spec (src/graph/model_json.c reads it). */
 enum _tsr_field_type {
   TSR_FIELD_SHAPE,    /* [C, H, W] of positive integers: three ints */
@@ -67,6 +78,8 @@ struct _tsr_layer_call {
   const int *slice_n;                       /* [slice] samples */
   int batch;                                /* samples in the whole batch */
   int train;                                /* forward: training (batch statistics, dropout) or evaluation */
+  int parts;                                /* blocks each sample is split into here (1: whole samples);
+                                               batch statistics count the values of all of them */
   uint64_t seed;                            /* random seed of this (step, layer, slice) */
   starpu_data_handle_t *x[TSR_MAX_INPUTS];  /* [slice] input k */
   starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
@@ -77,6 +90,10 @@ struct _tsr_layer_call {
   /* Tells the trainer that input k's gradient of slice `s` is written into dx[k][s] (it adds the
    * contributions of several consumers). Returns 0 or the failed submission's code. */
   int (*dx_done)(void *owner, int k, int s);
+  /* With parts > 1: sums a vector of doubles (per-channel sums of this rank's block) over the ranks
+   * holding the other blocks, the same result on all; kind (< 16) tells the sums of one step apart.
+   * NULL with parts == 1. Returns 0 or the failed submission's code. */
+  int (*group_sum)(void *owner, starpu_data_handle_t acc, int kind);
   void *owner;
 };
 
@@ -106,6 +123,7 @@ struct _tsr_layer_ops {
   int (*num_state)(const struct _tsr_layer_view *v);
   void (*state)(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize);
   int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size */
+  enum _tsr_spatial_kind spatial; /* how it runs on blocks of spatially split samples */
   /* Submit the tasks of slice c->s; 0 or the failed submission's code (optional: the input layer). */
   int (*forward)(const struct _tsr_layer_call *c);
   int (*backward)(const struct _tsr_layer_call *c);

@@ -67,8 +67,8 @@ static int add_backward(const struct _tsr_layer_call *c) {
 
 const struct _tsr_layer_ops _tsr_layers_merge[] = {
     {.name = "concat", .kind = TSR_LAYER_CONCAT, .min_inputs = 2, .max_inputs = TSR_MAX_INPUTS, .infer = merge_infer,
-     .scratch = 1, .forward = merge_forward, .backward = concat_backward},
+     .scratch = 1, .forward = merge_forward, .backward = concat_backward, .spatial = TSR_SPATIAL_POINTWISE},
     {.name = "add", .kind = TSR_LAYER_ADD, .min_inputs = 2, .max_inputs = TSR_MAX_INPUTS, .infer = merge_infer,
-     .forward = merge_forward, .backward = add_backward},
+     .forward = merge_forward, .backward = add_backward, .spatial = TSR_SPATIAL_POINTWISE},
     {.name = NULL},
 };

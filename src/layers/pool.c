@@ -72,7 +72,8 @@ static const struct _tsr_layer_field pool_fields[] = {
   .forward = pool_forward, .backward = pool_backward
 
 const struct _tsr_layer_ops _tsr_layers_pool[] = {
-    {.name = "maxpool2d", .kind = TSR_LAYER_MAXPOOL2D, .workspace = pool_workspace, POOL_OPS},
-    {.name = "avgpool2d", .kind = TSR_LAYER_AVGPOOL2D, POOL_OPS},
+    {.name = "maxpool2d", .kind = TSR_LAYER_MAXPOOL2D, .workspace = pool_workspace, .spatial = TSR_SPATIAL_WINDOW_MAX,
+     POOL_OPS},
+    {.name = "avgpool2d", .kind = TSR_LAYER_AVGPOOL2D, .spatial = TSR_SPATIAL_WINDOW, POOL_OPS},
     {.name = NULL},
 };

@@ -1,8 +1,10 @@
 /* The trainer's side of the gradient reductions: the world communicator and the batch split over
- * it, the gradient-buffer view of the trainer's tensors that src/comm cuts into groups, the
- * collective picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that
- * splits its update, and may average the momenta every k steps), and the public queries about
- * groups, bytes and reduction names. */
+ * it (or over the replicas of spatial parallelism: the reductions still sum over every rank, which
+ * is the sum over each spatial group of its blocks' shares, then over the replicas), the
+ * gradient-buffer view of the trainer's tensors that src/comm cuts into groups, the collective
+ * picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that splits its
+ * update, and may average the momenta every k steps), and the public queries about groups, bytes
+ * and reduction names. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +44,7 @@ static tsr_status build_groups(tsr_trainer *t, const tsr_trainer_opts *o) {
                                       .n = p->n, .layer = p->layer, .trainable = p->trainable};
   }
   struct _tsr_grad_view v = {.buf = t->grads, .keep = TSR_CTL_FLOATS, .ntensors = t->ntensors, .tensors = gt};
-  tsr_status st = _tsr_groups_build(&t->groups, &v, t->batch_dist.comm, group_bytes(o, t->model),
+  tsr_status st = _tsr_groups_build(&t->groups, &v, &t->world, group_bytes(o, t->model),
                                     _tsr_collective_name(o->grad_reduce), t->use_nccl ? NULL : "nccl");
   free(gt);
   return st;
@@ -104,7 +106,7 @@ int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step) {
 
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_world(&t->world, t->rank, t->size));
-  TSR_TRY(_tsr_dist_batch(&t->batch_dist, &t->world, 0, 0)); /* data parallelism over every rank */
+  TSR_TRY(_tsr_spatial_setup(t, o)); /* the batch over every rank, or over the spatial groups */
   TSR_TRY(check_signs(t, o));
   TSR_TRY(build_groups(t, o));
   t->groups.algo = NULL; /* the caller's string: read by the choice only */
@@ -122,6 +124,7 @@ void _tsr_reduce_teardown(tsr_trainer *t) {
     for (int i = 0; i < t->ntensors; i++) t->tensors[i].hst[0] = t->tensors[i].trainable ? NULL : t->tensors[i].hst[0];
     _tsr_comm_free(&t->msync_comm);
   }
+  _tsr_spatial_teardown(t);
   _tsr_comm_free(&t->world);
   t->ctl = NULL;
 }

@@ -2,7 +2,9 @@
  * entry (src/layers), which submits the tasks; the trainer only fills the entry's call with
  * handles. Gradients of a layer's output that has several consumers are summed in a fixed order:
  * the first consumer in backward order writes the gradient buffer, later ones write a temporary
- * that is added when the entry reports it written (grad_fold). */
+ * that is added when the entry reports it written (grad_fold). With spatially split samples
+ * (spatial.c) a layer's input is exchanged with halos or gathered before its forward, and its
+ * gradient handed back to the blocks when the entry reports it written. */
 #include "runtime/rng.h"
 #include "train/trainer.h"
 
@@ -23,15 +25,25 @@ static int wants(const tsr_trainer *t, int l, int k) {
 struct owner {
   tsr_trainer *t;
   int l;
+  int64_t step;
 };
 
 /* After a task wrote input slot k's contribution: fold it into the gradient if it went to tmp. */
 static int grad_fold(void *owner, int k, int s) {
   const struct owner *o = owner;
   tsr_trainer *t = o->t;
-  int j = t->model->layers[o->l].inputs[k];
-  if (t->edge_first[o->l * TSR_MAX_CONCAT + k]) return 0;
+  int j = t->model->layers[o->l].inputs[k], first = t->edge_first[o->l * TSR_MAX_CONCAT + k];
+  if (t->sp && k == 0 && (t->sp->l[o->l].window || t->sp->l[o->l].gather)) {
+    int ret = _tsr_spatial_dx(t, o->l, s, first ? t->ls[j].g[s] : t->ls[j].tmp[s], o->step);
+    if (ret) return ret;
+  }
+  if (first) return 0;
   return _tsr_insert_accumulate(t->ls[j].g[s], t->ls[j].tmp[s], t->model->layers[o->l].name);
+}
+
+static int group_sum(void *owner, starpu_data_handle_t acc, int kind) {
+  const struct owner *o = owner;
+  return _tsr_spatial_sum(o->t, o->l, acc, kind, o->step);
 }
 
 /* The entry's view of layer l and its handles for slice s. */
@@ -40,15 +52,20 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
   _tsr_model_view(t->model, l, v);
-  *o = (struct owner){t, l};
+  _tsr_spatial_view(t, l, v);
+  *o = (struct owner){t, l, step};
+  const struct _tsr_sp_layer *P = t->sp ? &t->sp->l[l] : NULL;
   *c = (struct _tsr_layer_call){.v = v, .s = s, .slices = t->slices, .slice_n = t->slice_n, .batch = t->batch,
                                 .train = train, .seed = dropout_seed(t, l, s, step), .y = st->y, .dy = st->g,
-                                .scratch = st->tmp, .ws = st->ws, .dx_done = grad_fold, .owner = o};
+                                .scratch = st->tmp, .ws = st->ws, .dx_done = grad_fold, .owner = o,
+                                .parts = P && P->split ? t->sp->parts : 1,
+                                .group_sum = P && P->split ? group_sum : NULL};
   for (int k = 0; k < L->ninputs; k++) {
     int j = L->inputs[k];
     c->x[k] = outputs(t, j, p);
     c->dx[k] = !wants(t, l, k) ? NULL : t->edge_first[l * TSR_MAX_CONCAT + k] ? t->ls[j].g : t->ls[j].tmp;
   }
+  if (P && (P->window || P->gather)) c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
   for (int i = 0; st->first_tensor >= 0 && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     c->w[i] = pt->hw;
@@ -63,6 +80,10 @@ int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t s
   struct _tsr_layer_view v;
   struct owner o;
   struct _tsr_layer_call c;
+  if (t->sp) {
+    int ret = _tsr_spatial_before(t, l, s, outputs(t, t->model->layers[l].inputs[0], p)[s], step);
+    if (ret) return ret;
+  }
   fill_call(t, l, s, p, train, step, &v, &o, &c);
   return ops->forward(&c);
 }

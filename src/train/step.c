@@ -37,6 +37,8 @@ struct load_arg {
   size_t xe, ye;
   int channels;            /* input channels */
   const float *mean, *std; /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
+  size_t whole_xe;         /* spatial parts: values of a whole input sample, cropped to xe by `crop` */
+  struct _tsr_box_desc crop;
   int64_t idx[];           /* loader: the slice's sample indices */
 };
 
@@ -50,6 +52,7 @@ static int load_one(void *buffers[], const struct load_arg *a, int i, float *x, 
 static void load_cpu(void *buffers[], void *cl_arg) {
   const struct load_arg *a = cl_arg;
   float *x = TSR_BUF(buffers, 0), *y = TSR_BUF(buffers, 1);
+  float *whole = a->whole_xe ? malloc(a->whole_xe * sizeof(float)) : NULL; /* one sample at a time */
   for (int i = 0; i < a->n; i++) {
     float *xi = x + i * a->xe, *yi = y + i * a->ye;
     if (a->first + i >= a->nvalid) {
@@ -57,7 +60,7 @@ static void load_cpu(void *buffers[], void *cl_arg) {
       memset(yi, 0, a->ye * sizeof(float));
       continue;
     }
-    if (load_one(buffers, a, i, xi, yi) != 0) {
+    if ((a->whole_xe && !whole) || load_one(buffers, a, i, a->whole_xe ? whole : xi, yi) != 0) {
       tsr_trainer *t = a->t;
       int expected = 0;
       if (atomic_compare_exchange_strong(&t->load_failed, &expected, 1))
@@ -67,10 +70,12 @@ static void load_cpu(void *buffers[], void *cl_arg) {
       memset(yi, 0, a->ye * sizeof(float));
       continue;
     }
+    if (whole) _tsr_box_copy_cpu(&a->crop, whole, xi);
     size_t plane = a->xe / (size_t)a->channels;
     for (int c = 0; a->mean && c < a->channels; c++)
       for (size_t p = 0; p < plane; p++) xi[c * plane + p] = (xi[c * plane + p] - a->mean[c]) / a->std[c];
   }
+  free(whole);
 }
 
 static struct starpu_perfmodel load_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_load"};
@@ -196,14 +201,15 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   const tsr_model *m = t->model;
   const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
   int n = t->slice_n[s], first = t->slice_off[s], stream = src->l && _tsr_loader_stream_slots(src->l);
-  size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+  size_t xe = t->ls[t->input_layer].elems, ye = (size_t)out->c * out->h * out->w;
   size_t size = sizeof(struct load_arg) + (src->l ? n * sizeof(int64_t) : 0);
   struct load_arg *a = malloc(size);
   struct _tsr_buf *b = malloc(sizeof *b * (2 + 2 * n));
   tsr_status st = a && b ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "step %lld: out of memory for a load task", (long long)id);
   if (st == TSR_OK) {
     *a = (struct load_arg){t, src->fill, src->user, src->l, stream ? 2 * n : 0, id, first, n, nvalid, xe, ye, in->c,
-                           t->norm_mean, t->norm_std};
+                           t->norm_mean, t->norm_std, 0, {0}};
+    if (t->sp) a->whole_xe = (size_t)in->c * in->h * in->w, a->crop = _tsr_spatial_input_box(t);
     b[0] = (struct _tsr_buf){t->x[p][s], STARPU_W}, b[1] = (struct _tsr_buf){t->t[p][s], STARPU_W};
   }
   for (int i = 0; st == TSR_OK && src->l && i < n; i++) {
@@ -235,6 +241,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
     struct _tsr_loss_desc d = loss_desc(t, s, nvalid);
     SUBMIT(_tsr_insert_loss(&d, t->ls[t->output_layer].y[s], t->t[p][s], t->ls[t->output_layer].g[s], t->loss[s],
                             "loss"));
+    if (train) SUBMIT(_tsr_spatial_share(t, t->ls[t->output_layer].g[s]));
     if (train && t->loss_scale != 0)
       SUBMIT(_tsr_insert_scale_grad(t->ls[t->output_layer].g[s], t->scaler_h, t->loss_scale, "loss_scale"));
   }

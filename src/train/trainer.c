@@ -126,11 +126,12 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
 static tsr_status alloc_layer(tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
-  st->elems = (size_t)L->c * L->h * L->w;
-  if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
-  int tmp = _tsr_layer_needs_tmp(t, l);
   struct _tsr_layer_view v;
   _tsr_model_view(t->model, l, &v);
+  _tsr_spatial_view(t, l, &v); /* this rank's block */
+  st->elems = _tsr_view_out_elems(&v);
+  if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
+  int tmp = _tsr_layer_needs_tmp(t, l);
   if (!ALLOC_SLICES(st->y) || !ALLOC_SLICES(st->g) || !ALLOC_SLICES(st->tmp) || !ALLOC_SLICES(st->ws) ||
       !ALLOC_SLICES(st->ybuf) || !ALLOC_SLICES(st->gbuf) || !ALLOC_SLICES(st->tmpbuf) || !ALLOC_SLICES(st->wsbuf))
     return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
@@ -161,8 +162,8 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
 }
 
 static tsr_status alloc_io(tsr_trainer *t) {
-  const struct _tsr_layer *in = &t->model->layers[t->input_layer], *out = &t->model->layers[t->output_layer];
-  size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+  const struct _tsr_layer *out = &t->model->layers[t->output_layer];
+  size_t xe = t->ls[t->input_layer].elems, ye = (size_t)out->c * out->h * out->w;
   for (int p = 0; p < 2; p++) {
     if (!ALLOC_SLICES(t->x[p]) || !ALLOC_SLICES(t->t[p]) || !ALLOC_SLICES(t->xbuf[p]) || !ALLOC_SLICES(t->tbuf[p]))
       return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");

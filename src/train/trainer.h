@@ -13,6 +13,7 @@
 #include "optim/optim.h"
 #include "runtime/communicator.h"
 #include "tensor/dist.h"
+#include "train/spatial.h"
 
 struct _tsr_ptensor {
   char name[TSR_NAME_MAX + 16];
@@ -91,6 +92,8 @@ struct tsr_trainer {
   struct _tsr_comm world;
   struct _tsr_dist batch_dist;
   struct _tsr_groups groups;
+  /* spatial parallelism (tsr_trainer_opts.spatial): NULL when samples are whole */
+  struct _tsr_spatial *sp;
   /* with a sign reduction: the momenta averaged every msync_every steps (0: never; grad_reduce.c) */
   int64_t msync_every;
   struct _tsr_comm msync_comm;
@@ -119,6 +122,24 @@ tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_reduce_teardown(tsr_trainer *t);
 /* The momentum synchronisation of group g after its sign reduction, when this update is one. */
 int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step);
+
+/* spatial.c: the spatial group, the batch split over the replicas (or over every rank without
+ * spatial parts), the plan and its buffers; called by _tsr_reduce_setup after the world. */
+tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o);
+void _tsr_spatial_teardown(tsr_trainer *t);
+/* Layer l's shapes on this rank: its blocks, halo'd or gathered input, spec without the padding
+ * the halos hold. Nothing without spatial parts. */
+void _tsr_spatial_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
+/* Before layer l's forward of slice s: x (its input 0) into the halo'd copy or gathered whole. */
+int _tsr_spatial_before(tsr_trainer *t, int l, int s, starpu_data_handle_t x, int64_t step);
+/* After layer l wrote its halo'd or whole input gradient of slice s: this rank's block into target. */
+int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, int64_t step);
+/* A vector of doubles summed over the spatial group (layer l's call's group_sum). */
+int _tsr_spatial_sum(tsr_trainer *t, int l, starpu_data_handle_t acc, int kind, int64_t step);
+/* The loss gradient times 1 / parts (see _tsr_spatial_dx); nothing without spatial parts. */
+int _tsr_spatial_share(tsr_trainer *t, starpu_data_handle_t dy);
+/* The crop of one whole input sample ([C, spatial...]) to this rank's block. */
+struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t);
 
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);

@@ -1,0 +1,174 @@
+/* Halo exchanges, block gathers and ordered group sums of spatially split layers (halo.h): box
+ * copies (codelets/box_copy.c) around detached StarPU-MPI messages tagged by (group, step, layer,
+ * slice, message). */
+#include <stdlib.h>
+
+#include "comm/halo.h"
+#include "comm/p2p.h"
+#include "runtime/submit.h"
+#include "runtime/communicator.h"
+#include "runtime/error.h"
+
+/* Message kinds in tags: forward halo slabs 0..5 (axis * 2 + direction, direction 0 towards the
+ * higher member), backward 8..13, gathers 16, group sums 32 + kind. */
+enum { MSG_FWD = 0, MSG_BWD = 8, MSG_GATHER = 16, MSG_SUM = 32 };
+
+static int failed(int ret, const char *what, const char *name) {
+  if (ret) _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %s failed (%d)", name, what, ret);
+  return ret;
+}
+
+static int64_t ext(const struct _tsr_halo *h, int a) { return (int64_t)h->lo[a] + h->own[a] + h->hi[a]; }
+
+int64_t _tsr_halo_count(const struct _tsr_halo *h) {
+  int64_t n = h->outer;
+  for (int a = 0; a < h->nd; a++) n *= ext(h, a);
+  return n;
+}
+
+/* The slab of axis a on side s (0 below, 1 above) in halo'd coordinates: the part of the block
+ * that neighbour s needs (send = 1) or the halo that neighbour s fills (send = 0). Axes before a
+ * span their halos, later ones only the block. */
+static struct _tsr_box_desc slab(const struct _tsr_halo *h, int a, int s, int send) {
+  struct _tsr_box_desc d = {.outer = h->outer, .nd = h->nd, .scale = 1.0f};
+  for (int b = 0; b < h->nd; b++) {
+    d.src_ext[b] = (int)ext(h, b);
+    d.src_lo[b] = b < a ? 0 : h->lo[b];
+    d.len[b] = b < a ? (int)ext(h, b) : h->own[b];
+  }
+  if (send)
+    d.src_lo[a] = s ? h->own[a] : h->lo[a], d.len[a] = s ? h->lo[a] : h->hi[a];
+  else
+    d.src_lo[a] = s ? h->lo[a] + h->own[a] : 0, d.len[a] = s ? h->hi[a] : h->lo[a];
+  for (int b = 0; b < h->nd; b++) d.dst_ext[b] = d.len[b], d.dst_lo[b] = 0;
+  return d;
+}
+
+/* The same box the other way: from a contiguous slab buffer into the halo'd array. */
+static struct _tsr_box_desc unslab(struct _tsr_box_desc d, int add) {
+  for (int b = 0; b < d.nd; b++) {
+    int e = d.src_ext[b], lo = d.src_lo[b];
+    d.src_ext[b] = d.dst_ext[b], d.src_lo[b] = 0;
+    d.dst_ext[b] = e, d.dst_lo[b] = lo;
+  }
+  d.add = add;
+  return d;
+}
+
+static int64_t slab_count(const struct _tsr_box_desc *d) {
+  int64_t n = d->outer;
+  for (int b = 0; b < d->nd; b++) n *= d->len[b];
+  return n;
+}
+
+tsr_status _tsr_halo_init(struct _tsr_halo *h) {
+  for (int a = 0; a < h->nd; a++)
+    for (int s = 0; s < 2; s++) {
+      h->out[a][s] = h->in[a][s] = NULL, h->outbuf[a][s] = h->inbuf[a][s] = NULL;
+      if (h->nb[a][s] < 0) continue;
+      struct _tsr_box_desc o = slab(h, a, s, 1), i = slab(h, a, s, 0);
+      int64_t no = slab_count(&o), ni = slab_count(&i); /* 0 when the kernel reaches one way only */
+      if ((no && !(h->outbuf[a][s] = malloc((size_t)no * sizeof(float)))) ||
+          (ni && !(h->inbuf[a][s] = malloc((size_t)ni * sizeof(float)))))
+        return _tsr_error(TSR_ERR_NOMEM, "halo buffers: out of memory");
+      if (no) h->out[a][s] = _tsr_register_floats(h->outbuf[a][s], (size_t)no);
+      if (ni) h->in[a][s] = _tsr_register_floats(h->inbuf[a][s], (size_t)ni);
+    }
+  return TSR_OK;
+}
+
+void _tsr_halo_free(struct _tsr_halo *h) {
+  for (int a = 0; a < h->nd; a++)
+    for (int s = 0; s < 2; s++) {
+      if (h->out[a][s]) starpu_data_unregister(h->out[a][s]);
+      if (h->in[a][s]) starpu_data_unregister(h->in[a][s]);
+      free(h->outbuf[a][s]), free(h->inbuf[a][s]);
+      h->out[a][s] = h->in[a][s] = NULL, h->outbuf[a][s] = h->inbuf[a][s] = NULL;
+    }
+}
+
+static int64_t tag(const struct _tsr_halo *h, int64_t step, int base, int a, int dir) {
+  return _tsr_p2p_layer_tag(h->comm, step, h->layer, h->slice, base + 2 * a + dir);
+}
+
+/* One axis of an exchange. Forward, for each neighbour s: the slab it needs is packed into out[a][s]
+ * and sent, and in[a][s] is received into the halo. Backward the other way: the halo slab is packed
+ * into in[a][s] and sent back, and out[a][s] is received and added to the boundary slab. */
+static int exchange_axis(const struct _tsr_halo *h, int a, starpu_data_handle_t arr, int fwd, int64_t step,
+                         const char *name) {
+  int base = fwd ? MSG_FWD : MSG_BWD, ret = 0;
+  for (int s = 0; !ret && s < 2; s++) {
+    starpu_data_handle_t go = fwd ? h->out[a][s] : h->in[a][s], come = fwd ? h->in[a][s] : h->out[a][s];
+    /* direction 0 travels towards the higher member: what comes from side s travels towards this one */
+    if (come)
+      ret = failed(_tsr_p2p_recv(h->comm, come, h->nb[a][s], tag(h, step, base, a, s), step), "halo receive", name);
+    if (!go || ret) continue;
+    struct _tsr_box_desc pack = slab(h, a, s, fwd);
+    ret = _tsr_insert_box_copy(&pack, arr, go, name);
+    if (!ret)
+      ret = failed(_tsr_p2p_send(h->comm, go, h->nb[a][s], tag(h, step, base, a, 1 - s), step), "halo send", name);
+  }
+  for (int s = 0; !ret && s < 2; s++) {
+    starpu_data_handle_t come = fwd ? h->in[a][s] : h->out[a][s];
+    if (!come) continue;
+    struct _tsr_box_desc put = unslab(slab(h, a, s, !fwd), !fwd);
+    ret = _tsr_insert_box_copy(&put, come, arr, name);
+  }
+  return ret;
+}
+
+/* The block inside the halo'd array. */
+static struct _tsr_box_desc middle(const struct _tsr_halo *h) {
+  struct _tsr_box_desc d = {.outer = h->outer, .nd = h->nd, .scale = 1.0f};
+  for (int a = 0; a < h->nd; a++) {
+    d.src_ext[a] = (int)ext(h, a), d.src_lo[a] = h->lo[a], d.len[a] = h->own[a];
+    d.dst_ext[a] = h->own[a], d.dst_lo[a] = 0;
+  }
+  return d;
+}
+
+int _tsr_halo_forward(const struct _tsr_halo *h, starpu_data_handle_t block, starpu_data_handle_t halo, int64_t step,
+                      const char *name) {
+  struct _tsr_box_desc place = unslab(middle(h), 0);
+  place.fill = 1, place.value = h->pad;
+  int ret = _tsr_insert_box_copy(&place, block, halo, name);
+  for (int a = 0; !ret && a < h->nd; a++) ret = exchange_axis(h, a, halo, 1, step, name);
+  return ret;
+}
+
+int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock, int64_t step,
+                       const char *name) {
+  int ret = 0;
+  for (int a = h->nd - 1; !ret && a >= 0; a--) ret = exchange_axis(h, a, dhalo, 0, step, name);
+  struct _tsr_box_desc take = middle(h);
+  return ret ? ret : _tsr_insert_box_copy(&take, dhalo, dblock, name);
+}
+
+int _tsr_gather_blocks(const struct _tsr_comm *comm, const struct _tsr_box_desc *place, starpu_data_handle_t block,
+                       const starpu_data_handle_t *recv, starpu_data_handle_t whole, int layer, int slice, int64_t step,
+                       const char *name) {
+  int me = comm->index, ret = 0;
+  int64_t t = _tsr_p2p_layer_tag(comm, step, layer, slice, MSG_GATHER);
+  for (int q = 0; !ret && q < comm->size; q++)
+    if (q != me) {
+      ret = failed(_tsr_p2p_recv(comm, recv[q], q, t, step), "gather receive", name);
+      if (!ret) ret = failed(_tsr_p2p_send(comm, block, q, t, step), "gather send", name);
+    }
+  for (int q = 0; !ret && q < comm->size; q++)
+    ret = _tsr_insert_box_copy(&place[q], q == me ? block : recv[q], whole, name);
+  return ret;
+}
+
+int _tsr_group_sum(const struct _tsr_comm *comm, starpu_data_handle_t acc, const starpu_data_handle_t *recv, int layer,
+                   int kind, int64_t step, const char *name) {
+  int me = comm->index, ret = 0;
+  int64_t t = _tsr_p2p_layer_tag(comm, step, layer, 0, MSG_SUM + kind);
+  starpu_data_handle_t parts[comm->size];
+  for (int q = 0; !ret && q < comm->size; q++) {
+    parts[q] = q == me ? acc : recv[q];
+    if (q == me) continue;
+    ret = failed(_tsr_p2p_recv(comm, recv[q], q, t, step), "group sum receive", name);
+    if (!ret) ret = failed(_tsr_p2p_send(comm, acc, q, t, step), "group sum send", name);
+  }
+  return ret ? ret : _tsr_insert_sum_doubles(comm->size, me, parts, name);
+}

@@ -1,0 +1,320 @@
+/* Spatial partitioning in the trainer: the plan (which layers run on blocks, their halos and
+ * gathers; shapes that cannot be split are refused naming the layer), the spatial group and the
+ * replicas, the halo and gather buffers, and each layer's view of its blocks. */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer.h"
+#include "runtime/error.h"
+
+int _tsr_spatial_extents(const struct _tsr_layer *L, int *ext) {
+  ext[0] = L->h, ext[1] = L->w;
+  return 2;
+}
+
+static struct _tsr_chw chw(int c, const int *ext) { return (struct _tsr_chw){c, ext[0], ext[1]}; }
+
+static const char *axis_name(int nd, int a) {
+  static const char *const names[TSR_BOX_AXES] = {"depth", "height", "width"};
+  return names[TSR_BOX_AXES - nd + a];
+}
+
+/* Kernel, stride, padding and dilation of a window layer along spatial axis a (of nd). */
+static void window(tsr_layer_spec *s, int nd, int a, int *k, int *st, int **pad, int *dil) {
+  int h = TSR_BOX_AXES - nd + a == 1;
+  *k = h ? s->kernel_h : s->kernel_w, *st = h ? s->stride_h : s->stride_w;
+  *pad = h ? &s->pad_h : &s->pad_w, *dil = h ? s->dilation_h : s->dilation_w;
+}
+
+void _tsr_spatial_coords(int nd, const int *grid, int part, int *coord) {
+  for (int a = nd - 1; a >= 0; a--) coord[a] = part % grid[a], part /= grid[a];
+}
+
+int _tsr_spatial_neighbour(int nd, const int *grid, int part, int a, int dir) {
+  int coord[TSR_BOX_AXES], stride = 1;
+  _tsr_spatial_coords(nd, grid, part, coord);
+  for (int b = a + 1; b < nd; b++) stride *= grid[b];
+  int c = coord[a] + dir;
+  return c < 0 || c >= grid[a] ? -1 : part + dir * stride;
+}
+
+/* Halos of a window layer whose input blocks have n values along axis a: the block of outputs
+ * [b m, (b + 1) m), m = n / stride, reads inputs [b n - pad, (b + 1) n - stride - pad + (k - 1) dil]. */
+static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *grid, const int *in_own,
+                              const int *out_ext, const int *in_ext, struct _tsr_sp_layer *P) {
+  P->window = 1;
+  P->spec = L->spec;
+  for (int a = 0; a < nd; a++) {
+    int k, s, d, *pad;
+    window(&P->spec, nd, a, &k, &s, &pad, &d);
+    if (grid[a] == 1) continue;
+    int n = in_own[a], lo = *pad, hi = (k - 1) * d - *pad - s + 1;
+    if (hi < 0) hi = 0;
+    if (n % s || (int64_t)out_ext[a] * s != in_ext[a] || (lo + n + hi - (k - 1) * d - 1) / s + 1 != n / s)
+      return _tsr_error(TSR_ERR_SHAPE,
+                        "%s '%s': %s %d in %d blocks of %d with kernel %d, stride %d, padding %d: the blocks' "
+                        "outputs do not align (each block must be a multiple of the stride and the output %d / %d)",
+                        L->ops->name, L->name, axis_name(nd, a), in_ext[a], grid[a], n, k, s, *pad, in_ext[a], s);
+    if (lo > n || hi > n)
+      return _tsr_error(TSR_ERR_SHAPE, "%s '%s': halos of %d and %d along %s exceed its blocks of %d", L->ops->name,
+                        L->name, lo, hi, axis_name(nd, a), n);
+    P->lo[a] = lo, P->hi[a] = hi, *pad = 0;
+  }
+  int ext[TSR_BOX_AXES];
+  for (int a = 0; a < nd; a++) ext[a] = P->lo[a] + in_own[a] + P->hi[a];
+  P->in = chw(P->in.c, ext);
+  return TSR_OK;
+}
+
+tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int part, struct _tsr_sp_layer *out) {
+  int coord[TSR_BOX_AXES];
+  _tsr_spatial_coords(nd, grid, part, coord);
+  for (int l = 0; l < m->n; l++) {
+    const struct _tsr_layer *L = &m->layers[l];
+    struct _tsr_sp_layer *P = &out[l];
+    memset(P, 0, sizeof *P);
+    int ext[TSR_BOX_AXES], in_ext[TSR_BOX_AXES];
+    if (_tsr_spatial_extents(L, ext) != nd)
+      return _tsr_error(TSR_ERR_SHAPE, "%s '%s': spatial split over %d axes of a layer with other axes", L->ops->name,
+                        L->name, nd);
+    P->out = chw(L->c, ext);
+    int nsplit = 0;
+    for (int k = 0; k < L->ninputs; k++) nsplit += out[L->inputs[k]].split;
+    if (L->spec.kind != TSR_LAYER_INPUT && nsplit == 0) continue;
+    if (L->spec.kind != TSR_LAYER_INPUT && L->ops->spatial == TSR_SPATIAL_WHOLE) {
+      if (L->ninputs != 1)
+        return _tsr_error(TSR_ERR_SHAPE, "%s '%s' needs whole samples: only layers of one input gather split ones",
+                          L->ops->name, L->name);
+      const struct _tsr_layer *I = &m->layers[L->inputs[0]];
+      P->gather = 1, P->in = (struct _tsr_chw){I->c, I->h, I->w};
+      continue;
+    }
+    if (nsplit != L->ninputs)
+      return _tsr_error(TSR_ERR_SHAPE, "%s '%s' has spatially split and whole inputs", L->ops->name, L->name);
+    for (int a = 0; a < nd; a++)
+      if (ext[a] % grid[a])
+        return _tsr_error(TSR_ERR_SHAPE, "%s '%s': output %s %d does not split into %d equal blocks", L->ops->name,
+                          L->name, axis_name(nd, a), ext[a], grid[a]);
+    P->split = 1;
+    for (int a = 0; a < nd; a++) P->own[a] = ext[a] / grid[a], P->first[a] = coord[a] * P->own[a];
+    P->out = chw(L->c, P->own);
+    if (L->ops->spatial != TSR_SPATIAL_WINDOW && L->ops->spatial != TSR_SPATIAL_WINDOW_MAX) continue;
+    const struct _tsr_layer *I = &m->layers[L->inputs[0]];
+    _tsr_spatial_extents(I, in_ext);
+    P->in.c = I->c;
+    TSR_TRY(plan_window(L, nd, grid, out[L->inputs[0]].own, ext, in_ext, P));
+  }
+  int o = _tsr_model_output(m);
+  if (out[o].split)
+    return _tsr_error(TSR_ERR_SHAPE,
+                      "%s '%s': the output is spatially split; spatial parallelism needs a layer that takes whole "
+                      "samples (flatten, dense) before the output",
+                      m->layers[o].ops->name, m->layers[o].name);
+  return TSR_OK;
+}
+
+#define ALLOC(ptr, n) ((ptr) = calloc((size_t)(n), sizeof *(ptr)))
+
+static float *zfloats(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+/* The per-slice buffers of layer l: halo'd or whole input and its gradient, halo messages, blocks
+ * of the other members. */
+static tsr_status alloc_layer(tsr_trainer *t, int l) {
+  struct _tsr_spatial *sp = t->sp;
+  struct _tsr_sp_layer *P = &sp->l[l];
+  const struct _tsr_layer *L = &t->model->layers[l];
+  if (!P->window && !P->gather) return TSR_OK;
+  int S = t->slices, me = sp->comm.index;
+  if (!ALLOC(P->x, S) || !ALLOC(P->dx, S) || !ALLOC(P->xbuf, S) || !ALLOC(P->dxbuf, S) ||
+      (P->window && !ALLOC(P->halo, S)) ||
+      (P->gather && (!ALLOC(P->recv, S * sp->parts) || !ALLOC(P->recvbuf, S * sp->parts))))
+    return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for spatial buffers", L->name);
+  const struct _tsr_sp_layer *I = &sp->l[L->inputs[0]];
+  for (int s = 0; s < S; s++) {
+    int64_t n = (int64_t)t->slice_n[s] * P->in.c * P->in.h * P->in.w;
+    if (P->window) {
+      struct _tsr_halo *h = &P->halo[s];
+      *h = (struct _tsr_halo){.comm = &sp->comm,
+                              .nd = sp->nd,
+                              .outer = (int64_t)t->slice_n[s] * P->in.c,
+                              .pad = L->ops->spatial == TSR_SPATIAL_WINDOW_MAX ? -FLT_MAX : 0.0f,
+                              .layer = l,
+                              .slice = s};
+      for (int a = 0; a < sp->nd; a++) {
+        h->own[a] = I->own[a], h->lo[a] = P->lo[a], h->hi[a] = P->hi[a];
+        for (int side = 0; side < 2; side++)
+          h->nb[a][side] = sp->grid[a] > 1 ? _tsr_spatial_neighbour(sp->nd, sp->grid, me, a, side ? 1 : -1) : -1;
+      }
+      TSR_TRY(_tsr_halo_init(h));
+      n = _tsr_halo_count(h);
+    }
+    for (int q = 0; P->gather && q < sp->parts; q++) {
+      if (q == me) continue;
+      int64_t nb = (int64_t)t->slice_n[s] * I->out.c * I->out.h * I->out.w;
+      if (!(P->recvbuf[s * sp->parts + q] = zfloats(nb)))
+        return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for gathered blocks", L->name);
+      P->recv[s * sp->parts + q] = _tsr_register_floats(P->recvbuf[s * sp->parts + q], (size_t)nb);
+    }
+    if (!(P->xbuf[s] = zfloats(n)) || !(P->dxbuf[s] = zfloats(n)))
+      return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for its %s input", L->name,
+                        P->window ? "halo'd" : "gathered");
+    P->x[s] = _tsr_register_floats(P->xbuf[s], (size_t)n);
+    P->dx[s] = _tsr_register_floats(P->dxbuf[s], (size_t)n);
+  }
+  return TSR_OK;
+}
+
+/* The parts along each spatial axis from the options; the product, or 0 after an error. */
+static int grid_of(const tsr_trainer_opts *o, int nd, int *grid) {
+  int parts = 1;
+  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++) {
+    int g = o->spatial[a] > 1 ? o->spatial[a] : 1;
+    if (o->spatial[a] < 0 || (a >= nd && g > 1))
+      return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: spatial parts [%d, %d, %d] for samples of %d spatial axes",
+                        o->spatial[0], o->spatial[1], o->spatial[2], nd),
+             0;
+    if (a < nd) grid[a] = g;
+    parts *= g;
+  }
+  return parts;
+}
+
+tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
+  int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
+  int nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext), parts = grid_of(o, nd, grid);
+  if (parts == 0) return TSR_ERR_ARG;
+  if (parts == 1) return _tsr_dist_batch(&t->batch_dist, &t->world, 0, 0); /* data parallelism over every rank */
+  if (t->size % parts)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: %d spatial parts do not divide the %d ranks", parts, t->size);
+  if (t->model->n > 1024 || t->slices > 64) /* the message tags' fields (comm/p2p.h) */
+    return _tsr_error(TSR_ERR_ARG,
+                      "tsr_trainer_create: spatial parallelism takes at most 1024 layers and 64 slices "
+                      "(model '%s' has %d layers, %d slices)",
+                      t->model->name, t->model->n, t->slices);
+  struct _tsr_spatial *sp = t->sp = calloc(1, sizeof *sp);
+  if (!sp || !ALLOC(sp->l, t->model->n)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  sp->parts = parts, sp->nd = nd, sp->slices = t->slices, sp->nlayers = t->model->n;
+  memcpy(sp->grid, grid, sizeof grid);
+  /* ranks [r P, r P + P) are replica r: one spatial group each, the batch split over the replicas */
+  int replica = t->rank / parts;
+  TSR_TRY(_tsr_spatial_plan(t->model, nd, grid, t->rank % parts, sp->l));
+  TSR_TRY(_tsr_comm_split(&t->world, replica, t->rank % parts, &sp->comm));
+  TSR_TRY(_tsr_dist_batch(&t->batch_dist, NULL, replica, t->size / parts));
+  for (int l = 0; l < t->model->n; l++) TSR_TRY(alloc_layer(t, l));
+  return TSR_OK;
+}
+
+static void unreg(starpu_data_handle_t *h, void **buf, int n) {
+  for (int i = 0; h && i < n; i++) {
+    if (h[i]) starpu_data_unregister(h[i]);
+    if (buf) free(buf[i]);
+  }
+  free(h), free(buf);
+}
+
+void _tsr_spatial_teardown(tsr_trainer *t) {
+  struct _tsr_spatial *sp = t->sp;
+  if (!sp) return;
+  for (int l = 0; sp->l && l < sp->nlayers; l++) {
+    struct _tsr_sp_layer *P = &sp->l[l];
+    for (int s = 0; P->halo && s < sp->slices; s++) _tsr_halo_free(&P->halo[s]);
+    free(P->halo);
+    unreg(P->x, (void **)P->xbuf, sp->slices);
+    unreg(P->dx, (void **)P->dxbuf, sp->slices);
+    unreg(P->recv, (void **)P->recvbuf, sp->slices * sp->parts);
+    unreg(P->sum, P->sumbuf, sp->parts);
+  }
+  free(sp->l);
+  _tsr_comm_free(&sp->comm);
+  free(sp);
+  t->sp = NULL;
+}
+
+void _tsr_spatial_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v) {
+  const struct _tsr_spatial *sp = t->sp;
+  if (!sp) return;
+  const struct _tsr_sp_layer *P = &sp->l[l];
+  const struct _tsr_layer *L = &t->model->layers[l];
+  v->out = P->out;
+  for (int k = 0; k < L->ninputs; k++) v->in[k] = sp->l[L->inputs[k]].out;
+  if (P->window || P->gather) v->in[0] = P->in;
+  if (P->window) v->spec = &P->spec;
+}
+
+/* Member q's block of layer j's output (slice of n samples) inside the whole map. */
+static struct _tsr_box_desc block_box(const tsr_trainer *t, int j, int n, int q) {
+  const struct _tsr_spatial *sp = t->sp;
+  const struct _tsr_layer *J = &t->model->layers[j];
+  struct _tsr_box_desc d = {.outer = (int64_t)n * J->c, .nd = sp->nd, .scale = 1.0f};
+  int coord[TSR_BOX_AXES], ext[TSR_BOX_AXES];
+  _tsr_spatial_coords(sp->nd, sp->grid, q, coord);
+  _tsr_spatial_extents(J, ext);
+  for (int a = 0; a < sp->nd; a++) {
+    int own = sp->l[j].own[a];
+    d.src_ext[a] = own, d.src_lo[a] = 0, d.len[a] = own;
+    d.dst_ext[a] = ext[a], d.dst_lo[a] = coord[a] * own;
+  }
+  return d;
+}
+
+/* The other way: this rank's block out of the whole map, times `scale`. */
+static struct _tsr_box_desc unblock(struct _tsr_box_desc d, float scale) {
+  for (int a = 0; a < d.nd; a++) {
+    int e = d.src_ext[a];
+    d.src_ext[a] = d.dst_ext[a], d.src_lo[a] = d.dst_lo[a];
+    d.dst_ext[a] = e, d.dst_lo[a] = 0;
+  }
+  d.scale = scale;
+  return d;
+}
+
+int _tsr_spatial_before(tsr_trainer *t, int l, int s, starpu_data_handle_t x, int64_t step) {
+  struct _tsr_spatial *sp = t->sp;
+  const struct _tsr_sp_layer *P = &sp->l[l];
+  const char *nm = t->model->layers[l].name;
+  if (P->window) return _tsr_halo_forward(&P->halo[s], x, P->x[s], step, nm);
+  if (!P->gather) return 0;
+  struct _tsr_box_desc place[sp->parts];
+  for (int q = 0; q < sp->parts; q++) place[q] = block_box(t, t->model->layers[l].inputs[0], t->slice_n[s], q);
+  return _tsr_gather_blocks(&sp->comm, place, x, P->recv + s * sp->parts, P->x[s], l, s, step, nm);
+}
+
+int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, int64_t step) {
+  struct _tsr_spatial *sp = t->sp;
+  const struct _tsr_sp_layer *P = &sp->l[l];
+  const char *nm = t->model->layers[l].name;
+  if (P->window) return _tsr_halo_backward(&P->halo[s], P->dx[s], target, step, nm);
+  /* Every member computed the same gradient of the whole map from the loss scaled by 1 / parts
+   * (_tsr_spatial_share), so that the layers after the gather, run by each, add up to their
+   * gradient once over the group; the block's gradient is its part of that, times parts. */
+  struct _tsr_box_desc d =
+      unblock(block_box(t, t->model->layers[l].inputs[0], t->slice_n[s], sp->comm.index), (float)sp->parts);
+  return _tsr_insert_box_copy(&d, P->dx[s], target, nm);
+}
+
+int _tsr_spatial_sum(tsr_trainer *t, int l, starpu_data_handle_t acc, int kind, int64_t step) {
+  struct _tsr_spatial *sp = t->sp;
+  struct _tsr_sp_layer *P = &sp->l[l];
+  const char *nm = t->model->layers[l].name;
+  if (!P->sum) { /* the first sum of this layer: buffers of acc's size, for every later one */
+    size_t nx = starpu_vector_get_nx(acc), elem = starpu_vector_get_elemsize(acc);
+    if (!ALLOC(P->sum, sp->parts) || !ALLOC(P->sumbuf, sp->parts))
+      return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for group sums", nm), -1;
+    for (int q = 0; q < sp->parts; q++) {
+      if (q == sp->comm.index) continue;
+      if (!(P->sumbuf[q] = calloc(nx, elem))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", nm), -1;
+      starpu_vector_data_register(&P->sum[q], STARPU_MAIN_RAM, (uintptr_t)P->sumbuf[q], (uint32_t)nx, elem);
+    }
+  }
+  return _tsr_group_sum(&sp->comm, acc, P->sum, l, kind, step, nm);
+}
+
+int _tsr_spatial_share(tsr_trainer *t, starpu_data_handle_t dy) {
+  return t->sp ? _tsr_insert_scale_grad(dy, NULL, 1.0 / t->sp->parts, "spatial_share") : 0;
+}
+
+struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t) {
+  struct _tsr_box_desc d = block_box(t, t->input_layer, 1, t->sp->comm.index);
+  return unblock(d, 1.0f);
+}

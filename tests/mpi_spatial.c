@@ -1,0 +1,338 @@
+/* Spatial and hybrid parallelism driver for tests/mpi_spatial.sh.
+ *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--deterministic] [--resume-at J]
+ * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
+ * average pooling, flatten, dense) with every sample split into G blocks (N or NxM, as
+ * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
+ * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
+ * included), .losses and .pred (the outputs of a fixed batch after training). --resume-at J saves a
+ * checkpoint after step J, builds a new trainer, loads it and goes on.
+ *   mpi_spatial --halo NxM   exchanges halos (widths 1 below, 2 above along the first axis, 2 and 1
+ * along the second) of a known field split NxM over the ranks and checks them (the padding value
+ * outside the field); sends back halo gradients weighted by the sender and checks what each block
+ * receives; and runs 3x3 max pooling (stride 1, padding 1) on the halo'd blocks: the gradients
+ * handed back must add up, over all ranks, to the sum of the output gradients.
+ *   mpi_spatial --compare A B RTOL ATOL   (float32 files; exit 1 if they differ beyond tolerance) */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tessera.h>
+
+#include "codelets.h"
+#include "comm/halo.h"
+#include "runtime/communicator.h"
+
+#define C_IN 2
+#define S 16
+
+static void die(const char *what) {
+  fprintf(stderr, "mpi_spatial: %s: %s\n", what, tsr_last_error());
+  exit(1);
+}
+
+static void parse_grid(const char *s, int *g) {
+  g[0] = g[1] = g[2] = 0;
+  if (sscanf(s, "%dx%d", &g[0], &g[1]) < 1) g[0] = 1;
+}
+
+struct data {
+  int replica, replicas, batch;
+};
+
+static void sample(int64_t g, float *x, float *y) {
+  for (int c = 0; c < C_IN; c++)
+    for (int p = 0; p < S * S; p++) x[c * S * S + p] = sinf(0.37f * (p + 1) * (float)(g % 97 + 1) + c) * 0.8f;
+  for (int k = 0; k < 3; k++) y[k] = 0.3f * x[k * 37] - 0.2f * x[S * S + k * 11] + 0.1f * k;
+}
+
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  const struct data *d = user;
+  sample((step * d->replicas + d->replica) * d->batch + index, x, y);
+  return 0;
+}
+
+static void add(tsr_model *m, const char *name, tsr_layer_kind kind, const char *in, int co, int k, int s, int p) {
+  tsr_layer_spec sp = tsr_layer_spec_default(kind);
+  sp.bias = strcmp(name, "a") != 0; /* 'a' feeds batch norm: a bias would get a gradient of rounding noise, which
+                                       Adam turns into steps of lr in a direction that depends on the order of sums */
+  sp.out_channels = co, sp.kernel_h = sp.kernel_w = k, sp.stride_h = sp.stride_w = s, sp.pad_h = sp.pad_w = p;
+  if (tsr_model_add(m, name, &sp, &in, 1)) die(name);
+}
+
+static tsr_model *build(int bn) {
+  tsr_model *m;
+  if (tsr_model_create(&m, "spatial") || tsr_model_add_input(m, "in", C_IN, S, S)) die("model");
+  add(m, "a", TSR_LAYER_CONV2D, "in", 4, 3, 1, 1);
+  add(m, "bn", bn ? TSR_LAYER_BATCHNORM : TSR_LAYER_TANH, "a", 0, 0, 1, 0);
+  add(m, "ra", TSR_LAYER_RELU, "bn", 0, 0, 1, 0);
+  add(m, "p", TSR_LAYER_MAXPOOL2D, "ra", 0, 2, 2, 0);
+  add(m, "b", TSR_LAYER_CONV2D, "p", 6, 3, 2, 1);
+  add(m, "q", TSR_LAYER_MAXPOOL2D, "b", 0, 3, 1, 1);
+  add(m, "r", TSR_LAYER_AVGPOOL2D, "q", 0, 3, 1, 1);
+  add(m, "f", TSR_LAYER_FLATTEN, "r", 0, 0, 1, 0);
+  add(m, "d", TSR_LAYER_DENSE, "f", 3, 0, 1, 0);
+  return m;
+}
+
+static int compare(const char *a, const char *b, double rtol, double atol) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  if (!fa || !fb) return fprintf(stderr, "compare: cannot open %s or %s\n", a, b), 1;
+  float x, y;
+  long n = 0, bad = 0;
+  double worst = 0;
+  while (fread(&x, 4, 1, fa) == 1) {
+    if (fread(&y, 4, 1, fb) != 1) return fprintf(stderr, "compare: %s is shorter than %s\n", b, a), 1;
+    double e = fabs((double)x - y) / (atol + rtol * fabs((double)x));
+    bad += !(e <= 1), n++;
+    if (!(e <= worst)) worst = e;
+  }
+  if (fread(&y, 4, 1, fb) == 1) return fprintf(stderr, "compare: %s is longer than %s\n", b, a), 1;
+  printf("compare %s %s: %ld values, %ld beyond tolerance, worst %.3g x tolerance\n", a, b, n, bad, worst);
+  return bad != 0 || n == 0;
+}
+
+static void write_floats(const char *prefix, int rank, const char *kind, const float *v, size_t n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.rank%d.%s", prefix, rank, kind);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(v, sizeof *v, n, f) != n || fclose(f)) die(path);
+}
+
+static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, int batch, const int *grid) {
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  adam.lr = 1e-2f;
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = 512;
+  memcpy(to.spatial, grid, sizeof to.spatial);
+  tsr_trainer *t;
+  if (tsr_trainer_create(&t, ctx, m, &adam, &to)) die("trainer");
+  return t;
+}
+
+static int train(tsr_context *ctx, int argc, char **argv) {
+  int batch = 4, steps = 4, bn = 1, resume_at = -1, grid[3] = {1, 0, 0};
+  const char *out = "mpi_spatial";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+      batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
+    else if (!strcmp(argv[i], "--spatial") && i + 1 < argc)
+      parse_grid(argv[++i], grid);
+    else if (!strcmp(argv[i], "--resume-at") && i + 1 < argc)
+      resume_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-bn"))
+      bn = 0;
+  }
+  int rank = tsr_context_rank(ctx), parts = (grid[0] > 1 ? grid[0] : 1) * (grid[1] > 1 ? grid[1] : 1);
+  struct data d = {rank / parts, tsr_context_size(ctx) / parts, batch};
+  tsr_model *m = build(bn);
+  tsr_trainer *t = trainer(ctx, m, batch, grid);
+  float *losses = calloc(steps, sizeof(float));
+  char path[4096];
+  for (int i = 0; i < steps; i++) {
+    if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
+    if (i + 1 != resume_at) continue;
+    for (int k = 0; k <= i; k++) {
+      double l;
+      if (tsr_trainer_loss(t, k, &l)) die("loss");
+      losses[k] = (float)l;
+    }
+    snprintf(path, sizeof path, "%s.ckpt.h5", out);
+    tsr_checkpoint_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = meta.position = i + 1, meta.epoch = 1, meta.seed = 11, meta.batch = batch;
+    meta.nranks = tsr_context_size(ctx);
+    if (tsr_checkpoint_save(t, path, &meta)) die("checkpoint save");
+    int done = i;
+    if (tsr_context_check_same(ctx, "the step of the checkpoint", &done, sizeof done)) die("barrier");
+    tsr_trainer_destroy(t);
+    t = trainer(ctx, m, batch, grid);
+    if (tsr_checkpoint_load(t, path, &meta)) die("checkpoint load");
+  }
+  float xs[4 * C_IN * S * S], ys[4 * 3], pred[4 * 3];
+  for (int k = 0; k < 4; k++) sample(1000 + k, xs + k * C_IN * S * S, ys + k * 3);
+  if (tsr_trainer_sync(t) || tsr_trainer_predict(t, xs, 4 < batch ? 4 : batch, pred)) die("predict");
+  for (int k = resume_at > 0 ? resume_at : 0; k < steps; k++) {
+    double l;
+    if (tsr_trainer_loss(t, k, &l)) die("loss");
+    losses[k] = (float)l;
+  }
+  write_floats(out, rank, "losses", losses, steps);
+  write_floats(out, rank, "pred", pred, (size_t)(4 < batch ? 4 : batch) * 3);
+  snprintf(path, sizeof path, "%s.rank%d.params", out, rank);
+  FILE *f = fopen(path, "wb");
+  for (int i = 0; f && i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape s;
+    tsr_trainer_tensor_info(t, i, NULL, &s, NULL);
+    float *buf = malloc(tsr_shape_numel(&s) * sizeof(float));
+    if (!buf || tsr_trainer_tensor_get(t, i, buf)) die("tensor_get");
+    fwrite(buf, sizeof(float), tsr_shape_numel(&s), f);
+    free(buf);
+  }
+  if (!f || fclose(f)) die(path);
+  free(losses);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  return 0;
+}
+
+enum { HO = 3, HH = 8, HW = 12 }; /* the field of the halo test: [HO, HH, HW] */
+
+static float field(int o, int y, int x) { return (float)(o * 10000 + y * 100 + x); }
+
+/* One block's halo geometry on `grid`, with halo widths lo, hi. */
+static void geometry(struct _tsr_halo *h, const struct _tsr_comm *world, const int *grid, const int *lo, const int *hi,
+                     float pad, int layer) {
+  int me = world->index, coord[2] = {me / grid[1], me % grid[1]}, stride[2] = {grid[1], 1};
+  *h = (struct _tsr_halo){
+      .comm = world, .nd = 2, .outer = HO, .own = {HH / grid[0], HW / grid[1]}, .pad = pad, .layer = layer};
+  for (int a = 0; a < 2; a++) {
+    h->lo[a] = lo[a], h->hi[a] = hi[a];
+    h->nb[a][0] = coord[a] > 0 ? me - stride[a] : -1;
+    h->nb[a][1] = coord[a] < grid[a] - 1 ? me + stride[a] : -1;
+  }
+  if (_tsr_halo_init(h)) die("halo buffers");
+}
+
+/* Global coordinates of halo'd cell (y, x) of member q's block. */
+static void global_of(const struct _tsr_halo *h, const int *grid, int q, int y, int x, int *gy, int *gx) {
+  *gy = (q / grid[1]) * h->own[0] - h->lo[0] + y;
+  *gx = (q % grid[1]) * h->own[1] - h->lo[1] + x;
+}
+
+static void wait_all(void) {
+  if (starpu_task_wait_for_all()) die("wait");
+}
+
+static int halo_test(tsr_context *ctx, const char *spec) {
+  int grid[3];
+  parse_grid(spec, grid);
+  if (grid[1] < 1) grid[1] = 1;
+  struct _tsr_comm world;
+  if (_tsr_comm_world(&world, tsr_context_rank(ctx), tsr_context_size(ctx))) die("world");
+  if (grid[0] * grid[1] != world.size || HH % grid[0] || HW % grid[1]) {
+    fprintf(stderr, "mpi_spatial --halo %s: needs %d ranks and a grid dividing %dx%d\n", spec, grid[0] * grid[1], HH,
+            HW);
+    return 2;
+  }
+  int me = world.index, bad = 0;
+  struct _tsr_halo h;
+  geometry(&h, &world, grid, (int[]){1, 2}, (int[]){2, 1}, -7.0f, 0);
+  int ey = h.lo[0] + h.own[0] + h.hi[0], ex = h.lo[1] + h.own[1] + h.hi[1], oy = h.own[0], ox = h.own[1];
+  float *block = malloc(sizeof(float) * HO * oy * ox), *halo = malloc(sizeof(float) * _tsr_halo_count(&h));
+  for (int o = 0; o < HO; o++)
+    for (int y = 0; y < oy; y++)
+      for (int x = 0; x < ox; x++)
+        block[(o * oy + y) * ox + x] = field(o, (me / grid[1]) * oy + y, (me % grid[1]) * ox + x);
+  starpu_data_handle_t hb = _tsr_register_floats(block, (size_t)HO * oy * ox);
+  starpu_data_handle_t hh = _tsr_register_floats(halo, (size_t)_tsr_halo_count(&h));
+  if (_tsr_halo_forward(&h, hb, hh, 0, "halo_test")) die("halo forward");
+  wait_all();
+  starpu_data_acquire(hh, STARPU_RW);
+  for (int o = 0; o < HO; o++)
+    for (int y = 0; y < ey; y++)
+      for (int x = 0; x < ex; x++) {
+        int gy, gx;
+        global_of(&h, grid, me, y, x, &gy, &gx);
+        float want = gy >= 0 && gy < HH && gx >= 0 && gx < HW ? field(o, gy, gx) : -7.0f;
+        if (halo[(o * ey + y) * ex + x] != want && bad++ < 5)
+          fprintf(stderr, "rank %d: halo (%d, %d, %d) = global (%d, %d) holds %g, want %g\n", me, o, y, x, gy, gx,
+                  halo[(o * ey + y) * ex + x], want);
+      }
+  /* backward: every cell of member q's halo'd block carries q + 1 */
+  for (int64_t i = 0; i < _tsr_halo_count(&h); i++) halo[i] = (float)(me + 1);
+  starpu_data_release(hh);
+  if (_tsr_halo_backward(&h, hh, hb, 1, "halo_test")) die("halo backward");
+  wait_all();
+  starpu_data_acquire(hb, STARPU_R);
+  for (int o = 0; o < HO; o++)
+    for (int y = 0; y < oy; y++)
+      for (int x = 0; x < ox; x++) {
+        int gy, gx, ty, tx;
+        global_of(&h, grid, me, y + h.lo[0], x + h.lo[1], &gy, &gx);
+        float want = 0;
+        for (int q = 0; q < world.size; q++) {
+          global_of(&h, grid, q, 0, 0, &ty, &tx);
+          if (gy >= ty && gy < ty + ey && gx >= tx && gx < tx + ex) want += (float)(q + 1);
+        }
+        if (block[(o * oy + y) * ox + x] != want && bad++ < 10)
+          fprintf(stderr, "rank %d: gradient at global (%d, %d) is %g, want %g\n", me, gy, gx,
+                  block[(o * oy + y) * ox + x], want);
+      }
+  starpu_data_release(hb);
+  starpu_data_unregister(hh);
+  _tsr_halo_free(&h);
+  free(halo);
+
+  /* 3x3 max pooling, stride 1, padding 1 (-FLT_MAX outside the field), on the halo'd blocks */
+  geometry(&h, &world, grid, (int[]){1, 1}, (int[]){1, 1}, -FLT_MAX, 1);
+  size_t nh = (size_t)_tsr_halo_count(&h), nown = (size_t)HO * oy * ox;
+  halo = malloc(sizeof(float) * nh);
+  float *y = malloc(sizeof(float) * nown), *dy = malloc(sizeof(float) * nown);
+  hh = _tsr_register_floats(halo, nh);
+  for (size_t i = 0; i < nown; i++) dy[i] = 1.0f;
+  starpu_data_acquire(hb, STARPU_W);
+  for (int o = 0; o < HO; o++)
+    for (int r = 0; r < oy; r++)
+      for (int x = 0; x < ox; x++) /* distinct values: one maximum per window */
+        block[(o * oy + r) * ox + x] = sinf(0.1f * field(o, (me / grid[1]) * oy + r, (me % grid[1]) * ox + x));
+  starpu_data_release(hb);
+  if (_tsr_halo_forward(&h, hb, hh, 2, "pool_test")) die("halo forward");
+  wait_all();
+  struct _tsr_pool_desc pd = {
+      .n = 1, .c = HO, .h = oy + 2, .w = ox + 2, .oh = oy, .ow = ox, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .is_max = 1};
+  void *ws = malloc(_tsr_pool_ws_bytes(&pd) + 64);
+  starpu_data_acquire(hh, STARPU_RW);
+  _tsr_pool_fwd_cpu(&pd, halo, y, ws);
+  _tsr_pool_bwd_cpu(&pd, dy, ws, halo); /* the halo'd input's gradient, in place of the input */
+  starpu_data_release(hh);
+  if (_tsr_halo_backward(&h, hh, hb, 3, "pool_test")) die("halo backward");
+  wait_all();
+  starpu_data_acquire(hb, STARPU_R);
+  double sum = 0;
+  for (size_t i = 0; i < nown; i++) sum += block[i];
+  starpu_data_release(hb);
+  int64_t tag = (int64_t)1 << 40;
+  if (me != 0 && _tsr_comm_xfer(&sum, sizeof sum, 0, 1, tag)) die("send");
+  for (int q = 1; me == 0 && q < world.size; q++) {
+    double part;
+    if (_tsr_comm_xfer(&part, sizeof part, q, 0, tag)) die("receive");
+    sum += part;
+  }
+  if (me == 0) {
+    printf("max pooling backward over %d blocks: gradients add up to %.1f, the outputs' %d\n", world.size, sum,
+           HO * HH * HW);
+    if (sum != HO * HH * HW) bad++;
+  }
+  starpu_data_unregister(hh), starpu_data_unregister(hb);
+  _tsr_halo_free(&h);
+  free(halo), free(block), free(y), free(dy), free(ws);
+  _tsr_comm_free(&world);
+  printf("rank %d: halo test %s\n", me, bad ? "FAILED" : "passed");
+  return bad != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 6 && !strcmp(argv[1], "--compare")) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
+  if (argc < 2 || !strcmp(argv[1], "--help")) {
+    printf("usage: mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--deterministic]\n"
+           "                   [--resume-at J]\n"
+           "       mpi_spatial --halo NxM\n"
+           "       mpi_spatial --compare A B RTOL ATOL\n");
+    return argc < 2 ? 2 : 0;
+  }
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.verbose = 0;
+  for (int i = 1; i < argc; i++) co.deterministic |= !strcmp(argv[i], "--deterministic");
+  tsr_context *ctx;
+  if (tsr_context_create(&ctx, &co, &argc, &argv)) die("context");
+  int ret = argc == 3 && !strcmp(argv[1], "--halo") ? halo_test(ctx, argv[2]) : train(ctx, argc, argv);
+  tsr_context_destroy(ctx);
+  return ret;
+}
