@@ -126,20 +126,21 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
 static tsr_status alloc_layer(tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
-  st->elems = (size_t)L->c * L->h * L->w;
+  st->elems = (size_t)_tsr_blk_channels(L->c, st->blk) * L->h * L->w;
   if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
   int tmp = _tsr_layer_needs_tmp(t, l);
   struct _tsr_layer_view v;
-  _tsr_model_view(t->model, l, &v);
+  _tsr_trainer_view(t, l, &v);
   if (!ALLOC_SLICES(st->y) || !ALLOC_SLICES(st->g) || !ALLOC_SLICES(st->tmp) || !ALLOC_SLICES(st->ws) ||
       !ALLOC_SLICES(st->ybuf) || !ALLOC_SLICES(st->gbuf) || !ALLOC_SLICES(st->tmpbuf) || !ALLOC_SLICES(st->wsbuf))
     return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int s = 0; s < t->slices; s++) {
     size_t n = (size_t)t->slice_n[s] * st->elems;
-    if (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = zalloc(n * 4)))
+    /* with a fused relu, the relu's output and gradient are this layer's */
+    if (st->relu < 0 && (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = zalloc(n * 4))))
       return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu floats", L->name, n);
-    st->y[s] = _tsr_register_floats(st->ybuf[s], n);
-    st->g[s] = _tsr_register_floats(st->gbuf[s], n);
+    if (st->relu < 0) st->y[s] = _tsr_register_floats(st->ybuf[s], n);
+    if (st->relu < 0) st->g[s] = _tsr_register_floats(st->gbuf[s], n);
     if (tmp) {
       if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
       st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
@@ -309,6 +310,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
+  if (st == TSR_OK) st = _tsr_trainer_plan(t);
   if (st == TSR_OK) st = _tsr_trainer_footprint(t);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);

@@ -29,7 +29,10 @@ struct _tsr_lstate {
   int live;             /* on a path to the output */
   int needs_grad;       /* some parameter lies upstream, so its output gradient is needed */
   int first_tensor;     /* index of its first tensor in trainer->tensors, -1 if none */
-  size_t elems;         /* per sample */
+  size_t elems;         /* per sample, with the padding channels of a blocked layout */
+  int blk;              /* channel block of its output's layout: 0 plain NCHW (layout.c) */
+  int relu;             /* the relu layer whose tasks this layer runs fused, -1 none */
+  int fused;            /* a relu run by its input's tasks: submits nothing itself */
   starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions
                                            * and the entry's scratch; ws the entry's workspace */
   float **ybuf, **gbuf, **tmpbuf;
@@ -119,6 +122,12 @@ tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_reduce_teardown(tsr_trainer *t);
 /* The momentum synchronisation of group g after its sign reduction, when this update is one. */
 int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step);
+
+/* layout.c: each activation's layout (ls[].blk) and the fused relus (ls[].relu, ls[].fused); needs
+ * ls[].live, before anything is allocated. */
+tsr_status _tsr_trainer_plan(tsr_trainer *t);
+/* Layer l as its entry sees it, with the layouts of its inputs and output. */
+void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
 
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);
