@@ -1,8 +1,9 @@
 /* Activations kept in oneDNN's blocked layout between layers, and batchnorm + relu fused, inside a
  * training step: the trainer chooses them where every layer around handles them (and never for the
  * model's input and output), the whole-graph gradient of a DenseNet-like model (unaligned concat,
- * pooling, transposed conv, add) matches finite differences of the training loss, and training
- * with them follows training with plain layouts and separate relu tasks to float rounding. */
+ * pooling, transposed conv, add) matches finite differences of the training loss (smooth
+ * activations) and the plain graph's gradient (relu fused), and training with them follows training
+ * with plain layouts and separate relu tasks to float rounding. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,21 +35,21 @@ static void add(tsr_model *m, const char *name, tsr_layer_spec *s, const char **
   ck_assert_msg(tsr_model_add(m, name, s, in, nin) == TSR_OK, "%s", tsr_last_error());
 }
 
-/* in -> c0 -> bn0 -> r0 -> c1; cat(c0, c1) has 3 + 5 channels (neither block-aligned); bn1 -> r1
- * -> maxpool -> transposed conv 'up'; 1x1 conv 'c2' of r1; add(up, c2) -> tanh -> out. */
-static tsr_model *dense_model(void) {
+/* in -> c0 -> bn0 -> r0 (relu, or `act`) -> c1; cat(c0, c1) has 3 + 5 channels (neither block-aligned); bn1 -> r1
+ * -> avgpool -> transposed conv 'up'; 1x1 conv 'c2' of r1; add(up, c2) -> tanh -> out. */
+static tsr_model *dense_model(tsr_layer_kind act) {
   tsr_model *m;
   ck_assert_int_eq(tsr_model_create(&m, "dense"), TSR_OK);
   ck_assert_int_eq(tsr_model_add_input(m, "in", 2, S, S), TSR_OK);
   ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", 3, 3, 1, 1), TSR_OK);
   ck_assert_int_eq(tsr_model_add_simple(m, "bn0", TSR_LAYER_BATCHNORM, "c0"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r0", TSR_LAYER_RELU, "bn0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r0", act, "bn0"), TSR_OK);
   ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "r0", 5, 3, 1, 1), TSR_OK);
   tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
   add(m, "cat", &cat, (const char *[]){"c0", "c1"}, 2);
   ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "cat"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_RELU, "bn1"), TSR_OK);
-  tsr_layer_spec pool = tsr_layer_spec_default(TSR_LAYER_MAXPOOL2D);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", act, "bn1"), TSR_OK);
+  tsr_layer_spec pool = tsr_layer_spec_default(TSR_LAYER_AVGPOOL2D);
   pool.kernel_h = pool.kernel_w = 2;
   add(m, "pool", &pool, (const char *[]){"r1"}, 1);
   tsr_layer_spec up = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
@@ -82,7 +83,7 @@ static double step_loss(tsr_trainer *t) {
 
 START_TEST(blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them) {
   tsr_context *ctx = start();
-  tsr_model *m = dense_model();
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
   tsr_trainer *t = trainer(ctx, m, NULL);
   int blk = _tsr_act_block();
   /* the input, and the output the loss reads, stay plain; the rest is blocked when the CPU has a block */
@@ -112,15 +113,76 @@ START_TEST(blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them
 }
 END_TEST
 
-/* SGD with lr 1 and no momentum: one step's gradient is before - after (then every tensor is put
- * back). Finite differences of the training loss (batch statistics) come from steps at lr 0, which
- * change no parameter. Float32 forward, h = 1e-2: tolerance 2e-2 relative + 5e-5. */
-START_TEST(blocked_graph_gradient_matches_finite_differences) {
+/* One SGD step (lr 1, no momentum) from the same start: its loss and, as before - after, the
+ * gradient of every trainable tensor (flattened into g, which it returns; *n its length). */
+static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
+  _tsr_set_blocked_fused(blocked);
   tsr_context *ctx = start();
-  tsr_model *m = dense_model();
   tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
   sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
   tsr_trainer *t = trainer(ctx, m, &sgd);
+  size_t total = 0;
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &shp, NULL), TSR_OK);
+    total += tsr_shape_numel(&shp);
+  }
+  float *before = malloc(total * sizeof(float)), *g = malloc(total * sizeof(float));
+  for (int i = 0, off = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape shp;
+    tsr_trainer_tensor_info(t, i, NULL, &shp, NULL);
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, before + off), TSR_OK);
+    off += tsr_shape_numel(&shp);
+  }
+  *loss = step_loss(t);
+  for (int i = 0, off = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape shp;
+    int trainable;
+    tsr_trainer_tensor_info(t, i, NULL, &shp, &trainable);
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, g + off), TSR_OK);
+    for (int64_t j = 0; j < tsr_shape_numel(&shp); j++) g[off + j] = trainable ? before[off + j] - g[off + j] : 0;
+    off += tsr_shape_numel(&shp);
+  }
+  free(before);
+  tsr_trainer_destroy(t);
+  tsr_context_destroy(ctx);
+  _tsr_set_blocked_fused(1);
+  *n = total;
+  return g;
+}
+
+/* With relu (fused into batchnorm), finite differences would cross its kinks: the blocked, fused
+ * step's gradient is compared with the plain step's of separate tasks (which check_train and
+ * check_bn_dropout compare with finite differences), every entry, to float rounding (1e-5 relative
+ * to the tensor's largest entry). */
+START_TEST(blocked_fused_gradient_matches_the_plain_one) {
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  double lp, lb;
+  size_t np, nb;
+  float *gp = gradient(m, 0, &lp, &np), *gb = gradient(m, 1, &lb, &nb);
+  ck_assert_int_eq(np, nb);
+  ck_assert_msg(fabs(lb - lp) <= 1e-6 * fabs(lp), "loss: blocked %.9g, plain %.9g", lb, lp);
+  float big = 0;
+  for (size_t i = 0; i < np; i++) big = fmaxf(big, fabsf(gp[i]));
+  ck_assert(big > 0);
+  for (size_t i = 0; i < np; i++)
+    ck_assert_msg(fabsf(gb[i] - gp[i]) <= 1e-5f * big, "gradient entry %zu: blocked %.8g, plain %.8g", i, gb[i], gp[i]);
+  free(gp), free(gb);
+  tsr_model_destroy(m);
+}
+END_TEST
+
+/* A smooth model (tanh for relu, average pooling) with blocked layouts: SGD with lr 1 and no
+ * momentum gives the gradient as before - after; finite differences of the training loss (batch
+ * statistics) come from steps at lr 0, which change no parameter. Float32 forward, h = 1e-2:
+ * tolerance 2e-2 relative + 5e-5. */
+START_TEST(blocked_graph_gradient_matches_finite_differences) {
+  tsr_context *ctx = start();
+  tsr_model *m = dense_model(TSR_LAYER_TANH);
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
+  tsr_trainer *t = trainer(ctx, m, &sgd);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "r1")].blk, _tsr_act_block());
   int n = tsr_trainer_num_tensors(t), checked = 0;
   float *before[32], *after[32];
   ck_assert_int_le(n, 32);
@@ -170,7 +232,7 @@ END_TEST
 static void train(int blocked, int steps, double *loss) {
   _tsr_set_blocked_fused(blocked);
   tsr_context *ctx = start();
-  tsr_model *m = dense_model();
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
   tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
   tsr_trainer *t = trainer(ctx, m, &adam);
@@ -201,6 +263,7 @@ static Suite *make_layout_suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them);
   tcase_add_test(tc, blocked_graph_gradient_matches_finite_differences);
+  tcase_add_test(tc, blocked_fused_gradient_matches_the_plain_one);
   tcase_add_test(tc, blocked_and_fused_training_follows_plain_training);
   suite_add_tcase(s, tc);
   return s;
