@@ -25,6 +25,8 @@ static void copy_channels(int blk, size_t hw, const float *src, int s0, float *d
     float *restrict dp = dst + (size_t)(d0 / blk) * hw * blk + d0 % blk;
     if (run == blk) {
       memcpy(dp, sp, hw * blk * sizeof(float));
+    } else if (run == 8) { /* half a 16-block: a DenseNet's growth of 8 */
+      for (size_t k = 0; k < hw; k++) memcpy(dp + k * blk, sp + k * blk, 8 * sizeof(float));
     } else {
       for (size_t k = 0; k < hw; k++)
         for (int j = 0; j < run; j++) dp[k * blk + j] = sp[k * blk + j];
