@@ -252,7 +252,10 @@ BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
           sx[j] += g * ((double)xp[e + j] - mean[j]);
         }
       }
-      for (int j = 0; j < lanes(d, cb); j++) acc[cb * B + j] += s[j], acc[c + cb * B + j] += sx[j] * stat[c + cb * B + j];
+      for (int j = 0; j < lanes(d, cb); j++) {
+        acc[cb * B + j] += s[j];
+        acc[c + cb * B + j] += sx[j] * stat[c + cb * B + j];
+      }
     }
   }
 }

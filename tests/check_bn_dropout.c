@@ -1,6 +1,6 @@
 /* Batch normalisation across micro-batch slices against a float64 whole-batch reference (forward,
- * running statistics, eval, finite-difference gradients, fused relu on blocked layouts), dropout's mask properties, and both
- * operations run as StarPU tasks against the raw kernels. */
+ * running statistics, eval, finite-difference gradients, fused relu on blocked layouts), dropout's
+ * mask properties, and both operations run as StarPU tasks against the raw kernels. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -20,10 +20,9 @@ static int keeps_blocked(const tsr_trainer *t, const char *ok, int l) {
     for (int k = 0; k < L->ninputs; k++)
       if (!ok[L->inputs[k]]) return 0;
   for (int c = l + 1; c < m->n; c++) {
-    if (!t->ls[c].live) continue;
-    for (int k = 0; k < m->layers[c].ninputs; k++)
-      if (m->layers[c].inputs[k] == l && (layout_of(t, c) == TSR_LAYOUT_PLAIN || (layout_of(t, c) == TSR_LAYOUT_FOLLOW && !ok[c])))
-        return 0;
+    int takes = layout_of(t, c) == TSR_LAYOUT_PRODUCE || (layout_of(t, c) == TSR_LAYOUT_FOLLOW && ok[c]);
+    for (int k = 0; t->ls[c].live && k < m->layers[c].ninputs; k++)
+      if (m->layers[c].inputs[k] == l && !takes) return 0;
   }
   return 1;
 }
