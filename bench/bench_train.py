@@ -309,14 +309,15 @@ def main():
 
 def models(a, tmp):
     """The measured models: --model, and the variant written by make_model.py."""
-    out = [{"name": "example", "path": a.model, "size": a.size, "batch": a.batch}]
+    out = [{"name": "example", "path": a.model, "label": os.path.relpath(a.model), "size": a.size, "batch": a.batch}]
     if a.variant:
         scale, side, batch = a.variant
         path = os.path.join(tmp, "variant.json")
-        subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "stemdl", "make_model.py"), "-o", path,
-                        "--stem", str(round(16 * scale)), "--growth", str(round(8 * scale)), "--size", str(int(side))],
+        args = ["--stem", str(round(16 * scale)), "--growth", str(round(8 * scale)), "--size", str(int(side))]
+        subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "stemdl", "make_model.py"), "-o", path] + args,
                        check=True, capture_output=True)
-        out.append({"name": "variant", "path": path, "size": int(side), "batch": int(batch)})
+        out.append({"name": "variant", "path": path, "label": "make_model.py " + " ".join(args), "size": int(side),
+                    "batch": int(batch)})
     return out
 
 
@@ -325,11 +326,11 @@ def report(a, m, res, configs, sg1, sgn, out):
     info = m["workers"][0].info
     train_flops = 3 * info["flops"]
     best = max((label for _, _, label in configs), key=lambda k: statistics.median(res[k]))
-    mo = {"model": os.path.relpath(m["path"]), "side": m["size"], "batch": m["batch"],
+    mo = {"model": m["label"], "side": m["size"], "batch": m["batch"],
           "forward_gflop_per_sample": info["flops"] * 1e-9, "torch_best": best, "results": {},
           "torch_configs": {label: {"threads": w.threads, "env": w.env, "format": fmt} for w, fmt, label in configs}}
     print("\n%s: %s, %d layers, %d convolutions, %d parameters, %.4g GFLOP/sample training, %dx%d, batch %d"
-          % (m["name"], os.path.relpath(m["path"]), info["nlayers"], info["nconv"], info["nparams"],
+          % (m["name"], m["label"], info["nlayers"], info["nconv"], info["nparams"],
              train_flops * 1e-9, m["size"], m["size"], m["batch"]))
     print("%-26s %10s %9s %9s %11s %9s" % ("", "samples/s", "best", "GFLOP/s", "/ SGEMM %d" % a.threads, "peak MiB"))
     rows = [("tessera " + p, "tessera " + p) for p in a.precisions if res["tessera " + p]] + \
