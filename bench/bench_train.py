@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Training throughput of Tessera (tessera-train) against PyTorch on the CPU, same model file and batch,
-measured side by side in interleaved rounds (Tessera, every PyTorch configuration, single-thread SGEMM,
-then again) so that a shared machine's noise hits all alike.
+measured side by side in interleaved rounds (per model: Tessera in float32 and bf16, every PyTorch
+configuration; then SGEMM on 1 and on --threads cores, then again) so that a shared machine's noise
+hits all alike. Two models by default: the STEMDL example (64x64, batch 32) and a variant its tuning
+never saw (examples/stemdl/make_model.py with widths x1.5, 96x96, batch 24).
 
 PyTorch is run in each of several configurations and Tessera is compared with the best one: intra-op
 threads (torch.set_num_threads: --threads and 1), OPENBLAS_NUM_THREADS=1 or unset (OpenBLAS's own
@@ -9,9 +11,10 @@ thread pool competes with PyTorch's OpenMP threads), OMP_NUM_THREADS = the threa
 the default (NCHW) or channels_last memory format. Environment variables only act before torch is
 imported, so every configuration is a PyTorch process of its own, started once and kept for all rounds.
 
-Reports samples/s, achieved GFLOP/s (training = 3 x forward FLOPs, convs counted as 2 x MACs), the
-efficiency per core against OpenBLAS's single-thread SGEMM rate, and the ratio Tessera / PyTorch
-(PyTorch's best configuration by median). Run from the repository root with Debian's python3 (torch 1.13):
+Reports per model samples/s, achieved GFLOP/s (training = 3 x forward FLOPs, convs counted as 2 x MACs)
+against OpenBLAS's SGEMM rate on the same cores, peak memory (ru_maxrss of each process; a PyTorch
+process holds both memory formats), the ratio Tessera / PyTorch (PyTorch's best configuration by median)
+and Tessera bf16 / float32. Run from the repository root with Debian's python3 (torch 1.13):
 
     /usr/bin/python3 bench/bench_train.py --quick              # smoke test, a few minutes
     /usr/bin/python3 bench/bench_train.py --out bench.json     # full run
@@ -44,6 +47,10 @@ def parse_args():
                     "(default 512, --quick 256)")
     ap.add_argument("--size", type=int, default=64, help="pattern side for tessera-datagen (default 64)")
     ap.add_argument("--batch", type=int, default=32, help="samples per step (default 32)")
+    ap.add_argument("--variant", default="1.5,96,24",
+                    help="the variant model: width scale, side, batch (default 1.5,96,24: make_model.py --stem 24 "
+                    "--growth 12 --size 96); 'none' measures --model only")
+    ap.add_argument("--precisions", default="f32,bf16", help="tessera-train --precision values (default f32,bf16)")
     ap.add_argument("--threads", type=int, default=2,
                     help="tessera-train --workers, and the cores PyTorch may use (default 2)")
     ap.add_argument("--torch-threads", help="torch.set_num_threads values tried, comma-separated "
@@ -60,7 +67,14 @@ def parse_args():
     a.epochs = a.epochs or (2 if a.quick else 3)
     if a.epochs < 2:
         ap.error("--epochs must be >= 2 (the first epoch is warm-up)")
-    if a.samples < a.batch:
+    try:
+        a.variant = None if a.variant == "none" else [float(v) for v in a.variant.split(",")]
+        if a.variant and (len(a.variant) != 3 or min(a.variant) <= 0):
+            raise ValueError
+    except ValueError:
+        ap.error("--variant: expected SCALE,SIDE,BATCH or none")
+    a.precisions = [p for p in a.precisions.split(",") if p]
+    if a.samples < max([a.batch] + ([int(a.variant[2])] if a.variant else [])):
         ap.error("--samples must hold at least one batch")
     try:
         a.torch_threads = sorted({int(v) for v in (a.torch_threads or "%d,1" % a.threads).split(",")}, reverse=True)
@@ -106,7 +120,7 @@ def sgemm_program(tmp):
 
 NUMPY_SGEMM = """
 import sys, time, numpy as np
-n, reps = int(sys.argv[1]), int(sys.argv[2])
+n, reps = int(sys.argv[1]), int(sys.argv[2])   # threads: OPENBLAS_NUM_THREADS
 a = np.random.rand(n, n).astype(np.float32)
 b = np.random.rand(n, n).astype(np.float32)
 a @ b
@@ -119,40 +133,50 @@ print(2.0 * n ** 3 / best * 1e-9)
 """
 
 
-def sgemm_rate(cmd, reps):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    argv = (cmd or [sys.executable, "-c", NUMPY_SGEMM]) + ["1024", str(reps)]
+def sgemm_rate(cmd, reps, threads):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
+    argv = (cmd + ["1024", str(reps), str(threads)]) if cmd else [sys.executable, "-c", NUMPY_SGEMM, "1024", str(reps)]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
     return float(out.split()[-1])
 
 
 # ---- Tessera ----
 
-def make_dataset(datagen, tmp, a):
-    path = os.path.join(tmp, "train.h5")
-    subprocess.run([datagen, "--out", path, "--samples", str(a.samples), "--size", str(a.size), "--quiet"],
+def make_dataset(datagen, tmp, a, m):
+    path = os.path.join(tmp, "train_%s.h5" % m["name"])
+    subprocess.run([datagen, "--out", path, "--samples", str(a.samples), "--size", str(m["size"]), "--quiet"],
                    check=True)
     return path
 
 
-def tessera_run(train, data, tmp, a, epochs, starpu_home):
-    """One tessera-train process; returns the samples/s over its epochs after the first (total samples /
-    total time, from the CSV log)."""
+def run_rss(argv, env):
+    """Runs argv; returns (exit status, stdout + stderr, peak resident memory in MiB)."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        return p.returncode, out.read(), ru.ru_maxrss / 1024.0
+
+
+def tessera_run(train, m, tmp, a, epochs, starpu_home, precision):
+    """One tessera-train process; returns (samples/s over its epochs after the first: total samples /
+    total time, from the CSV log; peak memory in MiB)."""
     log = os.path.join(tmp, "log.csv")
     if os.path.exists(log):
         os.remove(log)
     env = dict(os.environ, STARPU_HOME=starpu_home, STARPU_SILENT="1")
-    argv = [train, "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs", str(epochs),
-            "--batch", str(a.batch), "--workers", str(a.threads), "--log", log, "--quiet"]
-    r = subprocess.run(argv, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit("bench_train: %s failed (exit %d):\n%s%s" % (" ".join(argv), r.returncode, r.stdout, r.stderr))
+    argv = [train, "--model", m["path"], "--data", m["data"], "--val-fraction", "0", "--epochs", str(epochs),
+            "--batch", str(m["batch"]), "--workers", str(a.threads), "--precision", precision, "--log", log, "--quiet"]
+    code, out, rss = run_rss(argv, env)
+    if code != 0:
+        sys.exit("bench_train: %s failed (exit %d):\n%s" % (" ".join(argv), code, out))
     with open(log) as f:
         rows = list(csv.DictReader(f))
     rates = [float(row["samples_per_s"]) for row in rows[1:]]
     if not rates:
         sys.exit("bench_train: %s wrote no epoch rows after the first" % log)
-    return len(rates) / sum(1.0 / v for v in rates)
+    return len(rates) / sum(1.0 / v for v in rates), rss
 
 
 # ---- PyTorch ----
@@ -216,13 +240,13 @@ class TorchWorker:
     """One PyTorch configuration: torch.set_num_threads(threads) in a process whose environment has
     `env` for OPENBLAS_NUM_THREADS and OMP_NUM_THREADS (absent there: unset)."""
 
-    def __init__(self, a, threads, env):
+    def __init__(self, a, m, threads, env):
         self.threads, self.env = threads, env
         self.name = "t%d%s%s" % (threads, " ob%s" % env["OPENBLAS_NUM_THREADS"] if "OPENBLAS_NUM_THREADS" in env else "",
                                  " omp%s" % env["OMP_NUM_THREADS"] if "OMP_NUM_THREADS" in env else "")
         penv = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
         penv.update(env)
-        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--torch-worker", a.model, str(a.batch),
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--torch-worker", m["path"], str(m["batch"]),
                                    str(threads), str(2 if a.quick else 3)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=penv)
         self.info = json.loads(self.read())
@@ -239,18 +263,24 @@ class TorchWorker:
         return float(self.read())
 
     def close(self):
-        self.p.stdin.close()
-        self.p.wait()
+        """Ends the process (once); returns its peak memory in MiB."""
+        if self.p.returncode is None:
+            self.p.stdin.close()
+            _, status, ru = os.wait4(self.p.pid, 0)
+            self.p.returncode = os.waitstatus_to_exitcode(status)
+            self.rss = ru.ru_maxrss / 1024.0
+        return self.rss
 
 
-def torch_workers(a):
-    """Every configuration: thread counts x OPENBLAS_NUM_THREADS (unset, 1) x OMP_NUM_THREADS (unset, threads)."""
+def torch_workers(a, m):
+    """Every configuration for model m: thread counts x OPENBLAS_NUM_THREADS (unset, 1) x OMP_NUM_THREADS
+    (unset, threads)."""
     workers = []
     for t in a.torch_threads:
         for blas in (None, "1"):
             for omp in (None, str(t)):
                 env = {k: v for k, v in (("OPENBLAS_NUM_THREADS", blas), ("OMP_NUM_THREADS", omp)) if v}
-                workers.append(TorchWorker(a, t, env))
+                workers.append(TorchWorker(a, m, t, env))
                 print("PyTorch %s ready (torch.get_num_threads() = %d)" % (workers[-1].name, workers[-1].info["threads"]),
                       flush=True)
     return workers
@@ -277,72 +307,117 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def models(a, tmp):
+    """The measured models: --model, and the variant written by make_model.py."""
+    out = [{"name": "example", "path": a.model, "label": os.path.relpath(a.model), "size": a.size, "batch": a.batch}]
+    if a.variant:
+        scale, side, batch = a.variant
+        path = os.path.join(tmp, "variant.json")
+        args = ["--stem", str(round(16 * scale)), "--growth", str(round(8 * scale)), "--size", str(int(side))]
+        subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", "stemdl", "make_model.py"), "-o", path] + args,
+                       check=True, capture_output=True)
+        out.append({"name": "variant", "path": path, "label": "make_model.py " + " ".join(args), "size": int(side),
+                    "batch": int(batch)})
+    return out
+
+
+def report(a, m, res, configs, sg1, sgn, out):
+    """The table of model m; adds its figures to out["models"]."""
+    info = m["workers"][0].info
+    train_flops = 3 * info["flops"]
+    best = max((label for _, _, label in configs), key=lambda k: statistics.median(res[k]))
+    mo = {"model": m["label"], "side": m["size"], "batch": m["batch"],
+          "forward_gflop_per_sample": info["flops"] * 1e-9, "torch_best": best, "results": {},
+          "torch_configs": {label: {"threads": w.threads, "env": w.env, "format": fmt} for w, fmt, label in configs}}
+    print("\n%s: %s, %d layers, %d convolutions, %d parameters, %.4g GFLOP/sample training, %dx%d, batch %d"
+          % (m["name"], m["label"], info["nlayers"], info["nconv"], info["nparams"],
+             train_flops * 1e-9, m["size"], m["size"], m["batch"]))
+    print("%-26s %10s %9s %9s %11s %9s" % ("", "samples/s", "best", "GFLOP/s", "/ SGEMM %d" % a.threads, "peak MiB"))
+    rows = [("tessera " + p, "tessera " + p) for p in a.precisions if res["tessera " + p]] + \
+        [(label, label + (" *" if label == best else "")) for _, _, label in configs]
+    for key, label in rows:
+        s = summarize(res[key])
+        gf = s["median"] * train_flops * 1e-9
+        s.update(gflops=gf, of_sgemm=gf / sgn["median"], peak_mib=m["rss"][key])
+        mo["results"][key] = s
+        print("%-26s %10.1f %9.1f %9.2f %11.3f %9.0f" % (label, s["median"], s["best"], gf, gf / sgn["median"],
+                                                         m["rss"][key]))
+    for p in a.precisions:
+        if not res["tessera " + p]:
+            continue
+        per_round = [t / q for t, q in zip(res["tessera " + p], res[best])]
+        mo["ratio_tessera_%s_over_pytorch" % p] = {"median_of_rounds": statistics.median(per_round),
+                                                   "per_round": per_round}
+        print("ratio Tessera %s / PyTorch (best: %s): %.2fx (median of per-round ratios; range %.2f-%.2f)"
+              % (p, best, statistics.median(per_round), min(per_round), max(per_round)))
+    if len([p for p in a.precisions if res["tessera " + p]]) == 2:
+        p0, p1 = a.precisions[:2]
+        per_round = [x / y for x, y in zip(res["tessera " + p1], res["tessera " + p0])]
+        mo["ratio_%s_over_%s" % (p1, p0)] = {"median_of_rounds": statistics.median(per_round), "per_round": per_round}
+        print("ratio Tessera %s / %s: %.2fx (range %.2f-%.2f)" % (p1, p0, statistics.median(per_round),
+                                                                 min(per_round), max(per_round)))
+    out["models"][m["name"]] = mo
+
+
 def run(a, tmp, workers):
     load_start = os.getloadavg()
-    workers += torch_workers(a)
-    info = workers[0].info
-    steps = max(1, a.samples // a.batch)    # one Tessera epoch's worth of steps per PyTorch measurement
+    ms = models(a, tmp)
+    for m in ms:
+        m["workers"] = torch_workers(a, m)
+        workers += m["workers"]
     sg_cmd = sgemm_program(tmp)
     sg_reps = 3 if a.quick else 8
-    print("model %s: %d layers, %d convolutions, %d parameters, %.4g GFLOP/sample forward, %.4g training (x3)"
-          % (os.path.relpath(a.model), info["nlayers"], info["nconv"], info["nparams"], info["flops"] * 1e-9,
-             3 * info["flops"] * 1e-9))
-    print("batch %d, %d threads, %d interleaved rounds, %d PyTorch configurations x %d formats; machine load "
-          "%.2f %.2f %.2f" % ((a.batch, a.threads, a.rounds, len(workers), len(FORMATS)) + load_start), flush=True)
-
+    print("%d threads, %d interleaved rounds, %d PyTorch configurations x %d formats per model; machine load "
+          "%.2f %.2f %.2f" % ((a.threads, a.rounds, len(ms[0]["workers"]), len(FORMATS)) + load_start), flush=True)
     if not a.skip_tessera:
         train = find_program(a.tessera_train, "tessera-train")
         datagen = find_program(a.tessera_datagen, "tessera-datagen", os.path.dirname(train))
-        data = make_dataset(datagen, tmp, a)
         starpu_home = os.path.join(tmp, "starpu")
         os.makedirs(starpu_home)
-        tessera_run(train, data, tmp, a, 2, starpu_home)   # warm-up: StarPU calibrates its perfmodels
+        for m in ms:
+            m["data"] = make_dataset(datagen, tmp, a, m)
+            for p in a.precisions:  # warm-up: StarPU calibrates its perfmodels
+                tessera_run(train, m, tmp, a, 2, starpu_home, p)
 
-    configs = [(w, fmt, "torch %s %s" % (w.name, "cl" if fmt == "channels_last" else "nchw"))
-               for w in workers for fmt in FORMATS]
-    res = {"tessera": [], "sgemm": []}
-    res.update({label: [] for _, _, label in configs})
+    res = {"sgemm 1": [], "sgemm %d" % a.threads: []}
+    for m in ms:
+        m["configs"] = [(w, fmt, "torch %s %s" % (w.name, "cl" if fmt == "channels_last" else "nchw"))
+                        for w in m["workers"] for fmt in FORMATS]
+        m["res"] = {"tessera " + p: [] for p in a.precisions}
+        m["res"].update({label: [] for _, _, label in m["configs"]})
+        m["rss"] = {}
     for r in range(1, a.rounds + 1):
-        if not a.skip_tessera:
-            res["tessera"].append(tessera_run(train, data, tmp, a, a.epochs, starpu_home))
-        for w, fmt, label in configs:
-            res[label].append(w.steps(fmt, steps))
-        res["sgemm"].append(sgemm_rate(sg_cmd, sg_reps))
-        print("round %d/%d: %s" % (r, a.rounds, ", ".join("%s %.1f" % (k, v[-1]) for k, v in res.items() if v)),
-              flush=True)
+        for m in ms:
+            steps = max(1, a.samples // m["batch"])   # one Tessera epoch's worth of steps per PyTorch measurement
+            for p in a.precisions if not a.skip_tessera else []:
+                rate, rss = tessera_run(train, m, tmp, a, a.epochs, starpu_home, p)
+                m["res"]["tessera " + p].append(rate)
+                m["rss"]["tessera " + p] = max(rss, m["rss"].get("tessera " + p, 0))
+            for w, fmt, label in m["configs"]:
+                m["res"][label].append(w.steps(fmt, steps))
+            print("round %d/%d, %s: %s" % (r, a.rounds, m["name"], ", ".join("%s %.1f" % (k, v[-1])
+                                                                             for k, v in m["res"].items() if v)),
+                  flush=True)
+        for threads in (1, a.threads):
+            res["sgemm %d" % threads].append(sgemm_rate(sg_cmd, sg_reps, threads))
+    for m in ms:
+        for w, _, label in m["configs"]:
+            m["rss"][label] = w.close()
 
-    train_flops = 3 * info["flops"]
-    sg = summarize(res["sgemm"])
-    best = max((label for _, _, label in configs), key=lambda k: statistics.median(res[k]))
-    out = {"model": os.path.relpath(a.model), "batch": a.batch, "threads": a.threads, "rounds": a.rounds,
-           "samples": a.samples, "tessera_epochs": a.epochs, "torch_steps_per_round": steps,
-           "forward_gflop_per_sample": info["flops"] * 1e-9, "train_gflop_per_sample": train_flops * 1e-9,
-           "sgemm_gflops_1thread": sg, "torch_best": best, "host": platform.node(),
-           "torch_configs": {label: {"threads": w.threads, "env": w.env, "format": fmt} for w, fmt, label in configs},
-           "cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "results": {}}
-    print("\n%-26s %11s %9s %9s %9s %10s" % ("", "samples/s", "best", "GFLOP/s", "per core", "efficiency"))
-    rows = ([("tessera", "tessera", a.threads)] if res["tessera"] else []) + \
-        [(label, label + (" *" if label == best else ""), w.threads) for w, _, label in configs]
-    for key, label, cores in rows:
-        s = summarize(res[key])
-        gf = s["median"] * train_flops * 1e-9
-        s.update(gflops=gf, gflops_per_core=gf / cores, efficiency=gf / cores / sg["median"])
-        out["results"][key] = s
-        print("%-26s %11.1f %9.1f %9.2f %9.2f %9.1f%%" % (label, s["median"], s["best"], gf, gf / cores,
-                                                          100 * s["efficiency"]))
-    print("SGEMM 1024^3, 1 thread (OpenBLAS%s): median %.1f GFLOP/s, best %.1f"
-          % ("" if sg_cmd else " via numpy", sg["median"], sg["best"]))
-    print("(medians over rounds; per core: over the threads the row uses; efficiency = GFLOP/s per core / median\n"
-          " SGEMM; torch tN: torch.set_num_threads(N); ob1: OPENBLAS_NUM_THREADS=1; ompN: OMP_NUM_THREADS=N (both\n"
-          " unset otherwise); nchw / cl: default / channels_last memory format; * = PyTorch's best configuration)")
-    if res["tessera"]:
-        per_round = [t / p for t, p in zip(res["tessera"], res[best])]
-        out["ratio_tessera_over_pytorch"] = {"median_of_rounds": statistics.median(per_round),
-                                             "of_medians": statistics.median(res["tessera"]) /
-                                             statistics.median(res[best]), "per_round": per_round}
-        print("ratio Tessera / PyTorch (best: %s): %.2fx (median of per-round ratios; range %.2f-%.2f)"
-              % (best, statistics.median(per_round), min(per_round), max(per_round)))
-    print("machine load at the end: %.2f %.2f %.2f" % os.getloadavg())
+    sg1, sgn = summarize(res["sgemm 1"]), summarize(res["sgemm %d" % a.threads])
+    out = {"threads": a.threads, "rounds": a.rounds, "samples": a.samples, "tessera_epochs": a.epochs,
+           "precisions": a.precisions, "sgemm_gflops_1thread": sg1, "sgemm_gflops_%dthreads" % a.threads: sgn,
+           "host": platform.node(), "cpus": os.cpu_count(), "loadavg_start": load_start, "models": {}}
+    for m in ms:
+        report(a, m, m["res"], m["configs"], sg1, sgn, out)
+    print("\nSGEMM 1024^3 (OpenBLAS%s): 1 thread median %.1f GFLOP/s (best %.1f), %d threads median %.1f (best %.1f)"
+          % ("" if sg_cmd else " via numpy", sg1["median"], sg1["best"], a.threads, sgn["median"], sgn["best"]))
+    print("(medians over rounds; / SGEMM %d: GFLOP/s over the %d-thread SGEMM median; peak MiB: ru_maxrss, the\n"
+          " largest over rounds for Tessera, over the whole run for a PyTorch process (both formats); torch tN:\n"
+          " torch.set_num_threads(N); ob1: OPENBLAS_NUM_THREADS=1; ompN: OMP_NUM_THREADS=N (both unset otherwise);\n"
+          " nchw / cl: default / channels_last memory format; * = PyTorch's best configuration)" % (a.threads, a.threads))
+    out["loadavg_end"] = os.getloadavg()
+    print("machine load at the end: %.2f %.2f %.2f" % out["loadavg_end"])
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)

@@ -1,7 +1,7 @@
-/* sgemm_rate: single-thread OpenBLAS SGEMM rate (GFLOP/s) of an N^3 product, the machine's practical
- * per-core peak that bench_train.py divides achieved training GFLOP/s by. Prints the best of REPS
- * timings (the least disturbed on a shared machine). Built on the fly by bench_train.py:
- *   gcc -O2 sgemm_rate.c -o sgemm_rate $(pkg-config --cflags --libs openblas) && ./sgemm_rate 1024 10 */
+/* sgemm_rate: OpenBLAS SGEMM rate (GFLOP/s) of an N^3 product on THREADS threads (default 1), the
+ * machine's practical peak that bench_train.py divides achieved training GFLOP/s by. Prints the best
+ * of REPS timings (the least disturbed on a shared machine). Built on the fly by bench_train.py:
+ *   gcc -O2 sgemm_rate.c -o sgemm_rate $(pkg-config --cflags --libs openblas) && ./sgemm_rate 1024 10 2 */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +15,12 @@ static double now(void) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 1024, reps = argc > 2 ? atoi(argv[2]) : 10;
-  if (n < 16 || reps < 1) {
-    fprintf(stderr, "usage: %s [N >= 16] [REPS >= 1]\n", argv[0]);
+  int threads = argc > 3 ? atoi(argv[3]) : 1;
+  if (n < 16 || reps < 1 || threads < 1) {
+    fprintf(stderr, "usage: %s [N >= 16] [REPS >= 1] [THREADS >= 1]\n", argv[0]);
     return 2;
   }
-  openblas_set_num_threads(1);
+  openblas_set_num_threads(threads);
   size_t len = (size_t)n * n;
   float *a = malloc(len * sizeof *a), *b = malloc(len * sizeof *b), *c = malloc(len * sizeof *c);
   if (!a || !b || !c) {

@@ -1,6 +1,7 @@
 /* Batch normalisation whose statistics span the whole batch while slices run as separate tasks
- * (PyTorch BatchNorm2d training semantics). oneDNN computes statistics per call, and a call sees
- * one slice only, hence plain loops. Layouts of the [2c] buffers are planar: acc = [sum[c] |
+ * (PyTorch BatchNorm2d training semantics), optionally with the following relu fused, on plain or
+ * blocked activations. oneDNN computes statistics per call, and a call sees one slice only, hence
+ * our own loops. Layouts of the [2c] buffers are planar: acc = [sum[c] |
  * sumsq[c]] (forward) or [sum dy[c] | sum dy*xhat[c]] (backward), stat = [mean[c] | invstd[c]].
  * Every per-channel loop runs over h*w contiguous values and is marked for SIMD reduction. */
 #include <math.h>
@@ -15,10 +16,113 @@
 #define TSR_SIMD(clause)
 #endif
 
-/* ---- raw kernels ---- */
+/* ---- raw kernels ----
+ * Plain NCHW runs per (sample, channel) over h*w contiguous values; the blocked layout nChw{B}c
+ * per (sample, channel block) over h*w rows of B channels, with per-lane partial sums. Padding
+ * lanes get coefficients 0, so their outputs stay 0. relu: y = v > 0 ? v : v * 0 and the
+ * gradient's mask dy * (y > 0), bit for bit what the relu layer's oneDNN kernels compute. */
+
+enum { MAXB = 16 }; /* the widest channel block */
+
+static float relu_f(float v) { return v > 0 ? v : v * 0.f; }
+static float relu_mask(float g, float y) { return y > 0 ? g : g * 0.f; }
+
+static size_t plane(const struct _tsr_bn_desc *d) { return (size_t)d->h * d->w; }
+static int nblocks(const struct _tsr_bn_desc *d) { return (d->c + d->blk - 1) / d->blk; }
+
+/* Channels of block cb: lanes [0, valid) are real. */
+static int lanes(const struct _tsr_bn_desc *d, int cb) {
+  int v = d->c - cb * d->blk;
+  return v < d->blk ? v : d->blk;
+}
+
+#define BLOCKED static inline __attribute__((always_inline)) void
+BLOCKED stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, double *acc) {
+  const size_t hw = plane(d);
+  const int nb = nblocks(d), c = d->c;
+  for (int i = 0; i < d->n; i++)
+    for (int cb = 0; cb < nb; cb++) {
+      const float *restrict xp = x + ((size_t)i * nb + cb) * hw * B;
+      double s[MAXB] = {0}, ss[MAXB] = {0};
+      for (size_t k = 0; k < hw; k++) {
+        TSR_SIMD(omp simd)
+        for (int j = 0; j < B; j++) {
+          double v = xp[k * B + j];
+          s[j] += v;
+          ss[j] += v * v;
+        }
+      }
+      for (int j = 0; j < lanes(d, cb); j++) acc[cb * B + j] += s[j], acc[c + cb * B + j] += ss[j];
+    }
+}
+
+static inline void normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *mean,
+                                const float *spread, int eval, const float *gamma, const float *beta, float *y);
+static inline void bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat,
+                                const float *dy, const float *y, double *acc);
+static inline void bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat,
+                               const float *gamma, const double *acc, const float *dy, const float *y, float *dx);
+
+/* The blocked kernels with the block as a constant, so that the lane loops unroll into registers;
+ * nChw16c (chosen on AVX-512 CPUs) in AVX-512 code where the CPU has it. Each lane sums over the
+ * pixels in order whatever the vector width. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#define AVX512 __attribute__((target("avx512f")))
+static int has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#else
+#define AVX512
+static int has_avx512(void) { return 0; }
+#endif
+
+AVX512 static void stats_16(const struct _tsr_bn_desc *d, const float *x, double *acc) {
+  stats_blocked_b(16, d, x, acc);
+}
+AVX512 static void normalise_16(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread,
+                                int eval, const float *gamma, const float *beta, float *y) {
+  normalise_blocked_b(16, d, x, mean, spread, eval, gamma, beta, y);
+}
+AVX512 static void bwd_stats_16(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+                                const float *y, double *acc) {
+  bwd_stats_blocked_b(16, d, x, stat, dy, y, acc);
+}
+AVX512 static void bwd_data_16(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                               const double *acc, const float *dy, const float *y, float *dx) {
+  bwd_data_blocked_b(16, d, x, stat, gamma, acc, dy, y, dx);
+}
+
+static void stats_blocked(const struct _tsr_bn_desc *d, const float *x, double *acc) {
+  if (d->blk == 16 && has_avx512()) stats_16(d, x, acc);
+  else if (d->blk == 16) stats_blocked_b(16, d, x, acc);
+  else stats_blocked_b(8, d, x, acc);
+}
+
+static void normalise_blocked(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread,
+                              int eval, const float *gamma, const float *beta, float *y) {
+  if (d->blk == 16 && has_avx512()) normalise_16(d, x, mean, spread, eval, gamma, beta, y);
+  else if (d->blk == 16) normalise_blocked_b(16, d, x, mean, spread, eval, gamma, beta, y);
+  else normalise_blocked_b(8, d, x, mean, spread, eval, gamma, beta, y);
+}
+
+static void bwd_stats_blocked(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+                              const float *y, double *acc) {
+  if (d->blk == 16 && has_avx512()) bwd_stats_16(d, x, stat, dy, y, acc);
+  else if (d->blk == 16) bwd_stats_blocked_b(16, d, x, stat, dy, y, acc);
+  else bwd_stats_blocked_b(8, d, x, stat, dy, y, acc);
+}
+
+static void bwd_data_blocked(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                             const double *acc, const float *dy, const float *y, float *dx) {
+  if (d->blk == 16 && has_avx512()) bwd_data_16(d, x, stat, gamma, acc, dy, y, dx);
+  else if (d->blk == 16) bwd_data_blocked_b(16, d, x, stat, gamma, acc, dy, y, dx);
+  else bwd_data_blocked_b(8, d, x, stat, gamma, acc, dy, y, dx);
+}
 
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
-  const size_t hw = (size_t)d->h * d->w;
+  if (d->blk) {
+    stats_blocked(d, x, acc);
+    return;
+  }
+  const size_t hw = plane(d);
   const int c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
@@ -56,18 +160,56 @@ void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float
  * when `eval`, a = gamma / sqrt(var + eps) in double (the running statistics, as PyTorch's eval
  * mode): centring first keeps the float error relative to the spread of x rather than to its mean
  * (the folded a x + b cancels when |mean| >> std). `spread` is invstd, or var when eval. */
+static float scale_of(const struct _tsr_bn_desc *d, const float *spread, int eval, const float *gamma, int ch) {
+  return eval ? (float)(gamma[ch] / sqrt((double)spread[ch] + d->eps)) : gamma[ch] * spread[ch];
+}
+
+BLOCKED normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread,
+                              int eval, const float *gamma, const float *beta, float *y) {
+  const size_t hw = plane(d);
+  const int nb = nblocks(d), relu = d->relu;
+  for (int cb = 0; cb < nb; cb++) {
+    float a[MAXB] = {0}, m[MAXB] = {0}, b[MAXB] = {0};
+    for (int j = 0; j < lanes(d, cb); j++) {
+      int ch = cb * B + j;
+      a[j] = scale_of(d, spread, eval, gamma, ch), m[j] = mean[ch], b[j] = beta[ch];
+    }
+    for (int i = 0; i < d->n; i++) {
+      const size_t off = ((size_t)i * nb + cb) * hw * B;
+      const float *restrict xp = x + off;
+      float *restrict yp = y + off;
+      for (size_t k = 0; k < hw; k++) {
+        TSR_SIMD(omp simd)
+        for (int j = 0; j < B; j++) {
+          float v = a[j] * (xp[k * B + j] - m[j]) + b[j];
+          yp[k * B + j] = relu ? relu_f(v) : v;
+        }
+      }
+    }
+  }
+}
+
 static void normalise(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread, int eval,
                       const float *gamma, const float *beta, float *y) {
-  const size_t hw = (size_t)d->h * d->w;
+  if (d->blk) {
+    normalise_blocked(d, x, mean, spread, eval, gamma, beta, y);
+    return;
+  }
+  const size_t hw = plane(d);
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < d->c; ch++) {
       const size_t off = ((size_t)i * d->c + ch) * hw;
       const float *restrict xp = x + off;
       float *restrict yp = y + off;
-      const float a = eval ? (float)(gamma[ch] / sqrt((double)spread[ch] + d->eps)) : gamma[ch] * spread[ch];
+      const float a = scale_of(d, spread, eval, gamma, ch);
       const float m = mean[ch], b = beta[ch];
-      TSR_SIMD(omp simd)
-      for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
+      if (d->relu) {
+        TSR_SIMD(omp simd)
+        for (size_t k = 0; k < hw; k++) yp[k] = relu_f(a * (xp[k] - m) + b);
+      } else {
+        TSR_SIMD(omp simd)
+        for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
+      }
     }
 }
 
@@ -81,9 +223,50 @@ void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
   normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
 }
 
+BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+                              const float *y, double *acc) {
+  const size_t hw = plane(d);
+  const int nb = nblocks(d), c = d->c;
+  for (int cb = 0; cb < nb; cb++) {
+    double mean[MAXB] = {0};
+    for (int j = 0; j < lanes(d, cb); j++) mean[j] = stat[cb * B + j];
+    for (int i = 0; i < d->n; i++) {
+      const size_t off = ((size_t)i * nb + cb) * hw * B;
+      const float *restrict xp = x + off;
+      const float *restrict gp = dy + off;
+      const float *restrict yp = d->relu ? y + off : NULL;
+      double s[MAXB] = {0}, sx[MAXB] = {0};
+      for (size_t e = 0; yp && e < hw * B; e += B) {
+        TSR_SIMD(omp simd)
+        for (int j = 0; j < B; j++) {
+          double g = relu_mask(gp[e + j], yp[e + j]);
+          s[j] += g;
+          sx[j] += g * ((double)xp[e + j] - mean[j]);
+        }
+      }
+      for (size_t e = 0; !yp && e < hw * B; e += B) {
+        TSR_SIMD(omp simd)
+        for (int j = 0; j < B; j++) {
+          double g = gp[e + j];
+          s[j] += g;
+          sx[j] += g * ((double)xp[e + j] - mean[j]);
+        }
+      }
+      for (int j = 0; j < lanes(d, cb); j++) {
+        acc[cb * B + j] += s[j];
+        acc[c + cb * B + j] += sx[j] * stat[c + cb * B + j];
+      }
+    }
+  }
+}
+
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           double *acc) {
-  const size_t hw = (size_t)d->h * d->w;
+                           const float *y, double *acc) {
+  if (d->blk) {
+    bwd_stats_blocked(d, x, stat, dy, y, acc);
+    return;
+  }
+  const size_t hw = plane(d);
   const int c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
@@ -93,11 +276,21 @@ void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const f
       const double mean = stat[ch];
       double s = 0, sx = 0;
       /* centred before the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
-      TSR_SIMD(omp simd reduction(+ : s, sx))
-      for (size_t k = 0; k < hw; k++) {
-        double g = gp[k];
-        s += g;
-        sx += g * ((double)xp[k] - mean);
+      if (d->relu) {
+        const float *restrict yp = y + off;
+        TSR_SIMD(omp simd reduction(+ : s, sx))
+        for (size_t k = 0; k < hw; k++) {
+          double g = relu_mask(gp[k], yp[k]);
+          s += g;
+          sx += g * ((double)xp[k] - mean);
+        }
+      } else {
+        TSR_SIMD(omp simd reduction(+ : s, sx))
+        for (size_t k = 0; k < hw; k++) {
+          double g = gp[k];
+          s += g;
+          sx += g * ((double)xp[k] - mean);
+        }
       }
       acc[ch] += s;
       acc[c + ch] += sx * stat[c + ch];
@@ -111,10 +304,59 @@ void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, flo
   }
 }
 
+/* dx = k (dy - mean(dy)) - k invstd mean(dy xhat) (x - mean), k = gamma invstd, as
+ * dx = kf dy - shift - slope (x - mean) with the coefficients of channel ch. */
+struct bwd_coef {
+  float kf, shift, slope, mean;
+};
+
+static struct bwd_coef bwd_coef(const struct _tsr_bn_desc *d, const float *stat, const float *gamma,
+                                const double *acc, int ch) {
+  const double m = (double)d->total * plane(d);
+  const double invstd = stat[d->c + ch];
+  const double k = gamma[ch] * invstd;
+  return (struct bwd_coef){(float)k, (float)(k * acc[ch] / m), (float)(k * invstd * acc[d->c + ch] / m), stat[ch]};
+}
+
+BLOCKED bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                             const double *acc, const float *dy, const float *y, float *dx) {
+  const size_t hw = plane(d);
+  const int nb = nblocks(d);
+  for (int cb = 0; cb < nb; cb++) {
+    float kf[MAXB] = {0}, shift[MAXB] = {0}, slope[MAXB] = {0}, mean[MAXB] = {0};
+    for (int j = 0; j < lanes(d, cb); j++) {
+      struct bwd_coef q = bwd_coef(d, stat, gamma, acc, cb * B + j);
+      kf[j] = q.kf, shift[j] = q.shift, slope[j] = q.slope, mean[j] = q.mean;
+    }
+    for (int i = 0; i < d->n; i++) {
+      const size_t off = ((size_t)i * nb + cb) * hw * B;
+      const float *restrict xp = x + off;
+      const float *restrict gp = dy + off;
+      const float *restrict yp = d->relu ? y + off : NULL;
+      float *restrict dp = dx + off;
+      if (yp) {
+        for (size_t e = 0; e < hw * B; e += B) {
+          TSR_SIMD(omp simd)
+          for (int j = 0; j < B; j++)
+            dp[e + j] = kf[j] * relu_mask(gp[e + j], yp[e + j]) - shift[j] - slope[j] * (xp[e + j] - mean[j]);
+        }
+      } else {
+        for (size_t e = 0; e < hw * B; e += B) {
+          TSR_SIMD(omp simd)
+          for (int j = 0; j < B; j++) dp[e + j] = kf[j] * gp[e + j] - shift[j] - slope[j] * (xp[e + j] - mean[j]);
+        }
+      }
+    }
+  }
+}
+
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                          const double *acc, const float *dy, float *dx) {
-  const size_t hw = (size_t)d->h * d->w;
-  const double m = (double)d->total * hw;
+                          const double *acc, const float *dy, const float *y, float *dx) {
+  if (d->blk) {
+    bwd_data_blocked(d, x, stat, gamma, acc, dy, y, dx);
+    return;
+  }
+  const size_t hw = plane(d);
   const int c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
@@ -122,15 +364,16 @@ void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
       const float *restrict xp = x + off;
       const float *restrict gp = dy + off;
       float *restrict dp = dx + off;
-      /* dx = k (dy - mean(dy)) - k invstd mean(dy xhat) (x - mean), k = gamma invstd */
-      const double invstd = stat[c + ch];
-      const double k = gamma[ch] * invstd;
-      const float kf = (float)k;
-      const float shift = (float)(k * acc[ch] / m);
-      const float slope = (float)(k * invstd * acc[c + ch] / m);
-      const float mean = stat[ch];
-      TSR_SIMD(omp simd)
-      for (size_t j = 0; j < hw; j++) dp[j] = kf * gp[j] - shift - slope * (xp[j] - mean);
+      const struct bwd_coef q = bwd_coef(d, stat, gamma, acc, ch);
+      const float kf = q.kf, shift = q.shift, slope = q.slope, mean = q.mean;
+      if (d->relu) {
+        const float *restrict yp = y + off;
+        TSR_SIMD(omp simd)
+        for (size_t j = 0; j < hw; j++) dp[j] = kf * relu_mask(gp[j], yp[j]) - shift - slope * (xp[j] - mean);
+      } else {
+        TSR_SIMD(omp simd)
+        for (size_t j = 0; j < hw; j++) dp[j] = kf * gp[j] - shift - slope * (xp[j] - mean);
+      }
     }
 }
 
@@ -172,9 +415,12 @@ static void bn_fwd_eval_cpu(void *buffers[], void *arg) {
                        TSR_BUF(buffers, 4), TSR_BUF(buffers, 5));
 }
 
+/* Buffers: x, stat, dy, acc, and y when relu */
 static void bn_bwd_stats_cpu(void *buffers[], void *arg) {
+  const struct _tsr_bn_desc *d = arg;
   _tsr_worker_enter();
-  _tsr_bn_bwd_stats_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_DBUF(buffers, 3));
+  _tsr_bn_bwd_stats_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
+                        d->relu ? TSR_BUF(buffers, 4) : NULL, TSR_DBUF(buffers, 3));
 }
 
 static void bn_bwd_params_cpu(void *buffers[], void *arg) {
@@ -182,10 +428,12 @@ static void bn_bwd_params_cpu(void *buffers[], void *arg) {
   _tsr_bn_bwd_params_cpu(arg, TSR_DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
 }
 
+/* Buffers: x, stat, gamma, acc, dy, dx, and y when relu */
 static void bn_bwd_data_cpu(void *buffers[], void *arg) {
+  const struct _tsr_bn_desc *d = arg;
   _tsr_worker_enter();
-  _tsr_bn_bwd_data_cpu(arg, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_DBUF(buffers, 3),
-                       TSR_BUF(buffers, 4), TSR_BUF(buffers, 5));
+  _tsr_bn_bwd_data_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_DBUF(buffers, 3),
+                       TSR_BUF(buffers, 4), d->relu ? TSR_BUF(buffers, 6) : NULL, TSR_BUF(buffers, 5));
 }
 
 #ifdef TSR_CUDA_CODELETS
@@ -272,7 +520,11 @@ int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x
 }
 
 int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
-                             starpu_data_handle_t dy, starpu_data_handle_t acc, const char *name) {
+                             starpu_data_handle_t dy, starpu_data_handle_t y, starpu_data_handle_t acc,
+                             const char *name) {
+  if (d->relu)
+    SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, _tsr_accum_mode()},
+           {y, STARPU_R});
   SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, _tsr_accum_mode()});
 }
 
@@ -283,7 +535,10 @@ int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t
 
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                             starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
-                            starpu_data_handle_t dx, const char *name) {
+                            starpu_data_handle_t y, starpu_data_handle_t dx, const char *name) {
+  if (d->relu)
+    SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
+           {dy, STARPU_R}, {dx, STARPU_W}, {y, STARPU_R});
   SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
          {dy, STARPU_R}, {dx, STARPU_W});
 }

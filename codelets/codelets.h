@@ -42,6 +42,8 @@ struct _tsr_conv_desc {
   int kh, kw, sh, sw, ph, pw, dh, dw; /* dilation 1 = none */
   int oph, opw;         /* transposed only: output padding */
   int has_bias;
+  int src_blk, dst_blk; /* CPU: channel block of the input's and output's layout (and of their
+                         * gradients'), 0 plain NCHW; blocked nChw{B}c has zero padding channels */
 };
 
 void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
@@ -70,6 +72,7 @@ int _tsr_insert_deconv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data
 struct _tsr_pool_desc {
   int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
   int is_max;           /* 1 max, 0 average (padding counted, as PyTorch's default) */
+  int blk;              /* CPU: channel block of x and y (and their gradients), 0 plain NCHW */
 };
 /* Bytes of the saved state of max pooling for one slice (0 for average). */
 size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d);
@@ -110,6 +113,9 @@ struct _tsr_bn_desc {
   int n, c, h, w;       /* slice */
   int64_t total;        /* samples in the whole batch (all slices) */
   float eps, momentum;
+  int blk;              /* CPU: channel block of x, y and their gradients (0: plain NCHW) */
+  int relu;             /* CPU: y = relu(batchnorm(x)); backward takes dy of the relu's output and
+                         * reads y (the extra buffer of the bwd tasks) for its mask */
 };
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
@@ -119,12 +125,13 @@ void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *
 /* eval: normalise with the running statistics */
 void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
                           const float *running_var, const float *gamma, const float *beta, float *y);
+/* y: the forward's output, read when d->relu (NULL otherwise) */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           double *acc);                                                 /* acc += */
+                           const float *y, double *acc);                                 /* acc += */
 /* dgamma += sum(dy xhat), dbeta += sum(dy) */
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                          const double *acc, const float *dy, float *dx);
+                          const double *acc, const float *dy, const float *y, float *dx);
 /* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The graph zeroes acc handles
  * (with _tsr_insert_zero_doubles) before the first slice's stats task. */
 int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name);
@@ -136,13 +143,15 @@ int _tsr_insert_bn_fwd(const struct _tsr_bn_desc *d, starpu_data_handle_t x, sta
 int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
                             starpu_data_handle_t running_var, starpu_data_handle_t gamma, starpu_data_handle_t beta,
                             starpu_data_handle_t y, const char *name);
+/* y: the forward's output when d->relu, else NULL */
 int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
-                             starpu_data_handle_t dy, starpu_data_handle_t acc, const char *name);
+                             starpu_data_handle_t dy, starpu_data_handle_t y, starpu_data_handle_t acc,
+                             const char *name);
 int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
                               starpu_data_handle_t dbeta, const char *name);
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                             starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
-                            starpu_data_handle_t dx, const char *name);
+                            starpu_data_handle_t y, starpu_data_handle_t dx, const char *name);
 
 /* ---- dropout (dropout.c): the mask is a pure function of (seed, element index), so backward
  * recomputes it and results do not depend on which worker runs the task. ---- */
@@ -164,6 +173,7 @@ int _tsr_insert_dropout_bwd(const struct _tsr_dropout_desc *d, uint64_t seed, st
 struct _tsr_concat_desc {
   int n, h, w, k;       /* k inputs */
   int c[TSR_MAX_CONCAT];
+  int blk;              /* CPU: channel block of every input and the output (0: plain NCHW) */
 };
 void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y);
 void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs);

@@ -1,6 +1,7 @@
-/* Channel concatenation of k NCHW tensors (and its backward, which splits the gradient) and the
- * element-wise sum of k tensors. Tasks carry k + 1 buffers, so past 7 inputs they rely on
- * _tsr_submit's dynamic handles (the codelet's buffers[] array is then StarPU's dynamic one). */
+/* Channel concatenation of k tensors, plain NCHW or blocked (and its backward, which splits the
+ * gradient), and the element-wise sum of k tensors (any layout). Tasks carry k + 1 buffers, so
+ * past 7 inputs they rely on _tsr_submit's dynamic handles (the codelet's buffers[] array is then
+ * StarPU's dynamic one). */
 #include <errno.h>
 #include <string.h>
 
@@ -8,26 +9,51 @@
 #include "cuda_util.h"
 #include "runtime/error.h"
 
-void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y) {
-  size_t hw = (size_t)d->h * d->w;
-  for (int s = 0; s < d->n; s++) {
-    for (int i = 0; i < d->k; i++) {
-      size_t len = (size_t)d->c[i] * hw;
-      memcpy(y, xs[i] + s * len, len * sizeof(*y));
-      y += len;
+static size_t sample_elems(int c, int blk, size_t hw) { return (size_t)(blk ? (c + blk - 1) / blk * blk : c) * hw; }
+
+/* Copies channels [s0, s0 + nch) of one sample to channels [d0, d0 + nch) of another, both in the
+ * layout of channel block blk: in runs that stay within one block on both sides (whole planes or
+ * blocks when aligned). Padding channels are not touched (they stay zero). */
+static void copy_channels(int blk, size_t hw, const float *src, int s0, float *dst, int d0, int nch) {
+  if (!blk) {
+    memcpy(dst + (size_t)d0 * hw, src + (size_t)s0 * hw, (size_t)nch * hw * sizeof(float));
+    return;
+  }
+  while (nch > 0) {
+    int run = blk - s0 % blk < blk - d0 % blk ? blk - s0 % blk : blk - d0 % blk;
+    if (run > nch) run = nch;
+    const float *restrict sp = src + (size_t)(s0 / blk) * hw * blk + s0 % blk;
+    float *restrict dp = dst + (size_t)(d0 / blk) * hw * blk + d0 % blk;
+    if (run == blk) {
+      memcpy(dp, sp, hw * blk * sizeof(float));
+    } else if (run == 8) { /* half a 16-block: a DenseNet's growth of 8 */
+      for (size_t k = 0; k < hw; k++) memcpy(dp + k * blk, sp + k * blk, 8 * sizeof(float));
+    } else {
+      for (size_t k = 0; k < hw; k++)
+        for (int j = 0; j < run; j++) dp[k * blk + j] = sp[k * blk + j];
     }
+    s0 += run, d0 += run, nch -= run;
   }
 }
 
+static int total_channels(const struct _tsr_concat_desc *d) {
+  int c = 0;
+  for (int i = 0; i < d->k; i++) c += d->c[i];
+  return c;
+}
+
+void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y) {
+  size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw);
+  for (int s = 0; s < d->n; s++)
+    for (int i = 0, off = 0; i < d->k; off += d->c[i], i++)
+      copy_channels(d->blk, hw, xs[i] + s * sample_elems(d->c[i], d->blk, hw), 0, y + s * ly, off, d->c[i]);
+}
+
 void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs) {
-  size_t hw = (size_t)d->h * d->w;
-  for (int s = 0; s < d->n; s++) {
-    for (int i = 0; i < d->k; i++) {
-      size_t len = (size_t)d->c[i] * hw;
-      memcpy(dxs[i] + s * len, dy, len * sizeof(*dy));
-      dy += len;
-    }
-  }
+  size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw);
+  for (int s = 0; s < d->n; s++)
+    for (int i = 0, off = 0; i < d->k; off += d->c[i], i++)
+      copy_channels(d->blk, hw, dy + s * ly, off, dxs[i] + s * sample_elems(d->c[i], d->blk, hw), 0, d->c[i]);
 }
 
 /* Blocked so that the partial sums stay in L1 while every input streams through once. */

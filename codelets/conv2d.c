@@ -1,6 +1,6 @@
 /* conv2d on oneDNN, and the plan code shared with conv_transpose2d.c: per (thread, descriptor,
  * pass) one cached plan holds the primitive, its memory objects and the reorders between the
- * caller's NCHW activations / PyTorch weights and the layouts oneDNN chose. Calls allocate
+ * caller's activations (NCHW or blocked) / PyTorch weights and the layouts oneDNN chose. Calls allocate
  * nothing: inner buffers and oneDNN's scratchpad come from _tsr_scratch. Weight gradients are
  * computed into scratch and added by a reorder with a sum post-op (slices accumulate). */
 #include <stdatomic.h>
@@ -17,15 +17,21 @@
 
 #define CONV_CACHE_TAG 0x636f6e76 /* "conv" */
 
-/* Which tensors let oneDNN pick the layout (bit per role). Blocked layouts cost a reorder of
- * the slice in and out per call, yet measured here (one thread, slices of 16, 64x64 and 32x32)
- * the blocked jit kernels beat the plain gemm ones 2-3x on 3x3 convs and 1.3-2x on stride-2
- * transposed convs. A 1x1 conv on NCHW is a plain GEMM with no im2col: plain was ~10% faster. */
+/* Which tensors let oneDNN pick the layout (bit per role). The trainer keeps activations in the
+ * blocked layout the jit kernels want (src_blk, dst_blk), so no reorder runs for them; where a side
+ * is plain (the model's input and output), a blocked layout costs a reorder of the slice per call,
+ * yet measured here (one thread, slices of 16, 64x64 and 32x32) the blocked jit kernels beat the
+ * plain gemm ones 2-3x on 3x3 convs and 1.3-2x on stride-2 transposed convs. A 1x1 conv between
+ * plain tensors is a plain GEMM with no im2col: plain was ~10% faster. */
 enum { ROLE_SRC, ROLE_WEI, ROLE_BIA, ROLE_DST, NROLE };
 
 static int any_roles(const struct _tsr_conv_desc *d, int deconv) {
   int pointwise = !deconv && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->ph == 0 && d->pw == 0;
-  return pointwise ? 0 : (1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST);
+  return pointwise && !d->src_blk && !d->dst_blk ? 0 : (1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST);
+}
+
+static int role_blk(const struct _tsr_conv_desc *d, int r) {
+  return r == ROLE_SRC ? d->src_blk : r == ROLE_DST ? d->dst_blk : 0;
 }
 
 struct plan_arg {
@@ -85,10 +91,10 @@ static void plan_free(void *p) {
 static void plain_mds(const struct _tsr_conv_desc *d, int deconv, dnnl_memory_desc_t md[NROLE]) {
   dnnl_dims_t src = {d->n, d->ci, d->h, d->w}, dst = {d->n, d->co, d->oh, d->ow};
   dnnl_dims_t wei = {d->co, d->ci, d->kh, d->kw}, bia = {d->co};
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_SRC], 4, src, dnnl_f32, dnnl_nchw));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_SRC], 4, src, dnnl_f32, _tsr_act_tag(d->src_blk)));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_WEI], 4, wei, dnnl_f32, deconv ? dnnl_iohw : dnnl_oihw));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_BIA], 1, bia, dnnl_f32, dnnl_x));
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_DST], 4, dst, dnnl_f32, dnnl_nchw));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_DST], 4, dst, dnnl_f32, _tsr_act_tag(d->dst_blk)));
 }
 
 /* Op descriptor for one pass; `md` carries the layouts asked for (any or plain). */
@@ -157,37 +163,35 @@ static void plan_arg_init(struct plan_arg *a, int exec_arg, int is_out, int accu
   if (attr) dnnl_primitive_attr_destroy(attr);
 }
 
-/* Memory descriptors asked of oneDNN: layout `any` for the roles of any_roles, bf16 for `bf16`. */
-static void ask_mds(const struct _tsr_conv_desc *d, int deconv, int bf16, const dnnl_memory_desc_t user[NROLE],
-                    dnnl_memory_desc_t ask[NROLE]) {
+/* Memory descriptors asked of oneDNN: with `exact`, the caller's blocked layout for blocked
+ * activations; layout `any` for the other roles of any_roles; bf16 for the roles of `bf16`. */
+static void ask_mds(const struct _tsr_conv_desc *d, int deconv, int bf16, int exact,
+                    const dnnl_memory_desc_t user[NROLE], dnnl_memory_desc_t ask[NROLE]) {
   /* bf16 kernels (brgconv, AMX) want blocked layouts also for 1x1 */
   int any = bf16 ? (1 << ROLE_SRC) | (1 << ROLE_WEI) | (1 << ROLE_DST) : any_roles(d, deconv);
   for (int r = 0; r < NROLE; r++) {
     dnnl_data_type_t dt = bf16 & (1 << r) ? dnnl_bf16 : dnnl_f32;
-    if (any & (1 << r))
-      TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims, dt, dnnl_format_tag_any));
-    else
-      TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims, dt,
-                                                  r == ROLE_BIA ? dnnl_x : r == ROLE_WEI && deconv ? dnnl_iohw
-                                                                         : r == ROLE_WEI ? dnnl_oihw : dnnl_nchw));
+    dnnl_format_tag_t tag = exact && role_blk(d, r) ? _tsr_act_tag(role_blk(d, r))
+                            : any & (1 << r)         ? dnnl_format_tag_any
+                            : r == ROLE_BIA          ? dnnl_x
+                            : r == ROLE_WEI          ? (deconv ? dnnl_iohw : dnnl_oihw)
+                                                     : dnnl_nchw;
+    TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&ask[r], user[r].ndims, user[r].dims, dt, tag));
   }
 }
 
-/* NULL when precision is bf16 and oneDNN has no bf16 implementation for this shape. */
-static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int pass, int precision) {
+/* The pass's primitive descriptor (backward passes take the forward one as a hint). */
+static dnnl_status_t make_pd(const struct _tsr_conv_desc *d, int deconv, int pass, int bf16, int exact,
+                             const dnnl_memory_desc_t user[NROLE], dnnl_primitive_desc_t *pd) {
   dnnl_engine_t eng = _tsr_dnnl_engine();
-  dnnl_memory_desc_t user[NROLE], ask[NROLE], hint_ask[NROLE];
-  int bf16 = precision == TSR_PRECISION_BF16;
-  plain_mds(d, deconv, user);
-  ask_mds(d, deconv, bf16 ? bf16_roles(pass) : 0, user, ask);
-  ask_mds(d, deconv, bf16 ? bf16_roles(TSR_CONV_FWD) : 0, user, hint_ask);
+  dnnl_memory_desc_t ask[NROLE], hint_ask[NROLE];
+  ask_mds(d, deconv, bf16 ? bf16_roles(pass) : 0, exact, user, ask);
+  ask_mds(d, deconv, bf16 ? bf16_roles(TSR_CONV_FWD) : 0, exact, user, hint_ask);
   dnnl_primitive_attr_t attr;
   TSR_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
   TSR_DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-
-  /* Backward passes need the forward primitive descriptor as a hint. */
   dnnl_convolution_desc_t fwd_desc, desc;
-  dnnl_primitive_desc_t hint = NULL, pd;
+  dnnl_primitive_desc_t hint = NULL;
   dnnl_status_t st = dnnl_success;
   if (pass != TSR_CONV_FWD) {
     op_desc(d, deconv, TSR_CONV_FWD, hint_ask, &fwd_desc);
@@ -196,9 +200,34 @@ static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int 
   } else {
     op_desc(d, deconv, TSR_CONV_FWD, ask, &desc);
   }
-  if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, eng, hint);
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(pd, &desc, attr, eng, hint);
   if (hint) dnnl_primitive_desc_destroy(hint);
   dnnl_primitive_attr_destroy(attr);
+  return st;
+}
+
+/* A reference implementation: far slower than a reorder around a jit kernel. */
+static int is_ref(dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+         strstr(impl, "ref");
+}
+
+/* NULL when precision is bf16 and oneDNN has no bf16 implementation for this shape. */
+static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int pass, int precision) {
+  dnnl_memory_desc_t user[NROLE];
+  int bf16 = precision == TSR_PRECISION_BF16;
+  plain_mds(d, deconv, user);
+  dnnl_primitive_desc_t pd;
+  /* The caller's blocked layouts first; a layout oneDNN chooses (and reorders) when no fast kernel
+   * takes them. */
+  int blocked = d->src_blk || d->dst_blk;
+  dnnl_status_t st = make_pd(d, deconv, pass, bf16, blocked, user, &pd);
+  if (st == dnnl_success && blocked && is_ref(pd)) {
+    dnnl_primitive_desc_destroy(pd);
+    st = dnnl_unimplemented;
+  }
+  if (st != dnnl_success && blocked) st = make_pd(d, deconv, pass, bf16, 0, user, &pd);
   if (st != dnnl_success && bf16) return NULL;
   TSR_DNNL_CHECK(st);
 

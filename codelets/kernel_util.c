@@ -211,3 +211,12 @@ void _tsr_worker_enter(void) {
   omp_set_num_threads(1);
 #endif
 }
+
+int _tsr_act_block(void) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  /* the values are sets of feature bits */
+  if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
+  return (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 ? 8 : 0;
+}
+
+dnnl_format_tag_t _tsr_act_tag(int blk) { return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw; }

@@ -44,6 +44,12 @@ void _tsr_cache_put(int tag, const void *key, size_t keylen, void *obj, void (*d
 /* Per-thread scratch buffer number `slot` (0..7) of at least `bytes` bytes, 64-byte aligned. */
 void *_tsr_scratch(int slot, size_t bytes);
 
+/* The channel block of oneDNN's blocked activation layout on this CPU: 16 (nChw16c) with AVX-512,
+ * 8 (nChw8c) with AVX2, else 0 (plain layouts only). */
+int _tsr_act_block(void);
+/* oneDNN's format tag of an activation [n, c, h, w] with channel block blk (0: nchw). */
+dnnl_format_tag_t _tsr_act_tag(int blk);
+
 /* Runs a primitive with (arg, memory) pairs and waits for it. */
 void _tsr_dnnl_run(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args);
 /* Creates a memory object with a plain layout (tag) over user memory (ptr may be NULL: set later

@@ -1,5 +1,5 @@
-/* 2-D pooling (max, and average counting the padding as PyTorch's default) on NCHW float32 with
- * oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
+/* 2-D pooling (max, and average counting the padding as PyTorch's default) on float32 NCHW or
+ * blocked nChw{B}c with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
  * workspace (the argmax of each window) during the forward so that the backward need not read x.
  * Primitives and their memory objects are built once per (thread, descriptor); a call only swaps
  * data pointers. Scratchpads are user-managed (per-thread scratch), so no call allocates. */
@@ -33,8 +33,8 @@ static void pool_prim_destroy(void *p) {
 
 static void pool_mds(const struct _tsr_pool_desc *d, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
   dnnl_dims_t sd = {d->n, d->c, d->h, d->w}, dd = {d->n, d->c, d->oh, d->ow};
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, 4, sd, dnnl_f32, dnnl_nchw));
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, 4, dd, dnnl_f32, dnnl_nchw));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, 4, sd, dnnl_f32, _tsr_act_tag(d->blk)));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, 4, dd, dnnl_f32, _tsr_act_tag(d->blk)));
 }
 
 static dnnl_primitive_attr_t user_scratchpad_attr(void) {

@@ -1,6 +1,6 @@
 /* Batch normalisation across micro-batch slices against a float64 whole-batch reference (forward,
- * running statistics, eval, finite-difference gradients), dropout's mask properties, and both
- * operations run as StarPU tasks against the raw kernels. */
+ * running statistics, eval, finite-difference gradients, fused relu on blocked layouts), dropout's
+ * mask properties, and both operations run as StarPU tasks against the raw kernels. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +78,7 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   size_t off = 0;
   for (int s = 0; s < sp->ns; s++) {
     struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
-    _tsr_bn_bwd_stats_cpu(&d, x + off, stat, dy + off, acc);
+    _tsr_bn_bwd_stats_cpu(&d, x + off, stat, dy + off, NULL, acc);
     off += (size_t)sp->sizes[s] * C * HW;
   }
   struct _tsr_bn_desc whole = slice_desc(sp->sizes[0]);
@@ -86,7 +86,7 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   off = 0;
   for (int s = 0; s < sp->ns; s++) {
     struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
-    _tsr_bn_bwd_data_cpu(&d, x + off, stat, gamma, acc, dy + off, dx + off);
+    _tsr_bn_bwd_data_cpu(&d, x + off, stat, gamma, acc, dy + off, NULL, dx + off);
     off += (size_t)sp->sizes[s] * C * HW;
   }
 }
@@ -196,6 +196,94 @@ START_TEST(bn_backward_over_slices_matches_finite_differences) {
     tt_assert_close(dx, gx, LEN, 2e-4, 1e-3, two ? "dx (2 slices)" : "dx (3 slices)");
     tt_assert_close(dgamma, gg, C, 2e-4, 1e-4, two ? "dgamma (2 slices)" : "dgamma (3 slices)");
     tt_assert_close(dbeta, gb, C, 2e-4, 1e-4, two ? "dbeta (2 slices)" : "dbeta (3 slices)");
+  }
+}
+END_TEST
+
+/* ---- batch norm + relu on blocked layouts (nChw{B}c, B = 8 and 16), against a float64 reference
+ * computed on the plain layout: 19 channels leave padding lanes, which must stay 0. ---- */
+
+enum { BN_ = 3, BC = 19, BHW = 7 };
+
+static size_t blk_index(int blk, int n, int c, int k) {
+  int nb = (BC + blk - 1) / blk;
+  return (((size_t)n * nb + c / blk) * BHW + k) * blk + c % blk;
+}
+
+START_TEST(bn_relu_on_blocked_layouts_matches_float64_reference) {
+  static const int blks[] = {8, 16}, sizes[] = {2, 1};
+  enum { PLEN = BN_ * BC * BHW };
+  float x[PLEN], dy[PLEN], gamma[BC], beta[BC];
+  tt_fill_uniform(x, PLEN, 70, 0.5f, 3.5f);
+  tt_fill_uniform(dy, PLEN, 71, -1, 1);
+  tt_fill_uniform(gamma, BC, 72, 0.5f, 1.5f);
+  tt_fill_uniform(beta, BC, 73, -0.5f, 0.5f);
+  /* reference: z = bn(x), y = relu(z); g = dy (z > 0); dx = k (g - mean g - xhat mean(g xhat)) */
+  double ry[PLEN], rdx[PLEN], rdg[BC], rdb[BC];
+  for (int c = 0; c < BC; c++) {
+    double s = 0, ss = 0, m = BN_ * BHW;
+    for (int n = 0; n < BN_; n++)
+      for (int k = 0; k < BHW; k++) s += x[(n * BC + c) * BHW + k];
+    double mean = s / m;
+    for (int n = 0; n < BN_; n++)
+      for (int k = 0; k < BHW; k++) ss += pow(x[(n * BC + c) * BHW + k] - mean, 2);
+    double invstd = 1 / sqrt(ss / m + EPS), sg = 0, sgx = 0;
+    for (int n = 0; n < BN_; n++)
+      for (int k = 0; k < BHW; k++) {
+        int i = (n * BC + c) * BHW + k;
+        double xh = (x[i] - mean) * invstd, z = gamma[c] * xh + beta[c], g = z > 0 ? dy[i] : 0;
+        ry[i] = z > 0 ? z : 0;
+        sg += g, sgx += g * xh;
+      }
+    rdg[c] = sgx, rdb[c] = sg;
+    for (int n = 0; n < BN_; n++)
+      for (int k = 0; k < BHW; k++) {
+        int i = (n * BC + c) * BHW + k;
+        double xh = (x[i] - mean) * invstd, g = ry[i] > 0 ? dy[i] : 0;
+        rdx[i] = gamma[c] * invstd * (g - sg / m - xh * sgx / m);
+      }
+  }
+  for (size_t b = 0; b < sizeof blks / sizeof blks[0]; b++) {
+    int blk = blks[b];
+    size_t blen = (size_t)BN_ * ((BC + blk - 1) / blk * blk) * BHW;
+    float *bx = calloc(blen, 4), *bdy = calloc(blen, 4), *by = calloc(blen, 4), *bdx = calloc(blen, 4);
+    for (int n = 0; n < BN_; n++)
+      for (int c = 0; c < BC; c++)
+        for (int k = 0; k < BHW; k++) {
+          bx[blk_index(blk, n, c, k)] = x[(n * BC + c) * BHW + k];
+          bdy[blk_index(blk, n, c, k)] = dy[(n * BC + c) * BHW + k];
+        }
+    float stat[2 * BC], rmean[BC] = {0}, rvar[BC] = {0}, dg[BC] = {0}, db[BC] = {0};
+    double acc[2 * BC] = {0}, bacc[2 * BC] = {0};
+    struct _tsr_bn_desc d[2];
+    size_t off[2] = {0, (size_t)sizes[0] * blen / BN_};
+    for (int s = 0; s < 2; s++) {
+      d[s] = (struct _tsr_bn_desc){.n = sizes[s], .c = BC, .h = 1, .w = BHW, .total = BN_, .eps = EPS,
+                                   .momentum = MOM, .blk = blk, .relu = 1};
+      _tsr_bn_stats_cpu(&d[s], bx + off[s], acc);
+    }
+    _tsr_bn_finalize_cpu(&d[0], acc, stat, rmean, rvar);
+    for (int s = 0; s < 2; s++) _tsr_bn_fwd_cpu(&d[s], bx + off[s], stat, gamma, beta, by + off[s]);
+    for (int s = 0; s < 2; s++) _tsr_bn_bwd_stats_cpu(&d[s], bx + off[s], stat, bdy + off[s], by + off[s], bacc);
+    _tsr_bn_bwd_params_cpu(&d[0], bacc, dg, db);
+    for (int s = 0; s < 2; s++)
+      _tsr_bn_bwd_data_cpu(&d[s], bx + off[s], stat, gamma, bacc, bdy + off[s], by + off[s], bdx + off[s]);
+    float y[PLEN], dx[PLEN];
+    for (int n = 0; n < BN_; n++)
+      for (int c = 0; c < (BC + blk - 1) / blk * blk; c++)
+        for (int k = 0; k < BHW; k++) {
+          size_t e = blk_index(blk, n, c, k);
+          if (c >= BC) {
+            ck_assert_msg(by[e] == 0 && bdx[e] == 0, "blk %d: padding channel %d is not 0", blk, c);
+            continue;
+          }
+          y[(n * BC + c) * BHW + k] = by[e], dx[(n * BC + c) * BHW + k] = bdx[e];
+        }
+    tt_assert_close(y, ry, PLEN, 1e-5, 1e-5, blk == 8 ? "y (nChw8c)" : "y (nChw16c)");
+    tt_assert_close(dx, rdx, PLEN, 1e-5, 1e-4, blk == 8 ? "dx (nChw8c)" : "dx (nChw16c)");
+    tt_assert_close(dg, rdg, BC, 1e-5, 1e-4, "dgamma");
+    tt_assert_close(db, rdb, BC, 1e-5, 1e-4, "dbeta");
+    free(bx), free(bdy), free(by), free(bdx);
   }
 }
 END_TEST
@@ -383,10 +471,10 @@ START_TEST(bn_phases_as_tasks_over_two_slices_match_raw_kernels) {
   for (int s = 0; s < 2; s++) ck_assert_int_eq(_tsr_insert_bn_fwd(&d[s], hx[s], hstat, hg, hb, hy[s], "bn.fwd"), 0);
   ck_assert_int_eq(_tsr_insert_zero_doubles(hbacc, "bn.bacc0"), 0);
   for (int s = 0; s < 2; s++)
-    ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d[s], hx[s], hstat, hdy[s], hbacc, "bn.bwd_stats"), 0);
+    ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d[s], hx[s], hstat, hdy[s], NULL, hbacc, "bn.bwd_stats"), 0);
   ck_assert_int_eq(_tsr_insert_bn_bwd_params(&d[0], hbacc, hdg, hdb, "bn.bwd_params"), 0);
   for (int s = 0; s < 2; s++)
-    ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d[s], hx[s], hstat, hg, hbacc, hdy[s], hdx[s], "bn.bwd_data"), 0);
+    ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d[s], hx[s], hstat, hg, hbacc, hdy[s], NULL, hdx[s], "bn.bwd_data"), 0);
   starpu_task_wait_for_all();
   starpu_data_handle_t all[] = {hx[0], hx[1], hdy[0], hdy[1], hy[0], hy[1], hdx[0], hdx[1], hg,
                                 hb, hstat, hrm, hrv, hdg, hdb, hacc, hbacc};
@@ -453,6 +541,7 @@ static Suite *make_bn_dropout_suite(void) {
   tcase_add_test(bn, bn_running_stats_follow_pytorch_formula);
   tcase_add_test(bn, bn_eval_normalises_with_running_stats);
   tcase_add_test(bn, bn_backward_over_slices_matches_finite_differences);
+  tcase_add_test(bn, bn_relu_on_blocked_layouts_matches_float64_reference);
   suite_add_tcase(s, bn);
   TCase *dr = tcase_create("dropout");
   tcase_add_test(dr, dropout_keeps_fraction_1_minus_p_and_scales_kept);

@@ -125,6 +125,53 @@ START_TEST(concat_three_inputs_fwd_and_bwd_match_reference) {
 }
 END_TEST
 
+/* Blocked nChw{B}c concatenation of 24 + 8 + 5 channels (whole blocks, half blocks, odd runs) and
+ * its backward against the plain layout: every real channel lands where the plain one says, padding
+ * channels stay 0, and the backward gives each input back exactly. */
+static size_t bidx(int blk, int c, int n, int ch, int k, int hw) {
+  int nb = (c + blk - 1) / blk;
+  return (((size_t)n * nb + ch / blk) * hw + k) * blk + ch % blk;
+}
+
+START_TEST(concat_on_blocked_layouts_places_every_channel) {
+  enum { N2 = 2, HW2 = 6, K = 3, CT = 37 };
+  static const int cs[K] = {24, 8, 5}, blks[] = {8, 16};
+  for (size_t b = 0; b < sizeof blks / sizeof blks[0]; b++) {
+    int blk = blks[b];
+    float *xs[K], *bx[K], *back[K], plain[N2 * CT * HW2];
+    struct _tsr_concat_desc pd = {.n = N2, .h = 1, .w = HW2, .k = K}, bd = pd;
+    bd.blk = blk;
+    for (int i = 0; i < K; i++) {
+      size_t pl = (size_t)N2 * cs[i] * HW2, bl = (size_t)N2 * ((cs[i] + blk - 1) / blk * blk) * HW2;
+      pd.c[i] = bd.c[i] = cs[i];
+      xs[i] = malloc(pl * 4), bx[i] = calloc(bl, 4), back[i] = calloc(bl, 4);
+      tt_fill_uniform(xs[i], pl, 80 + i, -1, 1);
+      for (int n = 0; n < N2; n++)
+        for (int ch = 0; ch < cs[i]; ch++)
+          for (int k = 0; k < HW2; k++) bx[i][bidx(blk, cs[i], n, ch, k, HW2)] = xs[i][(n * cs[i] + ch) * HW2 + k];
+    }
+    size_t yl = (size_t)N2 * ((CT + blk - 1) / blk * blk) * HW2;
+    float *y = calloc(yl, 4);
+    _tsr_concat_fwd_cpu(&pd, (const float *const *)xs, plain);
+    _tsr_concat_fwd_cpu(&bd, (const float *const *)bx, y);
+    for (int n = 0; n < N2; n++)
+      for (int ch = 0; ch < (CT + blk - 1) / blk * blk; ch++)
+        for (int k = 0; k < HW2; k++) {
+          float v = y[bidx(blk, CT, n, ch, k, HW2)];
+          float want = ch < CT ? plain[(n * CT + ch) * HW2 + k] : 0;
+          ck_assert_msg(v == want, "blk %d: sample %d channel %d pixel %d is %g, expected %g", blk, n, ch, k, v, want);
+        }
+    _tsr_concat_bwd_cpu(&bd, y, back);
+    for (int i = 0; i < K; i++) {
+      size_t bl = (size_t)N2 * ((cs[i] + blk - 1) / blk * blk) * HW2;
+      ck_assert_msg(memcmp(back[i], bx[i], bl * 4) == 0, "blk %d: input %d's gradient differs", blk, i);
+      free(xs[i]), free(bx[i]), free(back[i]);
+    }
+    free(y);
+  }
+}
+END_TEST
+
 START_TEST(add_three_inputs_matches_float64) {
   enum { LEN = 5000 }; /* more than one block of the blocked sum */
   float *x[3], y[LEN];
@@ -462,6 +509,7 @@ static Suite *make_dense_concat_loss_suite(void) {
   tcase_add_test(raw, dense_bwd_matches_finite_differences);
   tcase_add_test(raw, dense_bwd_weights_accumulates_into_gradients);
   tcase_add_test(raw, concat_three_inputs_fwd_and_bwd_match_reference);
+  tcase_add_test(raw, concat_on_blocked_layouts_places_every_channel);
   tcase_add_test(raw, add_three_inputs_matches_float64);
   tcase_add_loop_test(raw, loss_value_and_gradient_match_float64_and_finite_differences, 0, 4);
   tcase_add_loop_test(raw, loss_slices_add_up_to_the_whole_batch, 0, 4);

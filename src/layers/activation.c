@@ -42,12 +42,15 @@ static const struct _tsr_layer_field alpha_field[] = {
 #define ACT_OPS                                                                                    \
   .min_inputs = 1, .max_inputs = 1, .infer = act_infer, .forward = act_forward, .backward = act_backward, \
   .spatial = TSR_SPATIAL_POINTWISE
+/* Element-wise over the whole buffer, so any layout where f(0) = 0 keeps a blocked layout's padding
+ * zero (not sigmoid). */
+#define ANY_LAYOUT .layout = TSR_LAYOUT_FOLLOW
 
 const struct _tsr_layer_ops _tsr_layers_activation[] = {
-    {.name = "relu", .kind = TSR_LAYER_RELU, ACT_OPS},
-    {.name = "leaky_relu", .kind = TSR_LAYER_LEAKY_RELU, .fields = alpha_field, ACT_OPS},
-    {.name = "tanh", .kind = TSR_LAYER_TANH, ACT_OPS},
+    {.name = "relu", .kind = TSR_LAYER_RELU, ANY_LAYOUT, ACT_OPS},
+    {.name = "leaky_relu", .kind = TSR_LAYER_LEAKY_RELU, .fields = alpha_field, ANY_LAYOUT, ACT_OPS},
+    {.name = "tanh", .kind = TSR_LAYER_TANH, ANY_LAYOUT, ACT_OPS},
     {.name = "sigmoid", .kind = TSR_LAYER_SIGMOID, ACT_OPS},
-    {.name = "gelu", .kind = TSR_LAYER_REGISTERED, ACT_OPS},
+    {.name = "gelu", .kind = TSR_LAYER_REGISTERED, ANY_LAYOUT, ACT_OPS},
     {.name = NULL},
 };

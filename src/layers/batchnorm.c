@@ -1,7 +1,8 @@
 /* Batch normalisation over the whole batch (PyTorch's BatchNorm2d): statistics span every slice,
  * so slice 0 opens an accumulation, each slice adds to it, and the last slice's call closes it and
  * submits every slice's normalisation (forward) or data gradient (backward); with spatially split
- * samples the closing call first sums the accumulation over the spatial group. State: the forward
+ * samples the closing call first sums the accumulation over the spatial group. With c->relu, a
+ * following relu runs in the same tasks (y and dy are the relu's). State: the forward
  * and backward sums (double [2c]) and the batch's mean and inverse std (float [2c]). */
 #include <stddef.h>
 #include <string.h>
@@ -46,7 +47,7 @@ static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size
 static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
   const struct _tsr_layer_view *v = c->v;
   struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = (int64_t)c->batch * c->parts,
-                          .eps = v->spec->eps, .momentum = v->spec->momentum};
+                          .eps = v->spec->eps, .momentum = v->spec->momentum, .blk = v->out_blk, .relu = c->relu};
   return d;
 }
 
@@ -70,13 +71,16 @@ static int bn_forward(const struct _tsr_layer_call *c) {
   return ret;
 }
 
+/* The fused relu's output (its backward's mask), or NULL. */
+static starpu_data_handle_t relu_y(const struct _tsr_layer_call *c, int s) { return c->relu ? c->y[s] : NULL; }
+
 static int bn_backward(const struct _tsr_layer_call *c) {
   struct _tsr_bn_desc d = bn_desc(c, c->s);
   const starpu_data_handle_t *st = c->state;
   const char *nm = c->v->name;
   int ret = 0;
   if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_B], nm);
-  if (!ret) ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], st[ACC_B], nm);
+  if (!ret) ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], relu_y(c, c->s), st[ACC_B], nm);
   if (ret || c->s != c->slices - 1) return ret;
   ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
   /* split: the parameters' gradients are this block's share (the reduction sums them over the
@@ -84,7 +88,8 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   if (!ret && c->group_sum) ret = c->group_sum(c->owner, st[ACC_B], 1);
   for (int k = 0; !ret && c->dx[0] && k < c->slices; k++) {
     struct _tsr_bn_desc dk = bn_desc(c, k);
-    ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[k], c->dx[0][k], nm);
+    ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[k], relu_y(c, k),
+                                  c->dx[0][k], nm);
     if (!ret) ret = _tsr_layer_dx_done(c, 0, k);
   }
   return ret;
@@ -99,7 +104,7 @@ static const struct _tsr_layer_field bn_fields[] = {
 const struct _tsr_layer_ops _tsr_layers_batchnorm[] = {
     {.name = "batchnorm", .kind = TSR_LAYER_BATCHNORM, .fields = bn_fields, .min_inputs = 1, .max_inputs = 1,
      .infer = bn_infer, .num_tensors = bn_num_tensors, .tensor = bn_tensor, .init = bn_init,
-     .num_state = bn_num_state, .state = bn_state, .forward = bn_forward, .backward = bn_backward,
-     .spatial = TSR_SPATIAL_POINTWISE},
+     .num_state = bn_num_state, .state = bn_state, .layout = TSR_LAYOUT_FOLLOW, .fuse_relu = 1,
+     .forward = bn_forward, .backward = bn_backward, .spatial = TSR_SPATIAL_POINTWISE},
     {.name = NULL},
 };

@@ -10,7 +10,11 @@ tsr_status _tsr_infer_same(struct _tsr_layer_view *v, tsr_layer_spec *spec, cons
   return TSR_OK;
 }
 
-size_t _tsr_view_out_elems(const struct _tsr_layer_view *v) { return (size_t)v->out.c * v->out.h * v->out.w; }
+int _tsr_blk_channels(int c, int blk) { return blk ? (c + blk - 1) / blk * blk : c; }
+
+size_t _tsr_view_out_elems(const struct _tsr_layer_view *v) {
+  return (size_t)_tsr_blk_channels(v->out.c, v->out_blk) * v->out.h * v->out.w;
+}
 
 void _tsr_init_uniform(float *w, size_t n, double bound, uint64_t seed) {
   struct _tsr_rng r = {.key = seed, .ctr = 0}; /* SplitMix64 from state `seed` */

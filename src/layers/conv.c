@@ -1,5 +1,6 @@
 /* Convolution and transposed convolution (PyTorch's Conv2d and ConvTranspose2d): OIHW and IOHW
- * weights, optional bias; oneDNN / cuDNN tasks of codelets/conv2d.c and conv_transpose2d.c. */
+ * weights, optional bias; oneDNN / cuDNN tasks of codelets/conv2d.c and conv_transpose2d.c. They
+ * take activations in any layout and write the blocked one where the trainer keeps it. */
 #include <limits.h>
 #include <stddef.h>
 #include <string.h>
@@ -74,7 +75,8 @@ static struct _tsr_conv_desc conv_desc(const struct _tsr_layer_view *v, int n) {
   struct _tsr_conv_desc d = {.n = n, .ci = I->c, .h = I->h, .w = I->w, .co = O->c, .oh = O->h, .ow = O->w,
                             .kh = p->kernel_h, .kw = p->kernel_w, .sh = p->stride_h, .sw = p->stride_w,
                             .ph = p->pad_h, .pw = p->pad_w, .dh = p->dilation_h, .dw = p->dilation_w,
-                            .oph = p->output_pad_h, .opw = p->output_pad_w, .has_bias = p->bias};
+                            .oph = p->output_pad_h, .opw = p->output_pad_w, .has_bias = p->bias,
+                            .src_blk = v->in_blk[0], .dst_blk = v->out_blk};
   return d;
 }
 
@@ -116,7 +118,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
 
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
-  .flops = conv_flops, .forward = conv_forward, .backward = conv_backward
+  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .forward = conv_forward, .backward = conv_backward
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {
     {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, .spatial = TSR_SPATIAL_WINDOW, CONV_OPS},

@@ -27,13 +27,24 @@ struct _tsr_chw {
   int c, h, w;
 };
 
-/* One layer as its entry sees it: name, parameters and per-sample shapes. */
+/* One layer as its entry sees it: name, parameters and per-sample shapes, and the layout of each
+ * activation (trainer's choice): channel block 0 = plain NCHW, B = blocked nChw{B}c (channels
+ * padded to a multiple of B with zeros; oneDNN's layout for convolutions). */
 struct _tsr_layer_view {
   const char *name;
   const tsr_layer_spec *spec;
   int ninputs;
   struct _tsr_chw in[TSR_MAX_INPUTS];
   struct _tsr_chw out;
+  int in_blk[TSR_MAX_INPUTS], out_blk;
+};
+
+/* Which activation layouts an entry handles (struct _tsr_layer_ops.layout). The trainer keeps an
+ * activation blocked where its producer and every consumer handle that. */
+enum _tsr_layout_cap {
+  TSR_LAYOUT_PLAIN = 0, /* inputs and output plain NCHW (the default) */
+  TSR_LAYOUT_FOLLOW,    /* output in the layout of the inputs (all inputs alike) */
+  TSR_LAYOUT_PRODUCE    /* any input layout; output blocked (convolutions) */
 };
 
 /* How a layer runs on one block of a spatially split sample (tsr_trainer_opts.spatial). */
@@ -87,6 +98,9 @@ struct _tsr_layer_call {
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */
   starpu_data_handle_t w[TSR_LAYER_MAX_TENSORS], dw[TSR_LAYER_MAX_TENSORS]; /* dw NULL: not trainable */
   starpu_data_handle_t state[TSR_LAYER_MAX_STATE];
+  /* Entries with fuse_relu: 1 when the layer's only consumer is a relu whose tasks this entry runs
+   * fused (y and dy are then the relu's output and its gradient). */
+  int relu;
   /* Tells the trainer that input k's gradient of slice `s` is written into dx[k][s] (it adds the
    * contributions of several consumers). Returns 0 or the failed submission's code. */
   int (*dx_done)(void *owner, int k, int s);
@@ -124,6 +138,8 @@ struct _tsr_layer_ops {
   void (*state)(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize);
   int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size */
   enum _tsr_spatial_kind spatial; /* how it runs on blocks of spatially split samples */
+  int layout;                     /* an enum _tsr_layout_cap */
+  int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */
   /* Submit the tasks of slice c->s; 0 or the failed submission's code (optional: the input layer). */
   int (*forward)(const struct _tsr_layer_call *c);
   int (*backward)(const struct _tsr_layer_call *c);
@@ -153,8 +169,10 @@ void _tsr_init_uniform(float *w, size_t n, double bound, uint64_t seed);
 /* Initial values of tensor i: the entry's init, else PyTorch's default uniform(+-1/sqrt(fan_in)). */
 void _tsr_layer_init(const struct _tsr_layer_ops *ops, const struct _tsr_layer_view *v, int i, float *w, size_t n,
                      uint64_t seed);
-/* Elements of one sample's output. */
+/* Elements of one sample's output (with the blocked layout's padding channels). */
 size_t _tsr_view_out_elems(const struct _tsr_layer_view *v);
+/* Channels c padded to the layout's block (blk 0: plain, c itself). */
+int _tsr_blk_channels(int c, int blk);
 /* Calls c->dx_done(k, s) when input k wants a gradient (0 otherwise). */
 int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s);
 

@@ -35,7 +35,8 @@ static struct _tsr_pool_desc pool_desc(const struct _tsr_layer_view *v, int n) {
   const struct _tsr_chw *I = &v->in[0];
   struct _tsr_pool_desc d = {.n = n, .c = I->c, .h = I->h, .w = I->w, .oh = v->out.h, .ow = v->out.w,
                             .kh = p->kernel_h, .kw = p->kernel_w, .sh = p->stride_h, .sw = p->stride_w,
-                            .ph = p->pad_h, .pw = p->pad_w, .is_max = p->kind == TSR_LAYER_MAXPOOL2D};
+                            .ph = p->pad_h, .pw = p->pad_w, .is_max = p->kind == TSR_LAYER_MAXPOOL2D,
+                            .blk = v->out_blk};
   return d;
 }
 
@@ -69,7 +70,7 @@ static const struct _tsr_layer_field pool_fields[] = {
 
 #define POOL_OPS                                                                                   \
   .fields = pool_fields, .min_inputs = 1, .max_inputs = 1, .defaults = pool_defaults, .infer = pool_infer, \
-  .forward = pool_forward, .backward = pool_backward
+  .layout = TSR_LAYOUT_FOLLOW, .forward = pool_forward, .backward = pool_backward
 
 const struct _tsr_layer_ops _tsr_layers_pool[] = {
     {.name = "maxpool2d", .kind = TSR_LAYER_MAXPOOL2D, .workspace = pool_workspace, .spatial = TSR_SPATIAL_WINDOW_MAX,

@@ -21,6 +21,11 @@ int _tsr_get_precision(void);
  * only there, the others wherever they can; 0 (the default) restricts nothing. */
 void _tsr_set_where(uint32_t where);
 uint32_t _tsr_get_where(void);
+/* Activations between layers in oneDNN's blocked layout where every layer around them handles it,
+ * and fused layers (batchnorm + relu): on by default; off keeps every activation plain NCHW and
+ * every layer its own tasks (tests compare the two). Read when a trainer is created. */
+void _tsr_set_blocked_fused(int on);
+int _tsr_get_blocked_fused(void);
 
 #ifdef __cplusplus
 }

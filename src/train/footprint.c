@@ -51,15 +51,15 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
  * element); per layer its state buffers. */
 static uint64_t act_bytes(const tsr_trainer *t, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
-  uint64_t elems = (uint64_t)L->c * (uint64_t)L->h * (uint64_t)L->w, sum = 0;
-  uint64_t copies = 2 + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
+  uint64_t elems = (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk) * (uint64_t)L->h * (uint64_t)L->w, sum = 0;
+  uint64_t copies = 2 * (t->ls[l].relu < 0) + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
     vector_fits(b, n, "layer", L->name);
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, floats(n)));
   }
   struct _tsr_layer_view v;
-  _tsr_model_view(t->model, l, &v);
+  _tsr_trainer_view(t, l, &v);
   for (int i = 0; L->ops->num_state && i < L->ops->num_state(&v); i++) {
     size_t count, size;
     L->ops->state(&v, i, &count, &size);

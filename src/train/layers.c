@@ -4,7 +4,9 @@
  * the first consumer in backward order writes the gradient buffer, later ones write a temporary
  * that is added when the entry reports it written (grad_fold). With spatially split samples
  * (spatial.c) a layer's input is exchanged with halos or gathered before its forward, and its
- * gradient handed back to the blocks when the entry reports it written. */
+ * gradient handed back to the blocks when the entry reports it written. A relu fused into its
+ * input's tasks (layout.c) submits nothing; that layer's entry gets the relu's output and gradient
+ * handles. */
 #include "runtime/rng.h"
 #include "train/trainer.h"
 
@@ -51,14 +53,16 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
                       struct owner *o, struct _tsr_layer_call *c) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
-  _tsr_model_view(t->model, l, v);
+  /* a fused relu's output and gradient stand for this layer's own */
+  const struct _tsr_lstate *out = st->relu >= 0 ? &t->ls[st->relu] : st;
+  _tsr_trainer_view(t, l, v);
   _tsr_spatial_view(t, l, v);
   *o = (struct owner){t, l, step};
   const struct _tsr_sp_layer *P = t->sp ? &t->sp->l[l] : NULL;
   *c = (struct _tsr_layer_call){.v = v, .s = s, .slices = t->slices, .slice_n = t->slice_n, .batch = t->batch,
-                                .train = train, .seed = dropout_seed(t, l, s, step), .y = st->y, .dy = st->g,
-                                .scratch = st->tmp, .ws = st->ws, .dx_done = grad_fold, .owner = o,
-                                .parts = P && P->split ? t->sp->parts : 1,
+                                .train = train, .seed = dropout_seed(t, l, s, step), .y = out->y, .dy = out->g,
+                                .scratch = st->tmp, .ws = st->ws, .relu = st->relu >= 0, .dx_done = grad_fold,
+                                .owner = o, .parts = P && P->split ? t->sp->parts : 1,
                                 .group_sum = P && P->split ? group_sum : NULL};
   for (int k = 0; k < L->ninputs; k++) {
     int j = L->inputs[k];
@@ -76,7 +80,7 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
 
 int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t step) {
   const struct _tsr_layer_ops *ops = t->model->layers[l].ops;
-  if (!ops->forward) return 0;
+  if (!ops->forward || t->ls[l].fused) return 0;
   struct _tsr_layer_view v;
   struct owner o;
   struct _tsr_layer_call c;
@@ -90,7 +94,7 @@ int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t s
 
 int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step) {
   const struct _tsr_layer_ops *ops = t->model->layers[l].ops;
-  if (!ops->backward) return 0;
+  if (!ops->backward || t->ls[l].fused) return 0;
   struct _tsr_layer_view v;
   struct owner o;
   struct _tsr_layer_call c;

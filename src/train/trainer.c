@@ -127,8 +127,8 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
   struct _tsr_layer_view v;
-  _tsr_model_view(t->model, l, &v);
-  _tsr_spatial_view(t, l, &v); /* this rank's block */
+  _tsr_trainer_view(t, l, &v);
+  _tsr_spatial_view(t, l, &v); /* this rank's block, in the activation's layout */
   st->elems = _tsr_view_out_elems(&v);
   if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
   int tmp = _tsr_layer_needs_tmp(t, l);
@@ -137,10 +137,11 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
     return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int s = 0; s < t->slices; s++) {
     size_t n = (size_t)t->slice_n[s] * st->elems;
-    if (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = zalloc(n * 4)))
+    /* with a fused relu, the relu's output and gradient are this layer's */
+    if (st->relu < 0 && (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = zalloc(n * 4))))
       return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu floats", L->name, n);
-    st->y[s] = _tsr_register_floats(st->ybuf[s], n);
-    st->g[s] = _tsr_register_floats(st->gbuf[s], n);
+    if (st->relu < 0) st->y[s] = _tsr_register_floats(st->ybuf[s], n);
+    if (st->relu < 0) st->g[s] = _tsr_register_floats(st->gbuf[s], n);
     if (tmp) {
       if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
       st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
@@ -191,6 +192,13 @@ static void multirank_opts(tsr_trainer *t, const tsr_trainer_opts *o) {
   if (o->step_timeout) t->step_timeout = o->step_timeout;
   else if (_tsr_env_step_timeout(&env)) t->step_timeout = env > 0 ? env : -1; /* <= 0: no limit */
   else t->step_timeout = 0;                                                  /* adaptive */
+}
+
+/* Does the run split samples over ranks (tsr_trainer_opts.spatial)? */
+static int spatial_split(const tsr_trainer_opts *o) {
+  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++)
+    if (o->spatial[a] > 1) return 1;
+  return 0;
 }
 
 static tsr_status find_io(tsr_trainer *t) {
@@ -310,6 +318,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
+  if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
   if (st == TSR_OK) st = _tsr_trainer_footprint(t);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);

@@ -30,7 +30,10 @@ struct _tsr_lstate {
   int live;             /* on a path to the output */
   int needs_grad;       /* some parameter lies upstream, so its output gradient is needed */
   int first_tensor;     /* index of its first tensor in trainer->tensors, -1 if none */
-  size_t elems;         /* per sample */
+  size_t elems;         /* per sample, with the padding channels of a blocked layout */
+  int blk;              /* channel block of its output's layout: 0 plain NCHW (layout.c) */
+  int relu;             /* the relu layer whose tasks this layer runs fused, -1 none */
+  int fused;            /* a relu run by its input's tasks: submits nothing itself */
   starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions
                                            * and the entry's scratch; ws the entry's workspace */
   float **ybuf, **gbuf, **tmpbuf;
@@ -140,6 +143,11 @@ int _tsr_spatial_sum(tsr_trainer *t, int l, starpu_data_handle_t acc, int kind, 
 int _tsr_spatial_share(tsr_trainer *t, starpu_data_handle_t dy);
 /* The crop of one whole input sample ([C, spatial...]) to this rank's block. */
 struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t);
+/* layout.c: each activation's layout (ls[].blk) and the fused relus (ls[].relu, ls[].fused); needs
+ * ls[].live, before anything is allocated. All plain and unfused when samples are split spatially. */
+tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial);
+/* Layer l as its entry sees it, with the layouts of its inputs and output. */
+void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
 
 /* step.c */
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);

@@ -1,0 +1,272 @@
+/* Activations kept in oneDNN's blocked layout between layers, and batchnorm + relu fused, inside a
+ * training step: the trainer chooses them where every layer around handles them (and never for the
+ * model's input and output), the whole-graph gradient of a DenseNet-like model (unaligned concat,
+ * pooling, transposed conv, add) matches finite differences of the training loss (smooth
+ * activations) and the plain graph's gradient (relu fused), and training with them follows training
+ * with plain layouts and separate relu tasks to float rounding. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tessera.h>
+
+#include "kernel_util.h"
+#include "testutil.h"
+#include "train/trainer.h"
+
+#define S 8 /* image side */
+
+static int fill(void *user, int64_t step, int index, float *x, float *y) {
+  for (int c = 0; c < 2; c++)
+    for (int p = 0; p < S * S; p++) x[c * S * S + p] = sinf(0.37f * (p + 1) * (index + 1) + c) * 0.8f + 0.3f * c;
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] * x[p] - 0.3f * x[(p + 1) % (S * S)];
+  return 0;
+}
+
+static tsr_context *start(void) {
+  tsr_context_opts o;
+  tsr_context_opts_default(&o);
+  o.ncpus = 2, o.use_mpi = 0, o.deterministic = 1, o.verbose = 0;
+  tsr_context *ctx = NULL;
+  ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  return ctx;
+}
+
+static void add(tsr_model *m, const char *name, tsr_layer_spec *s, const char **in, int nin) {
+  ck_assert_msg(tsr_model_add(m, name, s, in, nin) == TSR_OK, "%s", tsr_last_error());
+}
+
+/* in -> c0 -> bn0 -> r0 (relu, or `act`) -> c1; cat(c0, c1) has 3 + 5 channels (neither block-aligned); bn1 -> r1
+ * -> avgpool -> transposed conv 'up'; 1x1 conv 'c2' of r1; add(up, c2) -> tanh -> out. */
+static tsr_model *dense_model(tsr_layer_kind act) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "dense"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", 3, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn0", TSR_LAYER_BATCHNORM, "c0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r0", act, "bn0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "r0", 5, 3, 1, 1), TSR_OK);
+  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  add(m, "cat", &cat, (const char *[]){"c0", "c1"}, 2);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "cat"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", act, "bn1"), TSR_OK);
+  tsr_layer_spec pool = tsr_layer_spec_default(TSR_LAYER_AVGPOOL2D);
+  pool.kernel_h = pool.kernel_w = 2;
+  add(m, "pool", &pool, (const char *[]){"r1"}, 1);
+  tsr_layer_spec up = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
+  up.out_channels = 4, up.kernel_h = up.kernel_w = 2, up.stride_h = up.stride_w = 2;
+  add(m, "up", &up, (const char *[]){"pool"}, 1);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "r1", 4, 1, 1, 0), TSR_OK);
+  tsr_layer_spec sum = tsr_layer_spec_default(TSR_LAYER_ADD);
+  add(m, "sum", &sum, (const char *[]){"up", "c2"}, 2);
+  ck_assert_int_eq(tsr_model_add_simple(m, "t", TSR_LAYER_TANH, "sum"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "t", 1, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
+  return m;
+}
+
+static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, const tsr_optim_spec *opt) {
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 5, o.slices = 2, o.seed = 11; /* unequal slices: 3 + 2 */
+  tsr_trainer *t;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, opt, &o) == TSR_OK, "%s", tsr_last_error());
+  return t;
+}
+
+static double step_loss(tsr_trainer *t) {
+  int64_t id;
+  double l;
+  ck_assert_int_eq(tsr_trainer_step(t, fill, NULL, &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t, id, &l), TSR_OK);
+  return l;
+}
+
+START_TEST(blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them) {
+  tsr_context *ctx = start();
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  tsr_trainer *t = trainer(ctx, m, NULL);
+  int blk = _tsr_act_block();
+  /* the input, and the output the loss reads, stay plain; the rest is blocked when the CPU has a block */
+  static const char *const blocked[] = {"c0", "bn0", "r0", "c1", "cat", "bn1", "r1", "pool", "up", "c2", "sum", "t"};
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "in")].blk, 0);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "out")].blk, 0);
+  for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+    ck_assert_msg(t->ls[_tsr_model_find(m, blocked[i])].blk == blk, "%s: block %d, expected %d", blocked[i],
+                  t->ls[_tsr_model_find(m, blocked[i])].blk, blk);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "bn0")].relu, _tsr_model_find(m, "r0"));
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "bn1")].relu, _tsr_model_find(m, "r1"));
+  ck_assert(t->ls[_tsr_model_find(m, "r0")].fused && t->ls[_tsr_model_find(m, "r1")].fused);
+  tsr_trainer_destroy(t);
+  /* a plain-only consumer (dropout) keeps its producer chain plain */
+  tsr_layer_spec dp = tsr_layer_spec_default(TSR_LAYER_DROPOUT);
+  dp.p = 0.1f;
+  add(m, "drop", &dp, (const char *[]){"t"}, 1);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out2", "drop", 1, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_set_output(m, "out2", TSR_LOSS_MSE, 1), TSR_OK);
+  t = trainer(ctx, m, NULL);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "t")].blk, 0);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "sum")].blk, 0);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "c1")].blk, blk);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* One SGD step (lr 1, no momentum) from the same start: its loss and, as before - after, the
+ * gradient of every trainable tensor (flattened into g, which it returns; *n its length). */
+static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
+  _tsr_set_blocked_fused(blocked);
+  tsr_context *ctx = start();
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
+  tsr_trainer *t = trainer(ctx, m, &sgd);
+  size_t total = 0;
+  for (int i = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &shp, NULL), TSR_OK);
+    total += tsr_shape_numel(&shp);
+  }
+  float *before = malloc(total * sizeof(float)), *g = malloc(total * sizeof(float));
+  for (int i = 0, off = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape shp;
+    tsr_trainer_tensor_info(t, i, NULL, &shp, NULL);
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, before + off), TSR_OK);
+    off += tsr_shape_numel(&shp);
+  }
+  *loss = step_loss(t);
+  for (int i = 0, off = 0; i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape shp;
+    int trainable;
+    tsr_trainer_tensor_info(t, i, NULL, &shp, &trainable);
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, g + off), TSR_OK);
+    for (int64_t j = 0; j < tsr_shape_numel(&shp); j++) g[off + j] = trainable ? before[off + j] - g[off + j] : 0;
+    off += tsr_shape_numel(&shp);
+  }
+  free(before);
+  tsr_trainer_destroy(t);
+  tsr_context_destroy(ctx);
+  _tsr_set_blocked_fused(1);
+  *n = total;
+  return g;
+}
+
+/* With relu (fused into batchnorm), finite differences would cross its kinks: the blocked, fused
+ * step's gradient is compared with the plain step's of separate tasks (which check_train and
+ * check_bn_dropout compare with finite differences), every entry, to float rounding (1e-5 relative
+ * to the tensor's largest entry). */
+START_TEST(blocked_fused_gradient_matches_the_plain_one) {
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  double lp, lb;
+  size_t np, nb;
+  float *gp = gradient(m, 0, &lp, &np), *gb = gradient(m, 1, &lb, &nb);
+  ck_assert_int_eq(np, nb);
+  ck_assert_msg(fabs(lb - lp) <= 1e-6 * fabs(lp), "loss: blocked %.9g, plain %.9g", lb, lp);
+  float big = 0;
+  for (size_t i = 0; i < np; i++) big = fmaxf(big, fabsf(gp[i]));
+  ck_assert(big > 0);
+  for (size_t i = 0; i < np; i++)
+    ck_assert_msg(fabsf(gb[i] - gp[i]) <= 1e-5f * big, "gradient entry %zu: blocked %.8g, plain %.8g", i, gb[i], gp[i]);
+  free(gp), free(gb);
+  tsr_model_destroy(m);
+}
+END_TEST
+
+/* A smooth model (tanh for relu, average pooling) with blocked layouts: SGD with lr 1 and no
+ * momentum gives the gradient as before - after; finite differences of the training loss (batch
+ * statistics) come from steps at lr 0, which change no parameter. Float32 forward, h = 1e-2:
+ * tolerance 2e-2 relative + 5e-5. */
+START_TEST(blocked_graph_gradient_matches_finite_differences) {
+  tsr_context *ctx = start();
+  tsr_model *m = dense_model(TSR_LAYER_TANH);
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
+  tsr_trainer *t = trainer(ctx, m, &sgd);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "r1")].blk, _tsr_act_block());
+  int n = tsr_trainer_num_tensors(t), checked = 0;
+  float *before[32], *after[32];
+  ck_assert_int_le(n, 32);
+  for (int i = 0; i < n; i++) {
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &shp, NULL), TSR_OK);
+    before[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    after[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, before[i]), TSR_OK);
+  }
+  step_loss(t);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_get(t, i, after[i]), TSR_OK);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_set(t, i, before[i]), TSR_OK);
+  tsr_trainer_set_lr(t, 0.0f);
+  for (int i = 0; i < n; i++) {
+    const char *name;
+    tsr_shape shp;
+    int trainable;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, &name, &shp, &trainable), TSR_OK);
+    int64_t len = tsr_shape_numel(&shp);
+    float *w = malloc(len * sizeof(float));
+    for (int k = 0; trainable && k < 4 && k < len; k++) {
+      int64_t j = (k * 7919) % len;
+      const double h = 1e-2;
+      memcpy(w, before[i], len * sizeof(float));
+      w[j] = before[i][j] + (float)h;
+      ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w), TSR_OK);
+      double lp = step_loss(t);
+      w[j] = before[i][j] - (float)h;
+      ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w), TSR_OK);
+      double lm = step_loss(t);
+      ck_assert_int_eq(tsr_trainer_tensor_set(t, i, before[i]), TSR_OK);
+      double fd = (lp - lm) / (2 * h), g = (double)before[i][j] - after[i][j];
+      ck_assert_msg(fabs(fd - g) <= 5e-5 + 2e-2 * fabs(fd), "%s[%lld]: gradient %.6g, finite differences %.6g", name,
+                    (long long)j, g, fd);
+      checked++;
+    }
+    free(w), free(before[i]), free(after[i]);
+  }
+  ck_assert_int_ge(checked, 20);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+static void train(int blocked, int steps, double *loss) {
+  _tsr_set_blocked_fused(blocked);
+  tsr_context *ctx = start();
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
+  adam.lr = 1e-2f;
+  tsr_trainer *t = trainer(ctx, m, &adam);
+  ck_assert_int_eq(t->ls[_tsr_model_find(m, "bn0")].relu >= 0, blocked); /* the switch also fuses */
+  for (int i = 0; i < steps; i++) loss[i] = step_loss(t);
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+  _tsr_set_blocked_fused(1);
+}
+
+/* The same kernels reordered (convolutions) or the same sums in another order (batchnorm's per-lane
+ * partial sums): losses agree to 1e-5 relative over 10 Adam steps. */
+START_TEST(blocked_and_fused_training_follows_plain_training) {
+  double plain[10], blocked[10];
+  train(0, 10, plain);
+  train(1, 10, blocked);
+  for (int i = 0; i < 10; i++)
+    ck_assert_msg(fabs(blocked[i] - plain[i]) <= 1e-5 * fabs(plain[i]), "step %d: blocked %.9g, plain %.9g", i,
+                  blocked[i], plain[i]);
+  ck_assert_msg(plain[9] < plain[0], "the loss did not fall: %g -> %g", plain[0], plain[9]);
+}
+END_TEST
+
+static Suite *make_layout_suite(void) {
+  Suite *s = suite_create("layout");
+  TCase *tc = tcase_create("layout");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them);
+  tcase_add_test(tc, blocked_graph_gradient_matches_finite_differences);
+  tcase_add_test(tc, blocked_fused_gradient_matches_the_plain_one);
+  tcase_add_test(tc, blocked_and_fused_training_follows_plain_training);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+TT_MAIN(make_layout_suite)
