@@ -18,9 +18,9 @@ typedef struct tsr_context tsr_context;
 typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1, TSR_PRECISION_FP16 = 2 } tsr_precision;
 
 /* What threads with nothing to do do. YIELD: an idle StarPU CPU worker sleeps until a task is pushed
- * (after 50 us of polling; sleeps bounded by 1 ms); under MPI, StarPU-MPI's progress thread sleeps
- * between fruitless passes over its posted requests (after 20 us; 10 us doubling to 500 us): ranks
- * sharing cores lose little to polling.
+ * (after 50 us of polling; sleeps bounded by 1 ms); under MPI with TSR_MPI_PROGRESS_THREAD,
+ * StarPU-MPI's progress thread sleeps between fruitless passes over its posted requests (after 20 us;
+ * 10 us doubling to 500 us).
  * SPIN (the default): StarPU's and Open MPI's own behaviour, polling without letting go. */
 typedef enum { TSR_IDLE_DEFAULT = 0, TSR_IDLE_YIELD = 1, TSR_IDLE_SPIN = 2 } tsr_idle;
 
