@@ -39,9 +39,10 @@ static int mpi_progress_mode(const tsr_context_opts *o) {
 
 /* Several ranks on one machine must not pin their workers to the same cores: each rank's workers
  * are bound to its own block of cores (unless the progress thread drives worker 0, one core of a
- * block of two or more is left to StarPU-MPI's progress thread, which is not bound). With STARPU_WORKERS_GETBIND set, the launcher chose the
- * process's CPUs (StarPU then numbers them from 0): the block is cut from them, also for one rank
- * (so that a rank given one CPU keeps a worker instead of leaving it to the progress thread).
+ * block of two or more is left to StarPU-MPI's progress thread, which is not bound). With
+ * STARPU_WORKERS_GETBIND set, the launcher chose the process's CPUs (StarPU then numbers them from
+ * 0): the block is cut from them, also for one rank (so that a rank given one CPU keeps a worker
+ * instead of leaving it to the progress thread).
  * The user's STARPU_NCPU, STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
 static long allowed_cpus(void) {
   cpu_set_t set;
