@@ -5,13 +5,15 @@ the progress settings, interleaved run by run, with the CPU time of every thread
 Each run's ranks are sampled from /proc/<pid>/task/<tid>/stat (utime + stime) while rank 0's step log
 grows; the CPU time between the end of the first epoch (warm-up) and the last step is divided by the
 steps in between, per thread kind: 'MPI' (StarPU-MPI's progress thread; Open MPI's own threads are
-also named MPI but sleep), 'CPU n' (StarPU workers), 'main' (the submitting thread), 'other', and the
-context switches per step and rank (/proc/.../status, voluntary and not: each costs caches). CPU time
+also named MPI but sleep), 'CPU n' (StarPU workers; with TESSERA_MPI_PROGRESS=worker the progress
+thread is worker 0 and is named 'CPU 0', so its polling counts here), 'main' (the submitting thread),
+'other', their total, and the context switches per step and rank (/proc/.../status, voluntary and not: each costs caches). CPU time
 per step depends little on the machine's load (spinning threads excepted: they spin longer when the
 step is slower); milliseconds per step are wall-clock and are printed with the load average.
 
     /usr/bin/python3 bench/bench_progress.py --tessera-train build/tessera-train \\
-        --variant spin:TESSERA_IDLE=spin --variant yield:TESSERA_IDLE=yield [--ranks 2] [--rounds 2]
+        --variant thread:TESSERA_MPI_PROGRESS=thread --variant worker:TESSERA_MPI_PROGRESS=worker \\
+        [--ranks 2] [--rounds 2]
 
 A variant is NAME:VAR=VALUE,VAR=VALUE,... (environment of the ranks; empty for none).
 """
@@ -165,17 +167,20 @@ def main():
         subprocess.run([datagen, "-q", "-o", data, "-n", str(a.batch * max(1, a.ranks) * a.steps), "--seed", "1"], check=True)
         print("%d ranks, local batch %d, %d steps per epoch, epochs 2..%d timed; CPU ms per step per rank" %
               (a.ranks, a.batch, a.steps, a.epochs))
-        print("%-10s %-6s %5s %9s %8s %8s %8s %8s %9s  %s" % ("variant", "reduce", "round", "ms/step", "MPI", "workers",
-                                                              "main", "other", "switches", "load (1 min)"))
+        print("%-10s %-6s %5s %9s %8s %8s %8s %8s %8s %9s  %s" % ("variant", "reduce", "round", "ms/step", "MPI",
+                                                                   "workers", "main", "other", "total", "switches",
+                                                                   "load (1 min)"))
         res = {}
         for rd in range(a.rounds):
             for name, env in variants:
                 for skip in (False, True):
                     ms, cpu = run(a, tmp, data, env, skip)
                     res.setdefault((name, skip), []).append(ms)
-                    print("%-10s %-6s %5d %9.1f %8.1f %8.1f %8.1f %8.1f %9.0f  %.2f" % (
+                    total = sum(cpu.get(k, 0) for k in ("MPI", "CPU", "main", "other"))
+                    print("%-10s %-6s %5d %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9.0f  %.2f" % (
                         name, "off" if skip else "on", rd + 1, ms, cpu.get("MPI", 0), cpu.get("CPU", 0),
-                        cpu.get("main", 0), cpu.get("other", 0), cpu.get("switches", 0), os.getloadavg()[0]), flush=True)
+                        cpu.get("main", 0), cpu.get("other", 0), total, cpu.get("switches", 0), os.getloadavg()[0]),
+                        flush=True)
         print("median ms/step: reductions on / off, added")
         for name, _ in variants:
             on, off = statistics.median(res[(name, False)]), statistics.median(res[(name, True)])

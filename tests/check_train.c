@@ -218,7 +218,8 @@ START_TEST(deterministic_mode_reproduces_bitwise) {
 END_TEST
 
 /* Idle workers that sleep (the default) or poll run the same graph: same losses and parameters,
- * bitwise, in deterministic mode; a value that is neither is refused, naming where it came from. */
+ * bitwise, in deterministic mode; a value that is neither is refused, naming where it came from (so
+ * is a bad MPI progress mode). */
 START_TEST(idle_workers_sleeping_or_polling_train_identically) {
   float *p1, *p2;
   size_t n1, n2;
@@ -238,6 +239,15 @@ START_TEST(idle_workers_sleeping_or_polling_train_identically) {
   ck_assert_int_eq(tsr_context_create(&ctx, &o, NULL, NULL), TSR_ERR_ARG);
   unsetenv("TESSERA_IDLE");
   ck_assert_ptr_nonnull(strstr(tsr_last_error(), "TESSERA_IDLE is neither"));
+  ck_assert_ptr_null(ctx);
+  o.mpi_progress = 9; /* the MPI progress modes are compared under mpirun (tests/mpi_train.sh) */
+  ck_assert_int_eq(tsr_context_create(&ctx, &o, NULL, NULL), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "mpi_progress = 9"));
+  o.mpi_progress = 0;
+  setenv("TESSERA_MPI_PROGRESS", "poll", 1);
+  ck_assert_int_eq(tsr_context_create(&ctx, &o, NULL, NULL), TSR_ERR_ARG);
+  unsetenv("TESSERA_MPI_PROGRESS");
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "TESSERA_MPI_PROGRESS is neither"));
   ck_assert_ptr_null(ctx);
 }
 END_TEST

@@ -5,7 +5,8 @@
 # and send half the bytes; fp16 reductions with dynamic loss scaling skip overflowing steps alike on
 # all ranks; a model that differs on one rank stops every rank with an error naming the layer (and
 # does not hang: every run is bounded by `timeout 300`, status 124, far beyond the seconds a run
-# takes); and, as a check of the checks, skipping the reductions breaks the equality.
+# takes); StarPU-MPI's progress as worker 0 (the default) and as a thread of its own give bitwise the
+# same deterministic runs; and, as a check of the checks, skipping the reductions breaks the equality.
 set -u
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
@@ -18,14 +19,14 @@ ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 run() { # ranks out extra...
   local n=$1 out=$2; shift 2
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
-    -x TESSERA_SKIP_ALLREDUCE "$bin" --batch 4 --steps 6 --out "$out" "$@" >"$out.log" 2>&1
+    -x TESSERA_SKIP_ALLREDUCE -x TESSERA_MPI_PROGRESS "$bin" --batch 4 --steps 6 --out "$out" "$@" >"$out.log" 2>&1
 }
 same_ranks() { # prefix n
   local r
   for ((r = 1; r < $2; r++)); do cmp -s "$1.rank0.params" "$1.rank$r.params" || return 1; done
 }
 
-export TESSERA_SKIP_ALLREDUCE=0
+export TESSERA_SKIP_ALLREDUCE=0 TESSERA_MPI_PROGRESS=worker
 for n in 2 4; do
   "$bin" --batch $((4 * n)) --steps 6 --out "$tmp/ref$n" --deterministic >"$tmp/ref$n.log" 2>&1 ||
     ko "1-rank reference with batch $((4 * n)) ran"
@@ -41,6 +42,14 @@ for n in 2 4; do
   if cmp -s "$tmp/det$n.rank0.params" "$tmp/det2$n.rank0.params" && cmp -s "$tmp/det$n.rank0.losses" "$tmp/det2$n.rank0.losses"; then
     ok "$n ranks: deterministic runs are bitwise identical"
   else ko "$n ranks: deterministic runs are bitwise identical"; fi
+done
+
+for n in 2 4; do
+  if TESSERA_MPI_PROGRESS=thread run $n "$tmp/thread$n" --deterministic; then ok "$n ranks, progress thread: ran"
+  else ko "$n ranks, progress thread: ran"; cat "$tmp/thread$n.log"; fi
+  if cmp -s "$tmp/det$n.rank0.params" "$tmp/thread$n.rank0.params" && cmp -s "$tmp/det$n.rank0.losses" "$tmp/thread$n.rank0.losses"; then
+    ok "$n ranks: progress as worker 0 and as a thread give bitwise the same run"
+  else ko "$n ranks: progress as worker 0 and as a thread give bitwise the same run"; fi
 done
 
 # Gradient chunks on the wire in bf16/fp16, summed in float32 (2 ranks, deterministic, against the

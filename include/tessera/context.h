@@ -18,11 +18,17 @@ typedef struct tsr_context tsr_context;
 typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1, TSR_PRECISION_FP16 = 2 } tsr_precision;
 
 /* What threads with nothing to do do. YIELD: an idle StarPU CPU worker sleeps until a task is pushed
- * (after 50 us of polling; sleeps bounded by 1 ms); under MPI, StarPU-MPI's progress thread sleeps
- * between fruitless passes over its posted requests (after 20 us; 10 us doubling to 500 us): ranks
- * sharing cores lose little to polling.
+ * (after 50 us of polling; sleeps bounded by 1 ms); under MPI with TSR_MPI_PROGRESS_THREAD,
+ * StarPU-MPI's progress thread sleeps between fruitless passes over its posted requests (after 20 us;
+ * 10 us doubling to 500 us).
  * SPIN (the default): StarPU's and Open MPI's own behaviour, polling without letting go. */
 typedef enum { TSR_IDLE_DEFAULT = 0, TSR_IDLE_YIELD = 1, TSR_IDLE_SPIN = 2 } tsr_idle;
+
+/* Who drives StarPU-MPI's messages under MPI. WORKER (the default): StarPU-MPI's progress thread is
+ * also CPU worker 0 and runs that worker's tasks between its passes over the MPI requests, so no
+ * thread polls beside the workers. THREAD: a progress thread of its own beside the workers (a core
+ * kept for it where a rank has several); it polls while any request is pending. */
+typedef enum { TSR_MPI_PROGRESS_DEFAULT = 0, TSR_MPI_PROGRESS_THREAD = 1, TSR_MPI_PROGRESS_WORKER = 2 } tsr_mpi_progress;
 
 typedef struct tsr_context_opts {
   int ncpus;            /* CPU workers; -1 = StarPU's choice (STARPU_NCPU is honoured) */
@@ -32,6 +38,7 @@ typedef struct tsr_context_opts {
   int verbose;          /* 0 quiet, 1 info, 2 debug (to stderr) */
   int precision;        /* tsr_precision; default TSR_PRECISION_F32 */
   int idle;             /* tsr_idle; 0 = TESSERA_IDLE=yield|spin, else spin */
+  int mpi_progress;     /* tsr_mpi_progress; 0 = TESSERA_MPI_PROGRESS=thread|worker, else worker */
 } tsr_context_opts;
 
 void tsr_context_opts_default(tsr_context_opts *opts);

@@ -12,6 +12,7 @@
 #include <tessera/context.h>
 #include "runtime/env.h"
 #include "runtime/idle.h"
+#include "runtime/progress.h"
 #include "runtime/switches.h"
 #include "runtime/error.h"
 
@@ -30,11 +31,18 @@ void tsr_context_opts_default(tsr_context_opts *o) {
   o->verbose = 1;
 }
 
+/* Under MPI, worker 0 doubles as StarPU-MPI's progress thread unless the user asks otherwise. */
+static int mpi_progress_mode(const tsr_context_opts *o) {
+  int m = o->mpi_progress ? o->mpi_progress : _tsr_env_mpi_progress();
+  return m == TSR_MPI_PROGRESS_DEFAULT ? TSR_MPI_PROGRESS_WORKER : m;
+}
+
 /* Several ranks on one machine must not pin their workers to the same cores: each rank's workers
- * are bound to its own block of cores (one core of a block of two or more is left to StarPU-MPI's
- * progress thread, which is not bound). With STARPU_WORKERS_GETBIND set, the launcher chose the
- * process's CPUs (StarPU then numbers them from 0): the block is cut from them, also for one rank
- * (so that a rank given one CPU keeps a worker instead of leaving it to the progress thread).
+ * are bound to its own block of cores (unless the progress thread drives worker 0, one core of a
+ * block of two or more is left to StarPU-MPI's progress thread, which is not bound). With
+ * STARPU_WORKERS_GETBIND set, the launcher chose the process's CPUs (StarPU then numbers them from
+ * 0): the block is cut from them, also for one rank (so that a rank given one CPU keeps a worker
+ * instead of leaving it to the progress thread).
  * The user's STARPU_NCPU, STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND or ncpus take precedence. */
 static long allowed_cpus(void) {
   cpu_set_t set;
@@ -42,7 +50,7 @@ static long allowed_cpus(void) {
   return CPU_COUNT(&set);
 }
 
-static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
+static void share_machine(struct starpu_conf *conf, int ncpus_opt, int progress_core) {
   int local = _tsr_env_local_ranks(), me = _tsr_env_local_rank(), getbind = _tsr_env_starpu_getbind();
   if ((local < 2 && !getbind) || _tsr_env_is_set("STARPU_WORKERS_CPUID") || _tsr_env_is_set("STARPU_WORKERS_NOBIND"))
     return;
@@ -52,7 +60,7 @@ static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
   if (local <= cores) {
     first = me * cores / local;
     count = (me + 1) * cores / local - first;
-    if (count > 1) count--; /* the progress thread's core */
+    if (count > 1 && progress_core) count--;
   } else {
     first = me % cores, count = 1;
   }
@@ -65,6 +73,16 @@ static void share_machine(struct starpu_conf *conf, int ncpus_opt) {
   for (long c = 0; c < count && o + 16 < sizeof ids; c++) o += snprintf(ids + o, sizeof ids - o, "%ld ", first + c);
   setenv("STARPU_WORKERS_CPUID", ids, 1);
   conf->ncpus = (int)count;
+}
+
+/* Once no task is pending. */
+static void stop_runtime(int use_mpi) {
+  if (!use_mpi) {
+    starpu_shutdown();
+    return;
+  }
+  _tsr_progress_stop();
+  starpu_mpi_shutdown();
 }
 
 tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, int *argc, char ***argv) {
@@ -85,6 +103,12 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: idle = %d (TSR_IDLE_YIELD or TSR_IDLE_SPIN)", opts->idle);
   int idle = opts->idle ? opts->idle : _tsr_env_idle();
   if (idle < 0) return _tsr_error(TSR_ERR_ARG, "tsr_context_create: TESSERA_IDLE is neither 'yield' nor 'spin'");
+  if (opts->mpi_progress < 0 || opts->mpi_progress > TSR_MPI_PROGRESS_WORKER)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: mpi_progress = %d (TSR_MPI_PROGRESS_THREAD or _WORKER)",
+                      opts->mpi_progress);
+  int progress = mpi_progress_mode(opts);
+  if (progress < 0)
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: TESSERA_MPI_PROGRESS is neither 'thread' nor 'worker'");
   if (idle == TSR_IDLE_DEFAULT) idle = TSR_IDLE_SPIN; /* yield is opt-in: README, TESSERA_IDLE */
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
@@ -104,19 +128,26 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   if (opts->ncpus > 0) conf.ncpus = opts->ncpus;
   const char *sched = _tsr_env_starpu_sched();
   if (!sched) conf.sched_policy_name = sched = "dmdas";
+  int driving = c->use_mpi && _tsr_progress_configure(progress);
   if (idle == TSR_IDLE_YIELD) {
     /* a policy set in conf takes precedence over STARPU_SCHED: this copy is of the policy it names */
     struct starpu_sched_policy *p = _tsr_idle_policy(sched);
     if (p) conf.sched_policy = p;
-    if (c->use_mpi) _tsr_idle_mpi();
+    if (c->use_mpi && !driving) _tsr_idle_mpi(); /* a driving thread sleeps in worker 0's pop instead */
   }
   int ret;
-  if (c->use_mpi) share_machine(&conf, opts->ncpus);
+  if (c->use_mpi) share_machine(&conf, opts->ncpus, !driving);
   if (c->use_mpi) {
     ret = starpu_mpi_init_conf(argc, argv, 1, MPI_COMM_WORLD, &conf);
     if (ret == 0) {
       starpu_mpi_comm_rank(MPI_COMM_WORLD, &c->rank);
       starpu_mpi_comm_size(MPI_COMM_WORLD, &c->size);
+      int pr = _tsr_progress_start(c->rank);
+      if (pr) {
+        starpu_mpi_shutdown();
+        free(c);
+        return _tsr_error(TSR_ERR_RUNTIME, "cannot start StarPU-MPI's progress as worker 0 (error %d)", pr);
+      }
     }
   } else {
     ret = starpu_init(&conf);
@@ -128,14 +159,14 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
                       mpi ? "-MPI" : "", ret);
   }
   if (starpu_cpu_worker_get_count() + starpu_cuda_worker_get_count() == 0) {
-    c->use_mpi ? starpu_mpi_shutdown() : starpu_shutdown();
+    stop_runtime(c->use_mpi);
     free(c);
     return _tsr_error(TSR_ERR_RUNTIME, "StarPU started with no worker (STARPU_NCPU=0?)");
   }
   /* fp16 convolutions exist only on GPUs (cuDNN): oneDNN 2.6 creates no f16 convolution on CPUs, even
    * with AVX512-FP16, and running float32 instead would be a silent lie. */
   if (opts->precision == TSR_PRECISION_FP16 && starpu_cuda_worker_get_count() == 0) {
-    c->use_mpi ? starpu_mpi_shutdown() : starpu_shutdown();
+    stop_runtime(c->use_mpi);
     free(c);
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision fp16 needs a CUDA worker (CPU convolutions have "
                                    "no fp16 path: oneDNN here creates no f16 convolution); use bf16 on CPUs");
@@ -151,10 +182,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
 void tsr_context_destroy(tsr_context *c) {
   if (!c) return;
   starpu_task_wait_for_all();
-  if (c->use_mpi)
-    starpu_mpi_shutdown();
-  else
-    starpu_shutdown();
+  stop_runtime(c->use_mpi);
   context_alive = 0;
   free(c);
 }

@@ -34,6 +34,17 @@ int _tsr_env_idle(void) {
   return strcmp(v, "yield") == 0 ? 1 : strcmp(v, "spin") == 0 ? 2 : -1;
 }
 
+int _tsr_env_mpi_progress(void) {
+  const char *v = nonempty("TESSERA_MPI_PROGRESS");
+  if (!v) return 0;
+  return strcmp(v, "thread") == 0 ? 1 : strcmp(v, "worker") == 0 ? 2 : -1;
+}
+
+int _tsr_env_int(const char *name, int fallback) {
+  const char *v = nonempty(name);
+  return v ? atoi(v) : fallback;
+}
+
 int _tsr_env_starpu_getbind(void) {
   const char *v = nonempty("STARPU_WORKERS_GETBIND");
   return v && atoi(v) != 0;

@@ -31,6 +31,11 @@ const char *_tsr_env_memory_limit(void);
 
 /* TESSERA_IDLE: 1 for "yield", 2 for "spin" (tsr_idle), 0 when unset or empty, -1 for anything else. */
 int _tsr_env_idle(void);
+/* TESSERA_MPI_PROGRESS: 1 for "thread", 2 for "worker" (tsr_mpi_progress), 0 when unset or empty, -1 for
+ * anything else. */
+int _tsr_env_mpi_progress(void);
+/* The integer value of `name`, or `fallback` when it is unset or empty (StarPU's own settings). */
+int _tsr_env_int(const char *name, int fallback);
 /* STARPU_WORKERS_GETBIND: 1 when set to a nonzero integer (StarPU keeps to the process's CPUs). */
 int _tsr_env_starpu_getbind(void);
 /* STARPU_SCHED: its text when set and not empty, else NULL. */

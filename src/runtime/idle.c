@@ -3,7 +3,8 @@
  * while any request is pending. Where ranks share cores, each poller takes the core from a thread that
  * computes. The cure here: a copy of the chosen scheduling policy whose CPU workers, idle for a while,
  * sleep until a task is pushed (bounded waits), and an MPI_Test (MPI's profiling interface) that makes
- * the progress thread, after a while without news, sleep a little between passes over its requests. */
+ * the progress thread, after a while without news, sleep a little between passes over its requests
+ * (only where it is a thread of its own: as worker 0, progress.c, it sleeps in that worker's pop). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,6 +7,7 @@
 #include <starpu_mpi.h>
 
 #include "runtime/error.h"
+#include "runtime/progress.h"
 #include "trace/record.h"
 
 enum { PINGS = 8 };
@@ -22,7 +23,7 @@ static int mpi_up(void) {
 }
 
 tsr_status _tsr_trace_quiesce(int size) {
-  int ret = size > 1 && mpi_up() ? starpu_mpi_wait_for_all(MPI_COMM_WORLD) : starpu_task_wait_for_all();
+  int ret = size > 1 && mpi_up() ? _tsr_mpi_wait_for_all() : starpu_task_wait_for_all();
   return ret == 0 ? TSR_OK : _tsr_error(TSR_ERR_RUNTIME, "tsr_trace_stop: waiting for the tasks failed (%d)", ret);
 }
 
