@@ -126,7 +126,7 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
 static tsr_status alloc_layer(tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
-  st->elems = (size_t)L->c * L->h * L->w;
+  st->elems = _tsr_layer_elems(L);
   if (!st->live || L->spec.kind == TSR_LAYER_INPUT) return TSR_OK;
   int tmp = _tsr_layer_needs_tmp(t, l);
   struct _tsr_layer_view v;
@@ -162,7 +162,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
 
 static tsr_status alloc_io(tsr_trainer *t) {
   const struct _tsr_layer *in = &t->model->layers[t->input_layer], *out = &t->model->layers[t->output_layer];
-  size_t xe = (size_t)in->c * in->h * in->w, ye = (size_t)out->c * out->h * out->w;
+  size_t xe = _tsr_layer_elems(in), ye = _tsr_layer_elems(out);
   for (int p = 0; p < 2; p++) {
     if (!ALLOC_SLICES(t->x[p]) || !ALLOC_SLICES(t->t[p]) || !ALLOC_SLICES(t->xbuf[p]) || !ALLOC_SLICES(t->tbuf[p]))
       return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
@@ -384,13 +384,11 @@ void tsr_trainer_set_flag(tsr_trainer *t, float value) { if (t) t->flag = value;
 int tsr_trainer_batch(const tsr_trainer *t) { return t->batch; }
 
 void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w) {
-  const struct _tsr_layer *L = &t->model->layers[t->input_layer];
-  *c = L->c, *h = L->h, *w = L->w;
+  tsr_model_layer_shape(t->model, t->model->layers[t->input_layer].name, c, h, w);
 }
 
 void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w) {
-  const struct _tsr_layer *L = &t->model->layers[t->output_layer];
-  *c = L->c, *h = L->h, *w = L->w;
+  tsr_model_layer_shape(t->model, t->model->layers[t->output_layer].name, c, h, w);
 }
 
 tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const float *std, int channels) {
