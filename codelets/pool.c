@@ -32,8 +32,8 @@ static void pool_prim_destroy(void *p) {
 }
 
 /* The window's axes, (h, w) or (d, h, w): how many, and each one's sizes. */
-static int pool_axes(const struct _tsr_pool_desc *d, dnnl_dims_t in, dnnl_dims_t out, dnnl_dims_t k, dnnl_dims_t s,
-                     dnnl_dims_t p) {
+static int pool_axes(const struct _tsr_pool_desc *d, dnnl_dim_t *in, dnnl_dim_t *out, dnnl_dim_t *k, dnnl_dim_t *s,
+                     dnnl_dim_t *p) {
   int a = 0;
   if (d->d > 0) in[a] = d->d, out[a] = d->od, k[a] = d->kd, s[a] = d->sd, p[a++] = d->pd;
   in[a] = d->h, out[a] = d->oh, k[a] = d->kh, s[a] = d->sh, p[a++] = d->ph;

@@ -28,13 +28,13 @@ static __host__ __device__ inline depth_axis depth_of(const _tsr_pool_desc &d) {
 }
 static __host__ __device__ inline int wide_ws(const _tsr_pool_desc &d) { return depth_of(d).kd * d.kh * d.kw >= 256; }
 
+static size_t in_elems(const _tsr_pool_desc &d) { return (size_t)d.n * d.c * depth_of(d).d * d.h * d.w; }
+static size_t out_elems(const _tsr_pool_desc &d) { return (size_t)d.n * d.c * depth_of(d).od * d.oh * d.ow; }
+
 extern "C" size_t _tsr_pool_cuda_ws_bytes(const struct _tsr_pool_desc *d) {
   if (!d->is_max) return 0;
   return out_elems(*d) * (wide_ws(*d) ? sizeof(int32_t) : sizeof(uint8_t));
 }
-
-static size_t in_elems(const _tsr_pool_desc &d) { return (size_t)d.n * d.c * depth_of(d).d * d.h * d.w; }
-static size_t out_elems(const _tsr_pool_desc &d) { return (size_t)d.n * d.c * depth_of(d).od * d.oh * d.ow; }
 
 /* Output element o (flat NC(D)HW index): y and the argmax index. */
 static __host__ __device__ inline void max_window(const _tsr_pool_desc &d, const float *x, size_t o, float *y,

@@ -67,7 +67,7 @@ START_TEST(test_json_reads_every_3d_kind) {
   const tsr_layer_spec *s = tsr_model_layer_spec(m, 2);
   ck_assert(s->kernel_d == 3 && s->kernel_h == 1 && s->kernel_w == 2 && s->stride_d == 2 && s->pad_d == 1 &&
             s->dilation_h == 2 && !s->bias);
-  ck_assert_float_eq(tsr_model_layer_spec(m, 9)->scale, 1.2f);
+  ck_assert(tsr_model_layer_spec(m, 9)->scale == 1.2f);
   /* trainable: c1 weight and bias, c2 weight (3x4x3x1x2), bn gamma and beta, t weight and bias, o */
   int64_t want = 4 * (2 * 27 + 1) + 3 * 4 * 6 + 2 * 3 + (4 * 2 * 27 + 2) + 2 * (2 * 8 * 9 * 12 + 1);
   ck_assert_int_eq(tsr_model_num_params(m), want);
@@ -193,7 +193,8 @@ START_TEST(test_cosmoflow_like_net_trains) {
 END_TEST
 
 /* Encoder (conv3d, maxpool3d), decoder (upsample3d and conv_transpose3d), a skip concatenation,
- * an add, softmax cross-entropy over 2 classes per voxel. */
+ * an add, softmax cross-entropy over 2 classes per voxel (the sign of the input): the loss of 20
+ * Adam steps on one fixed batch must fall below 60% of the first. */
 START_TEST(test_unet_like_net_trains) {
   tsr_model *m = load("unet.json",
                       "{\"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 4, 4, 4]},\n"
@@ -210,13 +211,13 @@ START_TEST(test_unet_like_net_trains) {
                       " {\"name\": \"g\", \"type\": \"gelu\"},\n"
                       " {\"name\": \"cat\", \"type\": \"concat\", \"inputs\": [\"g\", \"r1\"]},\n"
                       " {\"name\": \"out\", \"type\": \"conv3d\", \"out_channels\": 2, \"kernel\": 1}],\n"
-                      " \"loss\": \"softmax_cross_entropy\"}\n");
+                      " \"loss\": {\"type\": \"softmax_cross_entropy\"}}\n");
   assert_shape(m, "cat", 8, 4, 4, 4);
-  tsr_trainer *t = trainer(m, 4, 0.02f);
+  tsr_trainer *t = trainer(m, 4, 0.03f);
   struct data d = {64, 2 * 64, 2};
-  double loss[12];
-  train(t, &d, 12, loss);
-  ck_assert_msg(loss[11] < 0.6 * loss[0], "loss %g after 12 steps, %g at the first", loss[11], loss[0]);
+  double loss[20];
+  train(t, &d, 20, loss);
+  ck_assert_msg(loss[19] < 0.6 * loss[0], "loss %g after 20 steps, %g at the first", loss[19], loss[0]);
   tsr_trainer_destroy(t);
   tsr_model_destroy(m);
 }

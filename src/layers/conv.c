@@ -39,7 +39,7 @@ static tsr_status conv_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const
     return _tsr_error(TSR_ERR_SHAPE,
                       "%s '%s': output of %lld x %lld pixels from input [%d, %d, %d]; at most %d per side", kn,
                       v->name, (long long)h, (long long)w, in->c, in->h, in->w, INT_MAX);
-  v->out = (struct _tsr_chw){s->out_channels, (int)h, (int)w};
+  v->out = (struct _tsr_chw){s->out_channels, (int)h, (int)w, 0};
   return TSR_OK;
 }
 

@@ -23,7 +23,7 @@ static tsr_status flatten_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, co
   if (c > INT_MAX)
     return _tsr_error(TSR_ERR_SHAPE, "flatten '%s': input '%s' [%d, %d, %d] (depth %d) makes %lld features; at most %d",
                       v->name, in_names[0], in->c, in->h, in->w, _tsr_chw_depth(in), (long long)c, INT_MAX);
-  v->out = (struct _tsr_chw){(int)c, 1, 1};
+  v->out = (struct _tsr_chw){(int)c, 1, 1, 0};
   return TSR_OK;
 }
 

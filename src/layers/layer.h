@@ -64,10 +64,12 @@ struct _tsr_layer_field {
   size_t offset_d; /* SHAPE, SIZE3, PAD3: of the int that takes the depth */
 };
 
-#define TSR_LAYER_FIELD(name, type, member, required) {name, type, offsetof(tsr_layer_spec, member), required}
+#define TSR_LAYER_FIELD(name_, type_, member, required_)                                           \
+  {.name = name_, .type = type_, .offset = offsetof(tsr_layer_spec, member), .required = required_}
 /* A field with a depth: `member` takes (h, w) and `member_d` takes d. */
-#define TSR_LAYER_FIELD3(name, type, member, member_d, required)                                   \
-  {name, type, offsetof(tsr_layer_spec, member), required, offsetof(tsr_layer_spec, member_d)}
+#define TSR_LAYER_FIELD3(name_, type_, member, member_d, required_)                                \
+  {.name = name_, .type = type_, .offset = offsetof(tsr_layer_spec, member), .required = required_,    \
+   .offset_d = offsetof(tsr_layer_spec, member_d)}
 
 /* What a forward or backward function may use: filled by the trainer per (layer, slice). Arrays
  * marked [slice] hold every slice's handle (batch normalisation spans slices). */
