@@ -96,7 +96,6 @@ static tsr_status get_int(const jctx *c, const json_t *v, const char *field, int
               GOT(v));
 }
 
-/* An int for both spatial dimensions or an [h, w] pair. */
 /* An integer >= min for every one of n values, or an array of n of them ("[h, w]", "[d, h, w]"). */
 static tsr_status get_tuple(const jctx *c, const json_t *v, const char *field, int min, int n, int *const *out) {
   char got[48];
