@@ -2,7 +2,8 @@
  * written here as direct loops: conv3d and conv_transpose3d (forward; data and weight gradients by
  * finite differences, weight gradients accumulating), max and average pooling in 3-D (forward;
  * backward by finite differences), nearest upsampling (forward; backward by finite differences),
- * tanh with an output scale, and each as a StarPU task equal to its raw kernel. */
+ * tanh with an output scale, oneDNN's non-reference kernels for CosmoFlow's shapes, and each as a
+ * StarPU task equal to its raw kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,7 +144,7 @@ START_TEST(test_conv3d_gradients_match_finite_differences) {
   tt_assert_close(dx, fdx, sx, FD_ATOL, FD_RTOL, what);
 
   float *dw = malloc(sw * 4), *db = malloc(d.co * 4), *dw0 = malloc(sw * 4), *db0 = malloc(d.co * 4);
-  double *fdw = malloc(sw * 8), *fdb = malloc(d.co * 8), *want = malloc((sw > (size_t)d.co ? sw : d.co) * 8);
+  double *fdw = malloc(sw * 8), *fdb = malloc(d.co * 8), *want = malloc((sw > (size_t)d.co ? sw : (size_t)d.co) * 8);
   tt_fill_uniform(dw0, sw, 80 + _i, -1, 1);
   tt_fill_uniform(db0, d.co, 90 + _i, -1, 1);
   memcpy(dw, dw0, sw * 4), memcpy(db, db0, d.co * 4);
@@ -162,6 +163,24 @@ START_TEST(test_conv3d_gradients_match_finite_differences) {
   }
   free(x), free(w), free(b), free(r), free(rd), free(y), free(dx), free(fdx);
   free(dw), free(db), free(dw0), free(db0), free(fdw), free(fdb), free(want);
+}
+END_TEST
+
+/* CosmoFlow's and the 3-D U-Net's shapes (slices of 4) must get oneDNN's gemm kernels, not the
+ * reference ones (orders of magnitude slower). */
+START_TEST(test_cosmoflow_shapes_avoid_reference_kernels) {
+  static const struct cfg shapes[] = {
+      {4, 4, {32, 32, 32}, 16, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, 1, 0},
+      {4, 16, {16, 16, 16}, 32, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, 1, 0},
+      {4, 32, {8, 8, 8}, 16, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, {0, 0, 0}, 1, 1},
+  };
+  for (int i = 0; i < 3; i++) {
+    struct _tsr_conv3d_desc d = make_desc(&shapes[i]);
+    for (int pass = TSR_CONV_FWD; pass <= TSR_CONV_BWD_WEIGHTS; pass++) {
+      const char *impl = _tsr_conv3d_impl(&d, pass);
+      ck_assert_msg(impl && !strstr(impl, "ref"), "shape %d pass %d uses '%s'", i, pass, impl ? impl : "(none)");
+    }
+  }
 }
 END_TEST
 
@@ -429,6 +448,7 @@ static Suite *make_layers3d_suite(void) {
   tcase_add_checked_fixture(k, one_thread, NULL);
   tcase_add_loop_test(k, test_conv3d_fwd_matches_direct_loops, 0, NCFG);
   tcase_add_loop_test(k, test_conv3d_gradients_match_finite_differences, 0, NCFG);
+  tcase_add_test(k, test_cosmoflow_shapes_avoid_reference_kernels);
   tcase_add_loop_test(k, test_pool3d_fwd_matches_direct_loops, 0, NPOOL);
   tcase_add_loop_test(k, test_pool3d_bwd_matches_finite_differences, 0, NPOOL);
   tcase_add_test(k, test_upsample3d_fwd_and_bwd);
