@@ -68,11 +68,33 @@ int _tsr_insert_deconv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_ha
 int _tsr_insert_deconv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                      starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
 
-/* ---- pooling (pool.c; oneDNN) ---- */
+/* ---- conv3d and conv_transpose3d (conv3d.c; oneDNN on NCDHW) ----
+ * Weights OIDHW [co, ci, kd, kh, kw] (transposed: IODHW [ci, co, kd, kh, kw]); ci and co are the
+ * layer's input and output channels. Arrays hold (depth, height, width). Float32 at every
+ * precision. Buffers of the passes as for conv2d: fwd x, w, [b] -> y; bwd_data dy, w -> dx;
+ * bwd_weights x, dy -> dw +=, [db +=]. */
+struct _tsr_conv3d_desc {
+  int n, ci, id[3];     /* input: samples, channels, D, H, W */
+  int co, od[3];        /* output */
+  int k[3], s[3], p[3], dil[3]; /* dilation 1 = none */
+  int op[3];            /* transposed only: output padding */
+  int has_bias, deconv;
+};
+void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
+                     const float *in2, float *out0, float *out1);
+/* oneDNN's implementation name for the pass (NULL if the primitive could not be made). */
+const char *_tsr_conv3d_impl(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass);
+/* h0, h1 read; fwd: h2 the bias (when there is one), h3 the output; bwd_data: h2 the output;
+ * bwd_weights: h2 dw and h3 db (when there is a bias), accumulated. */
+int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
+                       starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name);
+
+/* ---- pooling (pool.c; oneDNN): 2-D on NCHW, or 3-D on NCDHW when d > 0 ---- */
 struct _tsr_pool_desc {
   int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
   int is_max;           /* 1 max, 0 average (padding counted, as PyTorch's default) */
   int blk;              /* CPU: channel block of x and y (and their gradients), 0 plain NCHW */
+  int d, od, kd, sd, pd; /* depth axis of 3-D pooling; all 0 for 2-D */
 };
 /* Bytes of the saved state of max pooling for one slice (0 for average). */
 size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d);
@@ -84,15 +106,31 @@ int _tsr_insert_pool_fwd(const struct _tsr_pool_desc *d, starpu_data_handle_t x,
 int _tsr_insert_pool_bwd(const struct _tsr_pool_desc *d, starpu_data_handle_t dy, starpu_data_handle_t ws,
                          starpu_data_handle_t dx, const char *name);
 
+/* ---- nearest upsampling by an integer factor on D, H and W (upsample.c) ---- */
+struct _tsr_upsample_desc {
+  int n, c, d, h, w;    /* input */
+  int f;                /* factor: the output is [c, d f, h f, w f] */
+};
+void _tsr_upsample_fwd_cpu(const struct _tsr_upsample_desc *d, const float *x, float *y);
+/* dx = the sum of dy over each input element's f^3 copies */
+void _tsr_upsample_bwd_cpu(const struct _tsr_upsample_desc *d, const float *dy, float *dx);
+int _tsr_insert_upsample_fwd(const struct _tsr_upsample_desc *d, starpu_data_handle_t x, starpu_data_handle_t y,
+                             const char *name);
+int _tsr_insert_upsample_bwd(const struct _tsr_upsample_desc *d, starpu_data_handle_t dy, starpu_data_handle_t dx,
+                             const char *name);
+
 /* ---- activations (eltwise.c; oneDNN): a table of activations found by name ("relu") ---- */
 struct _tsr_act_desc {
   int op;               /* index in eltwise.c's table: _tsr_act_find(name) */
   float alpha;          /* leaky_relu slope */
   size_t len;           /* elements in the slice */
+  float scale;          /* tanh: y = scale * tanh(x) (0 or 1: the plain activation) */
 };
 /* Index of the activation called `name`, -1 if none; the name of index `op` (NULL if none); the
  * table's size. */
 int _tsr_act_find(const char *name);
+/* The output scale the kernels apply: d->scale for an activation that takes one (tanh), else 1. */
+float _tsr_act_scale(const struct _tsr_act_desc *d);
 const char *_tsr_act_name(int op);
 int _tsr_act_count(void);
 void _tsr_act_fwd_cpu(const struct _tsr_act_desc *d, const float *x, float *y);

@@ -467,20 +467,27 @@ static struct starpu_codelet cl_conv2d_bwd_weights = {
     .can_execute = _tsr_conv_can_execute,
 };
 
-int _tsr_convlike_insert(struct starpu_codelet *cl, enum _tsr_conv_pass pass, const struct _tsr_conv_desc *d,
-                         starpu_data_handle_t h0, starpu_data_handle_t h1, starpu_data_handle_t h2,
-                         starpu_data_handle_t h3, const char *name) {
-  struct _tsr_buf bufs[4] = {{h0, STARPU_R}, {h1, STARPU_R}};
+int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, starpu_data_handle_t h0, starpu_data_handle_t h1,
+                       starpu_data_handle_t h2, starpu_data_handle_t h3, struct _tsr_buf bufs[4]) {
   int n = 2;
+  bufs[0] = (struct _tsr_buf){h0, STARPU_R}, bufs[1] = (struct _tsr_buf){h1, STARPU_R};
   if (pass == TSR_CONV_FWD) {
-    if (d->has_bias) bufs[n++] = (struct _tsr_buf){h2, STARPU_R};
+    if (has_bias) bufs[n++] = (struct _tsr_buf){h2, STARPU_R};
     bufs[n++] = (struct _tsr_buf){h3, STARPU_W};
   } else if (pass == TSR_CONV_BWD_DATA) {
     bufs[n++] = (struct _tsr_buf){h2, STARPU_W};
   } else {
     bufs[n++] = (struct _tsr_buf){h2, _tsr_accum_mode()};
-    if (d->has_bias) bufs[n++] = (struct _tsr_buf){h3, _tsr_accum_mode()};
+    if (has_bias) bufs[n++] = (struct _tsr_buf){h3, _tsr_accum_mode()};
   }
+  return n;
+}
+
+int _tsr_convlike_insert(struct starpu_codelet *cl, enum _tsr_conv_pass pass, const struct _tsr_conv_desc *d,
+                         starpu_data_handle_t h0, starpu_data_handle_t h1, starpu_data_handle_t h2,
+                         starpu_data_handle_t h3, const char *name) {
+  struct _tsr_buf bufs[4];
+  int n = _tsr_convlike_bufs(pass, d->has_bias, h0, h1, h2, h3, bufs);
   return _tsr_submit(cl, d, sizeof *d, 0, name, n, bufs);
 }
 

@@ -21,6 +21,7 @@
 
 #include <tessera/context.h>
 #include "cuda_util.h"
+#include "cudnn_pick.h"
 
 /* reduced precision: a failure here means no support for the data type, and float32 is tried */
 #define GET_OK(call)                                                                                 \
@@ -32,7 +33,6 @@
 
 /* cuDNN calls (the transposed conv swaps forward and backward data) */
 enum { CALL_FWD, CALL_BWD_DATA, CALL_BWD_FILTER };
-static const size_t WORKSPACE_LIMIT = (size_t)512 << 20;
 
 /* In cuDNN's terms: "in" is the conv's input space, "out" its output space. */
 struct conv_key {
@@ -73,25 +73,6 @@ static cudnnDataType_t data_type(int precision) {
          : precision == TSR_PRECISION_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
 }
 
-/* The first algorithm of cuDNN's ranked list that fits: it succeeded, its workspace is bounded,
- * it is deterministic when asked (cuDNN says so per algorithm: backward algorithms that add with
- * atomics are not), and in float32 it uses FMA math (no TF32 tensor cores). */
-template <typename Perf>
-static int pick(const Perf *perf, int got, int precision, int deterministic, conv_plan *p) {
-  for (int i = 0; i < got; i++) {
-    const Perf &q = perf[i];
-    if (q.status != CUDNN_STATUS_SUCCESS || q.memory > WORKSPACE_LIMIT) continue;
-    if (deterministic && q.determinism != CUDNN_DETERMINISTIC) continue;
-    if (precision == TSR_PRECISION_F32 && q.mathType != CUDNN_FMA_MATH && q.mathType != CUDNN_DEFAULT_MATH) continue;
-    p->algo = (int)q.algo;
-    p->ws_bytes = q.memory;
-    /* float32 keeps FMA math; reduced precision runs with the math type the algorithm was ranked for */
-    if (precision != TSR_PRECISION_F32) TSR_CUDNN_OK(cudnnSetConvolutionMathType(p->conv, q.mathType));
-    return 0;
-  }
-  return 1;
-}
-
 /* 0, 1 when cuDNN has no algorithm that fits (or no support for the data type), -1 on failure. */
 static int plan_make(cudnnHandle_t h, const _tsr_conv_desc *d, int deconv, int pass, int precision, int deterministic,
                      conv_plan *p) {
@@ -126,15 +107,15 @@ static int plan_make(cudnnHandle_t h, const _tsr_conv_desc *d, int deconv, int p
   if (p->call == CALL_FWD) {
     cudnnConvolutionFwdAlgoPerf_t perf[MAXALGO];
     GET_OK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->in, p->filt, p->conv, p->out, MAXALGO, &got, perf));
-    rc = pick(perf, got, precision, deterministic, p);
+    rc = _tsr_cudnn_pick(perf, got, precision, deterministic, p->conv, &p->algo, &p->ws_bytes);
   } else if (p->call == CALL_BWD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[MAXALGO];
     GET_OK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->filt, p->out, p->conv, p->in, MAXALGO, &got, perf));
-    rc = pick(perf, got, precision, deterministic, p);
+    rc = _tsr_cudnn_pick(perf, got, precision, deterministic, p->conv, &p->algo, &p->ws_bytes);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[MAXALGO];
     GET_OK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->in, p->out, p->conv, p->filt, MAXALGO, &got, perf));
-    rc = pick(perf, got, precision, deterministic, p);
+    rc = _tsr_cudnn_pick(perf, got, precision, deterministic, p->conv, &p->algo, &p->ws_bytes);
   }
   if (rc > 0 && precision == TSR_PRECISION_F32)
     return _tsr_cuda_report("cuDNN has no %salgorithm for %s pass %d of %dx%dx%dx%d (k %dx%d s %d p %d)",

@@ -103,6 +103,11 @@ void *_tsr_cuda_scratch(int worker, size_t bytes, cudaStream_t stream);
 /* `pass` of the conv and dense launchers: an enum _tsr_conv_pass (codelets.h). */
 int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv_desc *d, int deconv, int pass, int precision,
                    const float *in0, const float *in1, const float *in2, float *out0, float *out1);
+/* conv3d and conv_transpose3d (conv3d_cuda.cu), float32: buffers as _tsr_conv_cuda's. */
+int _tsr_conv3d_cuda(int worker, cudaStream_t s, const struct _tsr_conv3d_desc *d, int pass, const float *in0,
+                     const float *in1, const float *in2, float *out0, float *out1);
+/* Nearest upsampling (upsample_cuda.cu): fwd in = x, out = y; bwd in = dy, out = dx. */
+int _tsr_upsample_cuda(cudaStream_t s, const struct _tsr_upsample_desc *d, int bwd, const float *in, float *out);
 int _tsr_dense_cuda(int worker, cudaStream_t s, const struct _tsr_dense_desc *d, int pass, const float *in0,
                     const float *in1, const float *in2, float *out0, float *out1);
 /* Pooling (pool_cuda.cu): fwd in = x, out = y, ws written for max pooling; bwd in = dy, ws read

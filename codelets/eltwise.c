@@ -1,7 +1,9 @@
 /* Activations with oneDNN eltwise primitives over a flat view of the slice: the table of
  * activations (found by name; the layer kind of the same name runs it), the raw kernels, their
  * codelets and insert functions. tanh and sigmoid take their derivative from the output y (no exp
- * to recompute); relu and leaky_relu from the input x, which stays right for any slope.
+ * to recompute); relu and leaky_relu from the input x, which stays right for any slope. tanh takes
+ * an output scale s (y = s tanh x, CosmoFlow's head): oneDNN's tanh then a multiply forward, and
+ * dx = dy s (1 - (y/s)^2) backward.
  * Primitives and memory objects are built once per (thread, descriptor). The codelets' CUDA
  * functions run eltwise_cuda.cu's launcher, which finds the activation by the same name. */
 #include <string.h>
@@ -35,12 +37,13 @@ static const struct act_op {
   dnnl_alg_kind_t alg;
   int uses_dst;  /* the derivative is taken from the output y (else from the input x) */
   int has_alpha; /* alpha is a parameter (else 0 in the primitive and its cache key) */
+  int has_scale; /* the output scale is a parameter (else 1) */
 } act_ops[] = {
-    {"relu", dnnl_eltwise_relu, 0, 0},
-    {"leaky_relu", dnnl_eltwise_relu, 0, 1},
-    {"tanh", dnnl_eltwise_tanh_use_dst_for_bwd, 1, 0},
-    {"sigmoid", dnnl_eltwise_logistic_use_dst_for_bwd, 1, 0},
-    {"gelu", dnnl_eltwise_gelu_erf, 0, 0}, /* exact: x Phi(x), PyTorch's nn.GELU() */
+    {"relu", dnnl_eltwise_relu, 0, 0, 0},
+    {"leaky_relu", dnnl_eltwise_relu, 0, 1, 0},
+    {"tanh", dnnl_eltwise_tanh_use_dst_for_bwd, 1, 0, 1},
+    {"sigmoid", dnnl_eltwise_logistic_use_dst_for_bwd, 1, 0, 0},
+    {"gelu", dnnl_eltwise_gelu_erf, 0, 0, 0}, /* exact: x Phi(x), PyTorch's nn.GELU() */
 };
 #define NACT ((int)(sizeof act_ops / sizeof act_ops[0]))
 
@@ -54,11 +57,17 @@ int _tsr_act_find(const char *name) {
 
 const char *_tsr_act_name(int op) { return op >= 0 && op < NACT ? act_ops[op].name : NULL; }
 
-/* The key ignores alpha where the activation has none, so one primitive serves every layer. */
+float _tsr_act_scale(const struct _tsr_act_desc *d) {
+  return d->op >= 0 && d->op < NACT && act_ops[d->op].has_scale && d->scale != 0 ? d->scale : 1.0f;
+}
+
+/* The key ignores alpha where the activation has none, and the scale (applied after the
+ * primitive), so one primitive serves every layer. */
 static struct _tsr_act_desc act_key(const struct _tsr_act_desc *d) {
   struct _tsr_act_desc k = *d;
   if (k.op < 0 || k.op >= NACT) _tsr_kernel_fail(__FILE__, __LINE__, "activation index", (int)dnnl_invalid_arguments);
   if (!act_ops[k.op].has_alpha) k.alpha = 0;
+  k.scale = 0;
   return k;
 }
 
@@ -124,10 +133,21 @@ struct act_call {
 static void act_fwd_body(void *arg) {
   struct act_call *c = arg;
   act_run(act_get(c->d, 0), (const void *[]){c->x, c->out});
+  const float s = _tsr_act_scale(c->d);
+  if (s != 1.0f)
+    for (size_t i = 0; i < c->d->len; i++) c->out[i] *= s;
 }
 
 static void act_bwd_body(void *arg) {
   struct act_call *c = arg;
+  const float s = _tsr_act_scale(c->d);
+  if (s != 1.0f) { /* scaled tanh, from its output */
+    for (size_t i = 0; i < c->d->len; i++) {
+      const float t = c->y[i] / s;
+      c->out[i] = c->dy[i] * s * (1.0f - t * t);
+    }
+    return;
+  }
   struct act_prim *ap = act_get(c->d, 1);
   act_run(ap, (const void *[]){ap->arg[0] == DNNL_ARG_DST ? c->y : c->x, c->dy, c->out});
 }

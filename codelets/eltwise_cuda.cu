@@ -32,6 +32,19 @@ static int gelu_run(cudaStream_t s, const struct _tsr_act_desc *d, int bwd, cons
   return 0;
 }
 
+/* tanh with an output scale s: y = s tanh x; dx = dy s (1 - (y/s)^2), as codelets/eltwise.c. */
+__global__ static void scaled_tanh_k(size_t n, float s, int bwd, const float *x, const float *y, const float *dy,
+                                     float *out) {
+  TSR_GRID_LOOP(i, n) {
+    if (bwd) {
+      const float t = y[i] / s;
+      out[i] = dy[i] * s * (1.0f - t * t);
+    } else {
+      out[i] = s * tanhf(x[i]);
+    }
+  }
+}
+
 static const struct cuda_act {
   const char *name;
   int mode; /* a cudnnActivationMode_t, or -1: run `kernel` (forward from x; backward from x and dy) */
@@ -51,6 +64,12 @@ extern "C" int _tsr_act_cuda(int worker, cudaStream_t s, const struct _tsr_act_d
   for (size_t i = 0; name && i < sizeof cuda_acts / sizeof cuda_acts[0]; i++)
     if (strcmp(cuda_acts[i].name, name) == 0) a = &cuda_acts[i];
   if (!a) return _tsr_cuda_report("activation '%s' has no CUDA implementation", name ? name : "?");
+  const float scale = _tsr_act_scale(d);
+  if (scale != 1.0f) {
+    scaled_tanh_k<<<_tsr_blocks(d->len), TSR_THREADS, 0, s>>>(d->len, scale, bwd, x, y, dy, out);
+    TSR_CUDA_LAUNCHED("scaled tanh kernel");
+    return 0;
+  }
   if (a->mode < 0) return a->kernel(s, d, bwd, x, dy, out);
   cudnnHandle_t h;
   if (_tsr_cuda_handles(worker, s, &h, NULL)) return -1;

@@ -1,5 +1,5 @@
-/* 2-D pooling (max, and average counting the padding as PyTorch's default) on float32 NCHW or
- * blocked nChw{B}c with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
+/* 2-D and 3-D pooling (max, and average counting the padding as PyTorch's default) on NCHW, NCDHW
+ * or (2-D) blocked nChw{B}c float32 with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
  * workspace (the argmax of each window) during the forward so that the backward need not read x.
  * Primitives and their memory objects are built once per (thread, descriptor); a call only swaps
  * data pointers. Scratchpads are user-managed (per-thread scratch), so no call allocates. */
@@ -31,10 +31,22 @@ static void pool_prim_destroy(void *p) {
   free(pp);
 }
 
+/* The window's axes, (h, w) or (d, h, w): how many, and each one's sizes. */
+static int pool_axes(const struct _tsr_pool_desc *d, dnnl_dim_t *in, dnnl_dim_t *out, dnnl_dim_t *k, dnnl_dim_t *s,
+                     dnnl_dim_t *p) {
+  int a = 0;
+  if (d->d > 0) in[a] = d->d, out[a] = d->od, k[a] = d->kd, s[a] = d->sd, p[a++] = d->pd;
+  in[a] = d->h, out[a] = d->oh, k[a] = d->kh, s[a] = d->sh, p[a++] = d->ph;
+  in[a] = d->w, out[a] = d->ow, k[a] = d->kw, s[a] = d->sw, p[a++] = d->pw;
+  return a;
+}
+
 static void pool_mds(const struct _tsr_pool_desc *d, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
-  dnnl_dims_t sd = {d->n, d->c, d->h, d->w}, dd = {d->n, d->c, d->oh, d->ow};
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, 4, sd, dnnl_f32, _tsr_act_tag(d->blk)));
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, 4, dd, dnnl_f32, _tsr_act_tag(d->blk)));
+  dnnl_dims_t sd = {d->n, d->c}, dd = {d->n, d->c}, k, s, p;
+  int nd = 2 + pool_axes(d, sd + 2, dd + 2, k, s, p);
+  dnnl_format_tag_t tag = nd == 5 ? dnnl_ncdhw : _tsr_act_tag(d->blk);
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, nd, sd, dnnl_f32, tag));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dnnl_f32, tag));
 }
 
 static dnnl_primitive_attr_t user_scratchpad_attr(void) {
@@ -50,7 +62,8 @@ static dnnl_primitive_attr_t user_scratchpad_attr(void) {
 static dnnl_primitive_desc_t pool_pd(const struct _tsr_pool_desc *d, int bwd) {
   dnnl_memory_desc_t src, dst;
   pool_mds(d, &src, &dst);
-  dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw}, p = {d->ph, d->pw};
+  dnnl_dims_t in, out, st, k, p;
+  pool_axes(d, in, out, k, st, p);
   dnnl_alg_kind_t alg = d->is_max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
   dnnl_pooling_desc_t op;
   if (bwd)

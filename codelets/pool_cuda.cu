@@ -1,7 +1,7 @@
 /* Pooling on CUDA, the twin of codelets/pool.c (floor mode, symmetric padding, average counting
- * the padding: divisor kh*kw). Average forward is cuDNN's CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING.
- * Max pooling and both backward passes are kernels, because max pooling saves its argmax in
- * oneDNN's workspace layout: the backward of a slice may run on a CPU worker after a GPU forward
+ * the padding: divisor kh*kw, kd*kh*kw in 3-D on NCDHW). Average forward is cuDNN's
+ * CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING. Max pooling and both backward passes are kernels,
+ * because max pooling saves its argmax in oneDNN's workspace layout: the backward of a slice may run on a CPU worker after a GPU forward
  * or the reverse, and cuDNN's max backward recomputes the argmax from x and y instead (with ties
  * broken its own way). Backward passes gather (each dx element sums the windows that hold it), so
  * no atomics and no dependence on the launch: results are deterministic. */
@@ -10,34 +10,53 @@
 
 #include "cuda_util.h"
 
-/* oneDNN's workspace (checked against oneDNN 2.6 by tests/gpu/check_gpu.c on the host): one index
- * per output element, in y's NCHW order; the index is i*kw + j of the window's first strict
- * maximum in row-major order over the elements inside the image (padding never wins); uint8 when
- * kh*kw < 256, int32 otherwise. */
+/* oneDNN's workspace (checked against oneDNN 2.6 by tests/gpu/check_gpu.c and
+ * tests/check_layers3d.c on the host): one index per output element, in y's NCHW (NCDHW) order;
+ * the index is (l*kh + i)*kw + j of the window's first strict maximum in row-major order over the
+ * elements inside the volume (padding never wins); uint8 when kd*kh*kw < 256, int32 otherwise.
+ * 2-D pooling is 3-D pooling with depth, window and stride 1 along d. */
 static __host__ __device__ inline int imin(int a, int b) { return a < b ? a : b; }
-static __host__ __device__ inline int wide_ws(const _tsr_pool_desc &d) { return d.kh * d.kw >= 256; }
+static __host__ __device__ inline int one_if0(int v) { return v > 0 ? v : 1; }
+
+/* The depth axis of a descriptor: 1, 1, 1, 1, 0 for 2-D pooling. */
+struct depth_axis {
+  int d, od, kd, sd, pd;
+};
+static __host__ __device__ inline depth_axis depth_of(const _tsr_pool_desc &d) {
+  depth_axis a = {one_if0(d.d), one_if0(d.od), one_if0(d.kd), one_if0(d.sd), d.d > 0 ? d.pd : 0};
+  return a;
+}
+static __host__ __device__ inline int wide_ws(const _tsr_pool_desc &d) { return depth_of(d).kd * d.kh * d.kw >= 256; }
+
+static size_t in_elems(const _tsr_pool_desc &d) { return (size_t)d.n * d.c * depth_of(d).d * d.h * d.w; }
+static size_t out_elems(const _tsr_pool_desc &d) { return (size_t)d.n * d.c * depth_of(d).od * d.oh * d.ow; }
 
 extern "C" size_t _tsr_pool_cuda_ws_bytes(const struct _tsr_pool_desc *d) {
   if (!d->is_max) return 0;
-  return (size_t)d->n * d->c * d->oh * d->ow * (wide_ws(*d) ? sizeof(int32_t) : sizeof(uint8_t));
+  return out_elems(*d) * (wide_ws(*d) ? sizeof(int32_t) : sizeof(uint8_t));
 }
 
-/* Output element o (flat NCHW index): y and the argmax index. */
+/* Output element o (flat NC(D)HW index): y and the argmax index. */
 static __host__ __device__ inline void max_window(const _tsr_pool_desc &d, const float *x, size_t o, float *y,
                                                   int *arg) {
-  const size_t ohw = (size_t)d.oh * d.ow;
-  const float *plane = x + (o / ohw) * d.h * d.w;
-  const int oh = (int)(o % ohw / d.ow), ow = (int)(o % d.ow);
+  const depth_axis z = depth_of(d);
+  const size_t ohw = (size_t)d.oh * d.ow, odhw = z.od * ohw;
+  const float *vol = x + (o / odhw) * z.d * d.h * d.w;
+  const int od = (int)(o % odhw / ohw), oh = (int)(o % ohw / d.ow), ow = (int)(o % d.ow);
   float best = -FLT_MAX;
   int at = 0;
-  for (int i = 0; i < d.kh; i++) {
-    const int ih = oh * d.sh - d.ph + i;
-    if (ih < 0 || ih >= d.h) continue;
-    for (int j = 0; j < d.kw; j++) {
-      const int iw = ow * d.sw - d.pw + j;
-      if (iw < 0 || iw >= d.w) continue;
-      const float v = plane[(size_t)ih * d.w + iw];
-      if (v > best) best = v, at = i * d.kw + j;
+  for (int l = 0; l < z.kd; l++) {
+    const int id = od * z.sd - z.pd + l;
+    if (id < 0 || id >= z.d) continue;
+    for (int i = 0; i < d.kh; i++) {
+      const int ih = oh * d.sh - d.ph + i;
+      if (ih < 0 || ih >= d.h) continue;
+      for (int j = 0; j < d.kw; j++) {
+        const int iw = ow * d.sw - d.pw + j;
+        if (iw < 0 || iw >= d.w) continue;
+        const float v = vol[((size_t)id * d.h + ih) * d.w + iw];
+        if (v > best) best = v, at = (l * d.kh + i) * d.kw + j;
+      }
     }
   }
   *y = best;
@@ -52,28 +71,39 @@ static __host__ __device__ inline void max_store(const _tsr_pool_desc &d, const 
   else ((uint8_t *)ws)[o] = (uint8_t)arg;
 }
 
-/* Input element i (flat NCHW index) of dx: the sum over the windows that hold it of dy (max: when
- * the window's argmax is this element) or dy / (kh*kw) (average). */
+/* The windows along one axis that hold input position i: [*lo, *hi] (empty when lo > hi). */
+static __host__ __device__ inline void windows(int i, int k, int s, int p, int out, int *lo, int *hi) {
+  /* window o covers o*s - p .. o*s - p + k - 1 */
+  const int first = i + p - k + 1;
+  *lo = first <= 0 ? 0 : (first + s - 1) / s;
+  *hi = imin((i + p) / s, out - 1);
+}
+
+/* Input element i (flat NC(D)HW index) of dx: the sum over the windows that hold it of dy (max: when
+ * the window's argmax is this element) or dy / (kd*kh*kw) (average). */
 static __host__ __device__ inline float window_grad(const _tsr_pool_desc &d, const float *dy, const void *ws,
                                                     size_t i) {
-  const size_t hw = (size_t)d.h * d.w, ohw = (size_t)d.oh * d.ow, plane = i / hw;
-  const int ih = (int)(i % hw / d.w), iw = (int)(i % d.w);
-  /* window oh covers rows oh*sh - ph .. oh*sh - ph + kh - 1 */
-  const int lo_h = ih + d.ph - d.kh + 1, lo_w = iw + d.pw - d.kw + 1;
-  const int oh0 = lo_h <= 0 ? 0 : (lo_h + d.sh - 1) / d.sh, ow0 = lo_w <= 0 ? 0 : (lo_w + d.sw - 1) / d.sw;
-  const int oh1 = imin((ih + d.ph) / d.sh, d.oh - 1), ow1 = imin((iw + d.pw) / d.sw, d.ow - 1);
+  const depth_axis z = depth_of(d);
+  const size_t hw = (size_t)d.h * d.w, dhw = z.d * hw, ohw = (size_t)d.oh * d.ow, vol = i / dhw;
+  const int id = (int)(i % dhw / hw), ih = (int)(i % hw / d.w), iw = (int)(i % d.w);
+  int od0, od1, oh0, oh1, ow0, ow1;
+  windows(id, z.kd, z.sd, z.pd, z.od, &od0, &od1);
+  windows(ih, d.kh, d.sh, d.ph, d.oh, &oh0, &oh1);
+  windows(iw, d.kw, d.sw, d.pw, d.ow, &ow0, &ow1);
   float g = 0;
-  for (int oh = oh0; oh <= oh1; oh++)
-    for (int ow = ow0; ow <= ow1; ow++) {
-      const size_t o = plane * ohw + (size_t)oh * d.ow + ow;
-      if (d.is_max) {
-        const int at = wide_ws(d) ? ((const int32_t *)ws)[o] : ((const uint8_t *)ws)[o];
-        if (at == (ih - (oh * d.sh - d.ph)) * d.kw + (iw - (ow * d.sw - d.pw))) g += dy[o];
-      } else {
-        g += dy[o];
+  for (int od = od0; od <= od1; od++)
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) {
+        const size_t o = (vol * z.od + od) * ohw + (size_t)oh * d.ow + ow;
+        if (d.is_max) {
+          const int at = wide_ws(d) ? ((const int32_t *)ws)[o] : ((const uint8_t *)ws)[o];
+          const int l = id - (od * z.sd - z.pd), i2 = ih - (oh * d.sh - d.ph), j = iw - (ow * d.sw - d.pw);
+          if (at == (l * d.kh + i2) * d.kw + j) g += dy[o];
+        } else {
+          g += dy[o];
+        }
       }
-    }
-  return d.is_max ? g : g / (float)(d.kh * d.kw);
+  return d.is_max ? g : g / (float)(z.kd * d.kh * d.kw);
 }
 
 
@@ -96,15 +126,26 @@ static int avg_fwd_cudnn(int worker, cudaStream_t s, const _tsr_pool_desc *d, co
   cudnnStatus_t st = cudnnCreatePoolingDescriptor(&pd);
   if (st == CUDNN_STATUS_SUCCESS) call = "cudnnCreateTensorDescriptor", st = cudnnCreateTensorDescriptor(&xd);
   if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateTensorDescriptor(&yd);
-  if (st == CUDNN_STATUS_SUCCESS)
+  if (st == CUDNN_STATUS_SUCCESS && d->d > 0) { /* 3-D: N-d descriptors */
+    const int k[3] = {d->kd, d->kh, d->kw}, p[3] = {d->pd, d->ph, d->pw}, sd[3] = {d->sd, d->sh, d->sw};
+    const int xdims[5] = {d->n, d->c, d->d, d->h, d->w}, ydims[5] = {d->n, d->c, d->od, d->oh, d->ow};
+    call = "cudnnSetPoolingNdDescriptor",
+    st = cudnnSetPoolingNdDescriptor(pd, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_NOT_PROPAGATE_NAN, 3, k, p,
+                                     sd);
+    if (st == CUDNN_STATUS_SUCCESS)
+      call = "cudnnSetTensorNdDescriptorEx",
+      st = cudnnSetTensorNdDescriptorEx(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 5, xdims);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetTensorNdDescriptorEx(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 5, ydims);
+  } else if (st == CUDNN_STATUS_SUCCESS) {
     call = "cudnnSetPooling2dDescriptor",
     st = cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_NOT_PROPAGATE_NAN, d->kh,
                                      d->kw, d->ph, d->pw, d->sh, d->sw);
-  if (st == CUDNN_STATUS_SUCCESS)
-    call = "cudnnSetTensor4dDescriptor",
-    st = cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, d->c, d->h, d->w);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, d->c, d->oh, d->ow);
+    if (st == CUDNN_STATUS_SUCCESS)
+      call = "cudnnSetTensor4dDescriptor",
+      st = cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, d->c, d->h, d->w);
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->n, d->c, d->oh, d->ow);
+  }
   if (st == CUDNN_STATUS_SUCCESS) call = "cudnnPoolingForward", st = cudnnPoolingForward(h, pd, &one, xd, x, &zero, yd, y);
   if (yd) cudnnDestroyTensorDescriptor(yd);
   if (xd) cudnnDestroyTensorDescriptor(xd);
@@ -117,7 +158,7 @@ static int avg_fwd_cudnn(int worker, cudaStream_t s, const _tsr_pool_desc *d, co
 
 extern "C" int _tsr_pool_cuda(int worker, cudaStream_t s, const struct _tsr_pool_desc *d, int bwd, const float *in,
                               void *ws, float *out) {
-  const size_t nx = (size_t)d->n * d->c * d->h * d->w, ny = (size_t)d->n * d->c * d->oh * d->ow;
+  const size_t nx = in_elems(*d), ny = out_elems(*d);
   if (d->is_max && !ws) return _tsr_cuda_report("max pooling without its workspace");
   if (!bwd && !d->is_max) return avg_fwd_cudnn(worker, s, d, in, out);
   if (!bwd) max_fwd_k<<<_tsr_blocks(ny), TSR_THREADS, 0, s>>>(*d, ny, in, out, ws);
@@ -130,11 +171,11 @@ extern "C" int _tsr_pool_cuda(int worker, cudaStream_t s, const struct _tsr_pool
 }
 
 extern "C" void _tsr_pool_max_fwd_host(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws) {
-  const size_t ny = (size_t)d->n * d->c * d->oh * d->ow;
+  const size_t ny = out_elems(*d);
   for (size_t o = 0; o < ny; o++) max_store(*d, x, o, y, ws);
 }
 
 extern "C" void _tsr_pool_bwd_host(const struct _tsr_pool_desc *d, const float *dy, const void *ws, float *dx) {
-  const size_t nx = (size_t)d->n * d->c * d->h * d->w;
+  const size_t nx = in_elems(*d);
   for (size_t i = 0; i < nx; i++) dx[i] = window_grad(*d, dy, ws, i);
 }

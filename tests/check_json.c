@@ -149,8 +149,8 @@ static const struct bad {
 } bad_cases[] = {
     {"syntax error", "{\"layers\": [\n  {\"name\": \"in\",\n   \"type\": \"input\" \"shape\": [1, 8, 8]}\n]}\n",
      TSR_ERR_FORMAT, {":3:", "syntax"}},
-    {"unknown type", HEAD "{\"name\": \"c1\", \"type\": \"conv3d\", \"kernel\": 3}" TAIL, TSR_ERR_FORMAT,
-     {":3:", "layers[1] ('c1')", "field 'type'", "conv3d"}},
+    {"unknown type", HEAD "{\"name\": \"c1\", \"type\": \"conv4d\", \"kernel\": 3}" TAIL, TSR_ERR_FORMAT,
+     {":3:", "layers[1] ('c1')", "field 'type'", "conv4d"}},
     {"unknown field", HEAD "{\"name\": \"c1\", \"type\": \"conv2d\", \"out_channels\": 4, \"kernal\": 3}" TAIL,
      TSR_ERR_FORMAT, {":3:", "layers[1] ('c1')", "field 'kernal'", "'conv2d'"}},
     {"field of another type", HEAD "{\"name\": \"r\", \"type\": \"relu\", \"p\": 0.5}" TAIL, TSR_ERR_FORMAT,

@@ -112,7 +112,7 @@ START_TEST(bad_arguments_are_named) {
   tsr_layer_kind k;
   ck_assert_int_eq(tsr_layer_kind_parse("conv_transpose2d", &k), TSR_OK);
   ck_assert_int_eq(k, TSR_LAYER_CONV_TRANSPOSE2D);
-  ck_assert_int_eq(tsr_layer_kind_parse("conv3d", &k), TSR_ERR_ARG);
+  ck_assert_int_eq(tsr_layer_kind_parse("conv4d", &k), TSR_ERR_ARG);
 }
 END_TEST
 

@@ -132,7 +132,7 @@ static const struct badnpy {
     {"truncated header", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", 1, 16, 30, TSR_ERR_FORMAT,
      "truncated header"},
     {"trailing bytes", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", 1, 8, 0, TSR_ERR_FORMAT, "longer"},
-    {"five dimensions", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1), }", 1, 4, 0,
+    {"six dimensions", "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1), }", 1, 4, 0,
      TSR_ERR_FORMAT, "dimensions"},
     {"missing shape", "{'descr': '<f4', 'fortran_order': False, }", 1, 4, 0, TSR_ERR_FORMAT, "lacks 'shape'"},
     {"shape not a tuple", "{'descr': '<f4', 'fortran_order': False, 'shape': [2], }", 1, 8, 0, TSR_ERR_FORMAT, "'shape'"},

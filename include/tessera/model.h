@@ -1,5 +1,6 @@
-/* Model builder: a DAG of layers over per-sample shapes [C, H, W], with shape inference at each
- * add. Layer outputs are referred to by name; each layer has one output. */
+/* Model builder: a DAG of layers over per-sample shapes [C, H, W] (2-D layers) or [C, D, H, W]
+ * (3-D layers), with shape inference at each add. Layer outputs are referred to by name; each
+ * layer has one output. */
 #ifndef TESSERA_MODEL_H
 #define TESSERA_MODEL_H
 
@@ -58,9 +59,16 @@ typedef struct tsr_layer_spec {
   float alpha;                     /* leaky_relu slope */
   float p;                         /* dropout probability */
   float eps, momentum;             /* batchnorm (PyTorch meaning of momentum) */
+  /* The depth axis of 3-D layers (conv3d, conv_transpose3d, maxpool3d, avgpool3d), beside the
+   * _h and _w fields above; unused by 2-D layers. */
+  int depth;                       /* input: D of a [C, D, H, W] shape; 0 = a [C, H, W] shape */
+  int kernel_d, stride_d, pad_d, dilation_d, output_pad_d;
+  int scale_factor;                /* upsample3d: integer factor of nearest upsampling on D, H, W */
+  float scale;                     /* tanh: y = scale * tanh(x) */
 } tsr_layer_spec;
 
-/* Defaults: stride 1, no padding, dilation 1, bias on, alpha 0.01, p 0.5, eps 1e-5, momentum 0.1. */
+/* Defaults: stride 1, no padding, dilation 1, bias on, alpha 0.01, p 0.5, eps 1e-5, momentum 0.1,
+ * scale 1. */
 tsr_layer_spec tsr_layer_spec_default(tsr_layer_kind kind);
 const char *tsr_layer_kind_name(tsr_layer_kind kind);          /* "conv2d"; "?" for no kind */
 tsr_status tsr_layer_kind_parse(const char *name, tsr_layer_kind *kind);
@@ -88,8 +96,11 @@ tsr_status tsr_model_set_group_bytes(tsr_model *m, long long bytes);
 
 int tsr_model_num_layers(const tsr_model *m);
 const char *tsr_model_name(const tsr_model *m);
-/* Per-sample output shape [C, H, W] of a layer; returns TSR_ERR_ARG for an unknown name. */
+/* Per-sample output shape [C, H, W] of a layer; returns TSR_ERR_ARG for an unknown name. A
+ * [C, D, H, W] output is given as [C, D*H, W], the same NCDHW memory. */
 tsr_status tsr_model_layer_shape(const tsr_model *m, const char *layer, int *c, int *h, int *w);
+/* Depth D of a layer's [C, D, H, W] output, 0 for a [C, H, W] output. */
+tsr_status tsr_model_layer_depth(const tsr_model *m, const char *layer, int *d);
 const char *tsr_model_layer_name(const tsr_model *m, int index);
 tsr_layer_kind tsr_model_layer_kind(const tsr_model *m, int index);
 const tsr_layer_spec *tsr_model_layer_spec(const tsr_model *m, int index);

@@ -10,7 +10,7 @@
 extern "C" {
 #endif
 
-#define TSR_MAX_DIMS 4
+#define TSR_MAX_DIMS 5
 
 typedef struct tsr_shape {
   int ndim;

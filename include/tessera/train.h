@@ -120,7 +120,8 @@ void tsr_trainer_optim(const tsr_trainer *t, tsr_optim_spec *opt);
  * initial scale and growth interval after defaults (else 0 and 0). Any pointer may be NULL. */
 void tsr_trainer_loss_scale_options(const tsr_trainer *t, double *loss_scale, double *init, int *interval);
 
-/* Per-sample input and target shapes the trainer expects. */
+/* Per-sample input and target shapes the trainer expects ([C, D, H, W] given as [C, D*H, W], the
+ * same memory; tsr_model_layer_depth gives D). */
 void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w);
 void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w);
 int tsr_trainer_batch(const tsr_trainer *t);

@@ -1,6 +1,7 @@
 /* Model builder: layers form a DAG by name; every add finds the kind's registry entry
  * (src/layers), which infers the output shape or rejects the layer with a message naming it and
  * the shapes. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +56,10 @@ static void view_of(const tsr_model *m, const struct _tsr_layer *l, struct _tsr_
   v->ninputs = l->ninputs;
   for (int i = 0; i < l->ninputs; i++) {
     const struct _tsr_layer *x = &m->layers[l->inputs[i]];
-    v->in[i] = (struct _tsr_chw){x->c, x->h, x->w};
+    v->in[i] = (struct _tsr_chw){x->c, x->h, x->w, x->d};
     v->in_blk[i] = 0; /* plain unless a trainer says otherwise */
   }
-  v->out = (struct _tsr_chw){l->c, l->h, l->w};
+  v->out = (struct _tsr_chw){l->c, l->h, l->w, l->d};
   v->out_blk = 0;
 }
 
@@ -71,7 +72,7 @@ static tsr_status infer(const tsr_model *m, struct _tsr_layer *l) {
   view_of(m, l, &v);
   for (int i = 0; i < l->ninputs; i++) in_names[i] = m->layers[l->inputs[i]].name;
   TSR_TRY(l->ops->infer(&v, &l->spec, in_names));
-  l->c = v.out.c, l->h = v.out.h, l->w = v.out.w;
+  l->c = v.out.c, l->h = v.out.h, l->w = v.out.w, l->d = v.out.d;
   return TSR_OK;
 }
 
@@ -83,14 +84,22 @@ static int fits(const int64_t *dims, int n) {
   return e <= INT64_MAX / sizeof(float);
 }
 
+size_t _tsr_layer_elems(const struct _tsr_layer *l) {
+  return (size_t)l->c * (size_t)(l->d > 0 ? l->d : 1) * l->h * l->w;
+}
+
 /* A layer's output per sample and each of its tensors must have a byte count that int64 holds, so
- * tsr_shape_numel and every size computed from them stay exact (memory checks come later). */
+ * tsr_shape_numel and every size computed from them stay exact (memory checks come later). The
+ * [C, D*H, W] view of a [C, D, H, W] output (tsr_model_layer_shape) must fit int. */
 static tsr_status check_sizes(const tsr_model *m, const struct _tsr_layer *l) {
   const char *kn = tsr_layer_kind_name(l->spec.kind);
-  int64_t out[3] = {l->c, l->h, l->w};
-  if (!fits(out, 3))
-    return _tsr_error(TSR_ERR_SHAPE, "%s '%s': output [%d, %d, %d] per sample needs more than 2^63 bytes", kn,
-                      l->name, l->c, l->h, l->w);
+  int64_t out[4] = {l->c, l->h, l->w, l->d > 0 ? l->d : 1};
+  if (!fits(out, 4))
+    return _tsr_error(TSR_ERR_SHAPE, "%s '%s': output [%d, %d, %d] (depth %d) per sample needs more than 2^63 bytes",
+                      kn, l->name, l->c, l->h, l->w, l->d);
+  if ((int64_t)l->h * (l->d > 0 ? l->d : 1) > INT_MAX)
+    return _tsr_error(TSR_ERR_SHAPE, "%s '%s': output [%d, %d, %d, %d] has more than %d rows of D*H", kn, l->name,
+                      l->c, l->d, l->h, l->w, INT_MAX);
   for (int i = 0; i < _tsr_layer_num_tensors(l); i++) {
     tsr_shape sh;
     const char *suffix;
@@ -191,9 +200,17 @@ const char *tsr_model_name(const tsr_model *m) { return m ? m->name : NULL; }
 tsr_status tsr_model_layer_shape(const tsr_model *m, const char *layer, int *c, int *h, int *w) {
   int i = m && layer ? _tsr_model_find(m, layer) : -1;
   if (i < 0) return _tsr_error(TSR_ERR_ARG, "no layer named '%s'", layer ? layer : "(null)");
-  if (c) *c = m->layers[i].c;
-  if (h) *h = m->layers[i].h;
-  if (w) *w = m->layers[i].w;
+  const struct _tsr_layer *l = &m->layers[i];
+  if (c) *c = l->c;
+  if (h) *h = l->h * (l->d > 0 ? l->d : 1); /* fits: check_sizes */
+  if (w) *w = l->w;
+  return TSR_OK;
+}
+
+tsr_status tsr_model_layer_depth(const tsr_model *m, const char *layer, int *d) {
+  int i = m && layer ? _tsr_model_find(m, layer) : -1;
+  if (i < 0) return _tsr_error(TSR_ERR_ARG, "no layer named '%s'", layer ? layer : "(null)");
+  if (d) *d = m->layers[i].d;
   return TSR_OK;
 }
 
@@ -249,7 +266,11 @@ void tsr_model_print(const tsr_model *m, void *file) {
     size_t o = 0;
     for (int j = 0; j < l->ninputs && o < sizeof ins; j++)
       o += snprintf(ins + o, sizeof ins - o, "%s%s", j ? "," : "", m->layers[l->inputs[j]].name);
-    fprintf(f, "  %-20s %-17s <- %-30s [%d, %d, %d]\n", l->name, tsr_layer_kind_name(l->spec.kind), ins, l->c, l->h,
-            l->w);
+    char shape[64];
+    if (l->d > 0)
+      snprintf(shape, sizeof shape, "[%d, %d, %d, %d]", l->c, l->d, l->h, l->w);
+    else
+      snprintf(shape, sizeof shape, "[%d, %d, %d]", l->c, l->h, l->w);
+    fprintf(f, "  %-20s %-17s <- %-30s %s\n", l->name, tsr_layer_kind_name(l->spec.kind), ins, shape);
   }
 }

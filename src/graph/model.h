@@ -15,6 +15,7 @@ struct _tsr_layer {
   int ninputs;
   int inputs[TSR_MAX_INPUTS]; /* indices of earlier layers */
   int c, h, w;          /* per-sample output shape */
+  int d;                /* depth of a [C, D, H, W] output; 0 for [C, H, W] */
 };
 
 struct tsr_model {
@@ -31,6 +32,8 @@ int _tsr_model_find(const tsr_model *m, const char *name);
 int _tsr_model_output(const tsr_model *m);
 /* Layer l as its registry entry sees it (spec, input and output shapes). */
 void _tsr_model_view(const tsr_model *m, int l, struct _tsr_layer_view *v);
+/* Elements of one sample of the layer's output. */
+size_t _tsr_layer_elems(const struct _tsr_layer *l);
 /* Parameter tensors of a layer in PyTorch order (weight, bias, running_mean, running_var). */
 int _tsr_layer_num_tensors(const struct _tsr_layer *l);
 /* Shape of tensor i of the layer, its suffix ("weight") and whether it is trainable. */

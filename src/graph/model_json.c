@@ -96,19 +96,26 @@ static tsr_status get_int(const jctx *c, const json_t *v, const char *field, int
               GOT(v));
 }
 
-/* An int for both spatial dimensions or an [h, w] pair. */
-static tsr_status get_pair(const jctx *c, const json_t *v, const char *field, int min, int *h, int *w) {
+/* An integer >= min for every one of n values, or an array of n of them ("[h, w]", "[d, h, w]"). */
+static tsr_status get_tuple(const jctx *c, const json_t *v, const char *field, int min, int n, int *const *out) {
   char got[48];
-  const json_t *a = json_is_array(v) && json_array_size(v) == 2 ? json_array_get(v, 0) : v;
-  const json_t *b = json_is_array(v) && json_array_size(v) == 2 ? json_array_get(v, 1) : v;
-  if (json_is_integer(a) && json_is_integer(b) && json_integer_value(a) >= min && json_integer_value(b) >= min &&
-      json_integer_value(a) <= INT_MAX && json_integer_value(b) <= INT_MAX) {
-    *h = (int)json_integer_value(a);
-    *w = (int)json_integer_value(b);
-    return TSR_OK;
+  int arr = json_is_array(v) && json_array_size(v) == (size_t)n, ok = 1;
+  for (int k = 0; k < n && ok; k++) {
+    const json_t *e = arr ? json_array_get(v, (size_t)k) : v;
+    ok = json_is_integer(e) && json_integer_value(e) >= min && json_integer_value(e) <= INT_MAX;
+    if (ok) *out[k] = (int)json_integer_value(e);
   }
-  return fail(c, TSR_ERR_FORMAT, field, "expected a %s integer or [h, w], got %s",
-              min > 0 ? "positive" : "non-negative", GOT(v));
+  if (ok) return TSR_OK;
+  return fail(c, TSR_ERR_FORMAT, field, "expected a %s integer or %s, got %s", min > 0 ? "positive" : "non-negative",
+              n == 3 ? "[d, h, w]" : "[h, w]", GOT(v));
+}
+
+static tsr_status get_pair(const jctx *c, const json_t *v, const char *field, int min, int *h, int *w) {
+  return get_tuple(c, v, field, min, 2, (int *const[]){h, w});
+}
+
+static tsr_status get_triple(const jctx *c, const json_t *v, const char *field, int min, int *d, int *h, int *w) {
+  return get_tuple(c, v, field, min, 3, (int *const[]){d, h, w});
 }
 
 enum range { R_ANY, R_POS, R_NONNEG, R_PROB, R_UNIT };
@@ -169,19 +176,25 @@ static tsr_status parse_field(const jctx *c, const json_t *v, const struct _tsr_
   float *x = (float *)((char *)s + f->offset);
   switch (f->type) {
   case TSR_FIELD_SHAPE: {
-    int d[3] = {0, 0, 0}, ok = json_is_array(v) && json_array_size(v) == 3;
-    for (size_t k = 0; ok && k < 3; k++) {
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    int d[4] = {0, 0, 0, 0}, ok = n == 3 || n == 4;
+    for (size_t k = 0; ok && k < n; k++) {
       const json_t *e = json_array_get(v, k);
       ok = json_is_integer(e) && json_integer_value(e) > 0 && json_integer_value(e) <= INT_MAX;
       if (ok) d[k] = (int)json_integer_value(e);
     }
-    if (!ok) return fail(c, TSR_ERR_FORMAT, f->name, "expected [C, H, W] of positive integers, got %s", GOT(v));
-    i[0] = d[0], i[1] = d[1], i[2] = d[2];
+    if (!ok)
+      return fail(c, TSR_ERR_FORMAT, f->name, "expected [C, H, W] or [C, D, H, W] of positive integers, got %s",
+                  GOT(v));
+    int *depth = (int *)((char *)s + f->offset_d);
+    i[0] = d[0], i[1] = d[n - 2], i[2] = d[n - 1], *depth = n == 4 ? d[1] : 0;
     return TSR_OK;
   }
   case TSR_FIELD_COUNT: return get_int(c, v, f->name, 1, i);
   case TSR_FIELD_SIZE2: return get_pair(c, v, f->name, 1, &i[0], &i[1]);
   case TSR_FIELD_PAD2: return get_pair(c, v, f->name, 0, &i[0], &i[1]);
+  case TSR_FIELD_SIZE3: return get_triple(c, v, f->name, 1, (int *)((char *)s + f->offset_d), &i[0], &i[1]);
+  case TSR_FIELD_PAD3: return get_triple(c, v, f->name, 0, (int *)((char *)s + f->offset_d), &i[0], &i[1]);
   case TSR_FIELD_BOOL: return get_bool(c, v, f->name, i);
   case TSR_FIELD_REAL: return get_num(c, v, f->name, R_ANY, x);
   case TSR_FIELD_POSITIVE: return get_num(c, v, f->name, R_POS, x);

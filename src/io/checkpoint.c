@@ -183,20 +183,26 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
   return e;
 }
 
+/* Rows of layout/shapes: ndim, then the dims; 5 wide (4 dims) unless a tensor has more (conv3d's
+ * weights), so files of models without one are as they were before 5-D tensors. */
+enum { LAYOUT_MIN_WIDTH = 5 };
+
 static herr_t write_layout(hid_t f, const struct _tsr_ck *ck) {
-  size_t n = (size_t)ck->n;
+  size_t n = (size_t)ck->n, width = LAYOUT_MIN_WIDTH;
+  for (size_t i = 0; i < n; i++)
+    if ((size_t)ck->t[i].shape.ndim + 1 > width) width = (size_t)ck->t[i].shape.ndim + 1;
   char *names = calloc(n ? n : 1, TSR_CK_NAME_MAX);
-  int64_t *shapes = calloc(n ? n : 1, sizeof(int64_t) * (TSR_MAX_DIMS + 1));
+  int64_t *shapes = calloc(n ? n : 1, sizeof(int64_t) * width);
   int32_t *trainable = calloc(n ? n : 1, sizeof(int32_t));
   hid_t g = H5Gcreate2(f, "layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), str = name_type();
   herr_t e = (!names || !shapes || !trainable || g < 0 || str < 0) ? -1 : 0;
   for (size_t i = 0; e >= 0 && i < n; i++) {
     snprintf(names + i * TSR_CK_NAME_MAX, TSR_CK_NAME_MAX, "%s", ck->t[i].name);
-    shapes[i * (TSR_MAX_DIMS + 1)] = ck->t[i].shape.ndim;
-    for (int d = 0; d < ck->t[i].shape.ndim; d++) shapes[i * (TSR_MAX_DIMS + 1) + 1 + d] = ck->t[i].shape.dims[d];
+    shapes[i * width] = ck->t[i].shape.ndim;
+    for (int d = 0; d < ck->t[i].shape.ndim; d++) shapes[i * width + 1 + d] = ck->t[i].shape.dims[d];
     trainable[i] = ck->t[i].trainable;
   }
-  hsize_t d1[1] = {n}, d2[2] = {n, TSR_MAX_DIMS + 1};
+  hsize_t d1[1] = {n}, d2[2] = {n, width};
   if (e >= 0) e = dset_write(g, "names", str, str, 1, d1, names);
   if (e >= 0) e = dset_write(g, "shapes", H5T_STD_I64LE, H5T_NATIVE_INT64, 2, d2, shapes);
   if (e >= 0) e = dset_write(g, "trainable", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, trainable);
@@ -455,15 +461,28 @@ static tsr_status read_layout(hid_t f, const char *file, struct _tsr_ck *ck) {
     }
   }
   if (s == TSR_OK) s = dset_read(d, file, "layout/names", str, names);
-  hsize_t d2[2] = {n, TSR_MAX_DIMS + 1};
-  if (s == TSR_OK) s = dset_open(g, file, "shapes", 2, d2, NULL, &d);
-  if (s == TSR_OK) s = dset_read(d, file, "layout/shapes", H5T_NATIVE_INT64, shapes);
+  hsize_t d2[2] = {0, 0}, width = TSR_MAX_DIMS + 1;
+  if (s == TSR_OK) s = dset_open(g, file, "shapes", 2, NULL, d2, &d);
+  if (s == TSR_OK && (d2[0] != n || d2[1] < LAYOUT_MIN_WIDTH || d2[1] > TSR_MAX_DIMS + 1)) {
+    H5Dclose(d);
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: layout/shapes is %llu x %llu, expected %llu rows of %d to %d", file,
+                   (unsigned long long)d2[0], (unsigned long long)d2[1], (unsigned long long)n, LAYOUT_MIN_WIDTH,
+                   TSR_MAX_DIMS + 1);
+  }
+  int64_t *rows = s == TSR_OK ? calloc(n ? n : 1, sizeof(int64_t) * d2[1]) : NULL;
+  if (s == TSR_OK && !rows) {
+    H5Dclose(d);
+    s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for a layout of %llu tensors", file, (unsigned long long)n);
+  }
+  if (s == TSR_OK) s = dset_read(d, file, "layout/shapes", H5T_NATIVE_INT64, rows);
+  for (hsize_t i = 0; s == TSR_OK && i < n; i++) memcpy(shapes + i * width, rows + i * d2[1], sizeof(int64_t) * d2[1]);
+  free(rows);
   if (s == TSR_OK) s = dset_open(g, file, "trainable", 1, &n, NULL, &d);
   if (s == TSR_OK) s = dset_read(d, file, "layout/trainable", H5T_NATIVE_INT32, trainable);
   for (hsize_t i = 0; s == TSR_OK && i < n; i++) {
     memcpy(ck->t[i].name, names + i * TSR_CK_NAME_MAX, TSR_CK_NAME_MAX);
     ck->n = (int)i + 1;
-    s = check_row(file, (int)i, &ck->t[i], shapes + i * (TSR_MAX_DIMS + 1), trainable[i]);
+    s = check_row(file, (int)i, &ck->t[i], shapes + i * width, trainable[i]);
   }
   if (str >= 0) H5Tclose(str);
   H5Gclose(g);

@@ -1,6 +1,6 @@
-/* Element-wise activations. A layer kind here runs the activation of codelets/eltwise.c that has
- * its name (the CPU and CUDA kernels are found there by name), so adding one is one line in the
- * table below plus its kernels. */
+/* Element-wise activations, on [C, H, W] or [C, D, H, W] alike (a flat view). A layer kind here runs
+ * the activation of codelets/eltwise.c that has its name (the CPU and CUDA kernels are found there
+ * by name), so adding one is one line in the table below plus its kernels. */
 #include <stddef.h>
 
 #include "codelets.h"
@@ -18,7 +18,7 @@ static tsr_status act_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const 
 
 static struct _tsr_act_desc act_desc(const struct _tsr_layer_call *c) {
   struct _tsr_act_desc d = {.op = act_op(c->v->spec), .alpha = c->v->spec->alpha,
-                           .len = (size_t)c->slice_n[c->s] * _tsr_view_out_elems(c->v)};
+                           .len = (size_t)c->slice_n[c->s] * _tsr_view_out_elems(c->v), .scale = c->v->spec->scale};
   return d;
 }
 
@@ -38,6 +38,10 @@ static const struct _tsr_layer_field alpha_field[] = {
     TSR_LAYER_FIELD("alpha", TSR_FIELD_REAL, alpha, 0),
     {NULL},
 };
+static const struct _tsr_layer_field scale_field[] = {
+    TSR_LAYER_FIELD("scale", TSR_FIELD_POSITIVE, scale, 0), /* y = scale * tanh(x) */
+    {NULL},
+};
 
 #define ACT_OPS                                                                                    \
   .min_inputs = 1, .max_inputs = 1, .infer = act_infer, .forward = act_forward, .backward = act_backward, \
@@ -49,7 +53,7 @@ static const struct _tsr_layer_field alpha_field[] = {
 const struct _tsr_layer_ops _tsr_layers_activation[] = {
     {.name = "relu", .kind = TSR_LAYER_RELU, ANY_LAYOUT, ACT_OPS},
     {.name = "leaky_relu", .kind = TSR_LAYER_LEAKY_RELU, .fields = alpha_field, ANY_LAYOUT, ACT_OPS},
-    {.name = "tanh", .kind = TSR_LAYER_TANH, ANY_LAYOUT, ACT_OPS},
+    {.name = "tanh", .kind = TSR_LAYER_TANH, .fields = scale_field, ANY_LAYOUT, ACT_OPS},
     {.name = "sigmoid", .kind = TSR_LAYER_SIGMOID, ACT_OPS},
     {.name = "gelu", .kind = TSR_LAYER_REGISTERED, ANY_LAYOUT, ACT_OPS},
     {.name = NULL},

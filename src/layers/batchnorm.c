@@ -1,4 +1,5 @@
-/* Batch normalisation over the whole batch (PyTorch's BatchNorm2d): statistics span every slice,
+/* Batch normalisation over the whole batch (PyTorch's BatchNorm2d, and BatchNorm3d on [C, D, H, W]
+ * inputs, whose D*H*W positions per channel are planes of [C, D*H, W]): statistics span every slice,
  * so slice 0 opens an accumulation, each slice adds to it, and the last slice's call closes it and
  * submits every slice's normalisation (forward) or data gradient (backward); with spatially split
  * samples the closing call first sums the accumulation over the spatial group. With c->relu, a
@@ -46,8 +47,9 @@ static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size
 
 static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
   const struct _tsr_layer_view *v = c->v;
-  struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .total = (int64_t)c->batch * c->parts,
-                          .eps = v->spec->eps, .momentum = v->spec->momentum, .blk = v->out_blk, .relu = c->relu};
+  struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h * _tsr_chw_depth(&v->out), .w = v->out.w,
+                          .total = (int64_t)c->batch * c->parts, .eps = v->spec->eps, .momentum = v->spec->momentum,
+                          .blk = v->out_blk, .relu = c->relu};
   return d;
 }
 

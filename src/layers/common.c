@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "layers/layer.h"
+#include "runtime/error.h"
 #include "runtime/rng.h"
 
 tsr_status _tsr_infer_same(struct _tsr_layer_view *v, tsr_layer_spec *spec, const char *const *in_names) {
@@ -13,7 +14,20 @@ tsr_status _tsr_infer_same(struct _tsr_layer_view *v, tsr_layer_spec *spec, cons
 int _tsr_blk_channels(int c, int blk) { return blk ? (c + blk - 1) / blk * blk : c; }
 
 size_t _tsr_view_out_elems(const struct _tsr_layer_view *v) {
-  return (size_t)_tsr_blk_channels(v->out.c, v->out_blk) * v->out.h * v->out.w;
+  return (size_t)_tsr_blk_channels(v->out.c, v->out_blk) * _tsr_chw_depth(&v->out) * v->out.h * v->out.w;
+}
+
+tsr_status _tsr_check_rank(const struct _tsr_layer_view *v, int k, const char *const *in_names, int want_d) {
+  const struct _tsr_chw *x = &v->in[k];
+  const char *kn = tsr_layer_kind_name(v->spec->kind);
+  if (want_d && x->d <= 0)
+    return _tsr_error(TSR_ERR_SHAPE, "%s '%s': input '%s' has shape [%d, %d, %d]; a 3-D layer needs [C, D, H, W]", kn,
+                      v->name, in_names[k], x->c, x->h, x->w);
+  if (!want_d && x->d > 0)
+    return _tsr_error(TSR_ERR_SHAPE,
+                      "%s '%s': input '%s' has shape [%d, %d, %d, %d]; a 2-D layer needs [C, H, W] (use the 3-D kind)",
+                      kn, v->name, in_names[k], x->c, x->d, x->h, x->w);
+  return TSR_OK;
 }
 
 void _tsr_init_uniform(float *w, size_t n, double bound, uint64_t seed) {

@@ -15,6 +15,7 @@ static int transposed(const tsr_layer_spec *s) { return s->kind == TSR_LAYER_CON
 static tsr_status conv_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const char *const *in_names) {
   const char *kn = tsr_layer_kind_name(s->kind);
   const struct _tsr_chw *in = &v->in[0];
+  TSR_TRY(_tsr_check_rank(v, 0, in_names, 0));
   if (s->out_channels <= 0 || s->kernel_h <= 0 || s->kernel_w <= 0 || s->stride_h <= 0 || s->stride_w <= 0 ||
       s->pad_h < 0 || s->pad_w < 0 || s->dilation_h <= 0 || s->dilation_w <= 0 || s->output_pad_h < 0 ||
       s->output_pad_w < 0)
@@ -39,7 +40,7 @@ static tsr_status conv_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const
     return _tsr_error(TSR_ERR_SHAPE,
                       "%s '%s': output of %lld x %lld pixels from input [%d, %d, %d]; at most %d per side", kn,
                       v->name, (long long)h, (long long)w, in->c, in->h, in->w, INT_MAX);
-  v->out = (struct _tsr_chw){s->out_channels, (int)h, (int)w};
+  v->out = (struct _tsr_chw){s->out_channels, (int)h, (int)w, 0};
   return TSR_OK;
 }
 

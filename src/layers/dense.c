@@ -11,10 +11,10 @@ static tsr_status dense_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, cons
   const struct _tsr_chw *in = &v->in[0];
   if (s->out_channels <= 0)
     return _tsr_error(TSR_ERR_ARG, "dense '%s': out_features %d must be positive", v->name, s->out_channels);
-  if (in->h != 1 || in->w != 1)
+  if (in->h != 1 || in->w != 1 || _tsr_chw_depth(in) != 1)
     return _tsr_error(TSR_ERR_SHAPE, "dense '%s': input '%s' has shape [%d, %d, %d]; add a flatten layer before it",
                       v->name, in_names[0], in->c, in->h, in->w);
-  v->out = (struct _tsr_chw){s->out_channels, 1, 1};
+  v->out = (struct _tsr_chw){s->out_channels, 1, 1, 0};
   return TSR_OK;
 }
 

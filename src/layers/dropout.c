@@ -1,4 +1,5 @@
-/* Dropout and spatial dropout (one draw per sample and channel, as PyTorch's Dropout2d). The mask
+/* Dropout and spatial dropout (one draw per sample and channel, as PyTorch's Dropout2d and
+ * Dropout3d; a [C, D, H, W] input is [C, D*H, W] to the kernels). The mask
  * is a pure function of the call's seed (step, layer, slice) and the element, so backward
  * recomputes it; evaluation and p = 0 copy. */
 #include <stddef.h>
@@ -15,7 +16,8 @@ static tsr_status dropout_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, co
 
 static struct _tsr_dropout_desc dropout_desc(const struct _tsr_layer_call *c) {
   const struct _tsr_layer_view *v = c->v;
-  struct _tsr_dropout_desc d = {.n = c->slice_n[c->s], .c = v->out.c, .h = v->out.h, .w = v->out.w, .p = v->spec->p,
+  struct _tsr_dropout_desc d = {.n = c->slice_n[c->s], .c = v->out.c, .h = v->out.h * _tsr_chw_depth(&v->out),
+                               .w = v->out.w, .p = v->spec->p,
                                .spatial = v->spec->kind == TSR_LAYER_SPATIAL_DROPOUT};
   return d;
 }

@@ -1,5 +1,5 @@
-/* The input layer (the model's data, filled by the step's load tasks) and flatten ([C, H, W] to
- * [C*H*W, 1, 1], a copy: NCHW memory is already flat). */
+/* The input layer (the model's data, filled by the step's load tasks; [C, H, W] or [C, D, H, W])
+ * and flatten ([C, H, W] or [C, D, H, W] to [C*D*H*W, 1, 1], a copy: the memory is already flat). */
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,20 +9,21 @@
 #include "runtime/error.h"
 
 static tsr_status input_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const char *const *in_names) {
-  if (s->channels <= 0 || s->height <= 0 || s->width <= 0)
-    return _tsr_error(TSR_ERR_SHAPE, "input '%s': shape [%d, %d, %d] must be positive", v->name, s->channels,
-                      s->height, s->width);
-  v->out = (struct _tsr_chw){s->channels, s->height, s->width};
+  if (s->channels <= 0 || s->height <= 0 || s->width <= 0 || s->depth < 0)
+    return _tsr_error(TSR_ERR_SHAPE, "input '%s': shape [%d, %d, %d] (depth %d) must be positive", v->name,
+                      s->channels, s->height, s->width, s->depth);
+  v->out = (struct _tsr_chw){s->channels, s->height, s->width, s->depth};
   return TSR_OK;
 }
 
 static tsr_status flatten_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const char *const *in_names) {
   const struct _tsr_chw *in = &v->in[0];
-  int64_t c = (int64_t)in->c * in->h * in->w; /* fits: the builder keeps every output below 2^61 elements */
+  /* fits: the builder keeps every output below 2^61 elements */
+  int64_t c = (int64_t)in->c * _tsr_chw_depth(in) * in->h * in->w;
   if (c > INT_MAX)
-    return _tsr_error(TSR_ERR_SHAPE, "flatten '%s': input '%s' [%d, %d, %d] makes %lld features; at most %d", v->name,
-                      in_names[0], in->c, in->h, in->w, (long long)c, INT_MAX);
-  v->out = (struct _tsr_chw){(int)c, 1, 1};
+    return _tsr_error(TSR_ERR_SHAPE, "flatten '%s': input '%s' [%d, %d, %d] (depth %d) makes %lld features; at most %d",
+                      v->name, in_names[0], in->c, in->h, in->w, _tsr_chw_depth(in), (long long)c, INT_MAX);
+  v->out = (struct _tsr_chw){(int)c, 1, 1, 0};
   return TSR_OK;
 }
 
@@ -36,7 +37,7 @@ static int flatten_backward(const struct _tsr_layer_call *c) {
 }
 
 static const struct _tsr_layer_field input_fields[] = {
-    {"shape", TSR_FIELD_SHAPE, offsetof(tsr_layer_spec, channels), 1},
+    TSR_LAYER_FIELD3("shape", TSR_FIELD_SHAPE, channels, depth, 1),
     {NULL},
 };
 

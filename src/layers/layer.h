@@ -22,10 +22,14 @@
  * TSR_LAYER_KIND_COUNT. */
 #define TSR_LAYER_REGISTERED (-1)
 
-/* Per-sample shape [C, H, W]. */
+/* Per-sample shape [C, H, W], or [C, D, H, W] when d > 0 (NCDHW memory: D planes of H x W). */
 struct _tsr_chw {
   int c, h, w;
+  int d; /* depth of a [C, D, H, W] shape; 0 for [C, H, W] */
 };
+/* D of a [C, D, H, W] shape, 1 for [C, H, W]: entries that only need planes of H x W treat the
+ * shape as [C, D*H, W]. */
+static inline int _tsr_chw_depth(const struct _tsr_chw *s) { return s->d > 0 ? s->d : 1; }
 
 /* One layer as its entry sees it: name, parameters and per-sample shapes, and the layout of each
  * activation (trainer's choice): channel block 0 = plain NCHW, B = blocked nChw{B}c (channels
@@ -60,10 +64,12 @@ enum _tsr_spatial_kind {
 
 /* How a JSON field is read into tsr_layer_spec (src/graph/model_json.c reads it). */
 enum _tsr_field_type {
-  TSR_FIELD_SHAPE,    /* [C, H, W] of positive integers: three ints */
+  TSR_FIELD_SHAPE,    /* [C, H, W] or [C, D, H, W] of positive integers: three ints, D at offset_d (0 if absent) */
   TSR_FIELD_COUNT,    /* a positive integer */
   TSR_FIELD_SIZE2,    /* a positive integer or [h, w]: two ints */
   TSR_FIELD_PAD2,     /* a non-negative integer or [h, w]: two ints */
+  TSR_FIELD_SIZE3,    /* a positive integer or [d, h, w]: h, w as SIZE2, d at offset_d */
+  TSR_FIELD_PAD3,     /* a non-negative integer or [d, h, w]: h, w as PAD2, d at offset_d */
   TSR_FIELD_BOOL,     /* true or false: an int */
   TSR_FIELD_REAL,     /* any finite number: a float */
   TSR_FIELD_POSITIVE, /* a number > 0 */
@@ -77,9 +83,15 @@ struct _tsr_layer_field {
   enum _tsr_field_type type;
   size_t offset; /* in tsr_layer_spec, of the first int or float the field fills */
   int required;
+  size_t offset_d; /* SHAPE, SIZE3, PAD3: of the int that takes the depth */
 };
 
-#define TSR_LAYER_FIELD(name, type, member, required) {name, type, offsetof(tsr_layer_spec, member), required}
+#define TSR_LAYER_FIELD(name_, type_, member, required_)                                           \
+  {.name = name_, .type = type_, .offset = offsetof(tsr_layer_spec, member), .required = required_}
+/* A field with a depth: `member` takes (h, w) and `member_d` takes d. */
+#define TSR_LAYER_FIELD3(name_, type_, member, member_d, required_)                                \
+  {.name = name_, .type = type_, .offset = offsetof(tsr_layer_spec, member), .required = required_,    \
+   .offset_d = offsetof(tsr_layer_spec, member_d)}
 
 /* What a forward or backward function may use: filled by the trainer per (layer, slice). Arrays
  * marked [slice] hold every slice's handle (batch normalisation spans slices). */
@@ -148,7 +160,10 @@ struct _tsr_layer_ops {
 /* ---- the families, one file each; registry.c lists their tables (each ends with {.name = NULL}) ---- */
 extern const struct _tsr_layer_ops _tsr_layers_input[];      /* input.c: input, flatten */
 extern const struct _tsr_layer_ops _tsr_layers_conv[];       /* conv.c: conv2d, conv_transpose2d */
+extern const struct _tsr_layer_ops _tsr_layers_conv3d[];     /* conv3d.c: conv3d, conv_transpose3d */
 extern const struct _tsr_layer_ops _tsr_layers_pool[];       /* pool.c: maxpool2d, avgpool2d */
+extern const struct _tsr_layer_ops _tsr_layers_pool3d[];     /* pool.c: maxpool3d, avgpool3d */
+extern const struct _tsr_layer_ops _tsr_layers_upsample[];   /* upsample.c: upsample3d */
 extern const struct _tsr_layer_ops _tsr_layers_activation[]; /* activation.c: relu, leaky_relu, tanh, ... */
 extern const struct _tsr_layer_ops _tsr_layers_batchnorm[];  /* batchnorm.c */
 extern const struct _tsr_layer_ops _tsr_layers_dropout[];    /* dropout.c: dropout, spatial_dropout */
@@ -173,6 +188,8 @@ void _tsr_layer_init(const struct _tsr_layer_ops *ops, const struct _tsr_layer_v
 size_t _tsr_view_out_elems(const struct _tsr_layer_view *v);
 /* Channels c padded to the layout's block (blk 0: plain, c itself). */
 int _tsr_blk_channels(int c, int blk);
+/* Refuses an input of the wrong rank: want_d 1 for a [C, D, H, W] input, 0 for [C, H, W]. */
+tsr_status _tsr_check_rank(const struct _tsr_layer_view *v, int k, const char *const *in_names, int want_d);
 /* Calls c->dx_done(k, s) when input k wants a gradient (0 otherwise). */
 int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s);
 

@@ -1,5 +1,6 @@
 /* Layers of several inputs: channel concatenation and element-wise sum (codelets/concat.c). The
- * inputs must agree in height and width (and, for add, channels). */
+ * inputs must agree in depth, height and width (and, for add, channels); [C, D, H, W] inputs are
+ * [C, D*H, W] to the kernels. */
 #include <limits.h>
 #include <stddef.h>
 
@@ -16,6 +17,9 @@ static tsr_status merge_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, cons
   const struct _tsr_chw *in = &v->in[0];
   for (int i = 0; i < v->ninputs; i++) {
     const struct _tsr_chw *x = &v->in[i];
+    if (x->d != in->d)
+      return _tsr_error(TSR_ERR_SHAPE, "%s '%s': input '%s' has depth %d but input '%s' has depth %d (0: [C, H, W])",
+                        kn, v->name, in_names[i], x->d, in_names[0], in->d);
     if (x->h != in->h || x->w != in->w || (add && x->c != in->c))
       return _tsr_error(TSR_ERR_SHAPE, "%s '%s': input '%s' has shape [%d, %d, %d] but input '%s' has [%d, %d, %d]%s",
                         kn, v->name, in_names[i], x->c, x->h, x->w, in_names[0], in->c, in->h, in->w,
@@ -24,14 +28,14 @@ static tsr_status merge_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, cons
   }
   if (c > INT_MAX)
     return _tsr_error(TSR_ERR_SHAPE, "concat '%s': %lld channels in all; at most %d", v->name, (long long)c, INT_MAX);
-  v->out = (struct _tsr_chw){add ? in->c : (int)c, in->h, in->w};
+  v->out = (struct _tsr_chw){add ? in->c : (int)c, in->h, in->w, in->d};
   return TSR_OK;
 }
 
 static struct _tsr_concat_desc concat_desc(const struct _tsr_layer_call *c) {
   const struct _tsr_layer_view *v = c->v;
-  struct _tsr_concat_desc d = {.n = c->slice_n[c->s], .h = v->out.h, .w = v->out.w, .k = v->ninputs,
-                              .blk = v->out_blk};
+  struct _tsr_concat_desc d = {.n = c->slice_n[c->s], .h = v->out.h * _tsr_chw_depth(&v->out), .w = v->out.w,
+                              .k = v->ninputs, .blk = v->out_blk};
   for (int i = 0; i < v->ninputs; i++) d.c[i] = v->in[i].c;
   return d;
 }

@@ -9,6 +9,7 @@
 static const struct _tsr_layer_ops *const families[] = {
     _tsr_layers_input,     _tsr_layers_conv,    _tsr_layers_pool,  _tsr_layers_activation,
     _tsr_layers_batchnorm, _tsr_layers_dropout, _tsr_layers_merge, _tsr_layers_dense,
+    _tsr_layers_conv3d,    _tsr_layers_pool3d,  _tsr_layers_upsample,
 };
 #define NFAMILIES (sizeof families / sizeof families[0])
 
@@ -55,6 +56,8 @@ tsr_layer_spec tsr_layer_spec_default(tsr_layer_kind kind) {
   s.kind = kind;
   s.stride_h = s.stride_w = 1;
   s.dilation_h = s.dilation_w = 1;
+  s.stride_d = s.dilation_d = 1;
+  s.scale = 1.0f;
   s.bias = 1;
   s.alpha = 0.01f;
   s.p = 0.5f;

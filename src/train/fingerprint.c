@@ -82,8 +82,12 @@ static const char *trainer_label(void *user, int i, char *buf, size_t len) {
   const tsr_model *m = t->model;
   if (i < m->n) {
     const struct _tsr_layer *l = &m->layers[i];
-    snprintf(buf, len, "layer '%s' (%s -> [%d, %d, %d])", l->name, tsr_layer_kind_name(l->spec.kind), l->c, l->h,
-             l->w);
+    if (l->d > 0)
+      snprintf(buf, len, "layer '%s' (%s -> [%d, %d, %d, %d])", l->name, tsr_layer_kind_name(l->spec.kind), l->c, l->d,
+               l->h, l->w);
+    else
+      snprintf(buf, len, "layer '%s' (%s -> [%d, %d, %d])", l->name, tsr_layer_kind_name(l->spec.kind), l->c, l->h,
+               l->w);
     return buf;
   }
   static const char *const extra[EXTRA_COUNT] = {"the optimizer settings", "the loss", "the local batch size",
@@ -112,7 +116,7 @@ tsr_status _tsr_fingerprint_check(tsr_trainer *t) {
     uint64_t x = _tsr_hash(TSR_HASH_INIT, l->name, strlen(l->name));
     x = _tsr_hash(x, &l->spec, sizeof l->spec);
     x = _tsr_hash(x, l->inputs, l->ninputs * sizeof(int));
-    int shape[3] = {l->c, l->h, l->w};
+    int shape[4] = {l->c, l->h, l->w, l->d};
     h[i] = _tsr_hash(x, shape, sizeof shape);
   }
   h[m->n + EXTRA_OPT] = _tsr_hash(TSR_HASH_INIT, &t->opt, sizeof t->opt);

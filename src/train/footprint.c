@@ -51,7 +51,7 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
  * element); per layer its state buffers. */
 static uint64_t act_bytes(const tsr_trainer *t, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
-  uint64_t elems = (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk) * (uint64_t)L->h * (uint64_t)L->w, sum = 0;
+  uint64_t elems = (uint64_t)(_tsr_layer_elems(L) / L->c) * (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk), sum = 0;
   uint64_t copies = 2 * (t->ls[l].relu < 0) + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
@@ -71,7 +71,7 @@ static uint64_t act_bytes(const tsr_trainer *t, int l, struct bad *b) {
 /* Inputs or targets, double-buffered by step parity. */
 static uint64_t io_bytes(const tsr_trainer *t, int l, const char *what, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
-  uint64_t elems = (uint64_t)L->c * (uint64_t)L->h * (uint64_t)L->w, sum = 0;
+  uint64_t elems = _tsr_layer_elems(L), sum = 0;
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
     vector_fits(b, n, what, L->name);

@@ -130,8 +130,9 @@ static struct _tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) 
   const struct _tsr_layer *L = &t->model->layers[t->output_layer];
   int v = nvalid - t->slice_off[s];
   v = v < 0 ? 0 : v > t->slice_n[s] ? t->slice_n[s] : v;
-  double per_sample = t->model->loss == TSR_LOSS_SOFTMAX_CROSS_ENTROPY ? (double)L->h * L->w : (double)L->c * L->h * L->w;
-  struct _tsr_loss_desc d = {.kind = kinds[t->model->loss], .n = t->slice_n[s], .c = L->c, .h = L->h, .w = L->w,
+  int rows = L->h * (L->d > 0 ? L->d : 1); /* [C, D, H, W] as [C, D*H, W]: the loss is per position */
+  double per_sample = t->model->loss == TSR_LOSS_SOFTMAX_CROSS_ENTROPY ? (double)rows * L->w : (double)L->c * rows * L->w;
+  struct _tsr_loss_desc d = {.kind = kinds[t->model->loss], .n = t->slice_n[s], .c = L->c, .h = rows, .w = L->w,
                             .nvalid = v, .scale = 1.0 / (per_sample * nvalid), .delta = t->model->huber_delta};
   return d;
 }
@@ -201,7 +202,7 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   const tsr_model *m = t->model;
   const struct _tsr_layer *in = &m->layers[t->input_layer], *out = &m->layers[t->output_layer];
   int n = t->slice_n[s], first = t->slice_off[s], stream = src->l && _tsr_loader_stream_slots(src->l);
-  size_t xe = t->ls[t->input_layer].elems, ye = (size_t)out->c * out->h * out->w;
+  size_t xe = t->ls[t->input_layer].elems, ye = _tsr_layer_elems(out);
   size_t size = sizeof(struct load_arg) + (src->l ? n * sizeof(int64_t) : 0);
   struct load_arg *a = malloc(size);
   struct _tsr_buf *b = malloc(sizeof *b * (2 + 2 * n));
@@ -380,7 +381,7 @@ tsr_status tsr_trainer_predict(tsr_trainer *t, const float *x, int n, float *out
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_predict: n = %d must be in [1, %d] and x, out non-NULL", n,
                       t ? t->batch : 0);
   const struct _tsr_layer *in = &t->model->layers[t->input_layer];
-  struct predict_src src = {x, (size_t)in->c * in->h * in->w};
+  struct predict_src src = {x, _tsr_layer_elems(in)};
   int64_t id;
   TSR_TRY(tsr_trainer_eval(t, predict_fill, &src, n, &id));
   TSR_TRY(tsr_trainer_sync(t));

@@ -164,7 +164,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
 
 static tsr_status alloc_io(tsr_trainer *t) {
   const struct _tsr_layer *out = &t->model->layers[t->output_layer];
-  size_t xe = t->ls[t->input_layer].elems, ye = (size_t)out->c * out->h * out->w;
+  size_t xe = t->ls[t->input_layer].elems, ye = _tsr_layer_elems(out);
   for (int p = 0; p < 2; p++) {
     if (!ALLOC_SLICES(t->x[p]) || !ALLOC_SLICES(t->t[p]) || !ALLOC_SLICES(t->xbuf[p]) || !ALLOC_SLICES(t->tbuf[p]))
       return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
@@ -394,13 +394,11 @@ void tsr_trainer_set_flag(tsr_trainer *t, float value) { if (t) t->flag = value;
 int tsr_trainer_batch(const tsr_trainer *t) { return t->batch; }
 
 void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w) {
-  const struct _tsr_layer *L = &t->model->layers[t->input_layer];
-  *c = L->c, *h = L->h, *w = L->w;
+  tsr_model_layer_shape(t->model, t->model->layers[t->input_layer].name, c, h, w);
 }
 
 void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w) {
-  const struct _tsr_layer *L = &t->model->layers[t->output_layer];
-  *c = L->c, *h = L->h, *w = L->w;
+  tsr_model_layer_shape(t->model, t->model->layers[t->output_layer].name, c, h, w);
 }
 
 tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const float *std, int channels) {

@@ -54,10 +54,18 @@ static struct _tsr_pool_desc pool_desc(int n, int c, int h, int w, int k, int s,
   return d;
 }
 
+/* 3-D pooling: the same window along d as along h and w */
+static struct _tsr_pool_desc pool3d_desc(int n, int c, int dd, int h, int w, int k, int s, int p, int is_max) {
+  struct _tsr_pool_desc d = pool_desc(n, c, h, w, k, s, p, is_max);
+  d.d = dd, d.kd = k, d.sd = s, d.pd = p, d.od = (dd + 2 * p - k) / s + 1;
+  return d;
+}
+
 /* ties: after a ReLU most windows hold several zeros; the first in row-major order must win, as
  * in oneDNN, or the gradient lands on another element than on CPUs */
 static void pool_host_case(struct _tsr_pool_desc d, int ties, uint64_t seed) {
-  size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * d.oh * d.ow;
+  size_t dd = d.d > 0 ? d.d : 1, od = d.d > 0 ? d.od : 1;
+  size_t nx = (size_t)d.n * d.c * dd * d.h * d.w, ny = (size_t)d.n * d.c * od * d.oh * d.ow;
   float *x = gt_rand(nx, seed), *dy = gt_rand(ny, seed + 1);
   if (ties)
     for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0.5f ? x[i] : 0.0f;
@@ -88,6 +96,9 @@ START_TEST(test_pool_kernel_code_matches_onednn) {
     pool_host_case(pool_desc(2, 3, 9, 11, 3, 2, 1, is_max), 1, 30);
     pool_host_case(pool_desc(1, 4, 7, 7, 3, 1, 1, is_max), 1, 40);     /* stride 1: up to 9 windows per input */
     pool_host_case(pool_desc(1, 2, 40, 40, 17, 3, 8, is_max), 1, 50);  /* 289 window elements: int32 indices */
+    pool_host_case(pool3d_desc(2, 3, 4, 6, 4, 2, 2, 0, is_max), 1, 60); /* 3-D: CosmoFlow's 2x2x2 */
+    pool_host_case(pool3d_desc(1, 2, 7, 5, 6, 3, 2, 1, is_max), 0, 70); /* 3-D overlap and padding */
+    pool_host_case(pool3d_desc(1, 1, 9, 9, 9, 7, 2, 3, is_max), 1, 80); /* 343 window elements: int32 */
   }
 }
 END_TEST

@@ -1,0 +1,150 @@
+/* 3-D convolution and transposed convolution (PyTorch's Conv3d and ConvTranspose3d) on
+ * [C, D, H, W] inputs: OIDHW and IODHW weights, optional bias; tasks of codelets/conv3d.c. The
+ * depth axis has its own spec fields (kernel_d, stride_d, pad_d, dilation_d, output_pad_d) beside
+ * the _h and _w ones of conv2d, so what a halo needs along each axis reads the same way. */
+#include <limits.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "codelets.h"
+#include "layers/layer.h"
+#include "runtime/error.h"
+#include "tensor/shape.h"
+
+static int transposed(const tsr_layer_spec *s) { return strcmp(tsr_layer_kind_name(s->kind), "conv_transpose3d") == 0; }
+
+/* The spec's (d, h, w) triples. */
+struct axes {
+  int k[3], s[3], p[3], dil[3], op[3];
+};
+
+static struct axes axes_of(const tsr_layer_spec *s) {
+  struct axes a = {{s->kernel_d, s->kernel_h, s->kernel_w},   {s->stride_d, s->stride_h, s->stride_w},
+                   {s->pad_d, s->pad_h, s->pad_w},            {s->dilation_d, s->dilation_h, s->dilation_w},
+                   {s->output_pad_d, s->output_pad_h, s->output_pad_w}};
+  return a;
+}
+
+static tsr_status conv3d_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, const char *const *in_names) {
+  const char *kn = tsr_layer_kind_name(s->kind);
+  const struct _tsr_chw *in = &v->in[0];
+  TSR_TRY(_tsr_check_rank(v, 0, in_names, 1));
+  struct axes a = axes_of(s);
+  int t = transposed(s), ok = s->out_channels > 0;
+  for (int i = 0; i < 3; i++) ok = ok && a.k[i] > 0 && a.s[i] > 0 && a.dil[i] > 0 && a.p[i] >= 0 && a.op[i] >= 0;
+  if (!ok)
+    return _tsr_error(TSR_ERR_ARG,
+                      "%s '%s': out_channels %d, kernel %dx%dx%d, stride %dx%dx%d, dilation %dx%dx%d must be positive "
+                      "and padding %dx%dx%d non-negative",
+                      kn, v->name, s->out_channels, a.k[0], a.k[1], a.k[2], a.s[0], a.s[1], a.s[2], a.dil[0], a.dil[1],
+                      a.dil[2], a.p[0], a.p[1], a.p[2]);
+  for (int i = 0; t && i < 3; i++)
+    if (a.op[i] >= a.s[i])
+      return _tsr_error(TSR_ERR_ARG, "%s '%s': output_padding %dx%dx%d must be smaller than the stride %dx%dx%d", kn,
+                        v->name, a.op[0], a.op[1], a.op[2], a.s[0], a.s[1], a.s[2]);
+  int inx[3] = {in->d, in->h, in->w};
+  int64_t o[3];
+  for (int i = 0; i < 3; i++) {
+    o[i] = t ? _tsr_deconv_out(inx[i], a.k[i], a.s[i], a.p[i], a.dil[i], a.op[i])
+             : _tsr_conv_out(inx[i], a.k[i], a.s[i], a.p[i], a.dil[i]);
+    if (o[i] <= 0)
+      return _tsr_error(TSR_ERR_SHAPE,
+                        "%s '%s': input [%d, %d, %d, %d] is smaller than the %dx%dx%d kernel (dilation %dx%dx%d, "
+                        "padding %dx%dx%d)",
+                        kn, v->name, in->c, in->d, in->h, in->w, a.k[0], a.k[1], a.k[2], a.dil[0], a.dil[1], a.dil[2],
+                        a.p[0], a.p[1], a.p[2]);
+    if (o[i] > INT_MAX)
+      return _tsr_error(TSR_ERR_SHAPE, "%s '%s': output of %lld along an axis from input [%d, %d, %d, %d]; at most %d",
+                        kn, v->name, (long long)o[i], in->c, in->d, in->h, in->w, INT_MAX);
+  }
+  v->out = (struct _tsr_chw){s->out_channels, (int)o[1], (int)o[2], (int)o[0]};
+  return TSR_OK;
+}
+
+static int conv3d_num_tensors(const tsr_layer_spec *s) { return s->bias ? 2 : 1; }
+
+/* weight: OIDHW [out, in, kd, kh, kw], transposed IODHW [in, out, kd, kh, kw]; bias [out] */
+static void conv3d_tensor(const struct _tsr_layer_view *v, int i, tsr_shape *shape, const char **suffix,
+                          int *trainable) {
+  const tsr_layer_spec *s = v->spec;
+  int t = transposed(s);
+  memset(shape, 0, sizeof *shape);
+  *trainable = 1;
+  *suffix = i == 0 ? "weight" : "bias";
+  if (i == 1) {
+    shape->ndim = 1, shape->dims[0] = v->out.c;
+    return;
+  }
+  shape->ndim = 5;
+  shape->dims[0] = t ? v->in[0].c : v->out.c;
+  shape->dims[1] = t ? v->out.c : v->in[0].c;
+  shape->dims[2] = s->kernel_d, shape->dims[3] = s->kernel_h, shape->dims[4] = s->kernel_w;
+}
+
+static double conv3d_flops(const struct _tsr_layer_view *v) {
+  const struct _tsr_chw *in = &v->in[0], *o = &v->out;
+  const tsr_layer_spec *s = v->spec;
+  double k = (double)s->kernel_d * s->kernel_h * s->kernel_w;
+  return transposed(s) ? (double)in->c * in->d * in->h * in->w * o->c * k
+                       : (double)o->c * o->d * o->h * o->w * in->c * k;
+}
+
+static struct _tsr_conv3d_desc conv3d_desc(const struct _tsr_layer_view *v, int n) {
+  const struct _tsr_chw *I = &v->in[0], *O = &v->out;
+  struct axes a = axes_of(v->spec);
+  struct _tsr_conv3d_desc d = {.n = n, .ci = I->c, .id = {I->d, I->h, I->w}, .co = O->c, .od = {O->d, O->h, O->w},
+                              .has_bias = v->spec->bias, .deconv = transposed(v->spec)};
+  memcpy(d.k, a.k, sizeof d.k), memcpy(d.s, a.s, sizeof d.s), memcpy(d.p, a.p, sizeof d.p);
+  memcpy(d.dil, a.dil, sizeof d.dil);
+  if (d.deconv) memcpy(d.op, a.op, sizeof d.op);
+  return d;
+}
+
+static int conv3d_forward(const struct _tsr_layer_call *c) {
+  struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
+  return _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->x[0][c->s], c->w[0], d.has_bias ? c->w[1] : NULL, c->y[c->s],
+                            c->v->name);
+}
+
+static int conv3d_backward(const struct _tsr_layer_call *c) {
+  struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
+  starpu_data_handle_t dy = c->dy[c->s];
+  int ret = 0;
+  if (c->dx[0]) ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][c->s], NULL, c->v->name);
+  if (!ret)
+    ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_WEIGHTS, c->x[0][c->s], dy, c->dw[0], d.has_bias ? c->dw[1] : NULL,
+                             c->v->name);
+  return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);
+}
+
+#define FIELD3 TSR_LAYER_FIELD3
+static const struct _tsr_layer_field conv3d_fields[] = {
+    TSR_LAYER_FIELD("out_channels", TSR_FIELD_COUNT, out_channels, 1),
+    FIELD3("kernel", TSR_FIELD_SIZE3, kernel_h, kernel_d, 1),
+    FIELD3("stride", TSR_FIELD_SIZE3, stride_h, stride_d, 0),
+    FIELD3("padding", TSR_FIELD_PAD3, pad_h, pad_d, 0),
+    FIELD3("dilation", TSR_FIELD_SIZE3, dilation_h, dilation_d, 0),
+    TSR_LAYER_FIELD("bias", TSR_FIELD_BOOL, bias, 0),
+    {NULL},
+};
+static const struct _tsr_layer_field deconv3d_fields[] = {
+    TSR_LAYER_FIELD("out_channels", TSR_FIELD_COUNT, out_channels, 1),
+    FIELD3("kernel", TSR_FIELD_SIZE3, kernel_h, kernel_d, 1),
+    FIELD3("stride", TSR_FIELD_SIZE3, stride_h, stride_d, 0),
+    FIELD3("padding", TSR_FIELD_PAD3, pad_h, pad_d, 0),
+    FIELD3("dilation", TSR_FIELD_SIZE3, dilation_h, dilation_d, 0),
+    FIELD3("output_padding", TSR_FIELD_PAD3, output_pad_h, output_pad_d, 0),
+    TSR_LAYER_FIELD("bias", TSR_FIELD_BOOL, bias, 0),
+    {NULL},
+};
+
+#define CONV3D_OPS                                                                                 \
+  .kind = TSR_LAYER_REGISTERED, .min_inputs = 1, .max_inputs = 1, .infer = conv3d_infer,              \
+  .num_tensors = conv3d_num_tensors, .tensor = conv3d_tensor, .flops = conv3d_flops, .forward = conv3d_forward, \
+  .backward = conv3d_backward
+
+const struct _tsr_layer_ops _tsr_layers_conv3d[] = {
+    {.name = "conv3d", .fields = conv3d_fields, CONV3D_OPS},
+    {.name = "conv_transpose3d", .fields = deconv3d_fields, CONV3D_OPS},
+    {.name = NULL},
+};
