@@ -135,7 +135,7 @@ static void row(FILE *f, const tsr_metrics *m, int first) {
   if (m->images)
     v[0] = tsr_metrics_mse(m), v[1] = tsr_metrics_psnr(m), v[2] = tsr_metrics_ssim(m), v[3] = tsr_metrics_detection(m),
     v[4] = tsr_metrics_position_error(m);
-  for (int k = 0; k < 5; k++) fprintf(f, "%s%.6g", first && !k ? "" : ",", v[k]);
+  for (int k = 0; k < 5; k++) fprintf(f, "%s%.9g", first && !k ? "" : ",", v[k]);
 }
 
 void eval_csv_fields(FILE *f, const struct eval *e, const tsr_metrics *m) {
