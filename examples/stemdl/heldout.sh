@@ -25,7 +25,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-build=${BUILD:-$top/build}
+build=$(cd "${BUILD:-$top/build}" && pwd)
 out=${1:-$top/out/heldout}
 workers=${WORKERS:-2} epochs=${EPOCHS:-10} batch=${BATCH:-16} seed=${SEED:-1}
 train_structures=${TRAIN_STRUCTURES:-si,srtio3} train_zones=${TRAIN_ZONES:-001,110}
