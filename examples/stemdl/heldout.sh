@@ -7,7 +7,7 @@
 # table) and true | predicted | difference PNGs per test set. One command:
 #   examples/stemdl/heldout.sh [OUT_DIR]
 # Settings (environment; defaults in brackets):
-#   BUILD [build], WORKERS [2], EPOCHS [10], BATCH [16], SEED [1]
+#   BUILD [build], WORKERS [2], EPOCHS [6], BATCH [16], SEED [1]
 #   TRAIN_STRUCTURES [si,srtio3]  TRAIN_ZONES [001,110]  TRAIN_KV ["100 200 300"]
 #   TRAIN_THICKNESS [20:150]      TRAIN_SAMPLES [700 per voltage]
 #   TEST_STRUCTURES [cu]          TEST_ZONES [001]       TEST_KV ["100 200 300"]
@@ -27,7 +27,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=$(cd "${BUILD:-$top/build}" && pwd)
 out=${1:-$top/out/heldout}
-workers=${WORKERS:-2} epochs=${EPOCHS:-10} batch=${BATCH:-16} seed=${SEED:-1}
+workers=${WORKERS:-2} epochs=${EPOCHS:-6} batch=${BATCH:-16} seed=${SEED:-1}
 train_structures=${TRAIN_STRUCTURES:-si,srtio3} train_zones=${TRAIN_ZONES:-001,110}
 train_kv=${TRAIN_KV:-100 200 300} train_thickness=${TRAIN_THICKNESS:-20:150} train_samples=${TRAIN_SAMPLES:-700}
 test_structures=${TEST_STRUCTURES:-cu} test_zones=${TEST_ZONES:-001}
@@ -43,12 +43,12 @@ rm -f metrics.csv
 # shellcheck disable=SC2086 # CBED_ARGS is a list of options
 cbed() { "$build/tessera-cbed" --grid "$grid" --pattern "$grid" --target "$grid" --fov "$fov" --workers "$workers" \
   ${CBED_ARGS:-} -q "$@"; }
-tag() { echo "$1_$2kV_$3A" | tr ',:' '+-'; } # a file name for structures, voltage, thickness
+tag() { echo "$1_$2kV_$3A_$4" | tr ',:' '+-'; } # a file name: structures, voltage, thickness, samples
 
 # training data: one file per voltage, the thickness drawn per sample
 train_files=() s=10
 for kv in $train_kv; do
-  f=train_$(tag "$train_structures" "$kv" "$train_thickness").h5
+  f=train_$(tag "$train_structures" "$kv" "$train_thickness" "$train_samples").h5
   s=$((s + 1))
   [ -f "$f" ] || cbed --out "$f" --samples "$train_samples" --seed "$s" --kv "$kv" --thickness "$train_thickness" \
     --structures "$train_structures" --zones "$train_zones"
@@ -61,7 +61,7 @@ train=$(IFS=,; echo "${train_files[*]}")
 tests=() labels=() s=100
 add_test() { # structures zones kv thickness label
   local f
-  f=test_$(tag "$1" "$3" "$4").h5
+  f=test_$(tag "$1" "$3" "$4" "$test_samples").h5
   s=$((s + 1))
   [ -f "$f" ] || cbed --out "$f" --samples "$test_samples" --seed "$s" --kv "$3" --thickness "$4" --structures "$1" --zones "$2"
   tests+=("$f") labels+=("$5")
