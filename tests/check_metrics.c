@@ -94,8 +94,8 @@ START_TEST(test_columns_are_found_at_their_positions) {
   ck_assert_msg(tsr_columns_find(img, CH, CW, PX, PY, &o, xy, 8, &n) == TSR_OK, "%s", tsr_last_error());
   ck_assert_int_eq(n, 4);
   for (int k = 0; k < 4; k++) /* highest first; parabola refinement within 0.02 A */
-    ck_assert_msg(hypot(xy[2 * k] - cols[k][0], xy[2 * k + 1] - cols[k][1]) < 0.02, "column %d at (%g, %g), found (%g, %g)",
-                  k, cols[k][0], cols[k][1], xy[2 * k], xy[2 * k + 1]);
+    ck_assert_msg(hypot(xy[2 * k] - cols[k][0], xy[2 * k + 1] - cols[k][1]) < 0.02,
+                  "column %d at (%g, %g), found (%g, %g)", k, cols[k][0], cols[k][1], xy[2 * k], xy[2 * k + 1]);
   o.threshold = 0.1;
   ck_assert(tsr_columns_find(img, CH, CW, PX, PY, &o, xy, 8, &n) == TSR_OK && n == 5);
   /* two columns 1.6 A apart: both at a separation of 1 A, the higher alone at 2 A */
@@ -145,7 +145,8 @@ END_TEST
 
 START_TEST(test_metrics_sum_over_images_and_channels) {
   float *t = calloc(2 * CH * CW, sizeof *t), *p = calloc(2 * CH * CW, sizeof *p);
-  for (int k = 0; k < 4; k++) column(t, cols[k][0], cols[k][1], 1.0 - 0.1 * k), column(t + CH * CW, cols[k][0], cols[k][1], 1);
+  for (int k = 0; k < 4; k++)
+    column(t, cols[k][0], cols[k][1], 1.0 - 0.1 * k), column(t + CH * CW, cols[k][0], cols[k][1], 1);
   predicted(p);
   memcpy(p + CH * CW, t + CH * CW, CH * CW * sizeof *p); /* channel 1 exact */
   tsr_columns_opts o;
@@ -157,7 +158,8 @@ START_TEST(test_metrics_sum_over_images_and_channels) {
   for (int k = 0; k < CH * CW; k++) lo = fmin(lo, t[k]), hi = fmax(hi, t[k]), se += pow((double)p[k] - t[k], 2);
   ck_assert(tsr_metric_ssim(t, p, CH, CW, hi - lo, &ssim) == TSR_OK);
   ck_assert(m.images == 2 && m.psnr_inf == 1);
-  ck_assert_msg(fabs(tsr_metrics_psnr(&m) - tsr_metric_psnr(t, p, CH * CW, hi - lo)) < 1e-12, "mean PSNR without the exact image");
+  ck_assert_msg(fabs(tsr_metrics_psnr(&m) - tsr_metric_psnr(t, p, CH * CW, hi - lo)) < 1e-12,
+                "mean PSNR without the exact image");
   ck_assert_msg(fabs(tsr_metrics_ssim(&m) - (ssim + 1) / 2) < 1e-12, "SSIM %g", tsr_metrics_ssim(&m));
   ck_assert(fabs(tsr_metrics_mse(&m) - se / (2.0 * CH * CW)) < 1e-12);
   ck_assert_msg(fabs(tsr_metrics_detection(&m) - 6.0 / 8) < 1e-12, "detection %g", tsr_metrics_detection(&m));

@@ -47,7 +47,8 @@ static int64_t file_pixels(hid_t f, const char *path, int64_t skip, int64_t want
     herr_t e = buf ? H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : -1;
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
-    for (int64_t i = skip; e >= 0 && i < n && i - skip < want; i++) px[i - skip] = buf[2 * i], py[i - skip] = buf[2 * i + 1];
+    for (int64_t i = skip; e >= 0 && i < n && i - skip < want; i++)
+      px[i - skip] = buf[2 * i], py[i - skip] = buf[2 * i + 1];
     free(buf);
     if (e < 0) snprintf(why, cap, "%s: dataset pixel_size_A is not [N, 2] numbers", path);
     return e < 0 ? -1 : n;
@@ -65,8 +66,10 @@ static int64_t file_pixels(hid_t f, const char *path, int64_t skip, int64_t want
   if (s >= 0) H5Sclose(s);
   if (a >= 0) H5Aclose(a);
   if (e < 0 || !(v[0] > 0) || (count == 2 && !(v[1] > 0))) {
-    snprintf(why, cap, "%s holds no pixel size (dataset or attribute pixel_size_A; tessera-cbed's fov_A is the field "
-             "of view asked for, not the simulated cell)", path);
+    snprintf(why, cap,
+             "%s holds no pixel size (dataset or attribute pixel_size_A; tessera-cbed's fov_A is the field "
+             "of view asked for, not the simulated cell)",
+             path);
     return -1;
   }
   for (int64_t i = skip; i < n && i - skip < want; i++) px[i - skip] = v[0], py[i - skip] = count == 2 ? v[1] : v[0];
@@ -89,8 +92,10 @@ int data_pixel_sizes(const tsr_loader *l, int64_t first, int64_t n, double *px, 
     int64_t skip = first + done - base; /* rows of this file before the next sample wanted */
     int64_t rows_here = file_pixels(f, path, skip, n - done, px + done, py + done, why, cap);
     H5Fclose(f);
-    if (rows_here < 0) ok = 0;
-    else if (rows_here > skip) done += rows_here - skip < n - done ? rows_here - skip : n - done;
+    if (rows_here < 0)
+      ok = 0;
+    else if (rows_here > skip)
+      done += rows_here - skip < n - done ? rows_here - skip : n - done;
     base += rows_here;
   }
   if (ok && done < n) snprintf(why, cap, "the data files hold fewer samples than the loader"), ok = 0;

@@ -85,24 +85,26 @@ void eval_print(FILE *f, const char *label, const tsr_metrics *m) {
   fprintf(f, "%s: MSE %.5g, PSNR %.2f dB, SSIM %.4f", label, tsr_metrics_mse(m), tsr_metrics_psnr(m),
           tsr_metrics_ssim(m));
   if (m->columns)
-    fprintf(f, ", columns found %.1f%% (%lld of %lld; %lld peaks predicted), position error %.3f A", 
+    fprintf(f, ", columns found %.1f%% (%lld of %lld; %lld peaks predicted), position error %.3f A",
             100 * tsr_metrics_detection(m), (long long)m->col.nmatched, (long long)m->col.ntrue,
             (long long)m->col.nfound, tsr_metrics_position_error(m));
   fprintf(f, "\n");
 }
 
 void eval_describe(FILE *f, const struct eval *e) {
-  fprintf(f, "metrics: PSNR and SSIM per image (data range: the true image's max - min; SSIM of Wang et al. 2004, "
-             "11x11 Gaussian window, sigma 1.5, K1 0.01, K2 0.03), averaged over %lld images\n",
+  fprintf(f,
+          "metrics: PSNR and SSIM per image (data range: the true image's max - min; SSIM of Wang et al. 2004, "
+          "11x11 Gaussian window, sigma 1.5, K1 0.01, K2 0.03), averaged over %lld images\n",
           (long long)e->n * e->c);
   if (!e->px) {
     fprintf(f, "atom columns: not computed: %s; give --pixel-size\n", e->px_why);
     return;
   }
-  fprintf(f, "atom columns: peaks above %g of each image's range, at least %g A apart, one pixel from the edge, "
-             "sub-pixel by parabola; found when a predicted peak lies within %g A of a true one (one-to-one). True "
-             "columns: the peaks of the true potential (the data hold no column positions). Pixel size %.4g x %.4g A "
-             "(sample 0)\n",
+  fprintf(f,
+          "atom columns: peaks above %g of each image's range, at least %g A apart, one pixel from the edge, "
+          "sub-pixel by parabola; found when a predicted peak lies within %g A of a true one (one-to-one). True "
+          "columns: the peaks of the true potential (the data hold no column positions). Pixel size %.4g x %.4g A "
+          "(sample 0)\n",
           e->col.threshold, e->col.separation, e->col.radius, e->px[0], e->py[0]);
 }
 

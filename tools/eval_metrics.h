@@ -12,17 +12,17 @@
 #include <tessera.h>
 
 struct eval_opts {
-  double px, py;         /* --pixel-size (A, x and y); 0: from the data's metadata */
-  tsr_columns_opts col;  /* --column-threshold, --column-separation, --column-radius */
+  double px, py;        /* --pixel-size (A, x and y); 0: from the data's metadata */
+  tsr_columns_opts col; /* --column-threshold, --column-separation, --column-radius */
 };
 
 struct eval {
-  tsr_loader *data;     /* the evaluated samples [first, first + n) */
+  tsr_loader *data; /* the evaluated samples [first, first + n) */
   int64_t first, n;
   int c, h, w;
   size_t ye;
-  double *px, *py;      /* [n] pixel sizes; NULL: none known (no column metrics) */
-  char px_why[512];     /* why there are none */
+  double *px, *py;  /* [n] pixel sizes; NULL: none known (no column metrics) */
+  char px_why[512]; /* why there are none */
   tsr_columns_opts col;
   tsr_metrics mean, nn; /* the baselines' metrics (nn.images 0: not computed) */
   float *y, *ybase;     /* scratch: a true target, a baseline's prediction */

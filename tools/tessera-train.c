@@ -67,7 +67,8 @@ static void harvest(struct run *r, struct slot *s) {
   } else {
     r->val_sum += loss * s->nvalid;
     r->val_samples += s->nvalid;
-    for (int i = 0; r->ev && i < s->nvalid; i++) eval_add(r->ev, &r->val_m, s->idx[i] - r->vfirst, s->out + r->ye * i);
+    for (int i = 0; r->ev && i < s->nvalid; i++)
+      eval_add(r->ev, &r->val_m, s->idx[i] - r->vfirst, s->out + r->ye * i);
   }
 }
 

@@ -40,8 +40,8 @@ void tsr_columns_opts_default(tsr_columns_opts *o);
 /* The columns of an h x w image of px x py A pixels (x along w): their positions in A from the
  * centre of pixel (0, 0), xy[2k] and xy[2k + 1], at most `cap` of them (the highest); *n is how
  * many there are, which may exceed cap. */
-tsr_status tsr_columns_find(const float *img, int h, int w, double px, double py, const tsr_columns_opts *o,
-                            double *xy, int cap, int *n);
+tsr_status tsr_columns_find(const float *img, int h, int w, double px, double py, const tsr_columns_opts *o, double *xy,
+                            int cap, int *n);
 
 typedef struct tsr_columns_result {
   int64_t ntrue;    /* true columns */
@@ -62,13 +62,13 @@ tsr_status tsr_columns_match(const float *truth, const float *pred, int h, int w
  * is given (images of at least 11 x 11 for SSIM, 3 x 3 for columns). */
 typedef struct tsr_metrics {
   int64_t images;
-  double se;         /* squared errors, summed over every value */
+  double se; /* squared errors, summed over every value */
   int64_t values;
-  double psnr;       /* summed over images */
-  int64_t psnr_inf;  /* images predicted exactly (PSNR +inf, left out of the sum and the mean) */
-  double ssim;       /* summed over the ssim_images large enough */
+  double psnr;      /* summed over images */
+  int64_t psnr_inf; /* images predicted exactly (PSNR +inf, left out of the sum and the mean) */
+  double ssim;      /* summed over the ssim_images large enough */
   int64_t ssim_images;
-  int columns;       /* 1 when every image added had a pixel size */
+  int columns; /* 1 when every image added had a pixel size */
   tsr_columns_result col;
 } tsr_metrics;
 
@@ -77,9 +77,9 @@ void tsr_metrics_init(tsr_metrics *m);
 tsr_status tsr_metrics_add(tsr_metrics *m, const float *truth, const float *pred, int c, int h, int w, double px,
                            double py, const tsr_columns_opts *o);
 double tsr_metrics_mse(const tsr_metrics *m);
-double tsr_metrics_psnr(const tsr_metrics *m);        /* mean over the images (dB); +inf if all exact */
-double tsr_metrics_ssim(const tsr_metrics *m);        /* mean over the images; NaN when too small */
-double tsr_metrics_detection(const tsr_metrics *m);   /* nmatched / ntrue; NaN without columns */
+double tsr_metrics_psnr(const tsr_metrics *m);           /* mean over the images (dB); +inf if all exact */
+double tsr_metrics_ssim(const tsr_metrics *m);           /* mean over the images; NaN when too small */
+double tsr_metrics_detection(const tsr_metrics *m);      /* nmatched / ntrue; NaN without columns */
 double tsr_metrics_position_error(const tsr_metrics *m); /* err_sum / nmatched, A; NaN when none */
 
 /* Reference predictors from training samples [first, first + n) of a loader (inputs and targets

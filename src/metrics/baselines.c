@@ -38,8 +38,7 @@ tsr_status tsr_baseline_nearest(tsr_loader *train, int64_t first, int64_t n, con
                                 int64_t *idx, double *dist2) {
   TSR_TRY(check_range("tsr_baseline_nearest", train, first, n));
   if (!queries || !idx || nq <= 0)
-    return _tsr_error(TSR_ERR_ARG, "tsr_baseline_nearest: %lld queries (at least one), and the outputs",
-                      (long long)nq);
+    return _tsr_error(TSR_ERR_ARG, "tsr_baseline_nearest: %lld queries (at least one), and the outputs", (long long)nq);
   int c, h, w;
   tsr_loader_input_shape(train, &c, &h, &w);
   size_t xe = (size_t)c * h * w;

@@ -46,8 +46,8 @@ static tsr_status peaks(const float *img, int h, int w, double px, double py, co
       double v = *c;
       if (!(v > thr)) continue;
       /* strictly above the neighbours before it, at least the ones after: one peak per plateau */
-      int top = v > c[-w - 1] && v > c[-w] && v > c[-w + 1] && v > c[-1] && v >= c[1] && v >= c[w - 1] &&
-                v >= c[w] && v >= c[w + 1];
+      int top = v > c[-w - 1] && v > c[-w] && v > c[-w + 1] && v > c[-1] && v >= c[1] && v >= c[w - 1] && v >= c[w] &&
+                v >= c[w + 1];
       if (!top) continue;
       if (count == cap) {
         cap = cap ? 2 * cap : 64;
@@ -87,8 +87,8 @@ static tsr_status check_args(const char *fn, const float *img, int h, int w, dou
   return TSR_OK;
 }
 
-tsr_status tsr_columns_find(const float *img, int h, int w, double px, double py, const tsr_columns_opts *o,
-                            double *xy, int cap, int *n) {
+tsr_status tsr_columns_find(const float *img, int h, int w, double px, double py, const tsr_columns_opts *o, double *xy,
+                            int cap, int *n) {
   TSR_TRY(check_args("tsr_columns_find", img, h, w, px, py, o));
   if (!n || (cap > 0 && !xy)) return _tsr_error(TSR_ERR_ARG, "tsr_columns_find: positions and count are required");
   struct peak *p;

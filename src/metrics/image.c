@@ -63,7 +63,8 @@ void tsr_metrics_init(tsr_metrics *m) {
 
 tsr_status tsr_metrics_add(tsr_metrics *m, const float *truth, const float *pred, int c, int h, int w, double px,
                            double py, const tsr_columns_opts *o) {
-  if (!m || !truth || !pred || c <= 0) return _tsr_error(TSR_ERR_ARG, "tsr_metrics_add: sums, images and channels are required");
+  if (!m || !truth || !pred || c <= 0)
+    return _tsr_error(TSR_ERR_ARG, "tsr_metrics_add: sums, images and channels are required");
   size_t plane = (size_t)h * w;
   for (int ch = 0; ch < c; ch++) {
     const float *t = truth + ch * plane, *p = pred + ch * plane;
@@ -77,11 +78,15 @@ tsr_status tsr_metrics_add(tsr_metrics *m, const float *truth, const float *pred
       TSR_TRY(tsr_metric_ssim(t, p, h, w, range, &ssim));
       m->ssim += ssim, m->ssim_images++;
     }
-    if (se > 0) m->psnr += tsr_metric_psnr(t, p, plane, range);
-    else m->psnr_inf++;
+    if (se > 0)
+      m->psnr += tsr_metric_psnr(t, p, plane, range);
+    else
+      m->psnr_inf++;
     m->se += se, m->values += (int64_t)plane, m->images++;
-    if (px > 0 && py > 0 && h >= 3 && w >= 3) TSR_TRY(tsr_columns_match(t, p, h, w, px, py, o, NULL, 0, &m->col));
-    else m->columns = 0;
+    if (px > 0 && py > 0 && h >= 3 && w >= 3)
+      TSR_TRY(tsr_columns_match(t, p, h, w, px, py, o, NULL, 0, &m->col));
+    else
+      m->columns = 0;
   }
   return TSR_OK;
 }

@@ -265,7 +265,8 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
     if (train && t->loss_scale != 0)
       SUBMIT(_tsr_insert_scale_grad(t->ls[t->output_layer].g[s], t->scaler_h, t->loss_scale, "loss_scale"));
   }
-  for (int s = 0; src->out && s < t->slices && t->slice_off[s] < nvalid; s++) SUBMIT(submit_copy_out(t, src->out, s, nvalid));
+  for (int s = 0; src->out && s < t->slices && t->slice_off[s] < nvalid; s++)
+    SUBMIT(submit_copy_out(t, src->out, s, nvalid));
   struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
   pend->step = id;
   pend->submitted = starpu_timing_now();
@@ -356,8 +357,10 @@ tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int 
   return _tsr_submit_step(t, fill, user, 0, nvalid, step_id);
 }
 
-tsr_status tsr_trainer_eval_out(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, float *out, int64_t *step_id) {
-  if (!t || !fill || !out) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_eval_out: trainer, fill function and output are required");
+tsr_status tsr_trainer_eval_out(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, float *out,
+                                int64_t *step_id) {
+  if (!t || !fill || !out)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_eval_out: trainer, fill function and output are required");
   struct batch_src src = {.fill = fill, .user = user, .out = out};
   return submit_step(t, &src, 0, nvalid, step_id);
 }
