@@ -19,5 +19,6 @@
 #include <tessera/loader.h>
 #include <tessera/checkpoint.h>
 #include <tessera/memory.h>
+#include <tessera/metrics.h>
 
 #endif

@@ -3,8 +3,12 @@
 # gives an MSE equal to the trainer's own last validation loss (relative 1e-5: float32 sums in a
 # different order); 2 ranks write the same outputs as 1 rank, in the input's order (absolute 1e-5:
 # other batch compositions); a .npy input gives the same outputs as the HDF5 file it came from; PNGs
-# are drawn; and wrong inputs fail naming the problem: a shape mismatch, a parameter file without a
-# tensor of the model, no parameters at all, PNGs without targets.
+# are drawn; the validation metrics in tessera-train's log come from the predictions the loss was
+# computed on (their MSE equals the validation loss, relative 1e-5) and tessera-predict --train
+# reports the same figures, with a nearest-neighbour baseline of MSE 0 when the training data are
+# the test data (every sample its own neighbour); and wrong inputs fail naming the problem: a shape
+# mismatch, a parameter file without a tensor of the model, no parameters at all, PNGs without
+# targets, a bad --pixel-size.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 predict=$B/tessera-predict
@@ -24,6 +28,27 @@ if awk -v a="$mse" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a !
 else
   cat "$tmp/pred.log"; ko "predicted MSE '$mse' equals the trainer's validation loss $val (relative 1e-5)"
 fi
+col() { awk -F, -v n="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == n) c = i; next } END { print $c }' "$1"; }
+vmse=$(col "$tmp/log.csv" val_mse) vpsnr=$(col "$tmp/log.csv" val_psnr_db) nnpsnr=$(col "$tmp/log.csv" nn_psnr_db)
+if awk -v a="$vmse" -v b="$val" -v p="$vpsnr" -v q="$nnpsnr" 'BEGIN { d = a - b; if (d < 0) d = -d
+     exit !(a != "" && b > 0 && d <= 1e-5 * b && p + 0 > 0 && p != "nan" && q + 0 > 0 && q != "nan") }'; then
+  ok "the log's validation MSE $vmse (PSNR $vpsnr dB, nearest neighbour $nnpsnr dB) is the validation loss $val"
+else
+  head -2 "$tmp/log.csv"; ko "the log's validation MSE '$vmse' is the validation loss $val (relative 1e-5), PSNRs finite"
+fi
+pr --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/pm.h5" --batch 6 --train "$tmp/val.h5" --pixel-size 0.3 \
+  --metrics "$tmp/m.csv" --label self >"$tmp/pm.log" 2>&1
+tmse=$(col "$tmp/m.csv" test_mse) nnmse=$(col "$tmp/m.csv" nn_mse) found=$(col "$tmp/m.csv" test_columns_found)
+if awk -v a="$tmse" -v b="$mse" -v n="$nnmse" -v f="$found" 'BEGIN { d = a - b; if (d < 0) d = -d
+     exit !(a != "" && d <= 1e-6 * b && n == 0 && f != "nan" && f >= 0 && f <= 1) }' &&
+  grep -q "^self,20," "$tmp/m.csv" && grep -q "^baseline, nearest neighbour on the inputs: MSE 0," "$tmp/pm.log"; then
+  ok "--train --metrics: test MSE $tmse, nearest neighbour MSE $nnmse on its own data, columns found $found"
+else
+  cat "$tmp/pm.log" "$tmp/m.csv"; ko "--train --metrics: test MSE '$tmse' = $mse, nearest neighbour MSE 0, columns found"
+fi
+pr --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/bad.h5" --train "$tmp/val.h5" --pixel-size 0.3:-1 >"$tmp/e.log" 2>&1
+[ $? -eq 2 ] && grep -q "pixel-size '0.3:-1'" "$tmp/e.log" && ok "a bad --pixel-size is refused" ||
+  { cat "$tmp/e.log"; ko "a bad --pixel-size is refused with status 2"; }
 h5dump -H -d predictions "$tmp/pred.h5" 2>/dev/null | grep -q "( 20, 1, 16, 16 )" &&
   ok "the output holds predictions [20, 1, 16, 16]" || ko "the output holds predictions [20, 1, 16, 16]"
 

@@ -68,10 +68,10 @@ if grep -q "timeline.png (steps 2 to 3)" "$tmp/plot.log"; then ok "--steps 2-3 d
 else ko "--steps 2-3 draws steps 2 to 3"; cat "$tmp/plot.log"; fi
 "$tracer" "$tmp/trace" --log "$tmp/log.csv" --step-log "$tmp/steps.csv" -q >"$tmp/loss.log" 2>&1
 size=$(png_size "$tmp/trace/loss.png" 2>/dev/null)
-# one metric panel (samples_per_s) below the loss panel: 560 + 230 pixels high
-if grep -q "wrote $tmp/trace/loss.png" "$tmp/loss.log" && [ "$size" = 1100x790 ]; then
-  ok "loss.png from the epoch and step logs, with a metric panel ($size)"
-else ko "loss.png from the epoch and step logs, with a metric panel (${size:-none})"; cat "$tmp/loss.log"; fi
+# three metric panels (samples_per_s, val_psnr_db, val_ssim) below the loss panel: 560 + 3 x 230 pixels high
+if grep -q "wrote $tmp/trace/loss.png" "$tmp/loss.log" && [ "$size" = 1100x1250 ]; then
+  ok "loss.png from the epoch and step logs, with three metric panels ($size)"
+else ko "loss.png from the epoch and step logs, with three metric panels (${size:-none})"; cat "$tmp/loss.log"; fi
 "$tracer" "$tmp/trace" --log "$tmp/summary" -q >"$tmp/bad.log" 2>&1
 if [ $? -eq 1 ] && grep -q "not a tessera-train log" "$tmp/bad.log"; then ok "a file that is no log is refused naming it"
 else ko "a file that is no log is refused naming it"; cat "$tmp/bad.log"; fi

@@ -74,8 +74,10 @@ static void datablock(FILE *s, const char *name, const float *v, int h, int w) {
 
 /* One gnuplot page: the three panels of one sample, each with its title and colour bar. */
 static void gnuplot_page(FILE *s, const char *path, int64_t index, const float *yt, const float *yp, const float *d,
-                         int th, int tw, double lo, double hi, double dm, double rms, double target_range) {
-  char q[8600];
+                         int th, int tw, double lo, double hi, double dm, double rms, double target_range,
+                         const char *units) {
+  char q[8600], u[600];
+  gp_quote(units, u, sizeof u);
   datablock(s, "T", yt, th, tw), datablock(s, "P", yp, th, tw), datablock(s, "D", d, th, tw);
   fprintf(s, "set output %s\n", gp_quote(path, q, sizeof q));
   fprintf(s, "set multiplot layout 1,3 title 'sample %lld: target channel 0, %d x %d pixels; RMS error %.4g, "
@@ -83,17 +85,17 @@ static void gnuplot_page(FILE *s, const char *path, int64_t index, const float *
   fprintf(s, "set size ratio -1\nset xrange [-0.5:%g]\nset yrange [%g:-0.5]\nset xlabel 'x (pixels)'\n"
              "set ylabel 'y (pixels)'\nset tics out nomirror\n", tw - 0.5, th - 0.5);
   fprintf(s, "set palette defined (0 '#440154', 0.25 '#3b528b', 0.5 '#21918c', 0.75 '#5ec962', 1 '#fde725')\n"
-             "set cbrange [%.9g:%.9g]\nset cblabel 'value (units of the targets)'\n", lo, hi);
+             "set cbrange [%.9g:%.9g]\nset cblabel %s\n", lo, hi, u);
   fprintf(s, "set title 'true'\nplot $T matrix with image notitle\n");
   fprintf(s, "set title 'predicted'\nplot $P matrix with image notitle\n");
   fprintf(s, "set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')\nset cbrange [%.9g:%.9g]\n"
-             "set cblabel 'predicted - true'\nset title 'difference (red: too high, blue: too low)'\n"
-             "plot $D matrix with image notitle\nunset multiplot\n", -dm, dm);
+             "set cblabel %s\nset title 'difference, predicted - true (red: too high, blue: too low)'\n"
+             "plot $D matrix with image notitle\nunset multiplot\n", -dm, dm, u);
 }
 
 /* Predicts and draws the samples: with gnuplot (use_gp; returns 1 when it is missing) or bare. */
-static int draw(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *dir, char *err, size_t errlen,
-                int use_gp) {
+static int draw(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *units, const char *dir, char *err,
+                size_t errlen, int use_gp) {
   int c, h, w, tc, th, tw;
   tsr_loader_input_shape(l, &c, &h, &w);
   tsr_loader_target_shape(l, &tc, &th, &tw);
@@ -129,7 +131,7 @@ static int draw(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const c
       snprintf(path, sizeof path, "%s/sample_%05lld.png", dir, (long long)(first + b + i));
       if (have_gp) {
         gnuplot_page(g.f, path, first + b + i, yt, yp, d, th, tw, lo, hi, dm, sqrt(se / ((double)th * tw)),
-                     thi > tlo ? thi - tlo : 1);
+                     thi > tlo ? thi - tlo : 1, units && *units ? units : "units of the targets");
       } else if (plain_png(path, yt, yp, d, th, tw, lo, hi, dm) != 0) {
         snprintf(err, errlen, "%s: cannot write the PNG", path), rc = -1;
       }
@@ -141,11 +143,12 @@ static int draw(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const c
   return rc;
 }
 
-int predict_png(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *dir, char *err, size_t errlen) {
-  int rc = draw(t, l, first, count, dir, err, errlen, 1);
+int predict_png(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *units, const char *dir, char *err,
+                size_t errlen) {
+  int rc = draw(t, l, first, count, units, dir, err, errlen, 1);
   if (rc == 1) { /* no gnuplot: bare pictures instead, saying why they have no labels */
     fprintf(stderr, "%s: %s: PNGs without titles or colour bars\n", cli_program(), err);
-    rc = draw(t, l, first, count, dir, err, errlen, 0);
+    rc = draw(t, l, first, count, units, dir, err, errlen, 0);
   }
   return rc;
 }

@@ -8,7 +8,8 @@
 #include <tessera.h>
 
 /* Writes DIR/sample_NNNNN.png for samples first .. first + count - 1 of `l` (count is capped by the
- * data). Returns 0, or -1 with a message in `err`. */
-int predict_png(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *dir, char *err, size_t errlen);
+ * data); `units` labels the colour bars (data_target_units). Returns 0, or -1 with a message in `err`. */
+int predict_png(tsr_trainer *t, tsr_loader *l, int64_t first, int count, const char *units, const char *dir, char *err,
+                size_t errlen);
 
 #endif

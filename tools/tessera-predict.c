@@ -3,7 +3,9 @@
  * input's order. Batches run as tasks over all workers (tsr_trainer_predict). Under mpirun each rank
  * predicts a contiguous share into OUT.part-<rank>; once every rank is done, rank 0 copies the parts
  * into OUT in rank order and removes them. With targets, prints MSE and PSNR (also stored as
- * attributes of OUT) and can draw true | predicted | difference PNGs of the first samples. */
+ * attributes of OUT) and can draw true | predicted | difference PNGs of the first samples; with
+ * --train (one rank), PSNR, SSIM and atom columns of the predictions and of two baselines computed
+ * from the training data (mean target, nearest neighbour on the inputs). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,6 +15,8 @@
 #include <tessera.h>
 
 #include "cli.h"
+#include "data_meta.h"
+#include "eval_metrics.h"
 #include "opt_table.h"
 #include "pred_out.h"
 #include "predict_png.h"
@@ -22,7 +26,19 @@ struct predict_opts {
   const char *model, *params, *checkpoint, *data, *out, *input_dataset, *target_dataset, *png, *config;
   int batch, workers, png_count, quiet, verbose;
   uint64_t seed;
+  const char *train, *metrics, *label; /* the baselines' training data; CSV of the metrics; its row's label */
+  struct eval_opts eval;
 };
+
+static void parse_pixel_size(void *opts, const char *what, const char *arg) {
+  struct predict_opts *o = opts;
+  eval_parse_pixel_size(what, arg, &o->eval.px, &o->eval.py);
+}
+
+static int text_pixel_size(const void *opts, char *buf, size_t cap) {
+  const struct predict_opts *o = opts;
+  return eval_pixel_size_text(o->eval.px, o->eval.py, buf, cap);
+}
 
 /* entries give the leading fields in order and the others by name; the rest stay zero */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -47,6 +63,20 @@ static const struct opt_def defs[] = {
     {"png", 0, OPT_STR, F(png), "DIR", NULL,
      "write true | predicted | difference PNGs of the first samples to DIR (needs targets)"},
     {"png-count", 0, OPT_INT, F(png_count), "N", "4", "samples drawn by --png", 1, 100000},
+    {"train", 0, OPT_STR, F(train), "DATA", NULL,
+     "the model's training data (as tessera-train's --data): compare the predictions with the mean training target "
+     "and the nearest neighbour on the inputs, by MSE, PSNR, SSIM and atom columns (needs targets; one rank)"},
+    {"metrics", 0, OPT_STR, F(metrics), "FILE", NULL,
+     "with --train: append the metrics as a CSV row (label, samples, then test_, mean_ and nn_ columns)"},
+    {"label", 0, OPT_STR, F(label), "TEXT", NULL, "the --metrics row's label (no commas)", .deftext = "IN"},
+    {"pixel-size", 0, OPT_CUSTOM, 0, "X[:Y]", NULL, "the targets' pixel size in angstrom for the atom-column metrics",
+     .deftext = "from the data (pixel_size_A), else none", .parse = parse_pixel_size, .text = text_pixel_size},
+    {"column-threshold", 0, OPT_DOUBLE, F(eval.col.threshold), "F", "0.3",
+     "an atom column is a peak above min + F (max - min) of its image", 0, 0.999},
+    {"column-separation", 0, OPT_DOUBLE, F(eval.col.separation), "A", "1.0",
+     "atom columns are at least A angstrom apart", 0, 1e6},
+    {"column-radius", 0, OPT_DOUBLE, F(eval.col.radius), "A", "0.2",
+     "a predicted column within A angstrom of a true one has found it", 1e-6, 1e6},
     {"quiet", 'q', OPT_FLAG, F(quiet), NULL, NULL, "only errors"},
     {"verbose", 'v', OPT_FLAG, F(verbose), NULL, NULL, "also the library's details and StarPU's messages"},
     {"config", 0, OPT_CONFIG, F(config), "FILE", NULL, "read options from a JSON run file; the command line overrides it"},
@@ -110,7 +140,7 @@ static void check_shapes(const struct predict_opts *o, const struct source *src)
 /* Predicts samples [first, first + count) into the open output `out` (at its rows from 0), summing
  * the squared errors and the targets' range into *m when there are targets. */
 static void predict_range(const struct predict_opts *o, const struct source *src, int64_t first, int64_t count,
-                          struct pred_out *out, struct pred_metrics *m, int talk) {
+                          struct pred_out *out, struct pred_metrics *m, struct eval *ev, tsr_metrics *em, int talk) {
   size_t xe = (size_t)src->c * src->h * src->w, ye = (size_t)out->c * out->h * out->w;
   float *x = malloc(sizeof(float) * xe * o->batch), *y = malloc(sizeof(float) * ye * o->batch),
         *p = malloc(sizeof(float) * ye * o->batch);
@@ -125,12 +155,36 @@ static void predict_range(const struct predict_opts *o, const struct source *src
     char err[4400];
     if (pred_out_write(out, b, n, p, err, sizeof err)) fail("%s", err);
     if (src->tc) pred_metrics_add(m, y, p, (size_t)n * ye);
+    for (int i = 0; ev && i < n; i++) eval_add(ev, em, first + b + i, p + ye * i);
     double el = cli_now() - t0;
     cli_progress_update(&line, b + n == count, "predicting %lld/%lld samples, %.0f samples/s", (long long)(b + n),
                         (long long)count, (b + n) / (el > 0 ? el : 1e-9));
   }
   cli_progress_clear(&line);
   free(x), free(y), free(p);
+}
+
+/* The model's and the baselines' metrics, printed and appended to --metrics. */
+static void report_metrics(const struct predict_opts *o, const struct eval *ev, const tsr_metrics *em, int talk) {
+  if (talk) {
+    eval_describe(stdout, ev);
+    eval_print(stdout, "model", em);
+    eval_print(stdout, "baseline, mean training target", &ev->mean);
+    eval_print(stdout, "baseline, nearest neighbour on the inputs", &ev->nn);
+  }
+  if (!o->metrics) return;
+  FILE *f = fopen(o->metrics, "a");
+  if (!f) fail("%s: cannot open the metrics file: %m", o->metrics);
+  fseek(f, 0, SEEK_END);
+  if (ftell(f) == 0) {
+    fprintf(f, "label,samples,");
+    eval_csv_header(f, "test_");
+    fprintf(f, "\n");
+  }
+  fprintf(f, "%s,%lld,", o->label ? o->label : o->data, (long long)ev->n);
+  eval_csv_fields(f, ev, em);
+  fprintf(f, "\n");
+  if (fclose(f) != 0) fail("%s: cannot write the metrics: %m", o->metrics);
 }
 
 int main(int argc, char **argv) {
@@ -147,6 +201,9 @@ int main(int argc, char **argv) {
   struct source src;
   open_source(&o, &src);
   if (o.png && !src.tc) cli_usage_error("--png: %s has no targets to compare with", o.data);
+  if (o.train && !src.tc) cli_usage_error("--train: %s has no targets to compare with", o.data);
+  if (o.metrics && !o.train) cli_usage_error("--metrics needs --train (the baselines' data)");
+  if (o.label && strchr(o.label, ',')) cli_usage_error("--label '%s': no commas (it is a CSV field)", o.label);
   tsr_optim_spec opt;
   check(tsr_model_load_json(&live.m, &opt, o.model));
   tsr_context_opts copts;
@@ -175,6 +232,21 @@ int main(int argc, char **argv) {
     else printf("; no input normalisation\n");
   }
 
+  if (o.train && nranks > 1) fail("--train: the metrics need one rank (%d here)", nranks);
+  struct eval ev;
+  tsr_metrics em;
+  tsr_metrics_init(&em);
+  char units[256] = "";
+  if (o.png) data_target_units(live.train, units, sizeof units);
+  if (o.train) {
+    tsr_loader_opts lo;
+    tsr_loader_opts_default(&lo);
+    lo.input_name = o.input_dataset, lo.target_name = o.target_dataset;
+    lo.standardize = 0; /* nearest neighbours among raw inputs, as the inputs read here */
+    check(tsr_loader_open(&live.val, o.train, &lo));
+    int64_t nt = tsr_loader_size(live.val);
+    eval_init(&ev, &o.eval, live.train, 0, src.n, live.val, 0, nt, live.val, 0, nt);
+  }
   int c, h, w;
   tsr_trainer_target_shape(live.t, &c, &h, &w);
   int64_t first = src.n * rank / nranks, count = src.n * (rank + 1) / nranks - first;
@@ -185,7 +257,7 @@ int main(int argc, char **argv) {
   struct pred_metrics m;
   pred_metrics_init(&m);
   if (pred_out_create(&out, part, count, c, h, w, err, sizeof err)) fail("%s", err);
-  predict_range(&o, &src, first, count, &out, &m, talk);
+  predict_range(&o, &src, first, count, &out, &m, o.train ? &ev : NULL, &em, talk);
   if (pred_out_close(&out, src.tc ? &m : NULL, err, sizeof err)) fail("%s", err);
   /* every rank's part is complete before rank 0 reads it (a collective call: a barrier) */
   check(tsr_context_check_same(live.ctx, "the number of input samples", &src.n, sizeof src.n));
@@ -197,11 +269,13 @@ int main(int argc, char **argv) {
     if (src.tc) printf("MSE %.9g, PSNR %.4f dB (target range %.6g)\n", pred_metrics_mse(&m), pred_metrics_psnr(&m),
                        m.hi - m.lo);
   }
+  if (o.train) report_metrics(&o, &ev, &em, talk);
   if (o.png && rank == 0) {
-    if (predict_png(live.t, live.train, 0, o.png_count, o.png, err, sizeof err) != 0) fail("--png: %s", err);
+    if (predict_png(live.t, live.train, 0, o.png_count, units, o.png, err, sizeof err) != 0) fail("--png: %s", err);
     if (talk) printf("true | predicted | difference PNGs of %d samples written to %s/\n",
                      (int)(src.n < o.png_count ? src.n : o.png_count), o.png);
   }
+  if (o.train) eval_free(&ev);
   free(src.npy);
   release();
   return 0;

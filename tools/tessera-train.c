@@ -13,6 +13,8 @@
 #include <tessera.h>
 
 #include "cli.h"
+#include "data_meta.h"
+#include "eval_metrics.h"
 #include "predict_png.h"
 #include "train_best.h"
 #include "train_ckpt.h"
@@ -28,6 +30,7 @@ struct slot {
   int64_t *idx;    /* [batch] sample indices in d */
   int64_t step, gstep; /* trainer step id; training step of the run (from 1) */
   int pending, train, nvalid, epoch;
+  float *out;      /* validation with metrics: the step's outputs [batch, C', H', W'] */
 };
 
 struct run {
@@ -38,6 +41,10 @@ struct run {
   double train_sum, val_sum; /* this epoch */
   int64_t train_steps, val_samples;
   struct ckpt *ck;
+  struct eval *ev;  /* validation metrics (NULL: none); this epoch's in val_m */
+  tsr_metrics val_m;
+  int64_t vfirst;
+  size_t ye;
 };
 
 
@@ -60,6 +67,8 @@ static void harvest(struct run *r, struct slot *s) {
   } else {
     r->val_sum += loss * s->nvalid;
     r->val_samples += s->nvalid;
+    for (int i = 0; r->ev && i < s->nvalid; i++)
+      eval_add(r->ev, &r->val_m, s->idx[i] - r->vfirst, s->out + r->ye * i);
   }
 }
 
@@ -162,7 +171,11 @@ static FILE *open_log(const char *path) {
     fail("%s: cannot open the log: %m", path);
   }
   fseek(f, 0, SEEK_END);
-  if (ftell(f) == 0) fprintf(f, "epoch,step,train_loss,val_loss,samples_per_s,elapsed_s\n");
+  if (ftell(f) == 0) {
+    fprintf(f, "epoch,step,train_loss,val_loss,samples_per_s,elapsed_s,");
+    eval_csv_header(f, "val_");
+    fprintf(f, "\n");
+  }
   return f;
 }
 
@@ -284,6 +297,18 @@ int main(int argc, char **argv) {
   double base_mean = 0, base = o.simulate ? (nval > 0 ? baseline_mse(live.val, nval, live.val, 0, nval, &base_mean) : NAN)
                            : nval > 0     ? baseline_mse(live.train, ntrain, live.val, vfirst, nval, &base_mean)
                                           : baseline_mse(live.train, ntrain, live.train, 0, ntrain, &base_mean);
+  /* Rank 0 measures the validation predictions against two baselines. In situ the mean target is the
+   * validation data's own and there is no nearest neighbour (no fixed training set). */
+  struct eval ev;
+  memset(&ev, 0, sizeof ev);
+  int metrics = rank == 0 && nval > 0 && (talk || o.log);
+  if (metrics)
+    eval_init(&ev, &o.eval, live.val, vfirst, nval, o.simulate ? live.val : live.train, o.simulate ? vfirst : 0,
+              o.simulate ? nval : ntrain, o.simulate ? NULL : live.train, 0, ntrain);
+  /* the other ranks wait here, not inside their first step (whose time-out does not expect it) */
+  if (nranks > 1) check(tsr_context_check_same(live.ctx, "the validation samples", &nval, sizeof nval));
+  char units[256] = "";
+  if (o.predict_png && rank == 0) data_target_units(nval > 0 ? live.val : live.train, units, sizeof units);
   if (talk) {
     printf("model '%s': %d layers, %lld parameters, %.3g GFLOP per sample (forward), %s lr %g\n",
            tsr_model_name(live.m), tsr_model_num_layers(live.m), (long long)tsr_model_num_params(live.m),
@@ -299,6 +324,12 @@ int main(int argc, char **argv) {
       printf("), %lld validation samples from %s%s\n", (long long)nval, val_name, o.val ? "" : " (held out)");
     else
       printf("), no validation\n");
+    if (metrics) {
+      eval_describe(stdout, &ev);
+      eval_print(stdout, o.simulate ? "baseline, mean validation target" : "baseline, mean training target", &ev.mean);
+      if (o.simulate) printf("baseline, nearest neighbour on the inputs: none (no fixed training set in situ)\n");
+      else eval_print(stdout, "baseline, nearest neighbour on the inputs", &ev.nn);
+    }
   }
 
   tsr_schedule sched;
@@ -307,11 +338,18 @@ int main(int argc, char **argv) {
     printf("learning-rate schedule: %s per %s\n", tsr_schedule_kind_name(sched.spec.kind),
            sched.spec.per_step ? "step" : "epoch");
   FILE *log = o.log && rank == 0 ? open_log(o.log) : NULL;
-  struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2};
+  struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2, .ev = metrics ? &ev : NULL, .vfirst = vfirst};
   r.slots = calloc(r.nslots, sizeof *r.slots);
   int64_t *perm = malloc(sizeof *perm * (tsr_loader_shard_size(ntrain, replica, nrep) + 1));
-  for (int i = 0; r.slots && i < r.nslots; i++) r.slots[i].idx = malloc(sizeof(int64_t) * o.batch);
-  if (!r.slots || !perm || !r.slots[r.nslots - 1].idx) fail("out of memory");
+  int tc, th, tw;
+  tsr_trainer_target_shape(live.t, &tc, &th, &tw);
+  r.ye = (size_t)tc * th * tw;
+  for (int i = 0; r.slots && i < r.nslots; i++) {
+    r.slots[i].idx = malloc(sizeof(int64_t) * o.batch);
+    r.slots[i].out = metrics ? malloc(sizeof(float) * r.ye * o.batch) : NULL;
+    if (!r.slots[i].idx || (metrics && !r.slots[i].out)) fail("out of memory");
+  }
+  if (!r.slots || !perm) fail("out of memory");
   struct ckpt *ck = &o.ck;
   r.ck = ck;
   ck->sched = &sched;
@@ -361,6 +399,7 @@ restart:
   for (int ep = ep0; ep <= o.epochs; ep++) {
     r.train_sum = r.val_sum = 0;
     r.train_steps = r.val_samples = 0;
+    tsr_metrics_init(&r.val_m);
     if (ep == ep0) r.train_sum = sum0, r.train_steps = pos0; /* resumed inside this epoch */
     if (!o.simulate) check(tsr_loader_epoch_indices(ntrain, o.seed, ep, replica, nrep, perm)); /* this rank's shard */
     double te = cli_now();
@@ -435,7 +474,8 @@ restart:
       s->nvalid = nval - b < o.batch ? (int)(nval - b) : o.batch;
       for (int i = 0; i < o.batch; i++) s->idx[i] = vfirst + b + (i < s->nvalid ? i : 0);
       s->d = live.val, s->train = 0;
-      check(tsr_trainer_eval(live.t, fill, s, s->nvalid, &s->step));
+      if (metrics) check(tsr_trainer_eval_out(live.t, fill, s, s->nvalid, s->out, &s->step));
+      else check(tsr_trainer_eval(live.t, fill, s, s->nvalid, &s->step));
       submitted(&r, s);
     }
     harvest_all(&r);
@@ -454,10 +494,13 @@ restart:
         printf(", simulated %lld samples on rank 0 (%.1f/s)", (long long)made, (made - sim0) / elapsed);
       }
       printf("\n");
+      if (metrics) eval_print(stdout, "  validation", &r.val_m);
       fflush(stdout);
     }
     if (log) {
-      fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f\n", ep, (long long)gend, last_train, last_val, sps, elapsed);
+      fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f,", ep, (long long)gend, last_train, last_val, sps, elapsed);
+      eval_csv_fields(log, &ev, &r.val_m);
+      fprintf(log, "\n");
       fflush(log);
     }
     epoch_end_schedule(live.ctx, &sched, ep, last_val, talk);
@@ -504,7 +547,7 @@ restart:
     char err[1100];
     int count = o.predict_count ? o.predict_count : 4;
     tsr_loader *pl = nval > 0 ? live.val : live.train;
-    if (predict_png(live.t, pl, nval > 0 ? vfirst : 0, count, o.predict_png, err, sizeof err) != 0) {
+    if (predict_png(live.t, pl, nval > 0 ? vfirst : 0, count, units, o.predict_png, err, sizeof err) != 0) {
       fail("--predict-png: %s", err);
     }
     if (talk) printf("predicted against true potentials of %d %s samples written to %s/\n", count,
@@ -513,7 +556,8 @@ restart:
   if (log && fclose(log) != 0) fail("%s: cannot write the log: %m", o.log);
   if (ck->step_log && fclose(ck->step_log) != 0) fail("%s: cannot write the step log: %m", ck->step_log_path);
   free(config);
-  for (int i = 0; i < r.nslots; i++) free(r.slots[i].idx);
+  for (int i = 0; i < r.nslots; i++) free(r.slots[i].idx), free(r.slots[i].out);
+  if (metrics) eval_free(&ev);
   free(r.slots);
   free(perm);
   release();

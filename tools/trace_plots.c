@@ -183,12 +183,13 @@ int plot_losses(const char *log, const char *step_log, const char *out_dir, char
     return snprintf(err, cap, "%s: not a tessera-train log (its header should hold epoch, step and train_loss)", log), -1;
   if (step_log && (!col(&st, "step") || !col(&st, "train_loss")))
     return snprintf(err, cap, "%s: not a tessera-train step log (its header should hold step and train_loss)", step_log), -1;
-  /* every other numeric column of the epoch log is a metric with a panel of its own (at most 3) */
+  /* every other numeric column of the epoch log is a metric with a panel of its own (at most 3); not
+   * the validation MSE (the loss, mostly) nor the baselines' figures (the same every epoch) */
   int metric[3], nm = 0;
   for (int k = 0; log && k < e.ncols && nm < 3; k++) {
     const char *n = e.cols[k];
     if (e.has_value[k] && strcmp(n, "epoch") && strcmp(n, "step") && strcmp(n, "train_loss") && strcmp(n, "val_loss") &&
-        strcmp(n, "elapsed_s"))
+        strcmp(n, "elapsed_s") && strcmp(n, "val_mse") && strncmp(n, "mean_", 5) && strncmp(n, "nn_", 3))
       metric[nm++] = k + 1;
   }
   char png[4200], q[8600], q2[8600];

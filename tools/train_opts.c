@@ -107,6 +107,16 @@ static int text_schedule(const void *opts, char *buf, size_t cap) {
   return 1;
 }
 
+static void parse_pixel_size(void *opts, const char *what, const char *arg) {
+  struct train_opts *o = opts;
+  eval_parse_pixel_size(what, arg, &o->eval.px, &o->eval.py);
+}
+
+static int text_pixel_size(const void *opts, char *buf, size_t cap) {
+  const struct train_opts *o = opts;
+  return eval_pixel_size_text(o->eval.px, o->eval.py, buf, cap);
+}
+
 static const char *const precisions[] = {"f32", "bf16", "fp16", NULL}; /* tsr_precision order */
 static const char *const lr_scalings[] = {"none", "linear", NULL};
 static const char *const on_nans[] = {"stop", "skip", NULL};
@@ -214,6 +224,17 @@ static const struct opt_def defs[] = {
     {"predict-png", 0, OPT_STR, F(predict_png), "DIR", NULL,
      "after training, write true | predicted | difference PNGs of the first validation samples to DIR"},
     {"predict-count", 0, OPT_INT, F(predict_count), "N", "4", "samples drawn by --predict-png", 1, 100000},
+    SECTION("Validation metrics"),
+    {"pixel-size", 0, OPT_CUSTOM, 0, "X[:Y]", NULL,
+     "the targets' pixel size in angstrom (x along the width, y along the height) for the atom-column metrics",
+     .deftext = "per sample from the data (dataset or attribute pixel_size_A), else no column metrics",
+     .parse = parse_pixel_size, .text = text_pixel_size},
+    {"column-threshold", 0, OPT_DOUBLE, F(eval.col.threshold), "F", "0.3",
+     "an atom column is a peak above min + F (max - min) of its image", 0, 0.999},
+    {"column-separation", 0, OPT_DOUBLE, F(eval.col.separation), "A", "1.0",
+     "atom columns are at least A angstrom apart (the lower of two closer peaks is dropped)", 0, 1e6},
+    {"column-radius", 0, OPT_DOUBLE, F(eval.col.radius), "A", "0.2",
+     "a predicted column within A angstrom of a true one has found it", 1e-6, 1e6},
     {"trace", 0, OPT_STR, F(trace), "DIR", NULL,
      "record a performance trace into DIR (also TESSERA_TRACE=DIR); read it with tessera-trace DIR or open "
      "DIR/trace.json in ui.perfetto.dev"},

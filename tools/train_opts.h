@@ -8,6 +8,7 @@
 
 #include <tessera.h>
 
+#include "eval_metrics.h"
 #include "train_ckpt.h"
 
 struct train_opts {
@@ -39,6 +40,7 @@ struct train_opts {
   const char *simulate, *spill;
   int pool, reuse;     /* pool size in samples (0: 4 x batch); reads per simulated sample */
   int64_t epoch_steps; /* steps per epoch with --simulate (0: pool x reuse / batch) */
+  struct eval_opts eval; /* --pixel-size and the atom-column rule of the validation metrics */
 };
 
 /* The effective configuration (every option, as JSON) of parsed options; malloc'ed. */

@@ -142,6 +142,11 @@ tsr_status tsr_trainer_step_loader(tsr_trainer *t, tsr_loader *l, const int64_t 
 /* Submits a forward-only evaluation step (eval mode: running batch-norm statistics, no dropout);
  * `nvalid` samples (<= batch) count in the loss, the rest are padding. */
 tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, int64_t *step_id);
+/* The same, and a task of the step copies the output layer's values of the nvalid samples to `out`
+ * ([nvalid, C', H', W']), which must stay valid until tsr_trainer_loss of the step (or
+ * tsr_trainer_sync) has returned: then they are there. */
+tsr_status tsr_trainer_eval_out(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, float *out,
+                                int64_t *step_id);
 /* Waits for a submitted step's loss (mean over its valid samples). */
 tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step_id, double *loss);
 /* Control word: every training step carries one float per rank, summed over ranks by the step's

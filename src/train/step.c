@@ -18,12 +18,14 @@
 #include "runtime/error.h"
 #include "trace/trace.h"
 
-/* Where a step's samples come from: fill(user, ...), or samples idx[] of loader l. */
+/* Where a step's samples come from: fill(user, ...), or samples idx[] of loader l; out: where an
+ * evaluation step's outputs go (NULL: nowhere). */
 struct batch_src {
   tsr_sample_fn fill;
   void *user;
   tsr_loader *l;
   const int64_t *idx;
+  float *out;
 };
 
 struct load_arg {
@@ -226,6 +228,31 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   return st;
 }
 
+/* An evaluation step's outputs of slice s (its valid samples) copied to user memory. The task also
+ * takes the slice's loss handle (unchanged) so that the step's loss sum, which the host waits
+ * for, runs after it. */
+struct out_arg {
+  float *out;
+  size_t bytes;
+};
+
+static void copy_out_cpu(void *buffers[], void *cl_arg) {
+  const struct out_arg *a = cl_arg;
+  memcpy(a->out, TSR_BUF(buffers, 0), a->bytes);
+}
+
+static struct starpu_codelet copy_out_cl = {
+    .cpu_funcs = {copy_out_cpu}, .cpu_funcs_name = {"copy_out_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_copy_out"};
+
+static int submit_copy_out(tsr_trainer *t, float *out, int s, int nvalid) {
+  const struct _tsr_lstate *o = &t->ls[t->output_layer];
+  int k = nvalid - t->slice_off[s] < t->slice_n[s] ? nvalid - t->slice_off[s] : t->slice_n[s];
+  struct out_arg a = {out + (size_t)t->slice_off[s] * o->elems, (size_t)k * o->elems * sizeof(float)};
+  struct _tsr_buf b[2] = {{o->y[s], STARPU_R}, {t->loss[s], STARPU_RW}};
+  return _tsr_submit(&copy_out_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "copy_out", 2, b);
+}
+
 static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int train, int nvalid, int64_t id) {
   int p = (int)(id & 1);
   _tsr_trace_set_step(id);
@@ -246,6 +273,8 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
     if (train && t->loss_scale != 0)
       SUBMIT(_tsr_insert_scale_grad(t->ls[t->output_layer].g[s], t->scaler_h, t->loss_scale, "loss_scale"));
   }
+  for (int s = 0; src->out && s < t->slices && t->slice_off[s] < nvalid; s++)
+    SUBMIT(submit_copy_out(t, src->out, s, nvalid));
   struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
   pend->step = id;
   pend->submitted = starpu_timing_now();
@@ -336,6 +365,14 @@ tsr_status tsr_trainer_eval(tsr_trainer *t, tsr_sample_fn fill, void *user, int 
   return _tsr_submit_step(t, fill, user, 0, nvalid, step_id);
 }
 
+tsr_status tsr_trainer_eval_out(tsr_trainer *t, tsr_sample_fn fill, void *user, int nvalid, float *out,
+                                int64_t *step_id) {
+  if (!t || !fill || !out)
+    return _tsr_error(TSR_ERR_ARG, "tsr_trainer_eval_out: trainer, fill function and output are required");
+  struct batch_src src = {.fill = fill, .user = user, .out = out};
+  return submit_step(t, &src, 0, nvalid, step_id);
+}
+
 tsr_status tsr_trainer_loss(tsr_trainer *t, int64_t step, double *loss) {
   if (!t || !loss || step < 0 || step >= t->nsteps)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_loss: step %lld was not submitted (%lld submitted)", (long long)step,
@@ -383,15 +420,6 @@ tsr_status tsr_trainer_predict(tsr_trainer *t, const float *x, int n, float *out
   const struct _tsr_layer *in = &t->model->layers[t->input_layer];
   struct predict_src src = {x, _tsr_layer_elems(in)};
   int64_t id;
-  TSR_TRY(tsr_trainer_eval(t, predict_fill, &src, n, &id));
-  TSR_TRY(tsr_trainer_sync(t));
-  size_t ye = t->ls[t->output_layer].elems;
-  for (int s = 0; s < t->slices && t->slice_off[s] < n; s++) {
-    starpu_data_handle_t h = t->ls[t->output_layer].y[s];
-    int k = n - t->slice_off[s] < t->slice_n[s] ? n - t->slice_off[s] : t->slice_n[s];
-    if (starpu_data_acquire(h, STARPU_R)) return _tsr_error(TSR_ERR_RUNTIME, "tsr_trainer_predict: acquire failed");
-    memcpy(out + (size_t)t->slice_off[s] * ye, t->ls[t->output_layer].ybuf[s], (size_t)k * ye * sizeof(float));
-    starpu_data_release(h);
-  }
-  return TSR_OK;
+  TSR_TRY(tsr_trainer_eval_out(t, predict_fill, &src, n, out, &id));
+  return tsr_trainer_sync(t);
 }
