@@ -82,11 +82,11 @@ START_TEST(propagation_conserves_intensity) {
   ck_assert_int_eq(_tsr_cbed_work_init(&w, 64), 0);
   ck_assert_int_eq(_tsr_cbed_prepare(&w, &a, 200, 2), 0);
   double *in = malloc(sizeof(double) * 64 * 64);
-  _tsr_cbed_probe(&w, 10, 50, 1.2, 7.0, 9.0);
+  _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = 10, .defocus = 50, .cs_mm = 1.2}, 7.0, 9.0);
   double e0 = 0;
   for (int k = 0; k < 64 * 64; k++) e0 += w.psi[k][0] * w.psi[k][0] + w.psi[k][1] * w.psi[k][1];
   ck_assert_msg(fabs(e0 - 1) < 1e-12, "probe intensity %.15f", e0);
-  _tsr_cbed_propagate(&w, 10); /* ~55 A */
+  _tsr_cbed_propagate(&w, 10 * w.nslices); /* ~55 A */
   _tsr_cbed_intensity(&w, in);
   double t = total(in, 64);
   ck_assert_msg(fabs(t - 1) < 0.05, "total intensity after 10 periods: %.4f (expected 1 within 5%%)", t);
@@ -105,8 +105,8 @@ START_TEST(central_disc_radius_is_alpha_over_lambda_dk) {
   vacuum(&w, side);
   double *in = malloc(sizeof(double) * 64 * 64);
   for (int k = 0; k < 3; k++) {
-    _tsr_cbed_probe(&w, alphas[k], 0, 0, 12.5, 12.5);
-    _tsr_cbed_propagate(&w, 1);
+    _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = alphas[k]}, 12.5, 12.5);
+    _tsr_cbed_propagate(&w, w.nslices);
     _tsr_cbed_intensity(&w, in);
     double mx = 0;
     for (int p = 0; p < 64 * 64; p++) mx = fmax(mx, in[p]);
@@ -134,8 +134,8 @@ START_TEST(thin_centrosymmetric_crystal_gives_friedel_pattern) {
   double worst[2];
   const double pos[2][2] = {{0, 0}, {1.3, 0.7}};
   for (int c = 0; c < 2; c++) {
-    _tsr_cbed_probe(&w, 15, 0, 0, pos[c][0], pos[c][1]);
-    _tsr_cbed_propagate(&w, 1);
+    _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = 15}, pos[c][0], pos[c][1]);
+    _tsr_cbed_propagate(&w, w.nslices);
     _tsr_cbed_intensity(&w, in);
     double mx = 0, d = 0;
     for (int p = 0; p < 64 * 64; p++) mx = fmax(mx, in[p]);

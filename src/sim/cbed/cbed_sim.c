@@ -26,7 +26,8 @@ int _tsr_cbed_work_init(struct cbed_work *w, int n) {
   w->tmp = fftw_alloc_complex(nn);
   w->vq = fftw_alloc_complex(nn);
   w->prop = fftw_alloc_complex(nn);
-  if (!w->psi || !w->tmp || !w->vq || !w->prop) return -1;
+  w->img = malloc(sizeof(double) * nn);
+  if (!w->psi || !w->tmp || !w->vq || !w->prop || !w->img) return -1;
   pthread_mutex_lock(&plan_mutex);
   w->fwd = fftw_plan_dft_2d(n, n, w->psi, w->tmp, FFTW_FORWARD, FFTW_ESTIMATE);
   w->bwd = fftw_plan_dft_2d(n, n, w->tmp, w->psi, FFTW_BACKWARD, FFTW_ESTIMATE);
@@ -34,17 +35,32 @@ int _tsr_cbed_work_init(struct cbed_work *w, int n) {
   return w->fwd && w->bwd ? 0 : -1;
 }
 
+int _tsr_cbed_work_resize(struct cbed_work *w, int n) {
+  if (w->n == n && w->fwd) return 0;
+  double *acc = w->acc;
+  size_t cap = w->cap_acc;
+  w->acc = NULL; /* the accumulators do not depend on n: kept */
+  _tsr_cbed_work_free(w);
+  int rc = _tsr_cbed_work_init(w, n);
+  w->acc = acc, w->cap_acc = cap;
+  return rc;
+}
+
 void _tsr_cbed_work_free(struct cbed_work *w) {
   pthread_mutex_lock(&plan_mutex);
   if (w->fwd) fftw_destroy_plan(w->fwd);
   if (w->bwd) fftw_destroy_plan(w->bwd);
+  if (w->tplan) fftw_destroy_plan(w->tplan);
   pthread_mutex_unlock(&plan_mutex);
   fftw_free(w->psi);
   fftw_free(w->tmp);
   fftw_free(w->vq);
   fftw_free(w->prop);
   fftw_free(w->trans);
+  fftw_free(w->tbuf);
   free(w->fe);
+  free(w->img);
+  free(w->acc);
   *w = (struct cbed_work){0};
 }
 
@@ -153,43 +169,17 @@ int _tsr_cbed_prepare(struct cbed_work *w, const struct cbed_atoms *a, double kv
   return 0;
 }
 
-void _tsr_cbed_probe(struct cbed_work *w, double alpha_mrad, double defocus, double cs_mm, double px, double py) {
-  int n = w->n;
-  size_t nn = (size_t)n * n;
-  double kap = alpha_mrad * 1e-3 / w->lambda, cs = cs_mm * 1e7, l = w->lambda;
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < n; i++) {
-      double kx, ky;
-      kvec(w, i, j, &kx, &ky);
-      double k2 = kx * kx + ky * ky;
-      size_t p = (size_t)j * n + i;
-      if (k2 > kap * kap || !_tsr_cbed_in_band(w, i, j)) {
-        w->tmp[p][0] = w->tmp[p][1] = 0;
-        continue;
-      }
-      /* aberration chi = pi lambda k^2 (Cs lambda^2 k^2 / 2 - defocus), shift to (px, py) */
-      double chi = M_PI * l * k2 * (0.5 * cs * l * l * k2 - defocus), ph = -chi - 2 * M_PI * (kx * px + ky * py);
-      w->tmp[p][0] = cos(ph), w->tmp[p][1] = sin(ph);
-    }
-  fftw_execute(w->bwd);
-  double e = 0;
-  for (size_t p = 0; p < nn; p++) e += w->psi[p][0] * w->psi[p][0] + w->psi[p][1] * w->psi[p][1];
-  double s = e > 0 ? 1 / sqrt(e) : 0;
-  for (size_t p = 0; p < nn; p++) w->psi[p][0] *= s, w->psi[p][1] *= s;
-}
-
-void _tsr_cbed_propagate(struct cbed_work *w, int periods) {
+void _tsr_cbed_propagate(struct cbed_work *w, int slices) {
   size_t nn = (size_t)w->n * w->n;
   double complex *psi = (double complex *)w->psi, *tmp = (double complex *)w->tmp,
                  *prop = (double complex *)w->prop;
-  for (int p = 0; p < periods; p++)
-    for (int s = 0; s < w->nslices; s++) {
-      const double complex *t = (const double complex *)w->trans + nn * s;
-      for (size_t q = 0; q < nn; q++) psi[q] *= t[q];
-      fftw_execute(w->fwd);
-      for (size_t q = 0; q < nn; q++) tmp[q] *= prop[q];
-      if (p < periods - 1 || s < w->nslices - 1) fftw_execute(w->bwd);
-    }
+  for (int s = 0; s < slices; s++) {
+    const double complex *t = (const double complex *)w->trans + nn * (s % w->nslices);
+    for (size_t q = 0; q < nn; q++) psi[q] *= t[q];
+    fftw_execute(w->fwd);
+    for (size_t q = 0; q < nn; q++) tmp[q] *= prop[q];
+    if (s < slices - 1) fftw_execute(w->bwd);
+  }
 }
 
 void _tsr_cbed_intensity(const struct cbed_work *w, double *out) {
@@ -202,4 +192,32 @@ void _tsr_cbed_intensity(const struct cbed_work *w, double *out) {
       row[(i + n / 2) % n] = nn * (t[0] * t[0] + t[1] * t[1]);
     }
   }
+}
+
+int _tsr_cbed_resample_potential(struct cbed_work *w, int m, double blur, double scale, double *out) {
+  if (w->tm != m) {
+    pthread_mutex_lock(&plan_mutex);
+    if (w->tplan) fftw_destroy_plan(w->tplan);
+    fftw_free(w->tbuf);
+    w->tbuf = fftw_alloc_complex((size_t)m * m);
+    w->tplan = w->tbuf ? fftw_plan_dft_2d(m, m, w->tbuf, w->tbuf, FFTW_BACKWARD, FFTW_ESTIMATE) : NULL;
+    pthread_mutex_unlock(&plan_mutex);
+    w->tm = w->tplan ? m : 0;
+    if (!w->tplan) return -1;
+  }
+  /* the frequencies both grids hold (|f| < m / 2 keeps the set symmetric: a real result) */
+  int n = w->n;
+  memset(w->tbuf, 0, sizeof(fftw_complex) * m * m);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < n; i++) {
+      int fi = freq(i, n), fj = freq(j, n);
+      if (2 * abs(fi) >= m || 2 * abs(fj) >= m) continue;
+      double kx = fi / w->lx, ky = fj / w->ly;
+      double g = scale * exp(-2 * M_PI * M_PI * blur * blur * (kx * kx + ky * ky));
+      size_t p = (size_t)j * n + i, q = (size_t)((fj + m) % m) * m + (fi + m) % m;
+      w->tbuf[q][0] = w->vq[p][0] * g, w->tbuf[q][1] = w->vq[p][1] * g;
+    }
+  fftw_execute(w->tplan);
+  for (size_t p = 0; p < (size_t)m * m; p++) out[p] = w->tbuf[p][0];
+  return 0;
 }

@@ -1,10 +1,13 @@
 /* Writes simulated CBED samples to HDF5. Every sample is one StarPU task writing its own pair of
- * handles (slots of a block buffer); two blocks alternate, so the host writes block b to the file
- * (acquiring its handles waits for exactly those tasks) while the workers simulate block b + 1.
- * Each worker keeps its own multislice work space. Half precision is IEEE binary16 built with
- * H5Tset_fields (HDF5 1.10 has no predefined float16); readers convert it to float32 on read. */
+ * handles (slots of a block buffer) and its record of what it drew (struct cbed_meta); two blocks
+ * alternate, so the host writes block b to the file (acquiring its handles waits for exactly those
+ * tasks) while the workers simulate block b + 1. Each worker keeps its own multislice work space.
+ * The records go to one float64 dataset per field under /meta ([n], units in the name and in a
+ * `units` attribute). Half precision is IEEE binary16 built with H5Tset_fields (HDF5 1.10 has no
+ * predefined float16); readers convert it to float32 on read. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +20,11 @@
 #include "runtime/error.h"
 
 #define GEN_NAME "tessera-cbed multislice"
-#define GEN_VERSION 1
-
-struct slot_ws {
-  int ready;
-  struct cbed_work w;
-  double *buf;
-};
+#define GEN_VERSION 2
 
 struct shared {
   const tsr_cbed_opts *o;
-  struct slot_ws *ws; /* one per worker */
+  struct cbed_work *ws; /* one per worker */
   atomic_int failed;
   char error[512];
 };
@@ -35,22 +32,15 @@ struct shared {
 struct task_arg {
   struct shared *sh;
   int64_t index;
+  struct cbed_meta *meta; /* read by the host after it acquired the task's handles */
 };
 
 static void sample_cpu(void *buffers[], void *cl_arg) {
   const struct task_arg *a = cl_arg;
   struct shared *sh = a->sh;
   int id = starpu_worker_get_id();
-  struct slot_ws *ws = &sh->ws[id < 0 ? 0 : id];
-  tsr_status st = TSR_OK;
-  if (!ws->ready) {
-    ws->buf = malloc(sizeof(double) * 2 * sh->o->grid * sh->o->grid);
-    st = ws->buf && _tsr_cbed_work_init(&ws->w, sh->o->grid) == 0
-             ? TSR_OK
-             : _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a work space");
-    ws->ready = st == TSR_OK;
-  }
-  if (st == TSR_OK) st = _tsr_cbed_sample_with(sh->o, &ws->w, ws->buf, a->index, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
+  tsr_status st = _tsr_cbed_sample_with(sh->o, &sh->ws[id < 0 ? 0 : id], a->index, TSR_BUF(buffers, 0),
+                                        TSR_BUF(buffers, 1), a->meta);
   int expected = 0;
   if (st != TSR_OK && atomic_compare_exchange_strong(&sh->failed, &expected, 1))
     snprintf(sh->error, sizeof sh->error, "sample %lld: %s", (long long)a->index, tsr_last_error());
@@ -73,6 +63,52 @@ static hid_t half_type(void) {
     return -1;
   }
   return t;
+}
+
+/* The per-sample record, one dataset each: name (with its unit), field. */
+#define F(name, field) {name, offsetof(struct cbed_meta, field)}
+static const struct {
+  const char *name;
+  size_t off;
+} meta_fields[] = {
+    F("kv", kv), F("alpha_mrad", alpha_mrad), F("defocus_A", defocus_A), F("cs_mm", cs_mm), F("a1_A", a1_A),
+    F("a1_angle_deg", a1_deg), F("b2_A", b2_A), F("b2_angle_deg", b2_deg), F("source_rms_A", source_A),
+    F("dose_electrons", dose), F("cell_x_A", cell_x_A), F("cell_y_A", cell_y_A), F("period_A", period_A),
+    F("thickness_A", thickness_A), F("grid", grid), F("slices_per_period", slices_per_period), F("slice_A", slice_A),
+    F("band_limit_mrad", band_mrad), F("sim_pixel_x_mrad", sim_pixel_x_mrad), F("sim_pixel_y_mrad", sim_pixel_y_mrad),
+    F("detector_pixel_mrad", det_pixel_mrad), F("phonon_configurations", phonons),
+    F("coherence_samples", coherence_samples), F("target_pixel_x_A", target_pixel_x_A),
+    F("target_pixel_y_A", target_pixel_y_A), F("target_mean_VA", target_mean_VA), F("target_std_VA", target_std_VA)};
+#undef F
+#define NMETA (sizeof meta_fields / sizeof meta_fields[0])
+
+static int create_meta(hid_t f, int64_t n, hid_t *d) {
+  hid_t g = H5Gcreate2(f, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t dims = (hsize_t)n;
+  hid_t sp = H5Screate_simple(1, &dims, NULL);
+  int ok = g >= 0 && sp >= 0;
+  for (size_t k = 0; k < NMETA; k++) d[k] = -1;
+  for (size_t k = 0; ok && k < NMETA; k++) {
+    d[k] = H5Dcreate2(g, meta_fields[k].name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ok = d[k] >= 0;
+  }
+  if (sp >= 0) H5Sclose(sp);
+  if (g >= 0) H5Gclose(g);
+  return ok;
+}
+
+static int write_meta(hid_t *d, int64_t first, int64_t count, const struct cbed_meta *m, double *col) {
+  hsize_t start = (hsize_t)first, cnt = (hsize_t)count;
+  int ok = 1;
+  for (size_t k = 0; ok && k < NMETA; k++) {
+    for (int64_t i = 0; i < count; i++) col[i] = *(const double *)((const char *)&m[i] + meta_fields[k].off);
+    hid_t fs = H5Dget_space(d[k]), ms = H5Screate_simple(1, &cnt, NULL);
+    ok = fs >= 0 && ms >= 0 && H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &cnt, NULL) >= 0 &&
+         H5Dwrite(d[k], H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, col) >= 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+  }
+  return ok;
 }
 
 static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n, int half) {
@@ -109,6 +145,31 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
          _tsr_h5_attr_str(f, "storage", half ? "float16" : "float32");
 }
 
+/* The physics options (the values drawn from their ranges are in /meta); u2 has one entry per
+ * atomic number 0..TSR_CBED_ZMAX, 0 = the built-in value. */
+static int write_physics_attrs(hid_t f, const tsr_cbed_opts *o) {
+  const struct {
+    const char *name;
+    const double *v;
+  } d[] = {{"max_angle_mrad", &o->max_angle_mrad}, {"kv_spread", &o->kv_spread},
+           {"alpha_spread_mrad", &o->alpha_spread}, {"defocus_spread_A", &o->defocus_spread},
+           {"cs_spread_mm", &o->cs_spread},          {"a1_A", &o->a1},
+           {"a1_spread_A", &o->a1_spread},           {"b2_A", &o->b2},
+           {"b2_spread_A", &o->b2_spread},           {"source_rms_A", &o->source_A},
+           {"detector_pixel_mrad", &o->det_mrad},    {"dose_electrons", &o->dose},
+           {"detector_psf_pixels", &o->det_psf}};
+  int ok = 1;
+  for (size_t k = 0; ok && k < sizeof d / sizeof d[0]; k++) ok = _tsr_h5_attr(f, d[k].name, H5T_NATIVE_DOUBLE, d[k].v);
+  hsize_t nz = TSR_CBED_ZMAX + 1;
+  hid_t sp = ok ? H5Screate_simple(1, &nz, NULL) : -1;
+  hid_t at = sp >= 0 ? H5Acreate2(f, "u2_A2", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+  ok = at >= 0 && H5Awrite(at, H5T_NATIVE_DOUBLE, o->u2) >= 0;
+  if (at >= 0) H5Aclose(at);
+  if (sp >= 0) H5Sclose(sp);
+  return ok && _tsr_h5_attr(f, "coherence_samples", H5T_NATIVE_INT, &o->coherence_samples) &&
+         _tsr_h5_attr(f, "phonon_configurations", H5T_NATIVE_INT, &o->phonons);
+}
+
 static hid_t create_dset(hid_t f, const char *name, hid_t type, int64_t n, int c, int side) {
   hsize_t dims[4] = {(hsize_t)n, (hsize_t)c, (hsize_t)side, (hsize_t)side}, chunk[4] = {1, dims[1], dims[2], dims[3]};
   hid_t sp = H5Screate_simple(4, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
@@ -135,6 +196,8 @@ struct blocks {
   int cap;                       /* samples per block */
   size_t xe, ve;
   float *x[2], *v[2];
+  struct cbed_meta *m[2];
+  double *col;                   /* one field of a block's records */
   starpu_data_handle_t *hx[2], *hv[2];
 };
 
@@ -144,16 +207,18 @@ static void blocks_free(struct blocks *b) {
       if (b->hx[k][i]) starpu_data_unregister(b->hx[k][i]);
     for (int i = 0; b->hv[k] && i < b->cap; i++)
       if (b->hv[k][i]) starpu_data_unregister(b->hv[k][i]);
-    free(b->hx[k]), free(b->hv[k]), free(b->x[k]), free(b->v[k]);
+    free(b->hx[k]), free(b->hv[k]), free(b->x[k]), free(b->v[k]), free(b->m[k]);
   }
+  free(b->col);
 }
 
 static int blocks_init(struct blocks *b, int cap, size_t xe, size_t ve) {
-  *b = (struct blocks){.cap = cap, .xe = xe, .ve = ve};
+  *b = (struct blocks){.cap = cap, .xe = xe, .ve = ve, .col = malloc(sizeof(double) * cap)};
   for (int k = 0; k < 2; k++) {
     b->x[k] = malloc(sizeof(float) * xe * cap), b->v[k] = malloc(sizeof(float) * ve * cap);
+    b->m[k] = calloc(cap, sizeof(struct cbed_meta));
     b->hx[k] = calloc(cap, sizeof(starpu_data_handle_t)), b->hv[k] = calloc(cap, sizeof(starpu_data_handle_t));
-    if (!b->x[k] || !b->v[k] || !b->hx[k] || !b->hv[k]) return -1;
+    if (!b->x[k] || !b->v[k] || !b->m[k] || !b->hx[k] || !b->hv[k] || !b->col) return -1;
     for (int i = 0; i < cap; i++) {
       b->hx[k][i] = _tsr_register_floats(b->x[k] + xe * i, xe);
       b->hv[k][i] = _tsr_register_floats(b->v[k] + ve * i, ve);
@@ -164,7 +229,7 @@ static int blocks_init(struct blocks *b, int cap, size_t xe, size_t ve) {
 
 static tsr_status submit_block(struct blocks *b, int k, struct shared *sh, int64_t first, int64_t count) {
   for (int64_t i = 0; i < count; i++) {
-    struct task_arg a = {sh, first + i};
+    struct task_arg a = {sh, first + i, &b->m[k][i]};
     struct _tsr_buf bufs[2] = {{b->hx[k][i], STARPU_W}, {b->hv[k][i], STARPU_W}};
     if (_tsr_submit(&sample_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "cbed_sample", 2, bufs) != 0) return TSR_ERR_RUNTIME;
   }
@@ -172,9 +237,9 @@ static tsr_status submit_block(struct blocks *b, int k, struct shared *sh, int64
 }
 
 static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const char *tmp, hid_t din, hid_t dtg,
-                      void (*progress)(void *, int64_t, int64_t), void *user) {
+                      hid_t *dmeta, void (*progress)(void *, int64_t, int64_t), void *user) {
   int nw = (int)starpu_worker_get_count();
-  struct shared sh = {.o = o, .ws = calloc(nw > 0 ? nw : 1, sizeof(struct slot_ws))};
+  struct shared sh = {.o = o, .ws = calloc(nw > 0 ? nw : 1, sizeof(struct cbed_work))};
   struct blocks b;
   int cap = 4 * (nw > 0 ? nw : 1);
   size_t xe = (size_t)o->probes * o->probes * o->pattern * o->pattern, ve = (size_t)o->target * o->target;
@@ -198,7 +263,7 @@ static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const ch
     if (st == TSR_OK) {
       _tsr_hdf5_lock();
       if (!write_rows(din, off, cnt, o->probes * o->probes, o->pattern, b.x[p]) ||
-          !write_rows(dtg, off, cnt, 1, o->target, b.v[p]))
+          !write_rows(dtg, off, cnt, 1, o->target, b.v[p]) || !write_meta(dmeta, off, cnt, b.m[p], b.col))
         st = _tsr_error(TSR_ERR_IO, "%s: cannot write samples %lld..%lld (%s)", tmp, (long long)off,
                         (long long)(off + cnt - 1), _tsr_hdf5_reason(why));
       _tsr_hdf5_unlock();
@@ -211,11 +276,7 @@ static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const ch
   }
   starpu_task_wait_for_all();
   if (sh.ws) blocks_free(&b);
-  for (int i = 0; sh.ws && i < nw; i++)
-    if (sh.ws[i].ready || sh.ws[i].buf) {
-      _tsr_cbed_work_free(&sh.ws[i].w);
-      free(sh.ws[i].buf);
-    }
+  for (int i = 0; sh.ws && i < nw; i++) _tsr_cbed_work_free(&sh.ws[i]);
   free(sh.ws);
   return st;
 }
@@ -232,17 +293,21 @@ tsr_status tsr_cbed_write(tsr_context *ctx, const tsr_cbed_opts *o, int64_t firs
   tsr_status st = TSR_OK;
   _tsr_hdf5_lock();
   hid_t type = half ? half_type() : H5Tcopy(H5T_IEEE_F32LE);
-  hid_t f = type < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), din = -1, dtg = -1;
+  hid_t f = type < 0 ? -1 : H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), din = -1, dtg = -1, dmeta[NMETA];
+  for (size_t k = 0; k < NMETA; k++) dmeta[k] = -1;
   if (f < 0) st = _tsr_error(TSR_ERR_IO, "%s: cannot create (%s)", tmp, _tsr_hdf5_reason(why));
   if (st == TSR_OK) {
     din = create_dset(f, "cbed", type, n, o->probes * o->probes, o->pattern);
     dtg = create_dset(f, "potential", type, n, 1, o->target);
-    if (din < 0 || dtg < 0 || !write_attrs(f, o, first, n, half))
+    if (din < 0 || dtg < 0 || !create_meta(f, n, dmeta) || !write_attrs(f, o, first, n, half) ||
+        !write_physics_attrs(f, o))
       st = _tsr_error(TSR_ERR_IO, "%s: cannot create datasets (%s)", tmp, _tsr_hdf5_reason(why));
   }
   _tsr_hdf5_unlock();
-  if (st == TSR_OK) st = run(o, first, n, tmp, din, dtg, progress, user);
+  if (st == TSR_OK) st = run(o, first, n, tmp, din, dtg, dmeta, progress, user);
   _tsr_hdf5_lock();
+  for (size_t k = 0; k < NMETA; k++)
+    if (dmeta[k] >= 0) H5Dclose(dmeta[k]);
   if (din >= 0) H5Dclose(din);
   if (dtg >= 0) H5Dclose(dtg);
   if (type >= 0) H5Tclose(type);
