@@ -4,7 +4,7 @@
  * under-sampled grid exceeds), the probe's phase equal to -chi(k) from Krivanek's polar formula, the
  * frozen-phonon mean potential equal to the Debye-Waller-damped one within its statistical error,
  * Poisson counts (mean, variance and probabilities), the detector's integration and point spread,
- * and the per-sample record written by tsr_cbed_write. */
+ * the target over a scan window, and the per-sample record written by tsr_cbed_write. */
 #define _GNU_SOURCE
 /* cbed.h (fftw3.h) before complex.h: fftw_complex stays double[2] */
 #include "sim/cbed/cbed.h"
@@ -255,6 +255,38 @@ START_TEST(detector_integrates_and_spreads) {
 }
 END_TEST
 
+/* The target by direct summation of the Fourier series at the grid's own points equals the inverse
+ * FFT of the blurred coefficients; a window starting at the middle of the cell equals it rolled by
+ * half a cell (a periodic potential); non-square cell (SrTiO3 [110]). */
+START_TEST(window_target_matches_inverse_fft) {
+  struct cbed_atoms a;
+  ck_assert_int_eq(_tsr_cbed_build_crystal(&a, TSR_CBED_SRTIO3, 2, 8, 0.1, 0.3), 0);
+  const int n = 48;
+  struct cbed_work w;
+  ck_assert_int_eq(_tsr_cbed_work_init(&w, n), 0);
+  ck_assert_int_eq(_tsr_cbed_prepare(&w, &a, 200, 2), 0);
+  double *fft = malloc(sizeof(double) * n * n), *win = malloc(sizeof(double) * n * n), mx = 0, e0 = 0, e1 = 0;
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < n; i++) {
+      double kx = (i < n / 2 ? i : i - n) / a.lx, ky = (j < n / 2 ? j : j - n) / a.ly;
+      double g = exp(-2 * M_PI * M_PI * 0.3 * 0.3 * (kx * kx + ky * ky));
+      w.tmp[j * n + i][0] = g * w.vq[j * n + i][0], w.tmp[j * n + i][1] = g * w.vq[j * n + i][1];
+    }
+  fftw_execute(w.bwd);
+  for (int k = 0; k < n * n; k++) fft[k] = w.psi[k][0], mx = fmax(mx, fabs(fft[k]));
+  ck_assert_int_eq(_tsr_cbed_window_potential(&w, n, 0, 0, a.lx, a.ly, 0.3, win), 0);
+  for (int k = 0; k < n * n; k++) e0 = fmax(e0, fabs(win[k] - fft[k]));
+  ck_assert_int_eq(_tsr_cbed_window_potential(&w, n, a.lx / 2, a.ly / 2, a.lx, a.ly, 0.3, win), 0);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < n; i++) e1 = fmax(e1, fabs(win[j * n + i] - fft[((j + n / 2) % n) * n + (i + n / 2) % n]));
+  ck_assert_msg(a.lx != a.ly && mx > 1 && e0 < 1e-9 * mx && e1 < 1e-9 * mx,
+                "window against inverse FFT: %.3g, shifted %.3g (max %.3g V A)", e0, e1, mx);
+  free(fft), free(win);
+  _tsr_cbed_work_free(&w);
+  _tsr_cbed_atoms_free(&a);
+}
+END_TEST
+
 /* tsr_cbed_write stores per sample what tsr_cbed's draws gave: /meta/kv within the range, equal to
  * the sample's own record, and varying between samples. */
 START_TEST(writer_stores_each_sample_record) {
@@ -268,17 +300,23 @@ START_TEST(writer_stores_each_sample_record) {
   tsr_cbed_opts_default(&o);
   o.grid = 32, o.pattern = 16, o.target = 16, o.probes = 2, o.fov = 8, o.thickness_min = 8, o.thickness_max = 12;
   o.kv = 200, o.kv_spread = 50, o.a1 = 20, o.dose = 1e4, o.det_psf = 0.7, o.phonons = 2, o.source_A = 0.3;
-  o.coherence_samples = 2;
+  o.coherence_samples = 2, o.scan_A = 4;
   char *path;
   ck_assert(asprintf(&path, "%s/meta.h5", tt_tmpdir()) > 0);
   const int n = 5;
   ck_assert_msg(tsr_cbed_write(ctx, &o, 3, n, 0, path, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = H5Dopen2(f, "meta/kv", H5P_DEFAULT);
-  double kv[5], a1[5];
+  double kv[5], a1[5], x0[5], cx[5];
   ck_assert(d >= 0 && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, kv) >= 0);
   H5Dclose(d);
   d = H5Dopen2(f, "meta/a1_angle_deg", H5P_DEFAULT);
   ck_assert(d >= 0 && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a1) >= 0);
+  H5Dclose(d);
+  d = H5Dopen2(f, "meta/scan_x_A", H5P_DEFAULT);
+  ck_assert(d >= 0 && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, x0) >= 0);
+  H5Dclose(d);
+  d = H5Dopen2(f, "meta/cell_x_A", H5P_DEFAULT);
+  ck_assert(d >= 0 && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cx) >= 0);
   H5Dclose(d);
   H5Fclose(f);
   struct cbed_work w = {0};
@@ -289,6 +327,7 @@ START_TEST(writer_stores_each_sample_record) {
     ck_assert_msg(kv[i] == m.kv && a1[i] == m.a1_deg, "sample %d: stored kv %g angle %g, drawn %g %g", i, kv[i], a1[i],
                   m.kv, m.a1_deg);
     ck_assert_msg(kv[i] >= 150 && kv[i] <= 250, "sample %d: kv %g", i, kv[i]);
+    ck_assert_msg(fabs(x0[i] - (cx[i] - 4) / 2) < 1e-12, "sample %d: scan window at %g in a %g A cell", i, x0[i], cx[i]);
     ck_assert(i == 0 || kv[i] != kv[0]);
   }
   _tsr_cbed_work_free(&w);
@@ -307,6 +346,7 @@ static Suite *make_cbed_physics_suite(void) {
   tcase_add_test(t, frozen_phonon_mean_is_debye_waller_damped);
   tcase_add_test(t, dose_counts_are_poisson);
   tcase_add_test(t, detector_integrates_and_spreads);
+  tcase_add_test(t, window_target_matches_inverse_fft);
   tcase_add_test(t, writer_stores_each_sample_record);
   suite_add_tcase(s, t);
   return s;

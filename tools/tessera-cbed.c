@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <tessera.h>
 
@@ -43,6 +44,7 @@ static void usage(void) {
          "      --dose E            electrons per pattern, Poisson noise; 0 = noiseless (default 0)\n"
          "      --psf S             detector point spread, rms in detector pixels (default 0)\n"
          "      --target T          target side: T x T samples of the cell's potential (default %d)\n"
+         "      --scan S            probes and target over a centred square of S A (default 0: the cell)\n"
          "      --probes K          probe positions per side, P = K^2 (default %d)\n"
          "      --fov L             field of view (supercell side), A (default %g)\n"
          "      --thickness A:B     specimen thickness range, A (default %g:%g)\n"
@@ -128,7 +130,7 @@ int main(int argc, char **argv) {
   cli_set_program("tessera-cbed");
   enum { O_SEED = 256, O_KV, O_ALPHA, O_DF, O_CS, O_GRID, O_PAT, O_TGT, O_PROBES, O_FOV, O_THICK, O_SLICE, O_BLUR,
          O_STRUCT, O_ZONES, O_NOSHIFT, O_ATOMS, O_INT, O_FLOOR, O_RAW, O_HALF, O_FIRST, O_WORKERS, O_A1, O_B2,
-         O_SOURCE, O_COH, O_PHONONS, O_U2, O_MAXANG, O_DET, O_DOSE, O_PSF };
+         O_SOURCE, O_COH, O_PHONONS, O_U2, O_MAXANG, O_DET, O_DOSE, O_PSF, O_SCAN };
   static const struct option longopts[] = {
       {"out", required_argument, NULL, 'o'}, {"samples", required_argument, NULL, 'n'},
       {"seed", required_argument, NULL, O_SEED}, {"kv", required_argument, NULL, O_KV},
@@ -148,6 +150,7 @@ int main(int argc, char **argv) {
       {"phonons", required_argument, NULL, O_PHONONS}, {"u2", required_argument, NULL, O_U2},
       {"max-angle", required_argument, NULL, O_MAXANG}, {"detector-mrad", required_argument, NULL, O_DET},
       {"dose", required_argument, NULL, O_DOSE}, {"psf", required_argument, NULL, O_PSF},
+      {"scan", required_argument, NULL, O_SCAN},
       {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
   tsr_cbed_opts o;
   tsr_cbed_opts_default(&o);
@@ -177,6 +180,7 @@ int main(int argc, char **argv) {
     case O_DET: o.det_mrad = cli_parse_float("--detector-mrad", optarg, 0, 1000); break;
     case O_DOSE: o.dose = cli_parse_float("--dose", optarg, 0, 1e15); break;
     case O_PSF: o.det_psf = cli_parse_float("--psf", optarg, 0, 64); break;
+    case O_SCAN: o.scan_A = cli_parse_float("--scan", optarg, 0, 1000); break;
     case O_GRID: o.grid = cli_parse_int("--grid", optarg, 0, 4096); break;
     case O_PAT: o.pattern = cli_parse_int("--pattern", optarg, 1, 4096); break;
     case O_TGT: o.target = cli_parse_int("--target", optarg, 1, 4096); break;
@@ -236,11 +240,16 @@ int main(int argc, char **argv) {
   if (!quiet) {
     char el[32];
     double t = cli_now() - p.start;
+    /* CPU time of the whole process (workers, writer, runtime): samples per CPU second is the
+     * throughput per core that a loaded machine does not distort as much as wall time */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     printf("rank %d/%d wrote %s: samples %lld..%lld, cbed [%d, %d, %d], potential [1, %d, %d], %s, in %s "
-           "(%.2f samples/s on %d workers)\n",
+           "(%.3g samples/s on %d workers; %.3g CPU s per sample)\n",
            rank, size, path, (long long)(first + lo_i), (long long)(first + hi_i - 1), o.probes * o.probes,
            o.pattern, o.pattern, o.target, o.target, half ? "float16" : "float32", cli_duration(t, el, sizeof el),
-           (hi_i - lo_i) / t, nw);
+           (hi_i - lo_i) / t, nw, hi_i > lo_i ? cpu / (hi_i - lo_i) : 0.0);
   }
   free(path);
   return 0;

@@ -73,6 +73,10 @@ typedef struct tsr_cbed_opts {
    * `dose` electrons per pattern (0 = noiseless) and blurred by a Gaussian point-spread function of
    * rms det_psf detector pixels (MTF exp(-2 pi^2 det_psf^2 q^2), q in cycles per pixel). */
   double det_mrad, dose, det_psf;
+  /* Scan window: the probes span a square of scan_A A centred in the cell and the target samples
+   * the same square; 0 = the whole cell (default). A window of about one unit cell keeps the probe
+   * positions from repeating a lattice period (identical patterns). */
+  double scan_A;
 } tsr_cbed_opts;
 
 void tsr_cbed_opts_default(tsr_cbed_opts *o);

@@ -49,9 +49,6 @@ struct cbed_work {
   double *img;             /* [n*n] intensity of one exit wave */
   double *acc;             /* [cap_acc] patterns accumulated over configurations (cbed_sample.c) */
   size_t cap_acc;
-  int tm;                  /* side of the target grid of tplan (0: none yet) */
-  fftw_complex *tbuf;      /* [tm*tm] */
-  fftw_plan tplan;         /* in place, backward */
 };
 
 int _tsr_cbed_work_init(struct cbed_work *w, int n);
@@ -79,9 +76,11 @@ void _tsr_cbed_propagate(struct cbed_work *w, int slices);
 void _tsr_cbed_intensity(const struct cbed_work *w, double *out);
 /* Bandwidth limit: |k| < 2/3 of the smaller Nyquist frequency. */
 int _tsr_cbed_in_band(const struct cbed_work *w, int i, int j);
-/* The projected potential w->vq (blurred by a Gaussian of rms `blur` A, scaled by `scale`) sampled
- * on m x m points over the cell by Fourier interpolation, into out [m*m]; 0 or -1. */
-int _tsr_cbed_resample_potential(struct cbed_work *w, int m, double blur, double scale, double *out);
+/* The projected potential w->vq, blurred by a Gaussian of rms `blur` A, at m x m points of the
+ * window [x0, x0 + wx) x [y0, y0 + wy) of the cell (from its corner, spacing wx / m, wy / m), by
+ * direct summation of the Fourier series (point values of the band-limited potential); 0 or -1. */
+int _tsr_cbed_window_potential(const struct cbed_work *w, int m, double x0, double y0, double wx, double wy,
+                               double blur, double *out);
 
 /* ---- sampling (cbed_sampling.c) ---- */
 /* Smallest even grid side of factors 2, 3, 5, 7, at least min_n, whose band limit (2/3 of the
@@ -123,6 +122,7 @@ struct cbed_meta {
   double cell_x_A, cell_y_A, period_A, thickness_A, grid, slices_per_period, slice_A, band_mrad;
   double sim_pixel_x_mrad, sim_pixel_y_mrad, det_pixel_mrad, phonons, coherence_samples;
   double target_pixel_x_A, target_pixel_y_A, target_mean_VA, target_std_VA;
+  double scan_x_A, scan_y_A, scan_width_A, scan_height_A; /* the scanned (and target) window */
 };
 /* Checks the physics options (ranges of the drawn optics, phonons, coherence, detector) (cbed_scan.c). */
 tsr_status _tsr_cbed_physics_check(const tsr_cbed_opts *o);

@@ -15,7 +15,7 @@
 #define FIELDS                                                                                                 \
   "seed, kv, alpha, defocus, cs, grid, pattern, target, probes, fov, thickness, slice, blur, structures, zones, " \
   "shift, atoms, intensity, floor, raw_target, max_angle, a1, b2, source, coherence_samples, phonons, u2, " \
-  "detector_mrad, dose, psf"
+  "detector_mrad, dose, psf, scan"
 
 static tsr_status bad(const char *path, const char *key, const char *want) {
   return _tsr_error(TSR_ERR_ARG, "%s: field '%s' must be %s", path, key, want);
@@ -115,6 +115,7 @@ static tsr_status field(const char *path, const char *k, const json_t *v, tsr_cb
   if (!strcmp(k, "detector_mrad")) return number(path, k, v, &o->det_mrad);
   if (!strcmp(k, "dose")) return number(path, k, v, &o->dose);
   if (!strcmp(k, "psf")) return number(path, k, v, &o->det_psf);
+  if (!strcmp(k, "scan")) return number(path, k, v, &o->scan_A);
   if (!strcmp(k, "u2")) return u2(path, v, o);
   if (!strcmp(k, "grid")) return integer(path, k, v, &o->grid);
   if (!strcmp(k, "pattern")) return integer(path, k, v, &o->pattern);

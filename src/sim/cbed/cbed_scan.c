@@ -43,6 +43,7 @@ tsr_status _tsr_cbed_physics_check(const tsr_cbed_opts *o) {
   if (!(o->det_mrad >= 0 && o->det_mrad <= 1000)) BAD("detector pixel %g mrad is not in [0, 1000]", o->det_mrad);
   if (!(o->dose >= 0 && o->dose <= 1e15)) BAD("dose %g electrons is not in [0, 1e15]", o->dose);
   if (!(o->det_psf >= 0 && o->det_psf <= 64)) BAD("detector PSF %g pixels is not in [0, 64]", o->det_psf);
+  if (!(o->scan_A >= 0 && o->scan_A <= 1000)) BAD("scan window %g A is not in [0, 1000]", o->scan_A);
   return TSR_OK;
 }
 
@@ -81,10 +82,11 @@ static float scale_intensity(const tsr_cbed_opts *o, double i) {
   }
 }
 
-/* The target into v; its mean and standard deviation (V A) into meta. */
-static tsr_status target(const tsr_cbed_opts *o, struct cbed_work *w, double *buf, float *v, struct cbed_meta *m) {
+/* The target over the scan window into v; its mean and standard deviation (V A) into meta. */
+static tsr_status target(const tsr_cbed_opts *o, struct cbed_work *w, double x0, double y0, double sx, double sy,
+                         double *buf, float *v, struct cbed_meta *m) {
   size_t mm = (size_t)o->target * o->target;
-  if (_tsr_cbed_resample_potential(w, o->target, o->blur, 1.0, buf) != 0)
+  if (_tsr_cbed_window_potential(w, o->target, x0, y0, sx, sy, o->blur, buf) != 0)
     return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a %d x %d target", o->target, o->target);
   double mean = 0, var = 0;
   for (size_t p = 0; p < mm; p++) mean += buf[p] / mm;
@@ -126,7 +128,12 @@ tsr_status _tsr_cbed_simulate(const tsr_cbed_opts *o, struct cbed_work *w, const
   double dz = o->slice > 0 ? o->slice : _tsr_cbed_slice_for(lambda, band);
   if (_tsr_cbed_prepare(w, a, kv, dz) != 0) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory preparing sample %lld", (long long)index);
   int nsl = w->nslices, total = nsl * periods;
-  TSR_TRY(target(o, w, buf, v, &m));
+  if (o->scan_A > fmin(a->lx, a->ly))
+    return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: the scan window of %g A is larger than its %.2f x %.2f A cell",
+                      (long long)index, o->scan_A, a->lx, a->ly);
+  double sx = o->scan_A > 0 ? o->scan_A : a->lx, sy = o->scan_A > 0 ? o->scan_A : a->ly;
+  double x0 = (a->lx - sx) / 2, y0 = (a->ly - sy) / 2;
+  TSR_TRY(target(o, w, x0, y0, sx, sy, buf, v, &m));
 
   int configs = o->phonons > 0 ? o->phonons : 1, ncoh = o->source_A > 0 ? o->coherence_samples : 1;
   long per_copy = (long)nsl * n * n, copies = o->phonons > 0 ? STACK_MAX / per_copy : 1;
@@ -146,7 +153,7 @@ tsr_status _tsr_cbed_simulate(const tsr_cbed_opts *o, struct cbed_work *w, const
     for (int pj = 0; pj < K; pj++)
       for (int pi = 0; pi < K; pi++)
         for (int s = 0; s < ncoh; s++) {
-          double px = (pi + 0.5) / K * w->lx, py = (pj + 0.5) / K * w->ly;
+          double px = x0 + (pi + 0.5) / K * sx, py = y0 + (pj + 0.5) / K * sy;
           if (ncoh > 1) px += o->source_A * _tsr_cbed_normal(uniform, &rs), py += o->source_A * _tsr_cbed_normal(uniform, &rs);
           _tsr_cbed_probe(w, &op, px, py);
           _tsr_cbed_propagate(w, total);
@@ -168,7 +175,8 @@ tsr_status _tsr_cbed_simulate(const tsr_cbed_opts *o, struct cbed_work *w, const
     m.thickness_A = periods * a->lz, m.grid = n, m.slices_per_period = nsl, m.slice_A = a->lz / nsl, m.band_mrad = band;
     m.sim_pixel_x_mrad = lambda / a->lx * 1e3, m.sim_pixel_y_mrad = lambda / a->ly * 1e3;
     m.det_pixel_mrad = det ? o->det_mrad : 0, m.phonons = o->phonons, m.coherence_samples = ncoh;
-    m.target_pixel_x_A = a->lx / o->target, m.target_pixel_y_A = a->ly / o->target;
+    m.target_pixel_x_A = sx / o->target, m.target_pixel_y_A = sy / o->target, m.scan_x_A = x0, m.scan_y_A = y0;
+    m.scan_width_A = sx, m.scan_height_A = sy;
     *meta = m;
   }
   return TSR_OK;

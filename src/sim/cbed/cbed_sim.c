@@ -50,14 +50,12 @@ void _tsr_cbed_work_free(struct cbed_work *w) {
   pthread_mutex_lock(&plan_mutex);
   if (w->fwd) fftw_destroy_plan(w->fwd);
   if (w->bwd) fftw_destroy_plan(w->bwd);
-  if (w->tplan) fftw_destroy_plan(w->tplan);
   pthread_mutex_unlock(&plan_mutex);
   fftw_free(w->psi);
   fftw_free(w->tmp);
   fftw_free(w->vq);
   fftw_free(w->prop);
   fftw_free(w->trans);
-  fftw_free(w->tbuf);
   free(w->fe);
   free(w->img);
   free(w->acc);
@@ -194,30 +192,46 @@ void _tsr_cbed_intensity(const struct cbed_work *w, double *out) {
   }
 }
 
-int _tsr_cbed_resample_potential(struct cbed_work *w, int m, double blur, double scale, double *out) {
-  if (w->tm != m) {
-    pthread_mutex_lock(&plan_mutex);
-    if (w->tplan) fftw_destroy_plan(w->tplan);
-    fftw_free(w->tbuf);
-    w->tbuf = fftw_alloc_complex((size_t)m * m);
-    w->tplan = w->tbuf ? fftw_plan_dft_2d(m, m, w->tbuf, w->tbuf, FFTW_BACKWARD, FFTW_ESTIMATE) : NULL;
-    pthread_mutex_unlock(&plan_mutex);
-    w->tm = w->tplan ? m : 0;
-    if (!w->tplan) return -1;
+int _tsr_cbed_window_potential(const struct cbed_work *w, int m, double x0, double y0, double wx, double wy,
+                               double blur, double *out) {
+  /* V(x, y) = sum_k c(k) exp(2 pi i k.r), separable: rows of ky summed over kx at the m x positions,
+   * then over ky at the m y positions; only the n_b frequencies in band carry anything */
+  int n = w->n, nb = 0;
+  int *f = malloc(sizeof(int) * n);
+  double complex *ex = malloc(sizeof *ex * (size_t)m * n), *ey = malloc(sizeof *ey * (size_t)m * n),
+                 *rows = malloc(sizeof *rows * (size_t)n * m), *cg = malloc(sizeof *cg * n);
+  if (!f || !ex || !ey || !rows || !cg) {
+    free(f), free(ex), free(ey), free(rows), free(cg);
+    return -1;
   }
-  /* the frequencies both grids hold (|f| < m / 2 keeps the set symmetric: a real result) */
-  int n = w->n;
-  memset(w->tbuf, 0, sizeof(fftw_complex) * m * m);
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < n; i++) {
-      int fi = freq(i, n), fj = freq(j, n);
-      if (2 * abs(fi) >= m || 2 * abs(fj) >= m) continue;
-      double kx = fi / w->lx, ky = fj / w->ly;
-      double g = scale * exp(-2 * M_PI * M_PI * blur * blur * (kx * kx + ky * ky));
-      size_t p = (size_t)j * n + i, q = (size_t)((fj + m) % m) * m + (fi + m) % m;
-      w->tbuf[q][0] = w->vq[p][0] * g, w->tbuf[q][1] = w->vq[p][1] * g;
+  for (int i = 0; i < n; i++)
+    if (3 * abs(freq(i, n)) < n) f[nb++] = i; /* |f| < n / 3 holds every in-band frequency */
+  for (int a = 0; a < m; a++)
+    for (int b = 0; b < nb; b++) {
+      double x = x0 + wx * a / m, y = y0 + wy * a / m;
+      ex[(size_t)a * nb + b] = cexp(2 * M_PI * I * freq(f[b], n) * x / w->lx);
+      ey[(size_t)a * nb + b] = cexp(2 * M_PI * I * freq(f[b], n) * y / w->ly);
     }
-  fftw_execute(w->tplan);
-  for (size_t p = 0; p < (size_t)m * m; p++) out[p] = w->tbuf[p][0];
+  for (int bj = 0; bj < nb; bj++) {
+    int j = f[bj];
+    double ky = freq(j, n) / w->ly;
+    for (int bi = 0; bi < nb; bi++) { /* this row's blurred coefficients, in cg */
+      double kx = freq(f[bi], n) / w->lx, g = exp(-2 * M_PI * M_PI * blur * blur * (kx * kx + ky * ky));
+      const double *c = w->vq[(size_t)j * n + f[bi]];
+      cg[bi] = g * (c[0] + I * c[1]);
+    }
+    for (int a = 0; a < m; a++) {
+      double complex s = 0;
+      for (int bi = 0; bi < nb; bi++) s += cg[bi] * ex[(size_t)a * nb + bi];
+      rows[(size_t)bj * m + a] = s;
+    }
+  }
+  for (int b = 0; b < m; b++)
+    for (int a = 0; a < m; a++) {
+      double complex s = 0;
+      for (int bj = 0; bj < nb; bj++) s += rows[(size_t)bj * m + a] * ey[(size_t)b * nb + bj];
+      out[(size_t)b * m + a] = creal(s);
+    }
+  free(f), free(ex), free(ey), free(rows), free(cg);
   return 0;
 }

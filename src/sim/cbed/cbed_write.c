@@ -78,7 +78,9 @@ static const struct {
     F("band_limit_mrad", band_mrad), F("sim_pixel_x_mrad", sim_pixel_x_mrad), F("sim_pixel_y_mrad", sim_pixel_y_mrad),
     F("detector_pixel_mrad", det_pixel_mrad), F("phonon_configurations", phonons),
     F("coherence_samples", coherence_samples), F("target_pixel_x_A", target_pixel_x_A),
-    F("target_pixel_y_A", target_pixel_y_A), F("target_mean_VA", target_mean_VA), F("target_std_VA", target_std_VA)};
+    F("target_pixel_y_A", target_pixel_y_A), F("target_mean_VA", target_mean_VA), F("target_std_VA", target_std_VA),
+    F("scan_x_A", scan_x_A), F("scan_y_A", scan_y_A), F("scan_width_A", scan_width_A),
+    F("scan_height_A", scan_height_A)};
 #undef F
 #define NMETA (sizeof meta_fields / sizeof meta_fields[0])
 
@@ -157,7 +159,7 @@ static int write_physics_attrs(hid_t f, const tsr_cbed_opts *o) {
            {"a1_spread_A", &o->a1_spread},           {"b2_A", &o->b2},
            {"b2_spread_A", &o->b2_spread},           {"source_rms_A", &o->source_A},
            {"detector_pixel_mrad", &o->det_mrad},    {"dose_electrons", &o->dose},
-           {"detector_psf_pixels", &o->det_psf}};
+           {"detector_psf_pixels", &o->det_psf},     {"scan_A", &o->scan_A}};
   int ok = 1;
   for (size_t k = 0; ok && k < sizeof d / sizeof d[0]; k++) ok = _tsr_h5_attr(f, d[k].name, H5T_NATIVE_DOUBLE, d[k].v);
   hsize_t nz = TSR_CBED_ZMAX + 1;
