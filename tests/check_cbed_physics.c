@@ -4,7 +4,7 @@
  * under-sampled grid exceeds), the probe's phase equal to -chi(k) from Krivanek's polar formula, the
  * frozen-phonon mean potential equal to the Debye-Waller-damped one within its statistical error,
  * Poisson counts (mean, variance and probabilities), the detector's integration and point spread,
- * the target over a scan window, and the per-sample record written by tsr_cbed_write. */
+ * partial coherence, the target over a scan window, and the per-sample record of tsr_cbed_write. */
 #define _GNU_SOURCE
 /* cbed.h (fftw3.h) before complex.h: fftw_complex stays double[2] */
 #include "sim/cbed/cbed.h"
@@ -255,6 +255,38 @@ START_TEST(detector_integrates_and_spreads) {
 }
 END_TEST
 
+/* Partial coherence averages patterns of displaced probes: in vacuum every probe position gives the
+ * aperture's pattern, so the average is the coherent pattern (within rounding); in a crystal it is
+ * not, and both keep the beam's intensity. */
+START_TEST(partial_coherence_averages_displaced_probes) {
+  tsr_cbed_opts o;
+  tsr_cbed_opts_default(&o);
+  o.grid = 48, o.pattern = 48, o.target = 8, o.probes = 2, o.intensity = TSR_CBED_LINEAR;
+  struct cbed_atoms vac = {.lx = 12, .ly = 12, .lz = 4}, sto;
+  ck_assert_int_eq(_tsr_cbed_build_crystal(&sto, TSR_CBED_SRTIO3, 1, 12, 0, 0), 0);
+  struct cbed_work w = {0};
+  const size_t xe = 4 * 48 * 48;
+  float *coh = malloc(sizeof(float) * xe), *inc = malloc(sizeof(float) * xe), v[64];
+  for (int c = 0; c < 2; c++) {
+    const struct cbed_atoms *a = c ? &sto : &vac;
+    o.source_A = 0;
+    ck_assert_msg(_tsr_cbed_simulate(&o, &w, a, 4, 0, coh, v, NULL) == TSR_OK, "%s", tsr_last_error());
+    o.source_A = 0.8, o.coherence_samples = 6;
+    ck_assert_msg(_tsr_cbed_simulate(&o, &w, a, 4, 0, inc, v, NULL) == TSR_OK, "%s", tsr_last_error());
+    double diff = 0, mx = 0, tc = 0, ti = 0;
+    for (size_t k = 0; k < xe; k++)
+      diff = fmax(diff, fabs(coh[k] - inc[k])), mx = fmax(mx, coh[k]), tc += coh[k] / 4, ti += inc[k] / 4;
+    ck_assert_msg(fabs(tc - ti) < 1e-3 && ti > 0.99 && ti <= 1 + 1e-5, "%s: intensity %.6f coherent, %.6f partial",
+                  c ? "SrTiO3" : "vacuum", tc, ti);
+    if (c == 0) ck_assert_msg(diff < 1e-6 * mx, "vacuum: partial coherence changed the pattern by %.3g", diff / mx);
+    else ck_assert_msg(diff > 1e-3 * mx, "SrTiO3: partial coherence changed nothing (%.3g)", diff / mx);
+  }
+  free(coh), free(inc);
+  _tsr_cbed_work_free(&w);
+  _tsr_cbed_atoms_free(&sto);
+}
+END_TEST
+
 /* The target by direct summation of the Fourier series at the grid's own points equals the inverse
  * FFT of the blurred coefficients; a window starting at the middle of the cell equals it rolled by
  * half a cell (a periodic potential); non-square cell (SrTiO3 [110]). */
@@ -346,6 +378,7 @@ static Suite *make_cbed_physics_suite(void) {
   tcase_add_test(t, frozen_phonon_mean_is_debye_waller_damped);
   tcase_add_test(t, dose_counts_are_poisson);
   tcase_add_test(t, detector_integrates_and_spreads);
+  tcase_add_test(t, partial_coherence_averages_displaced_probes);
   tcase_add_test(t, window_target_matches_inverse_fft);
   tcase_add_test(t, writer_stores_each_sample_record);
   suite_add_tcase(s, t);
