@@ -1,6 +1,7 @@
 /* The physics of one sample once its specimen is built: the optics drawn from their ranges, the
  * grid and slice thickness (cbed_sampling.c), the target (the projected potential of one period,
- * V A), and the scan: for every probe position, the mean over frozen-phonon configurations and
+ * V A, over the scan window), and the scan: for every probe position of the window (the whole
+ * cell unless tsr_cbed_opts.scan_A is set), the mean over frozen-phonon configurations and
  * source positions (partial spatial coherence: incoherent averaging over probe positions drawn
  * from a Gaussian source image) of the detector's record, then dose noise, point spread and the
  * input scaling. Each kind of draw has its own stream of (seed, index), so changing one (e.g. the
