@@ -109,8 +109,8 @@ int main(int argc, char **argv) {
     double t0 = now();
     if (tsr_cbed_write(ctx, &o, 0, simulate, 0, path, NULL, NULL) != TSR_OK) die("simulate");
     double rate = simulate / (now() - t0);
-    printf("simulation: %lld samples (4x4 probes, 64x64, 200 kV), %.2f samples/s on %d workers\n", (long long)simulate,
-           rate, tsr_context_nworkers(ctx));
+    printf("simulation: %lld samples (%dx%d probes, %dx%d patterns, %g kV), %.2f samples/s on %d workers\n",
+           (long long)simulate, o.probes, o.probes, o.pattern, o.pattern, o.kv, rate, tsr_context_nworkers(ctx));
     remove(path);
     tsr_context_destroy(ctx);
   }

@@ -15,6 +15,7 @@
 #include <tessera/loader.h>
 
 #include "sim/cbed/cbed.h"
+#include "cbed_build.h"
 #include "testutil.h"
 
 /* Kirkland, Advanced Computing in Electron Microscopy, table 5.1: 0.03701, 0.02508, 0.01969 A. */
@@ -45,19 +46,6 @@ START_TEST(scattering_factors_are_positive_and_decreasing) {
   ck_assert(_tsr_cbed_fe(104, 0.5) < 0); /* not in the table */
 }
 END_TEST
-
-/* Built-in crystal `s` along zone 1 = [001], 2 = [110], 4 = [111], not rotated, tiled to about fov,
- * shifted in plane by (sx, sy) cells. */
-static int build_crystal(struct cbed_atoms *a, tsr_cbed_structure s, int zone, double fov, double sx, double sy) {
-  static const int uvw[5][3] = {[1] = {0, 0, 1}, [2] = {1, 1, 0}, [4] = {1, 1, 1}};
-  struct cbed_crystal c;
-  struct cbed_zone z;
-  ck_assert_int_eq(_tsr_cbed_crystal_builtin(s, &c), 0);
-  int rc = _tsr_cbed_zone_cell(&c, uvw[zone], 0, fmax(fov, 4 * c.cell[0]), &z);
-  if (rc == 0) rc = _tsr_cbed_build_supercell(a, &c, &z, fov, sx, sy);
-  _tsr_cbed_crystal_free(&c);
-  return rc;
-}
 
 static double atom_count(tsr_cbed_structure s, int zone) {
   struct cbed_atoms a;
@@ -98,11 +86,11 @@ START_TEST(propagation_conserves_intensity) {
   ck_assert_int_eq(_tsr_cbed_work_init(&w, 64), 0);
   ck_assert_int_eq(_tsr_cbed_prepare(&w, &a, 200, 2), 0);
   double *in = malloc(sizeof(double) * 64 * 64);
-  _tsr_cbed_probe(&w, 10, 50, 1.2, 7.0, 9.0);
+  _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = 10, .defocus = 50, .cs_mm = 1.2}, 7.0, 9.0);
   double e0 = 0;
   for (int k = 0; k < 64 * 64; k++) e0 += w.psi[k][0] * w.psi[k][0] + w.psi[k][1] * w.psi[k][1];
   ck_assert_msg(fabs(e0 - 1) < 1e-12, "probe intensity %.15f", e0);
-  _tsr_cbed_propagate(&w, 10); /* ~55 A */
+  _tsr_cbed_propagate(&w, 10 * w.nslices); /* ~55 A */
   _tsr_cbed_intensity(&w, in);
   double t = total(in, 64);
   ck_assert_msg(fabs(t - 1) < 0.05, "total intensity after 10 periods: %.4f (expected 1 within 5%%)", t);
@@ -121,8 +109,8 @@ START_TEST(central_disc_radius_is_alpha_over_lambda_dk) {
   vacuum(&w, side);
   double *in = malloc(sizeof(double) * 64 * 64);
   for (int k = 0; k < 3; k++) {
-    _tsr_cbed_probe(&w, alphas[k], 0, 0, 12.5, 12.5);
-    _tsr_cbed_propagate(&w, 1);
+    _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = alphas[k]}, 12.5, 12.5);
+    _tsr_cbed_propagate(&w, w.nslices);
     _tsr_cbed_intensity(&w, in);
     double mx = 0;
     for (int p = 0; p < 64 * 64; p++) mx = fmax(mx, in[p]);
@@ -150,8 +138,8 @@ START_TEST(thin_centrosymmetric_crystal_gives_friedel_pattern) {
   double worst[2];
   const double pos[2][2] = {{0, 0}, {1.3, 0.7}};
   for (int c = 0; c < 2; c++) {
-    _tsr_cbed_probe(&w, 15, 0, 0, pos[c][0], pos[c][1]);
-    _tsr_cbed_propagate(&w, 1);
+    _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = 15}, pos[c][0], pos[c][1]);
+    _tsr_cbed_propagate(&w, w.nslices);
     _tsr_cbed_intensity(&w, in);
     double mx = 0, d = 0;
     for (int p = 0; p < 64 * 64; p++) mx = fmax(mx, in[p]);
@@ -177,8 +165,8 @@ static void sheared_pattern(double tilt, double shift, double *out) {
   struct cbed_work w;
   ck_assert_int_eq(_tsr_cbed_work_init(&w, 32), 0);
   ck_assert_int_eq(_tsr_cbed_prepare(&w, &a, 200, 2), 0);
-  _tsr_cbed_probe(&w, 15, 0, 0, 5, 5);
-  _tsr_cbed_propagate(&w, 1);
+  _tsr_cbed_probe(&w, &(struct cbed_optics){.alpha_mrad = 15}, 5, 5);
+  _tsr_cbed_propagate(&w, w.nslices);
   _tsr_cbed_intensity(&w, out);
   _tsr_cbed_work_free(&w);
   _tsr_cbed_atoms_free(&a);
@@ -233,30 +221,28 @@ START_TEST(samples_are_deterministic) {
 }
 END_TEST
 
-/* The target is the slice-averaged projected potential in V A, not rescaled: over the whole cell
- * its mean is the k = 0 term, 2 pi a0 e sum_atoms f_e(0) / (lx ly) per slice (a0 = 0.529177 A,
- * e = 14.399645 V A), whatever the structure. */
+/* The target is the projected potential of one period along the beam in V A, not rescaled: over
+ * the whole cell its mean is the k = 0 term, 2 pi a0 e sum_atoms f_e(0) / (lx ly) over the period's
+ * atoms (a0 = 0.529177 A, e = 14.399645 V A), whatever the structure. */
 START_TEST(target_is_the_potential_in_volt_angstrom) {
   tsr_cbed_opts o = small();
   o.target = o.grid, o.structures = 1u << TSR_CBED_SI | 1u << TSR_CBED_SRTIO3;
   struct cbed_work w;
   ck_assert_int_eq(_tsr_cbed_work_init(&w, o.grid), 0);
-  double *buf = malloc(sizeof(double) * 2 * o.grid * o.grid);
   float *x = malloc(sizeof(float) * 4 * 24 * 24), *v = malloc(sizeof(float) * o.grid * o.grid);
   for (int64_t idx = 0; idx < 4; idx++) {
     struct cbed_meta m;
-    ck_assert_msg(_tsr_cbed_sample_with(&o, &w, buf, idx, x, v, &m) == TSR_OK, "%s", tsr_last_error());
+    ck_assert_msg(_tsr_cbed_sample_with(&o, &w, idx, x, v, &m) == TSR_OK, "%s", tsr_last_error());
     double mean = 0, f0 = 0;
     for (int k = 0; k < o.grid * o.grid; k++) mean += v[k] / (double)(o.grid * o.grid);
     /* Si8 or SrTiO3 per unit cell: the formula and the atom count give the sum of f_e(0) */
     f0 = !strcmp(m.formula, "Si") ? m.atoms * _tsr_cbed_fe(14, 0)
                                   : m.atoms / 5.0 * (_tsr_cbed_fe(38, 0) + _tsr_cbed_fe(22, 0) + 3 * _tsr_cbed_fe(8, 0));
-    double nslices = fmax(1, lround(m.supercell[2] / m.slice_A));
-    double want = 2 * M_PI * 0.529177210903 * 14.399645 * f0 / (m.supercell[0] * m.supercell[1]) / nslices;
+    double want = 2 * M_PI * 0.529177210903 * 14.399645 * f0 / (m.supercell[0] * m.supercell[1]);
     ck_assert_msg(fabs(mean / want - 1) < 1e-5, "sample %lld (%s): mean %.6g V A, expected %.6g", (long long)idx,
                   m.formula, mean, want);
   }
-  free(x), free(v), free(buf);
+  free(x), free(v);
   _tsr_cbed_work_free(&w);
 }
 END_TEST
@@ -364,11 +350,10 @@ START_TEST(writer_records_the_real_cell) {
   ck_assert(H5Dread(dv, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, pot) >= 0);
   struct cbed_work w;
   ck_assert_int_eq(_tsr_cbed_work_init(&w, g), 0);
-  double *buf = malloc(sizeof(double) * 2 * g * g);
   float *x = malloc(sizeof(float) * 4 * 24 * 24), *v = malloc(sizeof(float) * g * g);
   for (int i = 0; i < n; i++) {
     struct cbed_meta m;
-    ck_assert_int_eq(_tsr_cbed_sample_with(&o, &w, buf, i, x, v, &m), TSR_OK);
+    ck_assert_int_eq(_tsr_cbed_sample_with(&o, &w, i, x, v, &m), TSR_OK);
     ck_assert_str_eq(mv[i].structure, "Si");
     ck_assert(!memcmp(mv[i].zone, m.zone, sizeof m.zone) && !memcmp(mv[i].tiles, m.tiles, sizeof m.tiles));
     ck_assert(!memcmp(mv[i].supercell, m.supercell, sizeof m.supercell) && mv[i].thickness_A == m.thickness_A);
@@ -384,7 +369,7 @@ START_TEST(writer_records_the_real_cell) {
         if ((h || k) && !(h == lround(hx) && k == lround(hy))) other = fmax(other, fourier(img, g, h, k));
     ck_assert_msg(f220 > 1.2 * other, "sample %d: |V(220)| %g, the largest other %g", i, f220, other);
   }
-  free(x), free(v), free(buf), free(pot), free(p);
+  free(x), free(v), free(pot), free(p);
   _tsr_cbed_work_free(&w);
   H5Tclose(t), H5Dclose(dm), H5Dclose(dv), H5Fclose(f);
 }

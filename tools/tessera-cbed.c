@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <tessera.h>
 
@@ -17,23 +18,38 @@ static void usage(void) {
   printf("Usage: %s --out FILE.h5 --samples N [options]\n"
          "Simulates convergent-beam electron diffraction (multislice) of crystals (built-in, CIF files or\n"
          "random crystals of Z = 1..103) and random atoms. The record of every sample (structure, cell,\n"
-         "zone axis, supercell, thickness, tilt, rotation, origin, probe) is the dataset 'meta'.\n"
+         "zone axis, supercell, thickness, tilt, rotation, origin, the optics drawn, sampling, detector,\n"
+         "scan window) is the compound dataset 'meta'. Values given as A:B are drawn uniformly per sample.\n"
          "Each sample: P = probes^2 diffraction patterns [P, H, W] ('cbed') and the projected potential\n"
          "[1, H', W'] ('potential', V A). Under mpirun, rank R writes FILE.rankR.h5 with its share of samples.\n\n"
          "  -o, --out FILE          output HDF5 file\n"
          "  -n, --samples N         number of samples (over all ranks)\n"
          "      --seed S            random seed (default %llu)\n"
-         "      --kv E              accelerating voltage, kV (default %g)\n"
-         "      --alpha A           probe convergence semi-angle, mrad (default %g)\n"
-         "      --defocus D         defocus, A, positive = underfocus (default %g)\n"
-         "      --cs C              spherical aberration, mm (default %g)\n"
-         "      --grid N            simulation pixels per side, even (default %d)\n"
-         "      --pattern H         pattern side: centre H x H of the diffraction plane (default %d)\n"
-         "      --target T          target side: centre T x T of the potential (default %d)\n"
+         "      --kv E[:E2]         accelerating voltage, kV (default %g)\n"
+         "      --alpha A[:A2]      probe convergence semi-angle, mrad (default %g)\n"
+         "      --defocus D[:D2]    defocus, A, positive = underfocus, C1 = -D (default %g)\n"
+         "      --cs C[:C2]         spherical aberration C3, mm (default %g)\n"
+         "      --a1 A[:A2]         two-fold astigmatism |A1|, A, random azimuth (default 0)\n"
+         "      --b2 B[:B2]         axial coma |B2|, A, random azimuth (default 0)\n"
+         "      --source S          partial spatial coherence: rms source size at the specimen, A;\n"
+         "                          incoherent mean over probe positions drawn from it (default 0)\n"
+         "      --coherence-samples M  probe positions per scan point when --source > 0 (default %d)\n"
+         "      --phonons N         frozen-phonon configurations averaged (default 0: static lattice)\n"
+         "      --u2 LIST           per-element mean square displacement, A^2, e.g. Si:0.0058,O:0.0074\n"
+         "                          (default: Si 0.00577, others 0.0075)\n"
+         "      --max-angle M       highest scattering angle simulated, mrad: sets the grid and slice\n"
+         "                          thickness per sample when --grid / --slice are 0 (default %g)\n"
+         "      --grid N            simulation pixels per side, even; 0 = from --max-angle (default %d)\n"
+         "      --pattern H         pattern side H x H (default %d)\n"
+         "      --detector-mrad D   detector pixel, mrad; 0 = the simulation's pixels, centre crop (default 0)\n"
+         "      --dose E            electrons per pattern, Poisson noise; 0 = noiseless (default 0)\n"
+         "      --psf S             detector point spread, rms in detector pixels (default 0)\n"
+         "      --target T          target side: T x T samples of the cell's potential (default %d)\n"
+         "      --scan S            probes and target over a centred square of S A (default 0: the cell)\n"
          "      --probes K          probe positions per side, P = K^2 (default %d)\n"
          "      --fov L             field of view (supercell side), A (default %g)\n"
          "      --thickness A:B     specimen thickness range, A (default %g:%g)\n"
-         "      --slice DZ          slice thickness, A (default %g)\n"
+         "      --slice DZ          slice thickness, A; 0 = from --max-angle (default %g)\n"
          "      --blur B            rms Gaussian blur of the target, A (default %g)\n"
          "      --structures LIST   of si, srtio3, cu, random (atoms), crystal (random crystals)\n"
          "                          (default si,srtio3,cu)\n"
@@ -56,9 +72,10 @@ static void usage(void) {
          "  -q, --quiet             no progress line or summary\n"
          "  -V, --version           print the version\n"
          "  -h, --help              this text\n",
-         cli_program(), (unsigned long long)d.seed, d.kv, d.alpha_mrad, d.defocus, d.cs_mm, d.grid, d.pattern,
-         d.target, d.probes, d.fov, d.thickness_min, d.thickness_max, d.slice, d.blur, d.zmin, d.zmax, d.sites,
-         d.min_distance, d.density_min, d.density_max, d.random_atoms_min, d.random_atoms_max, d.intensity_floor);
+         cli_program(), (unsigned long long)d.seed, d.kv, d.alpha_mrad, d.defocus, d.cs_mm, d.coherence_samples,
+         d.max_angle_mrad, d.grid, d.pattern, d.target, d.probes, d.fov, d.thickness_min, d.thickness_max, d.slice,
+         d.blur, d.zmin, d.zmax, d.sites, d.min_distance, d.density_min, d.density_max, d.random_atoms_min,
+         d.random_atoms_max, d.intensity_floor);
 }
 
 static void parse_range(const char *opt, const char *arg, double *lo, double *hi) {
@@ -67,6 +84,16 @@ static void parse_range(const char *opt, const char *arg, double *lo, double *hi
   if (*end == ':') *hi = strtod(end + 1, &end);
   else *hi = *lo;
   if (*end || !(*lo > 0) || *hi < *lo) cli_usage_error("%s: '%s' is not A or A:B with 0 < A <= B", opt, arg);
+}
+
+/* A value drawn per sample: V or A:B in [min, max], as centre and half-width. */
+static void parse_drawn(const char *opt, const char *arg, double min, double max, double *value, double *spread) {
+  char *end;
+  double lo = strtod(arg, &end), hi = lo;
+  if (end != arg && *end == ':') hi = strtod(end + 1, &end);
+  if (*end || end == arg || !(lo >= min && hi <= max && lo <= hi))
+    cli_usage_error("%s: '%s' is not V or A:B with %g <= A <= B <= %g", opt, arg, min, max);
+  *value = lo == hi ? lo : 0.5 * (lo + hi), *spread = 0.5 * (hi - lo);
 }
 
 static unsigned parse_structures(const char *arg) {
@@ -113,7 +140,8 @@ int main(int argc, char **argv) {
   cli_set_program("tessera-cbed");
   enum { O_SEED = 256, O_KV, O_ALPHA, O_DF, O_CS, O_GRID, O_PAT, O_TGT, O_PROBES, O_FOV, O_THICK, O_SLICE, O_BLUR,
          O_STRUCT, O_ZONES, O_NOSHIFT, O_ATOMS, O_INT, O_FLOOR, O_HALF, O_FIRST, O_WORKERS, O_CIF, O_ZINDEX,
-         O_TILT, O_ROT, O_ELEM, O_SITES, O_DMIN, O_DENS };
+         O_TILT, O_ROT, O_ELEM, O_SITES, O_DMIN, O_DENS, O_A1, O_B2, O_SOURCE, O_COH, O_PHONONS, O_U2, O_MAXANG,
+         O_DET, O_DOSE, O_PSF, O_SCAN };
   static const struct option longopts[] = {
       {"out", required_argument, NULL, 'o'}, {"samples", required_argument, NULL, 'n'},
       {"seed", required_argument, NULL, O_SEED}, {"kv", required_argument, NULL, O_KV},
@@ -132,6 +160,12 @@ int main(int argc, char **argv) {
       {"density", required_argument, NULL, O_DENS},
       {"half", no_argument, NULL, O_HALF}, {"first", required_argument, NULL, O_FIRST},
       {"workers", required_argument, NULL, O_WORKERS}, {"quiet", no_argument, NULL, 'q'},
+      {"a1", required_argument, NULL, O_A1}, {"b2", required_argument, NULL, O_B2},
+      {"source", required_argument, NULL, O_SOURCE}, {"coherence-samples", required_argument, NULL, O_COH},
+      {"phonons", required_argument, NULL, O_PHONONS}, {"u2", required_argument, NULL, O_U2},
+      {"max-angle", required_argument, NULL, O_MAXANG}, {"detector-mrad", required_argument, NULL, O_DET},
+      {"dose", required_argument, NULL, O_DOSE}, {"psf", required_argument, NULL, O_PSF},
+      {"scan", required_argument, NULL, O_SCAN},
       {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
   tsr_cbed_opts o;
   tsr_cbed_opts_default(&o);
@@ -145,17 +179,30 @@ int main(int argc, char **argv) {
     case 'o': out = optarg; break;
     case 'n': n = cli_parse_int64("--samples", optarg, 1, INT64_C(1) << 40); break;
     case O_SEED: o.seed = cli_parse_u64("--seed", optarg); break;
-    case O_KV: o.kv = cli_parse_float("--kv", optarg, 1, 3000); break;
-    case O_ALPHA: o.alpha_mrad = cli_parse_float("--alpha", optarg, 0.01, 200); break;
-    case O_DF: o.defocus = cli_parse_float("--defocus", optarg, -1e6, 1e6); break;
-    case O_CS: o.cs_mm = cli_parse_float("--cs", optarg, 0, 100); break;
-    case O_GRID: o.grid = cli_parse_int("--grid", optarg, 8, 4096); break;
+    case O_KV: parse_drawn("--kv", optarg, 1, 3000, &o.kv, &o.kv_spread); break;
+    case O_ALPHA: parse_drawn("--alpha", optarg, 0.01, 200, &o.alpha_mrad, &o.alpha_spread); break;
+    case O_DF: parse_drawn("--defocus", optarg, -1e6, 1e6, &o.defocus, &o.defocus_spread); break;
+    case O_CS: parse_drawn("--cs", optarg, 0, 100, &o.cs_mm, &o.cs_spread); break;
+    case O_A1: parse_drawn("--a1", optarg, 0, 1e5, &o.a1, &o.a1_spread); break;
+    case O_B2: parse_drawn("--b2", optarg, 0, 1e6, &o.b2, &o.b2_spread); break;
+    case O_SOURCE: o.source_A = cli_parse_float("--source", optarg, 0, 100); break;
+    case O_COH: o.coherence_samples = cli_parse_int("--coherence-samples", optarg, 1, 1024); break;
+    case O_PHONONS: o.phonons = cli_parse_int("--phonons", optarg, 0, 10000); break;
+    case O_U2:
+      if (tsr_cbed_u2_parse(optarg, &o) != TSR_OK) cli_usage_error("--u2: %s", tsr_last_error());
+      break;
+    case O_MAXANG: o.max_angle_mrad = cli_parse_float("--max-angle", optarg, 0.1, 500); break;
+    case O_DET: o.det_mrad = cli_parse_float("--detector-mrad", optarg, 0, 1000); break;
+    case O_DOSE: o.dose = cli_parse_float("--dose", optarg, 0, 1e15); break;
+    case O_PSF: o.det_psf = cli_parse_float("--psf", optarg, 0, 64); break;
+    case O_SCAN: o.scan_A = cli_parse_float("--scan", optarg, 0, 1000); break;
+    case O_GRID: o.grid = cli_parse_int("--grid", optarg, 0, 4096); break;
     case O_PAT: o.pattern = cli_parse_int("--pattern", optarg, 1, 4096); break;
     case O_TGT: o.target = cli_parse_int("--target", optarg, 1, 4096); break;
     case O_PROBES: o.probes = cli_parse_int("--probes", optarg, 1, 64); break;
     case O_FOV: o.fov = cli_parse_float("--fov", optarg, 2, 1000); break;
     case O_THICK: parse_range("--thickness", optarg, &o.thickness_min, &o.thickness_max); break;
-    case O_SLICE: o.slice = cli_parse_float("--slice", optarg, 0.11, 100); break;
+    case O_SLICE: o.slice = cli_parse_float("--slice", optarg, 0, 100); break;
     case O_BLUR: o.blur = cli_parse_float("--blur", optarg, 0, 99); break;
     case O_STRUCT: o.structures = parse_structures(optarg); break;
     case O_ZONES: o.zones = parse_zones(optarg); break;
@@ -221,11 +268,16 @@ int main(int argc, char **argv) {
   if (!quiet) {
     char el[32];
     double t = cli_now() - p.start;
+    /* CPU time of the whole process (workers, writer, runtime): samples per CPU second is the
+     * throughput per core that a loaded machine does not distort as much as wall time */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     printf("rank %d/%d wrote %s: samples %lld..%lld, cbed [%d, %d, %d], potential [1, %d, %d], %s, in %s "
-           "(%.2f samples/s on %d workers)\n",
+           "(%.3g samples/s on %d workers; %.3g CPU s per sample)\n",
            rank, size, path, (long long)(first + lo_i), (long long)(first + hi_i - 1), o.probes * o.probes,
            o.pattern, o.pattern, o.target, o.target, half ? "float16" : "float32", cli_duration(t, el, sizeof el),
-           (hi_i - lo_i) / t, nw);
+           (hi_i - lo_i) / t, nw, hi_i > lo_i ? cpu / (hi_i - lo_i) : 0.0);
   }
   free(path);
   return 0;

@@ -20,7 +20,7 @@ done
 # 200 kV, alpha 10 mrad, in focus; 10 A cell on a 32x32 grid: 0.31 A pixels, 0.1 1/A (2.5 mrad)
 # diffraction pixels, band limit 27 mrad; the whole diffraction plane and the whole cell are kept
 "$build/tessera-cbed" --out "$out/cbed.h5" --samples "$samples" --seed 7 --workers "$workers" \
-  --grid 32 --pattern 32 --target 32 --fov 10
+  --grid 32 --pattern 32 --target 32 --probes 4 --fov 10
 "$build/tessera-train" --model "$here/fcdensenet_cbed.json" --data "$out/cbed.h5" --val-fraction 0.125 \
   --epochs "$epochs" --batch 16 --workers "$workers" --seed 1 --log "$out/train.csv" \
   --export-params "$out/params.h5" --predict-png "$out/png" --predict-count 6

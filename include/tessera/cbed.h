@@ -1,9 +1,10 @@
 /* Multislice simulation of convergent-beam electron diffraction (CBED): crystal supercells (built-in,
  * read from CIF files, or random but physical crystals over Z = 1..103; or random atoms) along a
- * zone axis, tilted and rotated, Kirkland projected potentials, a probe with convergence angle,
- * defocus and Cs scanned over a grid of positions. One sample is an input stack [P, H, W] of
- * diffraction intensities (one pattern per probe position) and a target [1, H', W'], the
- * slice-averaged projected potential in V A. */
+ * zone axis, tilted and rotated, Kirkland projected potentials, a probe with convergence angle and
+ * aberrations (defocus, Cs, astigmatism, coma) scanned over a grid of positions, partial spatial
+ * coherence, frozen phonons, a detector with finite dose. One sample is an input stack [P, H, W] of
+ * diffraction intensities (one pattern per probe position) and a target [1, H', W'], the projected
+ * potential of one period in V A. */
 #ifndef TESSERA_CBED_H
 #define TESSERA_CBED_H
 
@@ -25,6 +26,9 @@ typedef enum tsr_cbed_structure {
   TSR_CBED_NSTRUCT
 } tsr_cbed_structure;
 
+/* Highest atomic number of the scattering-factor table. */
+#define TSR_CBED_ZMAX 103
+
 typedef enum tsr_cbed_intensity { TSR_CBED_LINEAR, TSR_CBED_SQRT, TSR_CBED_LOG } tsr_cbed_intensity;
 
 typedef struct tsr_cbed_opts {
@@ -32,13 +36,13 @@ typedef struct tsr_cbed_opts {
   double alpha_mrad;      /* probe convergence semi-angle (default 10) */
   double defocus;         /* A, positive = underfocus in Kirkland's convention (default 0) */
   double cs_mm;           /* spherical aberration, mm (default 0) */
-  int grid;               /* simulation pixels per side (default 64) */
-  int pattern;            /* pattern side H = W, the centre of the grid's diffraction plane (default 64) */
-  int target;             /* target side H' = W', the centre of the potential (default 64) */
-  int probes;             /* probe positions per side: P = probes^2 (default 4) */
+  int grid;               /* simulation pixels per side; 0 = chosen per sample from max_angle_mrad (default 0) */
+  int pattern;            /* pattern side H = W, the centre of the grid's diffraction plane (default 128) */
+  int target;             /* target side H' = W': samples of the potential over the scan window (default 128) */
+  int probes;             /* probe positions per side: P = probes^2 (default 8) */
   double fov;             /* field of view (supercell side), A; crystals tile whole cells near it (default 20) */
   double thickness_min, thickness_max; /* specimen thickness range, A (default 20..80) */
-  double slice;           /* slice thickness, A (default 2) */
+  double slice;           /* slice thickness, A; 0 = chosen from the wavelength and max_angle_mrad (default 0) */
   double blur;            /* Gaussian blur of the target, rms in A (default 0.3) */
   unsigned structures;    /* bit mask of tsr_cbed_structure drawn per sample (default Si|SrTiO3|Cu) */
   char cif[1024];         /* CIF files, comma-separated, drawn as further structures (default none) */
@@ -55,6 +59,34 @@ typedef struct tsr_cbed_opts {
   tsr_cbed_intensity intensity; /* input scaling (default log: log(1 + I / intensity_floor)) */
   double intensity_floor; /* default 1e-5 (intensities sum to 1 over the whole diffraction plane) */
   uint64_t seed;          /* default 1, as every seed in Tessera (programs, tsr_context_opts) */
+  /* Sampling: grid = 0 chooses the grid per sample so that the band limit (2/3 of Nyquist) reaches
+   * max_angle_mrad; slice = 0 chooses the slice thickness from the wavelength and that angle. */
+  double max_angle_mrad;  /* highest scattering angle simulated (default 150) */
+  /* Per-sample draws: each of kv, alpha_mrad, defocus, cs_mm, a1, b2 is drawn uniformly in
+   * [value - spread, value + spread] (spreads default 0); every drawn value is stored per sample. */
+  double kv_spread, alpha_spread, defocus_spread, cs_spread, a1_spread, b2_spread;
+  /* Probe aberrations, chi = 2 pi / lambda [theta^2 (C1 + A1 cos 2(phi - phi_A1)) / 2 + theta^3 B2
+   * cos(phi - phi_B2) / 3 + theta^4 C3 / 4] with C1 = -defocus, C3 = cs_mm; the azimuths are drawn
+   * uniformly per sample. */
+  double a1;              /* two-fold astigmatism |A1|, A (default 0) */
+  double b2;              /* axial coma |B2|, A (default 0) */
+  /* Partial spatial coherence: the pattern is the incoherent mean over `coherence_samples` probe
+   * positions drawn from a Gaussian source image of rms source_A around each scan position. */
+  double source_A;        /* default 0 (coherent) */
+  int coherence_samples;  /* default 8; unused when source_A = 0 */
+  /* Frozen phonons: the pattern is the mean over `phonons` configurations of random Gaussian
+   * displacements with per-axis mean square u2 (A^2) per element; 0 = static lattice. */
+  int phonons;            /* default 0 */
+  double u2[TSR_CBED_ZMAX + 1]; /* per atomic number; 0 = the built-in room-temperature value */
+  /* Detector: det_mrad = pixel size (0 = the simulation's pixel, lambda / cell, centre crop); the
+   * simulated intensity is integrated over each detector pixel, counted with Poisson noise at
+   * `dose` electrons per pattern (0 = noiseless) and blurred by a Gaussian point-spread function of
+   * rms det_psf detector pixels (MTF exp(-2 pi^2 det_psf^2 q^2), q in cycles per pixel). */
+  double det_mrad, dose, det_psf;
+  /* Scan window: the probes span a square of scan_A A centred in the cell and the target samples
+   * the same square; 0 = the whole cell (default). A window of about one unit cell keeps the probe
+   * positions from repeating a lattice period (identical patterns). */
+  double scan_A;
 } tsr_cbed_opts;
 
 void tsr_cbed_opts_default(tsr_cbed_opts *o);
@@ -62,6 +94,9 @@ void tsr_cbed_opts_default(tsr_cbed_opts *o);
 tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o);
 const char *tsr_cbed_structure_name(tsr_cbed_structure s);
 tsr_status tsr_cbed_structure_parse(const char *name, tsr_cbed_structure *s);
+/* Per-element mean square displacements from "Si:0.0058,O:0.0074" (element symbols or atomic
+ * numbers, A^2) into o->u2. */
+tsr_status tsr_cbed_u2_parse(const char *list, tsr_cbed_opts *o);
 
 /* Relativistic electron wavelength (A) and interaction constant sigma (rad / (V A)) at kv kilovolts. */
 double tsr_cbed_wavelength(double kv);
@@ -75,7 +110,7 @@ tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, floa
  * and writes them to an HDF5 file: datasets `cbed` [n, P, H, W] and `potential` [n, 1, H', W']
  * (float32, or IEEE half precision with half = 1), `meta` [n] (one compound record per sample:
  * structure, formula, source file, cell, zone axis, supercell, thickness, tilt, rotation, origin,
- * probe), one attribute per option plus `first_index`.
+ * the optics drawn, sampling, detector and scan window), one attribute per option plus `first_index`.
  * Written to path.tmp, then renamed. progress(user, done, n) is called now and then if not NULL. */
 tsr_status tsr_cbed_write(tsr_context *ctx, const tsr_cbed_opts *o, int64_t first, int64_t n, int half,
                           const char *path, void (*progress)(void *user, int64_t done, int64_t total),

@@ -1,7 +1,8 @@
 /* CBED settings as a JSON file (cbed.json): one object whose fields are tessera-cbed's long options
  * ("kv": 200, "thickness": [20, 80], "structures": ["si", "cu", "crystal"], "cif": ["stem/Si.cif"],
  * "zones": ["001"], "zone_index": 2, "tilt": 5, "rotation": 360, "elements": [1, 103],
- * "density": [0.03, 0.08], "shift": false, ...). Fields left out keep tsr_cbed_opts_default's values; an unknown field,
+ * "density": [0.03, 0.08], "shift": false, ...); kv, alpha, defocus, cs, a1 and b2 take a number or a
+ * range [A, B] drawn per sample, u2 an object {"Si": 0.0058, "O": 0.0074}. Fields left out keep tsr_cbed_opts_default's values; an unknown field,
  * a value of the wrong type and a value out of range are errors naming the file and the field. */
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +15,8 @@
 
 #define FIELDS                                                                                                 \
   "seed, kv, alpha, defocus, cs, grid, pattern, target, probes, fov, thickness, slice, blur, structures, zones, " \
-  "cif, zone_index, tilt, rotation, shift, atoms, elements, sites, min_distance, density, intensity, floor"
+  "cif, zone_index, tilt, rotation, shift, atoms, elements, sites, min_distance, density, intensity, floor, " \
+  "max_angle, a1, b2, source, coherence_samples, phonons, u2, detector_mrad, dose, psf, scan"
 
 static tsr_status bad(const char *path, const char *key, const char *want) {
   return _tsr_error(TSR_ERR_ARG, "%s: field '%s' must be %s", path, key, want);
@@ -40,6 +42,28 @@ static tsr_status range(const char *path, const char *key, const json_t *v, doub
       !json_is_number(json_array_get(v, 1)))
     return bad(path, key, "a number or a range [A, B]");
   *lo = json_number_value(json_array_get(v, 0)), *hi = json_number_value(json_array_get(v, 1));
+  return TSR_OK;
+}
+
+/* A value drawn per sample: a number, or a range [A, B] = centre and half-width. */
+static tsr_status drawn(const char *path, const char *key, const json_t *v, double *value, double *spread) {
+  double lo, hi;
+  TSR_TRY(range(path, key, v, &lo, &hi));
+  if (hi < lo) return bad(path, key, "a number or a range [A, B] with A <= B");
+  *value = lo == hi ? lo : 0.5 * (lo + hi), *spread = 0.5 * (hi - lo);
+  return TSR_OK;
+}
+
+static tsr_status u2(const char *path, const json_t *v, tsr_cbed_opts *o) {
+  const char *el;
+  json_t *e;
+  if (!json_is_object(v)) return bad(path, "u2", "an object of element: mean square displacement (A^2)");
+  json_object_foreach((json_t *)v, el, e) {
+    char item[64];
+    if (!json_is_number(e) || snprintf(item, sizeof item, "%s:%.17g", el, json_number_value(e)) >= (int)sizeof item ||
+        tsr_cbed_u2_parse(item, o) != TSR_OK)
+      return bad(path, "u2", "an object of element: mean square displacement in (0, 1] A^2");
+  }
   return TSR_OK;
 }
 
@@ -95,10 +119,21 @@ static tsr_status field(const char *path, const char *k, const json_t *v, tsr_cb
     o->seed = (uint64_t)json_integer_value(v);
     return TSR_OK;
   }
-  if (!strcmp(k, "kv")) return number(path, k, v, &o->kv);
-  if (!strcmp(k, "alpha")) return number(path, k, v, &o->alpha_mrad);
-  if (!strcmp(k, "defocus")) return number(path, k, v, &o->defocus);
-  if (!strcmp(k, "cs")) return number(path, k, v, &o->cs_mm);
+  if (!strcmp(k, "kv")) return drawn(path, k, v, &o->kv, &o->kv_spread);
+  if (!strcmp(k, "alpha")) return drawn(path, k, v, &o->alpha_mrad, &o->alpha_spread);
+  if (!strcmp(k, "defocus")) return drawn(path, k, v, &o->defocus, &o->defocus_spread);
+  if (!strcmp(k, "cs")) return drawn(path, k, v, &o->cs_mm, &o->cs_spread);
+  if (!strcmp(k, "a1")) return drawn(path, k, v, &o->a1, &o->a1_spread);
+  if (!strcmp(k, "b2")) return drawn(path, k, v, &o->b2, &o->b2_spread);
+  if (!strcmp(k, "max_angle")) return number(path, k, v, &o->max_angle_mrad);
+  if (!strcmp(k, "source")) return number(path, k, v, &o->source_A);
+  if (!strcmp(k, "coherence_samples")) return integer(path, k, v, &o->coherence_samples);
+  if (!strcmp(k, "phonons")) return integer(path, k, v, &o->phonons);
+  if (!strcmp(k, "detector_mrad")) return number(path, k, v, &o->det_mrad);
+  if (!strcmp(k, "dose")) return number(path, k, v, &o->dose);
+  if (!strcmp(k, "psf")) return number(path, k, v, &o->det_psf);
+  if (!strcmp(k, "scan")) return number(path, k, v, &o->scan_A);
+  if (!strcmp(k, "u2")) return u2(path, v, o);
   if (!strcmp(k, "grid")) return integer(path, k, v, &o->grid);
   if (!strcmp(k, "pattern")) return integer(path, k, v, &o->pattern);
   if (!strcmp(k, "target")) return integer(path, k, v, &o->target);

@@ -8,42 +8,21 @@
 #include "runtime/submit.h"
 #include "sim/cbed/cbed.h"
 
-struct worker_ws {
-  int ready;
-  struct cbed_work w;
-  double *buf;
-};
-
 struct producer {
   tsr_cbed_opts o;
-  struct worker_ws ws[STARPU_NMAXWORKERS];
+  struct cbed_work ws[STARPU_NMAXWORKERS]; /* sized by each sample (_tsr_cbed_work_resize) */
 };
 
 static tsr_status produce(void *user, int64_t index, float *x, float *y) {
   struct producer *p = user;
   int id = starpu_worker_get_id();
   if (id < 0 || id >= STARPU_NMAXWORKERS) return tsr_cbed_sample(&p->o, index, x, y);
-  struct worker_ws *ws = &p->ws[id];
-  if (!ws->ready) {
-    ws->buf = malloc(sizeof(double) * 2 * p->o.grid * p->o.grid);
-    if (!ws->buf || _tsr_cbed_work_init(&ws->w, p->o.grid) != 0) {
-      _tsr_cbed_work_free(&ws->w);
-      free(ws->buf);
-      ws->buf = NULL;
-      return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a %d x %d work space", p->o.grid, p->o.grid);
-    }
-    ws->ready = 1;
-  }
-  return _tsr_cbed_sample_with(&p->o, &ws->w, ws->buf, index, x, y, NULL);
+  return _tsr_cbed_sample_with(&p->o, &p->ws[id], index, x, y, NULL);
 }
 
 static void destroy(void *user) {
   struct producer *p = user;
-  for (int i = 0; i < STARPU_NMAXWORKERS; i++)
-    if (p->ws[i].ready) {
-      _tsr_cbed_work_free(&p->ws[i].w);
-      free(p->ws[i].buf);
-    }
+  for (int i = 0; i < STARPU_NMAXWORKERS; i++) _tsr_cbed_work_free(&p->ws[i]);
   free(p);
 }
 

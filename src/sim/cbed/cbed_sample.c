@@ -1,6 +1,9 @@
-/* One CBED training sample: the specimen drawn from (seed, index) alone (cbed_specimen.c), the
- * multislice run for each probe position of the scan grid (input channels), and the target: the
- * slice-averaged projected potential in V A, blurred by a Gaussian and cropped to the centre. */
+/* One CBED training sample: the specimen drawn from (seed, index) alone (cbed_specimen.c), then the
+ * physics (cbed_scan.c): the optics drawn from their ranges, a grid and slice thickness chosen for
+ * the angles simulated (cbed_sampling.c), the multislice run for each probe position of the scan
+ * grid (input channels), averaged over frozen-phonon configurations and source positions, recorded
+ * by the detector (cbed_detector.c); and the target: the projected potential of one period along
+ * the beam (V A), blurred by a Gaussian and sampled over the scan window. Also the options' checks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +30,9 @@ tsr_status tsr_cbed_structure_parse(const char *name, tsr_cbed_structure *s) {
 }
 
 void tsr_cbed_opts_default(tsr_cbed_opts *o) {
-  *o = (tsr_cbed_opts){.kv = 200, .alpha_mrad = 10, .defocus = 0, .cs_mm = 0, .grid = 64, .pattern = 64,
-                       .target = 64, .probes = 4, .fov = 20, .thickness_min = 20, .thickness_max = 80,
-                       .slice = 2, .blur = 0.3,
+  *o = (tsr_cbed_opts){.kv = 200, .alpha_mrad = 10, .defocus = 0, .cs_mm = 0, .grid = 0, .pattern = 128,
+                       .target = 128, .probes = 8, .fov = 20, .thickness_min = 20, .thickness_max = 80,
+                       .slice = 0, .blur = 0.3, .max_angle_mrad = 150, .coherence_samples = 8,
                        .structures = 1u << TSR_CBED_SI | 1u << TSR_CBED_SRTIO3 | 1u << TSR_CBED_CU,
                        .zones = 1 | 2, .shift = 1, .random_atoms_min = 20, .random_atoms_max = 60,
                        .zmin = 1, .zmax = 103, .sites = 8, .min_distance = 1.8, .density_min = 0.03,
@@ -43,14 +46,17 @@ tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o) {
   if (!(o->kv >= 1 && o->kv <= 3000)) BAD("kv %g is not in [1, 3000]", o->kv);
   if (!(o->alpha_mrad > 0 && o->alpha_mrad <= 200)) BAD("alpha %g mrad is not in (0, 200]", o->alpha_mrad);
   if (!isfinite(o->defocus) || !(o->cs_mm >= 0 && o->cs_mm <= 100)) BAD("defocus %g A / Cs %g mm", o->defocus, o->cs_mm);
-  if (o->grid < 8 || o->grid > 4096 || o->grid % 2) BAD("grid %d is not an even number in [8, 4096]", o->grid);
-  if (o->pattern < 1 || o->pattern > o->grid) BAD("pattern %d is not in [1, grid = %d]", o->pattern, o->grid);
-  if (o->target < 1 || o->target > o->grid) BAD("target %d is not in [1, grid = %d]", o->target, o->grid);
+  if (o->grid && (o->grid < 8 || o->grid > 4096 || o->grid % 2))
+    BAD("grid %d is not an even number in [8, 4096] (or 0: chosen per sample)", o->grid);
+  if (o->pattern < 1 || o->pattern > 4096) BAD("pattern %d is not in [1, 4096]", o->pattern);
+  if (o->grid && !(o->det_mrad > 0) && o->pattern > o->grid)
+    BAD("pattern %d is larger than the grid %d (and det_mrad is 0: simulation pixels)", o->pattern, o->grid);
+  if (o->target < 1 || o->target > 4096) BAD("target %d is not in [1, 4096]", o->target);
   if (o->probes < 1 || o->probes > 64) BAD("probes %d per side is not in [1, 64]", o->probes);
   if (!(o->fov >= 2 && o->fov <= 1000)) BAD("field of view %g A is not in [2, 1000]", o->fov);
   if (!(o->thickness_min > 0 && o->thickness_max >= o->thickness_min && o->thickness_max <= 1e5))
     BAD("thickness range %g..%g A is not positive and increasing", o->thickness_min, o->thickness_max);
-  if (!(o->slice > 0.1 && o->slice <= 100)) BAD("slice thickness %g A is not in (0.1, 100]", o->slice);
+  if (o->slice != 0 && !(o->slice > 0.1 && o->slice <= 100)) BAD("slice thickness %g A is not 0 (chosen) or in (0.1, 100]", o->slice);
   if (!(o->blur >= 0 && o->blur < 100)) BAD("blur %g A is not in [0, 100)", o->blur);
   if ((!o->structures && !o->cif[0]) || o->structures >> TSR_CBED_NSTRUCT)
     BAD("structure mask 0x%x selects nothing valid and no CIF file is given", o->structures);
@@ -68,63 +74,18 @@ tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o) {
     BAD("random atoms %d..%d", o->random_atoms_min, o->random_atoms_max);
   if (o->intensity < TSR_CBED_LINEAR || o->intensity > TSR_CBED_LOG) BAD("intensity scaling %d", o->intensity);
   if (!(o->intensity_floor > 0)) BAD("intensity floor %g is not positive", o->intensity_floor);
-  return TSR_OK;
+  return _tsr_cbed_physics_check(o);
 }
 
-/* Crops the centre side x side of an n x n grid. */
-static void crop(const double *src, int n, int side, double *dst) {
-  int off = (n - side) / 2;
-  for (int j = 0; j < side; j++) memcpy(dst + (size_t)j * side, src + (size_t)(j + off) * n + off, sizeof(double) * side);
-}
-
-static void target(const tsr_cbed_opts *o, struct cbed_work *w, double *buf, float *v) {
-  int n = w->n;
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < n; i++) {
-      size_t p = (size_t)j * n + i;
-      double kx = (i < n / 2 ? i : i - n) / w->lx, ky = (j < n / 2 ? j : j - n) / w->ly;
-      double g = exp(-2 * M_PI * M_PI * o->blur * o->blur * (kx * kx + ky * ky)) / w->nslices;
-      w->tmp[p][0] = w->vq[p][0] * g, w->tmp[p][1] = w->vq[p][1] * g;
-    }
-  fftw_execute(w->bwd);
-  for (size_t p = 0; p < (size_t)n * n; p++) buf[p] = w->psi[p][0];
-  size_t m = (size_t)o->target * o->target;
-  double *c = buf + (size_t)n * n;
-  crop(buf, n, o->target, c);
-  for (size_t p = 0; p < m; p++) v[p] = (float)c[p];
-}
-
-static float scale_intensity(const tsr_cbed_opts *o, double i) {
-  switch (o->intensity) {
-  case TSR_CBED_LINEAR: return (float)i;
-  case TSR_CBED_SQRT: return (float)sqrt(i);
-  default: return (float)log1p(i / o->intensity_floor);
-  }
-}
-
-/* Simulates with an initialised work space of side o->grid; buf holds 2 n^2 doubles. */
-tsr_status _tsr_cbed_sample_with(const tsr_cbed_opts *o, struct cbed_work *w, double *buf, int64_t index, float *x,
-                                 float *v, struct cbed_meta *m) {
+tsr_status _tsr_cbed_sample_with(const tsr_cbed_opts *o, struct cbed_work *w, int64_t index, float *x, float *v,
+                                 struct cbed_meta *meta) {
   struct _tsr_rng r = _tsr_rng_stream(o->seed, (uint64_t)index + 0x3C6EF372FE94F82Bull);
   struct cbed_atoms a;
   int periods;
-  TSR_TRY(_tsr_cbed_specimen(o, index, &r, &a, &periods, m));
-  int rc = _tsr_cbed_prepare(w, &a, o->kv, o->slice);
+  TSR_TRY(_tsr_cbed_specimen(o, index, &r, &a, &periods, meta));
+  tsr_status st = _tsr_cbed_simulate(o, w, &a, periods, index, x, v, meta);
   _tsr_cbed_atoms_free(&a);
-  if (rc != 0) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory simulating sample %lld", (long long)index);
-  int n = w->n, pp = o->pattern;
-  for (int pj = 0; pj < o->probes; pj++)
-    for (int pi = 0; pi < o->probes; pi++) {
-      _tsr_cbed_probe(w, o->alpha_mrad, o->defocus, o->cs_mm, (pi + 0.5) / o->probes * w->lx,
-                      (pj + 0.5) / o->probes * w->ly);
-      _tsr_cbed_propagate(w, periods);
-      _tsr_cbed_intensity(w, buf);
-      crop(buf, n, pp, buf + (size_t)n * n);
-      float *out = x + (size_t)(pj * o->probes + pi) * pp * pp;
-      for (size_t q = 0; q < (size_t)pp * pp; q++) out[q] = scale_intensity(o, buf[(size_t)n * n + q]);
-    }
-  target(o, w, buf, v);
-  return TSR_OK;
+  return st;
 }
 
 tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, float *v) {
@@ -132,11 +93,7 @@ tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, floa
   if (!x || !v) return _tsr_error(TSR_ERR_ARG, "tsr_cbed_sample: %s is NULL", x ? "v" : "x");
   if (index < 0) return _tsr_error(TSR_ERR_ARG, "tsr_cbed_sample: index %lld is negative", (long long)index);
   struct cbed_work w = {0};
-  double *buf = malloc(sizeof(double) * 2 * o->grid * o->grid);
-  tsr_status st = buf && _tsr_cbed_work_init(&w, o->grid) == 0
-                      ? _tsr_cbed_sample_with(o, &w, buf, index, x, v, NULL)
-                      : _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a %d x %d grid", o->grid, o->grid);
+  tsr_status st = _tsr_cbed_sample_with(o, &w, index, x, v, NULL);
   _tsr_cbed_work_free(&w);
-  free(buf);
   return st;
 }

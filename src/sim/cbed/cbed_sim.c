@@ -26,12 +26,24 @@ int _tsr_cbed_work_init(struct cbed_work *w, int n) {
   w->tmp = fftw_alloc_complex(nn);
   w->vq = fftw_alloc_complex(nn);
   w->prop = fftw_alloc_complex(nn);
-  if (!w->psi || !w->tmp || !w->vq || !w->prop) return -1;
+  w->img = malloc(sizeof(double) * nn);
+  if (!w->psi || !w->tmp || !w->vq || !w->prop || !w->img) return -1;
   pthread_mutex_lock(&plan_mutex);
   w->fwd = fftw_plan_dft_2d(n, n, w->psi, w->tmp, FFTW_FORWARD, FFTW_ESTIMATE);
   w->bwd = fftw_plan_dft_2d(n, n, w->tmp, w->psi, FFTW_BACKWARD, FFTW_ESTIMATE);
   pthread_mutex_unlock(&plan_mutex);
   return w->fwd && w->bwd ? 0 : -1;
+}
+
+int _tsr_cbed_work_resize(struct cbed_work *w, int n) {
+  if (w->n == n && w->fwd) return 0;
+  double *acc = w->acc;
+  size_t cap = w->cap_acc;
+  w->acc = NULL; /* the accumulators do not depend on n: kept */
+  _tsr_cbed_work_free(w);
+  int rc = _tsr_cbed_work_init(w, n);
+  w->acc = acc, w->cap_acc = cap;
+  return rc;
 }
 
 void _tsr_cbed_work_free(struct cbed_work *w) {
@@ -45,6 +57,8 @@ void _tsr_cbed_work_free(struct cbed_work *w) {
   fftw_free(w->prop);
   fftw_free(w->trans);
   free(w->fe);
+  free(w->img);
+  free(w->acc);
   *w = (struct cbed_work){0};
 }
 
@@ -156,43 +170,17 @@ int _tsr_cbed_prepare(struct cbed_work *w, const struct cbed_atoms *a, double kv
   return 0;
 }
 
-void _tsr_cbed_probe(struct cbed_work *w, double alpha_mrad, double defocus, double cs_mm, double px, double py) {
-  int n = w->n;
-  size_t nn = (size_t)n * n;
-  double kap = alpha_mrad * 1e-3 / w->lambda, cs = cs_mm * 1e7, l = w->lambda;
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < n; i++) {
-      double kx, ky;
-      kvec(w, i, j, &kx, &ky);
-      double k2 = kx * kx + ky * ky;
-      size_t p = (size_t)j * n + i;
-      if (k2 > kap * kap || !_tsr_cbed_in_band(w, i, j)) {
-        w->tmp[p][0] = w->tmp[p][1] = 0;
-        continue;
-      }
-      /* aberration chi = pi lambda k^2 (Cs lambda^2 k^2 / 2 - defocus), shift to (px, py) */
-      double chi = M_PI * l * k2 * (0.5 * cs * l * l * k2 - defocus), ph = -chi - 2 * M_PI * (kx * px + ky * py);
-      w->tmp[p][0] = cos(ph), w->tmp[p][1] = sin(ph);
-    }
-  fftw_execute(w->bwd);
-  double e = 0;
-  for (size_t p = 0; p < nn; p++) e += w->psi[p][0] * w->psi[p][0] + w->psi[p][1] * w->psi[p][1];
-  double s = e > 0 ? 1 / sqrt(e) : 0;
-  for (size_t p = 0; p < nn; p++) w->psi[p][0] *= s, w->psi[p][1] *= s;
-}
-
-void _tsr_cbed_propagate(struct cbed_work *w, int periods) {
+void _tsr_cbed_propagate(struct cbed_work *w, int slices) {
   size_t nn = (size_t)w->n * w->n;
   double complex *psi = (double complex *)w->psi, *tmp = (double complex *)w->tmp,
                  *prop = (double complex *)w->prop;
-  for (int p = 0; p < periods; p++)
-    for (int s = 0; s < w->nslices; s++) {
-      const double complex *t = (const double complex *)w->trans + nn * s;
-      for (size_t q = 0; q < nn; q++) psi[q] *= t[q];
-      fftw_execute(w->fwd);
-      for (size_t q = 0; q < nn; q++) tmp[q] *= prop[q];
-      if (p < periods - 1 || s < w->nslices - 1) fftw_execute(w->bwd);
-    }
+  for (int s = 0; s < slices; s++) {
+    const double complex *t = (const double complex *)w->trans + nn * (s % w->nslices);
+    for (size_t q = 0; q < nn; q++) psi[q] *= t[q];
+    fftw_execute(w->fwd);
+    for (size_t q = 0; q < nn; q++) tmp[q] *= prop[q];
+    if (s < slices - 1) fftw_execute(w->bwd);
+  }
 }
 
 void _tsr_cbed_intensity(const struct cbed_work *w, double *out) {
@@ -205,4 +193,48 @@ void _tsr_cbed_intensity(const struct cbed_work *w, double *out) {
       row[(i + n / 2) % n] = nn * (t[0] * t[0] + t[1] * t[1]);
     }
   }
+}
+
+int _tsr_cbed_window_potential(const struct cbed_work *w, int m, double x0, double y0, double wx, double wy,
+                               double blur, double *out) {
+  /* V(x, y) = sum_k c(k) exp(2 pi i k.r), separable: rows of ky summed over kx at the m x positions,
+   * then over ky at the m y positions; only the n_b frequencies in band carry anything */
+  int n = w->n, nb = 0;
+  int *f = malloc(sizeof(int) * n);
+  double complex *ex = malloc(sizeof *ex * (size_t)m * n), *ey = malloc(sizeof *ey * (size_t)m * n),
+                 *rows = malloc(sizeof *rows * (size_t)n * m), *cg = malloc(sizeof *cg * n);
+  if (!f || !ex || !ey || !rows || !cg) {
+    free(f), free(ex), free(ey), free(rows), free(cg);
+    return -1;
+  }
+  for (int i = 0; i < n; i++)
+    if (3 * abs(freq(i, n)) < n) f[nb++] = i; /* |f| < n / 3 holds every in-band frequency */
+  for (int a = 0; a < m; a++)
+    for (int b = 0; b < nb; b++) {
+      double x = x0 + wx * a / m, y = y0 + wy * a / m;
+      ex[(size_t)a * nb + b] = cexp(2 * M_PI * I * freq(f[b], n) * x / w->lx);
+      ey[(size_t)a * nb + b] = cexp(2 * M_PI * I * freq(f[b], n) * y / w->ly);
+    }
+  for (int bj = 0; bj < nb; bj++) {
+    int j = f[bj];
+    double ky = freq(j, n) / w->ly;
+    for (int bi = 0; bi < nb; bi++) { /* this row's blurred coefficients, in cg */
+      double kx = freq(f[bi], n) / w->lx, g = exp(-2 * M_PI * M_PI * blur * blur * (kx * kx + ky * ky));
+      const double *c = w->vq[(size_t)j * n + f[bi]];
+      cg[bi] = g * (c[0] + I * c[1]);
+    }
+    for (int a = 0; a < m; a++) {
+      double complex s = 0;
+      for (int bi = 0; bi < nb; bi++) s += cg[bi] * ex[(size_t)a * nb + bi];
+      rows[(size_t)bj * m + a] = s;
+    }
+  }
+  for (int b = 0; b < m; b++)
+    for (int a = 0; a < m; a++) {
+      double complex s = 0;
+      for (int bj = 0; bj < nb; bj++) s += rows[(size_t)bj * m + a] * ey[(size_t)b * nb + bj];
+      out[(size_t)b * m + a] = creal(s);
+    }
+  free(f), free(ex), free(ey), free(rows), free(cg);
+  return 0;
 }

@@ -96,11 +96,9 @@ static int zone_cell(const struct cbed_crystal *c, const int want[3], double rot
 
 static void record(const tsr_cbed_opts *o, const struct cbed_crystal *c, const struct cbed_zone *z,
                    const struct cbed_atoms *a, int periods, double sx, double sy, struct cbed_meta *m) {
-  *m = (struct cbed_meta){.kv = o->kv, .alpha_mrad = o->alpha_mrad, .defocus_A = o->defocus, .cs_mm = o->cs_mm,
-                          .slice_A = o->slice, .blur_A = o->blur, .periods = periods, .atoms = a->n,
-                          .supercell = {a->lx, a->ly, a->lz}, .thickness_A = periods * a->lz,
-                          .tilt_mrad = {a->tilt[0] * 1e3, a->tilt[1] * 1e3},
-                          .pixel_A = {a->lx / o->grid, a->ly / o->grid}};
+  /* the optics, sampling and target fields are _tsr_cbed_simulate's (cbed_scan.c) */
+  *m = (struct cbed_meta){.periods = periods, .atoms = a->n, .supercell = {a->lx, a->ly, a->lz},
+                          .thickness_A = periods * a->lz, .tilt_mrad = {a->tilt[0] * 1e3, a->tilt[1] * 1e3}};
   if (!c) {
     snprintf(m->structure, sizeof m->structure, "random atoms");
     snprintf(m->source, sizeof m->source, "generated");

@@ -1,8 +1,9 @@
 /* Writes simulated CBED samples to HDF5. Every sample is one StarPU task writing its own pair of
- * handles (slots of a block buffer) and its record (a slot beside them, read after the handles are
- * acquired, so after the task); two blocks alternate, so the host writes block b to the file
- * (acquiring its handles waits for exactly those tasks) while the workers simulate block b + 1.
- * Each worker keeps its own multislice work space. Half precision is IEEE binary16 built with
+ * handles (slots of a block buffer) and its record (struct cbed_meta, a slot beside them, read after
+ * the handles are acquired, so after the task); two blocks alternate, so the host writes block b to
+ * the file (acquiring its handles waits for exactly those tasks) while the workers simulate block
+ * b + 1. Each worker keeps its own multislice work space, sized by each sample. The records go to
+ * the compound dataset `meta` [n] (cbed_meta.c). Half precision is IEEE binary16 built with
  * H5Tset_fields (HDF5 1.10 has no predefined float16); readers convert it to float32 on read. */
 #include <errno.h>
 #include <stdatomic.h>
@@ -20,15 +21,9 @@
 #define GEN_NAME "tessera-cbed multislice"
 #define GEN_VERSION 2
 
-struct slot_ws {
-  int ready;
-  struct cbed_work w;
-  double *buf;
-};
-
 struct shared {
   const tsr_cbed_opts *o;
-  struct slot_ws *ws; /* one per worker */
+  struct cbed_work *ws; /* one per worker */
   atomic_int failed;
   char error[512];
 };
@@ -36,24 +31,15 @@ struct shared {
 struct task_arg {
   struct shared *sh;
   int64_t index;
-  struct cbed_meta *meta;
+  struct cbed_meta *meta; /* read by the host after it acquired the task's handles */
 };
 
 static void sample_cpu(void *buffers[], void *cl_arg) {
   const struct task_arg *a = cl_arg;
   struct shared *sh = a->sh;
   int id = starpu_worker_get_id();
-  struct slot_ws *ws = &sh->ws[id < 0 ? 0 : id];
-  tsr_status st = TSR_OK;
-  if (!ws->ready) {
-    ws->buf = malloc(sizeof(double) * 2 * sh->o->grid * sh->o->grid);
-    st = ws->buf && _tsr_cbed_work_init(&ws->w, sh->o->grid) == 0
-             ? TSR_OK
-             : _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a work space");
-    ws->ready = st == TSR_OK;
-  }
-  if (st == TSR_OK) st = _tsr_cbed_sample_with(sh->o, &ws->w, ws->buf, a->index, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1),
-                                                a->meta);
+  tsr_status st = _tsr_cbed_sample_with(sh->o, &sh->ws[id < 0 ? 0 : id], a->index, TSR_BUF(buffers, 0),
+                                        TSR_BUF(buffers, 1), a->meta);
   int expected = 0;
   if (st != TSR_OK && atomic_compare_exchange_strong(&sh->failed, &expected, 1))
     snprintf(sh->error, sizeof sh->error, "sample %lld: %s", (long long)a->index, tsr_last_error());
@@ -116,8 +102,33 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
          _tsr_h5_attr(f, "crystal_min_distance_A", H5T_NATIVE_DOUBLE, &o->min_distance) &&
          _tsr_h5_attr(f, "crystal_density_min", H5T_NATIVE_DOUBLE, &o->density_min) &&
          _tsr_h5_attr(f, "crystal_density_max", H5T_NATIVE_DOUBLE, &o->density_max) &&
-         _tsr_h5_attr_str(f, "target_units", "V*A (projected potential per slice, not rescaled)") &&
+         _tsr_h5_attr_str(f, "target_units", "V*A (projected potential of one period along the beam, not rescaled)") &&
          _tsr_h5_attr_str(f, "storage", half ? "float16" : "float32");
+}
+
+/* The physics options (the values drawn from their ranges are in `meta`); u2 has one entry per
+ * atomic number 0..TSR_CBED_ZMAX, 0 = the built-in value. */
+static int write_physics_attrs(hid_t f, const tsr_cbed_opts *o) {
+  const struct {
+    const char *name;
+    const double *v;
+  } d[] = {{"max_angle_mrad", &o->max_angle_mrad}, {"kv_spread", &o->kv_spread},
+           {"alpha_spread_mrad", &o->alpha_spread}, {"defocus_spread_A", &o->defocus_spread},
+           {"cs_spread_mm", &o->cs_spread},          {"a1_A", &o->a1},
+           {"a1_spread_A", &o->a1_spread},           {"b2_A", &o->b2},
+           {"b2_spread_A", &o->b2_spread},           {"source_rms_A", &o->source_A},
+           {"detector_pixel_mrad", &o->det_mrad},    {"dose_electrons", &o->dose},
+           {"detector_psf_pixels", &o->det_psf},     {"scan_A", &o->scan_A}};
+  int ok = 1;
+  for (size_t k = 0; ok && k < sizeof d / sizeof d[0]; k++) ok = _tsr_h5_attr(f, d[k].name, H5T_NATIVE_DOUBLE, d[k].v);
+  hsize_t nz = TSR_CBED_ZMAX + 1;
+  hid_t sp = ok ? H5Screate_simple(1, &nz, NULL) : -1;
+  hid_t at = sp >= 0 ? H5Acreate2(f, "u2_A2", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT) : -1;
+  ok = at >= 0 && H5Awrite(at, H5T_NATIVE_DOUBLE, o->u2) >= 0;
+  if (at >= 0) H5Aclose(at);
+  if (sp >= 0) H5Sclose(sp);
+  return ok && _tsr_h5_attr(f, "coherence_samples", H5T_NATIVE_INT, &o->coherence_samples) &&
+         _tsr_h5_attr(f, "phonon_configurations", H5T_NATIVE_INT, &o->phonons);
 }
 
 static hid_t create_dset(hid_t f, const char *name, hid_t type, int64_t n, int c, int side) {
@@ -187,7 +198,7 @@ static tsr_status submit_block(struct blocks *b, int k, struct shared *sh, int64
 static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const char *tmp, hid_t din, hid_t dtg,
                       hid_t dmeta, void (*progress)(void *, int64_t, int64_t), void *user) {
   int nw = (int)starpu_worker_get_count();
-  struct shared sh = {.o = o, .ws = calloc(nw > 0 ? nw : 1, sizeof(struct slot_ws))};
+  struct shared sh = {.o = o, .ws = calloc(nw > 0 ? nw : 1, sizeof(struct cbed_work))};
   struct blocks b;
   int cap = 4 * (nw > 0 ? nw : 1);
   size_t xe = (size_t)o->probes * o->probes * o->pattern * o->pattern, ve = (size_t)o->target * o->target;
@@ -224,11 +235,7 @@ static tsr_status run(const tsr_cbed_opts *o, int64_t first, int64_t n, const ch
   }
   starpu_task_wait_for_all();
   if (sh.ws) blocks_free(&b);
-  for (int i = 0; sh.ws && i < nw; i++)
-    if (sh.ws[i].ready || sh.ws[i].buf) {
-      _tsr_cbed_work_free(&sh.ws[i].w);
-      free(sh.ws[i].buf);
-    }
+  for (int i = 0; sh.ws && i < nw; i++) _tsr_cbed_work_free(&sh.ws[i]);
   free(sh.ws);
   return st;
 }
@@ -252,7 +259,7 @@ tsr_status tsr_cbed_write(tsr_context *ctx, const tsr_cbed_opts *o, int64_t firs
     din = create_dset(f, "cbed", type, n, o->probes * o->probes, o->pattern);
     dtg = create_dset(f, "potential", type, n, 1, o->target);
     dmeta = _tsr_cbed_meta_create(f, n);
-    if (din < 0 || dtg < 0 || dmeta < 0 || !write_attrs(f, o, first, n, half))
+    if (din < 0 || dtg < 0 || dmeta < 0 || !write_attrs(f, o, first, n, half) || !write_physics_attrs(f, o))
       st = _tsr_error(TSR_ERR_IO, "%s: cannot create datasets (%s)", tmp, _tsr_hdf5_reason(why));
   }
   _tsr_hdf5_unlock();
