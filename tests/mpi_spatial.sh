@@ -6,7 +6,8 @@
 # a fixed batch, losses and parameters (batch-norm running statistics included, so its statistics
 # equal the unsplit ones) after 4 Adam steps equal the 1-rank run within 1e-5 relative (1e-6
 # absolute: float sums in another order); every rank of a run holds the same parameters; a
-# checkpoint of a spatial run resumes to the uninterrupted run's parameters; tessera-train --spatial 2
+# checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
+# split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
 # checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
 set -u
@@ -77,6 +78,21 @@ if run 2 "$tmp/resumed" --batch 4 --spatial 2 --steps 6 --resume-at 3 &&
   cmp -s "$tmp/full.rank0.params" "$tmp/resumed.rank0.params" && cmp -s "$tmp/full.rank0.losses" "$tmp/resumed.rank0.losses"; then
   ok "a checkpoint of a spatial run resumes to the same parameters and losses (bitwise)"
 else ko "a checkpoint of a spatial run resumes to the same parameters and losses"; fi
+
+# The same for the 3-D model (conv3d, batch norm, leaky ReLU, max pooling 3-D; [2, 8, 8, 4] samples)
+# split along D over 2 ranks and along D and H over 4, and 2 replicas x 2 blocks along D.
+run 1 "$tmp/ref3" --batch 4 --3d || ko "3-D: 1-rank reference ran"
+for g in 2:2 2x2:4; do
+  n=${g#*:} g=${g%:*}
+  if run "$n" "$tmp/sp3$g" --batch 4 --3d --spatial "$g"; then ok "3-D: $n ranks, samples split $g, ran"
+  else ko "3-D: $n ranks, samples split $g, ran"; fi
+  equal "3-D: samples split $g (D, H) over $n ranks" "$tmp/ref3" "$tmp/sp3$g"
+  if same_ranks "$tmp/sp3$g" "$n"; then ok "3-D split $g: every rank holds the same parameters"
+  else ko "3-D split $g: every rank holds the same parameters"; fi
+done
+run 2 "$tmp/dp3" --batch 4 --3d || ko "3-D: 2-rank data parallelism ran"
+if run 4 "$tmp/hyb3" --batch 4 --3d --spatial 2; then ok "3-D: hybrid 2 x 2 ran"; else ko "3-D: hybrid 2 x 2 ran"; fi
+equal "3-D: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp3" "$tmp/hyb3"
 
 # tessera-train --spatial 2 (HDF5 data through the loader, a model file with a dense head): the log's
 # losses equal the 1-rank run's within 1e-5 relative.

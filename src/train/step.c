@@ -212,7 +212,7 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   if (st == TSR_OK) {
     *a = (struct load_arg){t, src->fill, src->user, src->l, stream ? 2 * n : 0, id, first, n, nvalid, xe, ye, in->c,
                            t->norm_mean, t->norm_std, 0, {0}};
-    if (t->sp) a->whole_xe = (size_t)in->c * in->h * in->w, a->crop = _tsr_spatial_input_box(t);
+    if (t->sp) a->whole_xe = (size_t)_tsr_layer_elems(in), a->crop = _tsr_spatial_input_box(t);
     b[0] = (struct _tsr_buf){t->x[p][s], STARPU_W}, b[1] = (struct _tsr_buf){t->t[p][s], STARPU_W};
   }
   for (int i = 0; st == TSR_OK && src->l && i < n; i++) {
