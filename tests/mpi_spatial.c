@@ -2,7 +2,8 @@
  *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d] [--deterministic] [--resume-at J]
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
- * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max pooling, flatten, dense),
+ * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
+ * dense),
  * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
  * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
@@ -87,7 +88,8 @@ static tsr_model *build3d(int bn) {
   add3(m, "p", "maxpool3d", "la", 0, 2, 2, 0);
   add3(m, "b", "conv3d", "p", 6, 3, 1, 1);
   add3(m, "q", "maxpool3d", "b", 0, 3, 1, 1);
-  add(m, "f", TSR_LAYER_FLATTEN, "q", 0, 0, 1, 0);
+  add3(m, "r", "avgpool3d", "q", 0, 3, 1, 1);
+  add(m, "f", TSR_LAYER_FLATTEN, "r", 0, 0, 1, 0);
   add(m, "d", TSR_LAYER_DENSE, "f", 3, 0, 1, 0);
   return m;
 }
