@@ -3,7 +3,8 @@
 # samples from tessera-cosmogen): for each layout RANKS:SPATIAL (1:1, 2:2, 4:2x2, and hybrid 4:2 =
 # 2 replicas x 2 blocks; 4:4 along D is refused for this model: pool5's output depth 2 does not
 # split in 4) it trains EPOCHS epochs under mpirun and prints per rank the peak resident memory
-# (ru_maxrss from /usr/bin/time: activations, parameters, the runtime and the libraries), the time per step of the last epoch (from tessera-train's log) and the halo bytes a
+# (ru_maxrss from /usr/bin/time: activations, parameters, the runtime and the libraries), the time
+# per step of the last epoch (from tessera-train's log) and the halo bytes a
 # spatial group sends per step, computed from the plan's halo widths (each face between blocks of a
 # window layer of kernel k, padding p, stride s moves p + max(0, k - p - s) planes forward, and as
 # many back in backward). --batch BATCH is per replica: hybrid layouts take replicas x BATCH samples
