@@ -200,12 +200,14 @@ START_TEST(plan_gathers_before_the_head_and_sizes_halos) {
 }
 END_TEST
 
-static void expect_refusal(tsr_model *m, const int *grid, const char *words) {
+static void expect_refusal_nd(tsr_model *m, int nd, const int *grid, const char *words) {
   struct _tsr_sp_layer plan[16];
-  tsr_status st = _tsr_spatial_plan(m, 2, grid, 0, plan);
+  tsr_status st = _tsr_spatial_plan(m, nd, grid, 0, plan);
   ck_assert_msg(st == TSR_ERR_SHAPE, "grid %dx%d accepted (%d)", grid[0], grid[1], st);
   ck_assert_msg(strstr(tsr_last_error(), words), "'%s' does not name %s", tsr_last_error(), words);
 }
+
+static void expect_refusal(tsr_model *m, const int *grid, const char *words) { expect_refusal_nd(m, 2, grid, words); }
 
 START_TEST(shapes_that_cannot_be_split_are_refused_naming_the_layer) {
   tsr_model *m = model_of("odd");
@@ -233,6 +235,21 @@ START_TEST(shapes_that_cannot_be_split_are_refused_naming_the_layer) {
   ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 8, 8), TSR_OK);
   add(m, "o", TSR_LAYER_CONV2D, "in", 1, 3, 1, 1);
   expect_refusal(m, (int[]){2, 1}, "conv2d 'o': the output is spatially split");
+  tsr_model_destroy(m);
+
+  m = model_of("deep"); /* 3-D: depth 24 in 2 blocks of 12, which a 5x5x5 pooling of stride 5 does not align */
+  tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
+  in.channels = 1, in.depth = 24, in.height = 10, in.width = 10;
+  ck_assert_int_eq(tsr_model_add(m, "in", &in, NULL, 0), TSR_OK);
+  tsr_layer_kind kd;
+  ck_assert_int_eq(tsr_layer_kind_parse("maxpool3d", &kd), TSR_OK);
+  tsr_layer_spec p = tsr_layer_spec_default(kd);
+  p.kernel_d = p.kernel_h = p.kernel_w = p.stride_d = p.stride_h = p.stride_w = 5;
+  const char *pin = "in", *fin = "p3";
+  ck_assert_int_eq(tsr_model_add(m, "p3", &p, &pin, 1), TSR_OK);
+  tsr_layer_spec f = tsr_layer_spec_default(TSR_LAYER_FLATTEN);
+  ck_assert_int_eq(tsr_model_add(m, "f", &f, &fin, 1), TSR_OK);
+  expect_refusal_nd(m, 3, (int[]){2, 1, 1}, "maxpool3d 'p3': depth 24 in 2 blocks of 12 with kernel 5, stride 5");
   tsr_model_destroy(m);
 }
 END_TEST

@@ -1,7 +1,10 @@
 /* Spatial and hybrid parallelism driver for tests/mpi_spatial.sh.
- *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--deterministic] [--resume-at J]
+ *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d] [--deterministic] [--resume-at J]
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
- * average pooling, flatten, dense) with every sample split into G blocks (N or NxM, as
+ * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
+ * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
+ * dense),
+ * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
  * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
  * included), .losses and .pred (the outputs of a fixed batch after training). --resume-at J saves a
@@ -60,6 +63,37 @@ static void add(tsr_model *m, const char *name, tsr_layer_kind kind, const char 
   if (tsr_model_add(m, name, &sp, &in, 1)) die(name);
 }
 
+/* A 3-D layer of a kind registered by name: cubic kernel k, stride s, padding p. */
+static void add3(tsr_model *m, const char *name, const char *kind, const char *in, int co, int k, int s, int p) {
+  tsr_layer_kind kd;
+  if (tsr_layer_kind_parse(kind, &kd)) die(kind);
+  tsr_layer_spec sp = tsr_layer_spec_default(kd);
+  sp.bias = strcmp(name, "a") != 0, sp.out_channels = co;
+  sp.kernel_d = sp.kernel_h = sp.kernel_w = k, sp.stride_d = sp.stride_h = sp.stride_w = s;
+  sp.pad_d = sp.pad_h = sp.pad_w = p, sp.dilation_d = sp.dilation_h = sp.dilation_w = 1;
+  if (tsr_model_add(m, name, &sp, &in, 1)) die(name);
+}
+
+/* The same number of input values as the 2-D model's: [C_IN, 8, 8, 4] = [C_IN, S, S]. */
+static tsr_model *build3d(int bn) {
+  tsr_model *m;
+  tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
+  in.channels = C_IN, in.depth = 8, in.height = 8, in.width = S * S / 64;
+  if (tsr_model_create(&m, "spatial3d") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
+  add3(m, "a", "conv3d", "in", 4, 3, 1, 1);
+  add(m, "bn", bn ? TSR_LAYER_BATCHNORM : TSR_LAYER_TANH, "a", 0, 0, 1, 0);
+  tsr_layer_spec lr = tsr_layer_spec_default(TSR_LAYER_LEAKY_RELU);
+  const char *bnn = "bn";
+  if (tsr_model_add(m, "la", &lr, &bnn, 1)) die("la");
+  add3(m, "p", "maxpool3d", "la", 0, 2, 2, 0);
+  add3(m, "b", "conv3d", "p", 6, 3, 1, 1);
+  add3(m, "q", "maxpool3d", "b", 0, 3, 1, 1);
+  add3(m, "r", "avgpool3d", "q", 0, 3, 1, 1);
+  add(m, "f", TSR_LAYER_FLATTEN, "r", 0, 0, 1, 0);
+  add(m, "d", TSR_LAYER_DENSE, "f", 3, 0, 1, 0);
+  return m;
+}
+
 static tsr_model *build(int bn) {
   tsr_model *m;
   if (tsr_model_create(&m, "spatial") || tsr_model_add_input(m, "in", C_IN, S, S)) die("model");
@@ -112,7 +146,7 @@ static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, int batch, const int
 }
 
 static int train(tsr_context *ctx, int argc, char **argv) {
-  int batch = 4, steps = 4, bn = 1, resume_at = -1, grid[3] = {1, 0, 0};
+  int batch = 4, steps = 4, bn = 1, three = 0, resume_at = -1, grid[3] = {1, 0, 0};
   const char *out = "mpi_spatial";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -127,10 +161,12 @@ static int train(tsr_context *ctx, int argc, char **argv) {
       resume_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-bn"))
       bn = 0;
+    else if (!strcmp(argv[i], "--3d"))
+      three = 1;
   }
   int rank = tsr_context_rank(ctx), parts = (grid[0] > 1 ? grid[0] : 1) * (grid[1] > 1 ? grid[1] : 1);
   struct data d = {rank / parts, tsr_context_size(ctx) / parts, batch};
-  tsr_model *m = build(bn);
+  tsr_model *m = three ? build3d(bn) : build(bn);
   tsr_trainer *t = trainer(ctx, m, batch, grid);
   float *losses = calloc(steps, sizeof(float));
   char path[4096];

@@ -6,7 +6,8 @@
 # a fixed batch, losses and parameters (batch-norm running statistics included, so its statistics
 # equal the unsplit ones) after 4 Adam steps equal the 1-rank run within 1e-5 relative (1e-6
 # absolute: float sums in another order); every rank of a run holds the same parameters; a
-# checkpoint of a spatial run resumes to the uninterrupted run's parameters; tessera-train --spatial 2
+# checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
+# split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
 # checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
 set -u
@@ -78,6 +79,21 @@ if run 2 "$tmp/resumed" --batch 4 --spatial 2 --steps 6 --resume-at 3 &&
   ok "a checkpoint of a spatial run resumes to the same parameters and losses (bitwise)"
 else ko "a checkpoint of a spatial run resumes to the same parameters and losses"; fi
 
+# The same for the 3-D model (conv3d, batch norm, leaky ReLU, max pooling 3-D; [2, 8, 8, 4] samples)
+# split along D over 2 ranks and along D and H over 4, and 2 replicas x 2 blocks along D.
+run 1 "$tmp/ref3" --batch 4 --3d || ko "3-D: 1-rank reference ran"
+for g in 2:2 2x2:4; do
+  n=${g#*:} g=${g%:*}
+  if run "$n" "$tmp/sp3$g" --batch 4 --3d --spatial "$g"; then ok "3-D: $n ranks, samples split $g, ran"
+  else ko "3-D: $n ranks, samples split $g, ran"; fi
+  equal "3-D: samples split $g (D, H) over $n ranks" "$tmp/ref3" "$tmp/sp3$g"
+  if same_ranks "$tmp/sp3$g" "$n"; then ok "3-D split $g: every rank holds the same parameters"
+  else ko "3-D split $g: every rank holds the same parameters"; fi
+done
+run 2 "$tmp/dp3" --batch 4 --3d || ko "3-D: 2-rank data parallelism ran"
+if run 4 "$tmp/hyb3" --batch 4 --3d --spatial 2; then ok "3-D: hybrid 2 x 2 ran"; else ko "3-D: hybrid 2 x 2 ran"; fi
+equal "3-D: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp3" "$tmp/hyb3"
+
 # tessera-train --spatial 2 (HDF5 data through the loader, a model file with a dense head): the log's
 # losses equal the 1-rank run's within 1e-5 relative.
 train=${TESSERA_BUILDDIR:-.}/tessera-train
@@ -110,6 +126,31 @@ JSON
        END { exit bad || n != 2 }' "$tmp/cli1.csv" "$tmp/cli2.csv"; then
     ok "tessera-train --spatial 2: training and validation losses equal the 1-rank run's"
   else ko "tessera-train --spatial 2: losses equal the 1-rank run's"; cat "$tmp/cli1.csv" "$tmp/cli2.csv"; fi
+  # 3-D samples [1, 4, 8, 8] split along D: each load task reads its rank's half as an HDF5 hyperslab
+  printf 'PATH inputs\nINPUT-CLASS TEXTFP\nRANK 5\nDIMENSION-SIZES 64 1 4 8 8\nOUTPUT-CLASS FP\nOUTPUT-SIZE 32\n' >"$tmp/x3.cfg"
+  h5import "$tmp/x.txt" -c "$tmp/x3.cfg" "$tmp/y.txt" -c "$tmp/y.cfg" -o "$tmp/reg3.h5" || ko "h5import wrote the 3-D data"
+  cat >"$tmp/reg3.json" <<'JSON'
+{"name": "reg3", "layers": [
+  {"name": "in", "type": "input", "shape": [1, 4, 8, 8]},
+  {"name": "c1", "type": "conv3d", "out_channels": 4, "kernel": 3, "padding": 1, "bias": false},
+  {"name": "bn1", "type": "batchnorm"},
+  {"name": "r1", "type": "leaky_relu"},
+  {"name": "p1", "type": "maxpool3d", "kernel": 2},
+  {"name": "f", "type": "flatten"},
+  {"name": "d", "type": "dense", "out_features": 2}],
+ "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
+JSON
+  for n in 1 2; do
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np $n -x STARPU_HOME -x STARPU_SILENT \
+      -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "$train" --model "$tmp/reg3.json" --data "$tmp/reg3.h5" --epochs 2 \
+      --batch 8 --deterministic --seed 5 --spatial $n --log "$tmp/cli3d$n.csv" -q >"$tmp/cli3d$n.log" 2>&1 ||
+      { ko "tessera-train 3-D --spatial $n ran"; cat "$tmp/cli3d$n.log"; }
+  done
+  if awk -F, 'NR == FNR { if (FNR > 1) { a[FNR] = $3; b[FNR] = $4 }; next }
+       FNR > 1 { n++; d = $3 - a[FNR]; e = $4 - b[FNR]; if (d * d > (1e-5 * a[FNR])^2 || e * e > (1e-5 * b[FNR])^2) bad = 1 }
+       END { exit bad || n != 2 }' "$tmp/cli3d1.csv" "$tmp/cli3d2.csv"; then
+    ok "tessera-train 3-D --spatial 2 (hyperslab reads): training and validation losses equal the 1-rank run's"
+  else ko "tessera-train 3-D --spatial 2: losses equal the 1-rank run's"; cat "$tmp/cli3d1.csv" "$tmp/cli3d2.csv"; fi
 else echo "(no h5import: tessera-train --spatial not run)"; fi
 
 TESSERA_SKIP_ALLREDUCE=1 run 2 "$tmp/skip" --batch 4 --spatial 2

@@ -182,7 +182,7 @@ static const struct opt_def defs[] = {
      "across them), nccl, or auto (per group, the fastest on links measured at start-up)",
      .deftext = "NCCL with CUDA workers, else ring (TESSERA_COLLECTIVE)"},
     {"spatial", 0, OPT_CUSTOM, 0, "N", NULL,
-     "spatial parallelism: split every sample into N blocks along its first spatial axis (height of [C, H, W]), "
+     "spatial parallelism: split every sample into N blocks along its first spatial axis (height of [C, H, W], depth of [C, D, H, W]), "
      "or NxM along the first two, over N (x M) ranks exchanging halos; with more ranks, ranks [r N, r N + N) "
      "form replica r and the batch is split over the replicas (hybrid); N must divide the ranks",
      .deftext = "1 (no split)", .parse = parse_spatial, .text = text_spatial},

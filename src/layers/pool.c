@@ -109,7 +109,8 @@ const struct _tsr_layer_ops _tsr_layers_pool[] = {
  * registry indices come after those of existing kinds. */
 const struct _tsr_layer_ops _tsr_layers_pool3d[] = {
     {.name = "maxpool3d", .kind = TSR_LAYER_REGISTERED, .fields = pool3d_fields, .workspace = pool_workspace,
-     POOL_OPS, .defaults = pool3d_defaults},
-    {.name = "avgpool3d", .kind = TSR_LAYER_REGISTERED, .fields = pool3d_fields, POOL_OPS, .defaults = pool3d_defaults},
+     .spatial = TSR_SPATIAL_WINDOW_MAX, POOL_OPS, .defaults = pool3d_defaults},
+    {.name = "avgpool3d", .kind = TSR_LAYER_REGISTERED, .fields = pool3d_fields, .spatial = TSR_SPATIAL_WINDOW, POOL_OPS,
+     .defaults = pool3d_defaults},
     {.name = NULL},
 };

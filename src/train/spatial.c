@@ -9,11 +9,20 @@
 #include "runtime/error.h"
 
 int _tsr_spatial_extents(const struct _tsr_layer *L, int *ext) {
+  if (L->d > 0) {
+    ext[0] = L->d, ext[1] = L->h, ext[2] = L->w;
+    return 3;
+  }
   ext[0] = L->h, ext[1] = L->w;
   return 2;
 }
 
-static struct _tsr_chw chw(int c, const int *ext) { return (struct _tsr_chw){c, ext[0], ext[1]}; }
+/* The shape of c channels of extents ext along nd axes ((D,) H, W). */
+static struct _tsr_chw chw(int c, int nd, const int *ext) {
+  return nd == 3 ? (struct _tsr_chw){c, ext[1], ext[2], ext[0]} : (struct _tsr_chw){c, ext[0], ext[1], 0};
+}
+
+static int64_t chw_size(const struct _tsr_chw *s) { return (int64_t)s->c * _tsr_chw_depth(s) * s->h * s->w; }
 
 static const char *axis_name(int nd, int a) {
   static const char *const names[TSR_BOX_AXES] = {"depth", "height", "width"};
@@ -22,9 +31,11 @@ static const char *axis_name(int nd, int a) {
 
 /* Kernel, stride, padding and dilation of a window layer along spatial axis a (of nd). */
 static void window(tsr_layer_spec *s, int nd, int a, int *k, int *st, int **pad, int *dil) {
-  int h = TSR_BOX_AXES - nd + a == 1;
-  *k = h ? s->kernel_h : s->kernel_w, *st = h ? s->stride_h : s->stride_w;
-  *pad = h ? &s->pad_h : &s->pad_w, *dil = h ? s->dilation_h : s->dilation_w;
+  switch (TSR_BOX_AXES - nd + a) {
+  case 0: *k = s->kernel_d, *st = s->stride_d, *pad = &s->pad_d, *dil = s->dilation_d; break;
+  case 1: *k = s->kernel_h, *st = s->stride_h, *pad = &s->pad_h, *dil = s->dilation_h; break;
+  default: *k = s->kernel_w, *st = s->stride_w, *pad = &s->pad_w, *dil = s->dilation_w;
+  }
 }
 
 void _tsr_spatial_coords(int nd, const int *grid, int part, int *coord) {
@@ -63,7 +74,7 @@ static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *gri
   }
   int ext[TSR_BOX_AXES];
   for (int a = 0; a < nd; a++) ext[a] = P->lo[a] + in_own[a] + P->hi[a];
-  P->in = chw(P->in.c, ext);
+  P->in = chw(P->in.c, nd, ext);
   return TSR_OK;
 }
 
@@ -74,11 +85,8 @@ tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int pa
     const struct _tsr_layer *L = &m->layers[l];
     struct _tsr_sp_layer *P = &out[l];
     memset(P, 0, sizeof *P);
-    int ext[TSR_BOX_AXES], in_ext[TSR_BOX_AXES];
-    if (_tsr_spatial_extents(L, ext) != nd)
-      return _tsr_error(TSR_ERR_SHAPE, "%s '%s': spatial split over %d axes of a layer with other axes", L->ops->name,
-                        L->name, nd);
-    P->out = chw(L->c, ext);
+    int ext[TSR_BOX_AXES], in_ext[TSR_BOX_AXES], lnd = _tsr_spatial_extents(L, ext);
+    P->out = (struct _tsr_chw){L->c, L->h, L->w, L->d};
     int nsplit = 0;
     for (int k = 0; k < L->ninputs; k++) nsplit += out[L->inputs[k]].split;
     if (L->spec.kind != TSR_LAYER_INPUT && nsplit == 0) continue;
@@ -87,9 +95,12 @@ tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int pa
         return _tsr_error(TSR_ERR_SHAPE, "%s '%s' needs whole samples: only layers of one input gather split ones",
                           L->ops->name, L->name);
       const struct _tsr_layer *I = &m->layers[L->inputs[0]];
-      P->gather = 1, P->in = (struct _tsr_chw){I->c, I->h, I->w};
+      P->gather = 1, P->in = (struct _tsr_chw){I->c, I->h, I->w, I->d};
       continue;
     }
+    if (lnd != nd)
+      return _tsr_error(TSR_ERR_SHAPE, "%s '%s': spatial split over %d axes of a layer with %d", L->ops->name, L->name,
+                        nd, lnd);
     if (nsplit != L->ninputs)
       return _tsr_error(TSR_ERR_SHAPE, "%s '%s' has spatially split and whole inputs", L->ops->name, L->name);
     for (int a = 0; a < nd; a++)
@@ -98,7 +109,7 @@ tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int pa
                           L->name, axis_name(nd, a), ext[a], grid[a]);
     P->split = 1;
     for (int a = 0; a < nd; a++) P->own[a] = ext[a] / grid[a], P->first[a] = coord[a] * P->own[a];
-    P->out = chw(L->c, P->own);
+    P->out = chw(L->c, nd, P->own);
     if (L->ops->spatial != TSR_SPATIAL_WINDOW && L->ops->spatial != TSR_SPATIAL_WINDOW_MAX) continue;
     const struct _tsr_layer *I = &m->layers[L->inputs[0]];
     _tsr_spatial_extents(I, in_ext);
@@ -132,7 +143,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
     return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for spatial buffers", L->name);
   const struct _tsr_sp_layer *I = &sp->l[L->inputs[0]];
   for (int s = 0; s < S; s++) {
-    int64_t n = (int64_t)t->slice_n[s] * P->in.c * P->in.h * P->in.w;
+    int64_t n = t->slice_n[s] * chw_size(&P->in);
     if (P->window) {
       struct _tsr_halo *h = &P->halo[s];
       *h = (struct _tsr_halo){.comm = &sp->comm,
@@ -151,7 +162,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
     }
     for (int q = 0; P->gather && q < sp->parts; q++) {
       if (q == me) continue;
-      int64_t nb = (int64_t)t->slice_n[s] * I->out.c * I->out.h * I->out.w;
+      int64_t nb = t->slice_n[s] * chw_size(&I->out);
       if (!(P->recvbuf[s * sp->parts + q] = zfloats(nb)))
         return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for gathered blocks", L->name);
       P->recv[s * sp->parts + q] = _tsr_register_floats(P->recvbuf[s * sp->parts + q], (size_t)nb);

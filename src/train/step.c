@@ -41,12 +41,18 @@ struct load_arg {
   const float *mean, *std; /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
   size_t whole_xe;         /* spatial parts: values of a whole input sample, cropped to xe by `crop` */
   struct _tsr_box_desc crop;
+  int box;                 /* spatial parts from a loader without a pool: read only the crop (a hyperslab) */
   int64_t idx[];           /* loader: the slice's sample indices */
 };
 
 /* Sample i of the slice from the task's source; nonzero on failure (tsr_last_error set). */
 static int load_one(void *buffers[], const struct load_arg *a, int i, float *x, float *y) {
   if (!a->loader) return a->fill(a->user, a->step, a->first + i, x, y);
+  if (a->box) {
+    int64_t start[TSR_BOX_AXES], extent[TSR_BOX_AXES];
+    for (int k = 0; k < a->crop.nd; k++) start[k] = a->crop.src_lo[k], extent[k] = a->crop.len[k];
+    return tsr_loader_read_box(a->loader, a->idx[i], start, extent, x, y) != TSR_OK;
+  }
   const float *bx = a->ndeps ? TSR_BUF(buffers, 2 + 2 * i) : NULL, *by = a->ndeps ? TSR_BUF(buffers, 3 + 2 * i) : NULL;
   return _tsr_loader_task_read(a->loader, a->idx[i], bx, by, x, y) != TSR_OK;
 }
@@ -54,7 +60,8 @@ static int load_one(void *buffers[], const struct load_arg *a, int i, float *x, 
 static void load_cpu(void *buffers[], void *cl_arg) {
   const struct load_arg *a = cl_arg;
   float *x = TSR_BUF(buffers, 0), *y = TSR_BUF(buffers, 1);
-  float *whole = a->whole_xe ? malloc(a->whole_xe * sizeof(float)) : NULL; /* one sample at a time */
+  size_t whole_xe = a->box ? 0 : a->whole_xe;
+  float *whole = whole_xe ? malloc(whole_xe * sizeof(float)) : NULL; /* one sample at a time */
   for (int i = 0; i < a->n; i++) {
     float *xi = x + i * a->xe, *yi = y + i * a->ye;
     if (a->first + i >= a->nvalid) {
@@ -62,7 +69,7 @@ static void load_cpu(void *buffers[], void *cl_arg) {
       memset(yi, 0, a->ye * sizeof(float));
       continue;
     }
-    if ((a->whole_xe && !whole) || load_one(buffers, a, i, a->whole_xe ? whole : xi, yi) != 0) {
+    if ((whole_xe && !whole) || load_one(buffers, a, i, whole_xe ? whole : xi, yi) != 0) {
       tsr_trainer *t = a->t;
       int expected = 0;
       if (atomic_compare_exchange_strong(&t->load_failed, &expected, 1))
@@ -199,6 +206,13 @@ tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step) {
     if ((expr) != 0) return TSR_ERR_RUNTIME;                                                       \
   } while (0)
 
+/* Do the loader's targets have its inputs' spatial shape (tsr_loader_read_box cuts them too)? */
+static int spatial_targets(const tsr_loader *l) {
+  tsr_shape x, y;
+  tsr_loader_input_dims(l, &x), tsr_loader_target_dims(l, &y);
+  return x.ndim == y.ndim && !memcmp(x.dims + 1, y.dims + 1, sizeof(int64_t) * (size_t)(x.ndim - 1));
+}
+
 /* The load task of slice s: its samples' indices and, for a stream, their pool slots as data. */
 static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s, int p, int nvalid, int64_t id) {
   const tsr_model *m = t->model;
@@ -211,8 +225,10 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   tsr_status st = a && b ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "step %lld: out of memory for a load task", (long long)id);
   if (st == TSR_OK) {
     *a = (struct load_arg){t, src->fill, src->user, src->l, stream ? 2 * n : 0, id, first, n, nvalid, xe, ye, in->c,
-                           t->norm_mean, t->norm_std, 0, {0}};
-    if (t->sp) a->whole_xe = (size_t)in->c * in->h * in->w, a->crop = _tsr_spatial_input_box(t);
+                           t->norm_mean, t->norm_std, 0, {0}, 0};
+    if (t->sp) a->whole_xe = (size_t)_tsr_layer_elems(in), a->crop = _tsr_spatial_input_box(t);
+    /* a pool holds whole samples; targets of the inputs' spatial shape would come back cut */
+    if (t->sp && src->l && !stream && !spatial_targets(src->l)) a->box = 1;
     b[0] = (struct _tsr_buf){t->x[p][s], STARPU_W}, b[1] = (struct _tsr_buf){t->t[p][s], STARPU_W};
   }
   for (int i = 0; st == TSR_OK && src->l && i < n; i++) {
