@@ -6,7 +6,8 @@
 # are drawn; the validation metrics in tessera-train's log come from the predictions the loss was
 # computed on (their MSE equals the validation loss, relative 1e-5) and tessera-predict --train
 # reports the same figures, with a nearest-neighbour baseline of MSE 0 when the training data are
-# the test data (every sample its own neighbour); and wrong inputs fail naming the problem: a shape
+# the test data (every sample its own neighbour), also on a tessera-cbed file whose pixel size
+# comes from its per-sample record meta.pixel_A (no --pixel-size); and wrong inputs fail naming the problem: a shape
 # mismatch, a parameter file without a tensor of the model, no parameters at all, PNGs without
 # targets, a bad --pixel-size.
 set -u
@@ -46,6 +47,14 @@ if awk -v a="$tmse" -v b="$mse" -v n="$nnmse" -v f="$found" 'BEGIN { d = a - b; 
 else
   cat "$tmp/pm.log" "$tmp/m.csv"; ko "--train --metrics: test MSE '$tmse' = $mse, nearest neighbour MSE 0, columns found"
 fi
+"$B/tessera-cbed" --out "$tmp/cbed.h5" --samples 3 --grid 16 --pattern 16 --target 16 --probes 1 --fov 8 \
+  --structures si --workers 2 -q >"$tmp/cbed.log" 2>&1 || { cat "$tmp/cbed.log"; ko "tessera-cbed wrote a small file"; }
+pr --params "$tmp/p.h5" --data "$tmp/cbed.h5" --out "$tmp/pc.h5" --train "$tmp/cbed.h5" --metrics "$tmp/mc.csv" \
+  --label cbed >"$tmp/pc.log" 2>&1
+found=$(col "$tmp/mc.csv" nn_columns_found) err=$(col "$tmp/mc.csv" nn_column_error_A)
+awk -v f="$found" -v e="$err" 'BEGIN { exit !(f != "" && f != "nan" && f + 0 == 1 && e + 0 == 0) }' &&
+  ok "tessera-cbed's per-sample meta.pixel_A gives column metrics without --pixel-size (nearest neighbour on itself: $found found, error $err A)" ||
+  { cat "$tmp/pc.log" "$tmp/mc.csv"; ko "column metrics from tessera-cbed's meta.pixel_A (nearest neighbour on itself: all found, error 0)"; }
 pr --params "$tmp/p.h5" --data "$tmp/val.h5" --out "$tmp/bad.h5" --train "$tmp/val.h5" --pixel-size 0.3:-1 >"$tmp/e.log" 2>&1
 [ $? -eq 2 ] && grep -q "pixel-size '0.3:-1'" "$tmp/e.log" && ok "a bad --pixel-size is refused" ||
   { cat "$tmp/e.log"; ko "a bad --pixel-size is refused with status 2"; }

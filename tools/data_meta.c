@@ -34,8 +34,34 @@ static int64_t rows(hid_t f, const char *const *names) {
   return -1;
 }
 
+/* Member pixel_A (double[2], A per target pixel in x and y) of each row of tessera-cbed's compound
+ * dataset `meta` [N] into px, py from row `skip` on, at most `want` rows; the row count, -1 when the
+ * file has no such member, -2 when it cannot be read. */
+static int64_t meta_pixels(hid_t f, int64_t skip, int64_t want, double *px, double *py) {
+  if (H5Lexists(f, "meta", H5P_DEFAULT) <= 0) return -1;
+  hid_t d = H5Dopen2(f, "meta", H5P_DEFAULT), ft = d >= 0 ? H5Dget_type(d) : -1;
+  int has = ft >= 0 && H5Tget_class(ft) == H5T_COMPOUND && H5Tget_member_index(ft, "pixel_A") >= 0;
+  hid_t sp = has ? H5Dget_space(d) : -1;
+  hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+  hsize_t two = 2;
+  hid_t arr = has ? H5Tarray_create2(H5T_NATIVE_DOUBLE, 1, &two) : -1;
+  hid_t mt = arr >= 0 ? H5Tcreate(H5T_COMPOUND, 2 * sizeof(double)) : -1;
+  double *buf = mt >= 0 && n > 0 ? malloc(sizeof(double) * 2 * (size_t)n) : NULL;
+  herr_t e = buf && H5Tinsert(mt, "pixel_A", 0, arr) >= 0 ? H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : -1;
+  for (int64_t i = skip; e >= 0 && i < n && i - skip < want; i++)
+    px[i - skip] = buf[2 * i], py[i - skip] = buf[2 * i + 1];
+  free(buf);
+  if (mt >= 0) H5Tclose(mt);
+  if (arr >= 0) H5Tclose(arr);
+  if (sp >= 0) H5Sclose(sp);
+  if (ft >= 0) H5Tclose(ft);
+  if (d >= 0) H5Dclose(d);
+  return !has ? -1 : n == 0 ? 0 : e < 0 ? -2 : (int64_t)n;
+}
+
 /* The file's pixel sizes into px, py from row `skip` on, at most `want` rows; returns the file's
- * sample count, or -1 with the reason in why. */
+ * sample count, or -1 with the reason in why. Looked for in this order: dataset pixel_size_A [N, 2],
+ * member pixel_A of tessera-cbed's per-sample record `meta`, root attribute pixel_size_A. */
 static int64_t file_pixels(hid_t f, const char *path, int64_t skip, int64_t want, double *px, double *py, char *why,
                            size_t cap) {
   static const char *const per_sample[] = {"pixel_size_A", NULL}, *const targets[] = {"targets", "potential", NULL};
@@ -53,6 +79,9 @@ static int64_t file_pixels(hid_t f, const char *path, int64_t skip, int64_t want
     if (e < 0) snprintf(why, cap, "%s: dataset pixel_size_A is not [N, 2] numbers", path);
     return e < 0 ? -1 : n;
   }
+  n = meta_pixels(f, skip, want, px, py);
+  if (n == -2) snprintf(why, cap, "%s: member pixel_A of dataset meta cannot be read as 2 numbers", path);
+  if (n != -1) return n < 0 ? -1 : n;
   n = rows(f, targets);
   if (n < 0) {
     snprintf(why, cap, "%s: no dataset targets or potential to count its samples", path);
@@ -67,8 +96,8 @@ static int64_t file_pixels(hid_t f, const char *path, int64_t skip, int64_t want
   if (a >= 0) H5Aclose(a);
   if (e < 0 || !(v[0] > 0) || (count == 2 && !(v[1] > 0))) {
     snprintf(why, cap,
-             "%s holds no pixel size (dataset or attribute pixel_size_A; tessera-cbed's fov_A is the field "
-             "of view asked for, not the simulated cell)",
+             "%s holds no pixel size (dataset or attribute pixel_size_A, or member pixel_A of dataset meta; "
+             "tessera-cbed's fov_A is the field of view asked for, not the simulated cell)",
              path);
     return -1;
   }
