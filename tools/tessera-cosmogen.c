@@ -100,10 +100,11 @@ static void on_progress(void *user, int64_t done, int64_t total) {
 static void summary(const tsr_cosmo_opts *o, const char *out, int64_t n, double t) {
   int c, s, tc, th;
   tsr_cosmo_shapes(o, &c, &s, &tc, &th);
-  char el[32];
+  char el[32], depth[16] = ""; /* segmentation targets are [3, S, S, S] */
+  if (o->task == TSR_COSMO_SEGMENTATION) snprintf(depth, sizeof depth, ", %d", th);
   printf("wrote %s: samples %lld..%lld, inputs [%d, %d, %d, %d], targets [%d, %d, %d%s], in %s (%.1f samples/s)\n",
-         out, (long long)o->first, (long long)(o->first + n - 1), c, s, s, s, tc, th, th,
-         o->task == TSR_COSMO_SEGMENTATION ? ", 0" : "", cli_duration(t, el, sizeof el), n / t);
+         out, (long long)o->first, (long long)(o->first + n - 1), c, s, s, s, tc, th, th, depth,
+         cli_duration(t, el, sizeof el), n / t);
   if (o->task == TSR_COSMO_SEGMENTATION) {
     printf("targets: one-hot classes background, halo, void per voxel\n");
     return;

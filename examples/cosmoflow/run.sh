@@ -3,7 +3,7 @@
 # fields, 4 parameters as targets), trains cosmoflow.json on it and reports the validation loss
 # against predicting the mean training target, per parameter too (evaluate.py, needs h5py).
 #   examples/cosmoflow/run.sh [OUT_DIR]
-# Environment (defaults): BUILD=build SIZE=32 (or 64: cosmoflow64.json) TRAIN=1024 VAL=128 EPOCHS=8
+# Environment (defaults): BUILD=build SIZE=32 (or 64: cosmoflow64.json) TRAIN=1024 VAL=128 EPOCHS=4
 # BATCH=16 WORKERS=2 RANKS=1 (> 1: under mpirun, data-parallel) TRAIN_ARGS= (more tessera-train
 # options, e.g. "--spatial 2" for spatial or hybrid runs).
 set -euo pipefail
@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=${BUILD:-$top/build}
 out=${1:-$top/out/cosmoflow}
-size=${SIZE:-32} ntrain=${TRAIN:-1024} nval=${VAL:-128} epochs=${EPOCHS:-8} batch=${BATCH:-16}
+size=${SIZE:-32} ntrain=${TRAIN:-1024} nval=${VAL:-128} epochs=${EPOCHS:-4} batch=${BATCH:-16}
 workers=${WORKERS:-2} ranks=${RANKS:-1}
 model=$here/cosmoflow.json
 [ "$size" = 32 ] || model=$here/cosmoflow$size.json

@@ -4,14 +4,14 @@
 # reports the validation cross-entropy against predicting the class frequencies everywhere (the mean
 # target), the voxel accuracy and each class's IoU (evaluate.py, needs h5py).
 #   examples/unet3d/run.sh [OUT_DIR]
-# Environment (defaults): BUILD=build TRAIN=384 VAL=64 EPOCHS=6 BATCH=8 WORKERS=2 RANKS=1 (> 1: under
+# Environment (defaults): BUILD=build TRAIN=256 VAL=32 EPOCHS=8 BATCH=8 WORKERS=2 RANKS=1 (> 1: under
 # mpirun, data-parallel) TRAIN_ARGS= (more tessera-train options, e.g. "--spatial 2").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=${BUILD:-$top/build}
 out=${1:-$top/out/unet3d}
-ntrain=${TRAIN:-384} nval=${VAL:-64} epochs=${EPOCHS:-6} batch=${BATCH:-8} workers=${WORKERS:-2} ranks=${RANKS:-1}
+ntrain=${TRAIN:-256} nval=${VAL:-32} epochs=${EPOCHS:-8} batch=${BATCH:-8} workers=${WORKERS:-2} ranks=${RANKS:-1}
 for p in tessera-cosmogen tessera-train tessera-predict; do
   [ -x "$build/$p" ] || { echo "run.sh: $build/$p not found (build first, or set BUILD=)" >&2; exit 1; }
 done
