@@ -11,6 +11,7 @@
 #include <tessera/params.h>
 
 #include "runtime/error.h"
+#include "runtime/files.h"
 #include "runtime/memory.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -45,11 +46,8 @@ tsr_status tsr_npy_write(const char *path, const tsr_shape *shape, const float *
   head[total - 1] = '\n';
 
   /* Written next to the target and renamed, so a reader never sees half a file. */
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 5);
+  char *tmp = _tsr_tmp_path(path);
   if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
   FILE *f = fopen(tmp, "wb");
   if (!f) {
     tsr_status s = _tsr_error(TSR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));

@@ -15,6 +15,7 @@
 #endif
 
 #include "runtime/error.h"
+#include "runtime/files.h"
 #include "runtime/hdf5_lock.h"
 #include "sim/cosmo.h"
 
@@ -212,11 +213,8 @@ tsr_status tsr_cosmo_write(const tsr_cosmo_opts *o, int64_t n, const char *path,
   if (o->first > INT64_MAX - n)
     return _tsr_error(TSR_ERR_ARG, "tsr_cosmo_write: first index %lld + %lld samples overflows", (long long)o->first,
                       (long long)n);
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 5);
+  char *tmp = _tsr_tmp_path(path);
   if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "cosmo: out of memory");
-  memcpy(tmp, path, len);
-  memcpy(tmp + len, ".tmp", 5);
 #ifdef _OPENMP
   int nw = o->workers > 1 ? o->workers : 1;
 #else

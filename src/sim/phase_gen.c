@@ -20,6 +20,7 @@
 #endif
 
 #include "runtime/error.h"
+#include "runtime/files.h"
 #include <tessera/data.h>
 
 /* From dataset.c: the process-wide HDF5 lock and the innermost HDF5 error message. */
@@ -324,11 +325,8 @@ tsr_status tsr_phase_gen_write(const tsr_phase_gen_opts *o, int64_t n, const cha
   TSR_TRY(check_opts(o));
   if (!path) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_write: path is NULL");
   if (n < 1) return _tsr_error(TSR_ERR_ARG, "tsr_phase_gen_write: %lld samples requested, need at least 1", (long long)n);
-  size_t len = strlen(path);
-  char *tmp = malloc(len + 5);
+  char *tmp = _tsr_tmp_path(path);
   if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "phase_gen: out of memory");
-  memcpy(tmp, path, len);
-  memcpy(tmp + len, ".tmp", 5);
 
 #ifdef _OPENMP
   int nw = o->workers > 1 ? o->workers : 1;
