@@ -1,6 +1,7 @@
 /* Pieces the layer families share: same-shape inference, PyTorch's default initialisation and
  * the gradient hand-back to the trainer. */
 #include <math.h>
+#include <string.h>
 
 #include "layers/layer.h"
 #include "runtime/error.h"
@@ -15,6 +16,24 @@ int _tsr_blk_channels(int c, int blk) { return blk ? (c + blk - 1) / blk * blk :
 
 size_t _tsr_view_out_elems(const struct _tsr_layer_view *v) {
   return (size_t)_tsr_blk_channels(v->out.c, v->out_blk) * _tsr_chw_depth(&v->out) * v->out.h * v->out.w;
+}
+
+void _tsr_conv_tensor_shape(const struct _tsr_layer_view *v, int i, int transposed, int depth, tsr_shape *shape,
+                            const char **suffix, int *trainable) {
+  const tsr_layer_spec *s = v->spec;
+  memset(shape, 0, sizeof *shape);
+  *trainable = 1;
+  *suffix = i == 0 ? "weight" : "bias";
+  if (i == 1) {
+    shape->ndim = 1, shape->dims[0] = v->out.c;
+    return;
+  }
+  int k = 2;
+  shape->dims[0] = transposed ? v->in[0].c : v->out.c;
+  shape->dims[1] = transposed ? v->out.c : v->in[0].c;
+  if (depth) shape->dims[k++] = s->kernel_d;
+  shape->dims[k++] = s->kernel_h, shape->dims[k++] = s->kernel_w;
+  shape->ndim = k;
 }
 
 tsr_status _tsr_check_rank(const struct _tsr_layer_view *v, int k, const char *const *in_names, int want_d) {

@@ -66,19 +66,7 @@ static int conv3d_num_tensors(const tsr_layer_spec *s) { return s->bias ? 2 : 1;
 /* weight: OIDHW [out, in, kd, kh, kw], transposed IODHW [in, out, kd, kh, kw]; bias [out] */
 static void conv3d_tensor(const struct _tsr_layer_view *v, int i, tsr_shape *shape, const char **suffix,
                           int *trainable) {
-  const tsr_layer_spec *s = v->spec;
-  int t = transposed(s);
-  memset(shape, 0, sizeof *shape);
-  *trainable = 1;
-  *suffix = i == 0 ? "weight" : "bias";
-  if (i == 1) {
-    shape->ndim = 1, shape->dims[0] = v->out.c;
-    return;
-  }
-  shape->ndim = 5;
-  shape->dims[0] = t ? v->in[0].c : v->out.c;
-  shape->dims[1] = t ? v->out.c : v->in[0].c;
-  shape->dims[2] = s->kernel_d, shape->dims[3] = s->kernel_h, shape->dims[4] = s->kernel_w;
+  _tsr_conv_tensor_shape(v, i, transposed(v->spec), 1, shape, suffix, trainable);
 }
 
 static double conv3d_flops(const struct _tsr_layer_view *v) {

@@ -188,6 +188,10 @@ void _tsr_layer_init(const struct _tsr_layer_ops *ops, const struct _tsr_layer_v
 size_t _tsr_view_out_elems(const struct _tsr_layer_view *v);
 /* Channels c padded to the layout's block (blk 0: plain, c itself). */
 int _tsr_blk_channels(int c, int blk);
+/* Tensor i of a convolution (conv2d/3d and their transposes): 0 the weight, OI[D]HW, or IO[D]HW when
+ * transposed; 1 the bias [out]. depth 1 for the 3-D kinds (kernel_d). */
+void _tsr_conv_tensor_shape(const struct _tsr_layer_view *v, int i, int transposed, int depth, tsr_shape *shape,
+                            const char **suffix, int *trainable);
 /* Refuses an input of the wrong rank: want_d 1 for a [C, D, H, W] input, 0 for [C, H, W]. */
 tsr_status _tsr_check_rank(const struct _tsr_layer_view *v, int k, const char *const *in_names, int want_d);
 /* Calls c->dx_done(k, s) when input k wants a gradient (0 otherwise). */
