@@ -170,3 +170,17 @@ char *cli_shard_name(const char *path, int rank) {
   snprintf(s, len + 32, "%.*s.rank%d%s", (int)base, path, rank, path + base);
   return s;
 }
+
+void cli_samples_init(cli_samples *p, int quiet) {
+  cli_progress_init(&p->line, quiet);
+  p->start = cli_now();
+}
+
+void cli_samples_update(void *user, int64_t done, int64_t total) {
+  cli_samples *p = user;
+  double el = cli_now() - p->start, rate = done > 0 ? done / el : 0;
+  char eta[32];
+  cli_progress_update(&p->line, done == total, "generating %lld/%lld samples (%.1f%%), %.1f samples/s, ETA %s",
+                      (long long)done, (long long)total, 100.0 * done / total, rate,
+                      cli_duration(rate > 0 ? (total - done) / rate : -1, eta, sizeof eta));
+}

@@ -52,4 +52,13 @@ void cli_progress_update(cli_progress *p, int force, const char *fmt, ...) __att
 /* Clears the status line so that ordinary output can follow. */
 void cli_progress_clear(cli_progress *p);
 
+/* A generator's progress line ("generating N/M samples (x%), rate, ETA"): cli_samples_init, then
+ * cli_samples_update as the generator's progress callback with the struct as its user pointer. */
+typedef struct cli_samples {
+  cli_progress line;
+  double start;
+} cli_samples;
+void cli_samples_init(cli_samples *p, int quiet);
+void cli_samples_update(void *user, int64_t done, int64_t total);
+
 #endif

@@ -83,19 +83,6 @@ static void parse_redshifts(const char *arg, tsr_cosmo_opts *o) {
   if (o->nz == 0) cli_usage_error("--redshifts: '%s' lists no redshift", arg);
 }
 
-struct prog {
-  cli_progress line;
-  double start;
-};
-
-static void on_progress(void *user, int64_t done, int64_t total) {
-  struct prog *p = user;
-  double el = cli_now() - p->start, rate = done > 0 ? done / el : 0;
-  char eta[32];
-  cli_progress_update(&p->line, done == total, "generating %lld/%lld samples (%.1f%%), %.1f samples/s, ETA %s",
-                      (long long)done, (long long)total, 100.0 * done / total, rate,
-                      cli_duration(rate > 0 ? (total - done) / rate : -1, eta, sizeof eta));
-}
 
 static void summary(const tsr_cosmo_opts *o, const char *out, int64_t n, double t) {
   int c, s, tc, th;
@@ -189,10 +176,9 @@ int main(int argc, char **argv) {
   if (n == 0) cli_usage_error("--samples is required");
   if (tsr_cosmo_opts_check(&o) != TSR_OK) cli_usage_error("%s", tsr_last_error());
 
-  struct prog p;
-  cli_progress_init(&p.line, quiet);
-  p.start = cli_now();
-  tsr_status s = tsr_cosmo_write(&o, n, out, on_progress, &p);
+  cli_samples p;
+  cli_samples_init(&p, quiet);
+  tsr_status s = tsr_cosmo_write(&o, n, out, cli_samples_update, &p);
   cli_progress_clear(&p.line);
   if (s != TSR_OK) cli_die("%s", tsr_last_error());
   if (!quiet) summary(&o, out, n, cli_now() - p.start);

@@ -34,19 +34,6 @@ static void usage(void) {
          d.width_max, d.aperture, d.magnification);
 }
 
-struct prog {
-  cli_progress line;
-  double start;
-};
-
-static void on_progress(void *user, int64_t done, int64_t total) {
-  struct prog *p = user;
-  double el = cli_now() - p->start, rate = done > 0 ? done / el : 0;
-  char eta[32];
-  cli_progress_update(&p->line, done == total, "generating %lld/%lld samples (%.1f%%), %.0f samples/s, ETA %s",
-                      (long long)done, (long long)total, 100.0 * done / total, rate,
-                      cli_duration(rate > 0 ? (total - done) / rate : -1, eta, sizeof eta));
-}
 
 int main(int argc, char **argv) {
   cli_set_program("tessera-datagen");
@@ -94,10 +81,9 @@ int main(int argc, char **argv) {
   if (o.atoms_max < o.atoms_min) cli_usage_error("--atoms-max %d is below --atoms-min %d", o.atoms_max, o.atoms_min);
   if (o.width_max < o.width_min) cli_usage_error("--width-max %g is below --width-min %g", o.width_max, o.width_min);
 
-  struct prog p;
-  cli_progress_init(&p.line, quiet);
-  p.start = cli_now();
-  tsr_status s = tsr_phase_gen_write(&o, n, out, on_progress, &p);
+  cli_samples p;
+  cli_samples_init(&p, quiet);
+  tsr_status s = tsr_phase_gen_write(&o, n, out, cli_samples_update, &p);
   cli_progress_clear(&p.line);
   if (s != TSR_OK) cli_die("%s", tsr_last_error());
   if (!quiet) {
