@@ -155,7 +155,7 @@ def main():
         times, meta = read_times(a.times, [c.name for c in conv_layers(32, 1)])
         for opt in ("batch", "size", "width"):
             if opt not in meta:
-                continue
+                sys.exit("%s: no '# ... %s=N' comment line: the times are for which %s?" % (a.times, opt, opt))
             v = int(meta[opt])
             if getattr(a, opt) is not None and getattr(a, opt) != v:
                 sys.exit("%s: measured at %s %d, not --%s %d" % (a.times, opt, v, opt, getattr(a, opt)))
