@@ -4,6 +4,7 @@
 # GPUs, for Tessera's grouping (default 256 KiB and 8 MiB groups), one group per layer, and one group
 # at the end of backward, with the ring (f32), the hierarchical ring (hier) and the cheapest exact
 # model per group (best). Usage: bench/scaling/summit.sh BUILD_DIR [extra stemdl_graph.py options]
+# (--times CSV: per-layer times measured on a GPU by gpu_layer_times.py / gpu_times.sh instead).
 set -eu
 B=$(cd "${1:?usage: summit.sh BUILD_DIR}" && pwd)
 shift
