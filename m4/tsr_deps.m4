@@ -70,6 +70,9 @@ AC_DEFUN([TSR_CHECK_CUDA], [
       [AC_MSG_WARN([the StarPU found has no CUDA: CUDA codelets are compiled but StarPU will never run them. Build StarPU from source with --enable-cuda, or take it from Spack (spack install starpu+cuda+mpi).])])
   ])
   AC_SUBST([NVCC])
+  dnl without -arch/-gencode nvcc builds its default architecture (sm_75 for CUDA 13) and other GPUs
+  dnl JIT-compile its PTX at start-up: e.g. NVCCFLAGS=-gencode=arch=compute_90,code=sm_90 for an H100
+  AC_ARG_VAR([NVCCFLAGS], [flags for nvcc on the CUDA codelets, e.g. -gencode=arch=compute_90,code=sm_90 (one word per flag)])
   AC_SUBST([CUDA_CFLAGS])
   AC_SUBST([CUDA_LIBS])
   AM_CONDITIONAL([WITH_CUDA], [test "x$with_cuda" != xno])

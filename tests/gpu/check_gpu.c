@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <tessera/context.h>
 #include "codelets.h"
@@ -151,6 +153,42 @@ Suite *make_gpu_host_suite(void) {
 }
 #endif
 
+#ifdef TSR_WITH_CUDA
+/* What this machine offers, asked in a child process: a process that has called the CUDA runtime
+ * leaves a broken CUDA to the children it forks afterwards (cudaErrorInitializationError), and
+ * Check runs every test in such a child, so this parent never touches CUDA. Bits of the result:
+ * PROBE_GPU a GPU visible to CUDA, PROBE_STARPU StarPU (with CUDA) started, PROBE_STARPU_GPU it
+ * has a CUDA worker; -1 when the child could not be run or died. */
+enum { PROBE_GPU = 1, PROBE_STARPU = 2, PROBE_STARPU_GPU = 4 };
+
+static int probe_gpus(void) {
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int r = 0, ndev = 0;
+    if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) r |= PROBE_GPU;
+#if defined(STARPU_USE_CUDA)
+    tt_starpu_home(); /* a short-lived StarPU to count the GPUs it sees */
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    conf.ncpus = 0;
+    if (starpu_init(&conf) == 0) {
+      r |= PROBE_STARPU;
+      if (starpu_cuda_worker_get_count() > 0) r |= PROBE_STARPU_GPU;
+      starpu_shutdown();
+    }
+#endif
+    fflush(stdout), fflush(stderr);
+    _exit(r);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+#endif
+
 int main(void) {
 #ifndef TSR_WITH_CUDA
   printf("SKIP: Tessera was configured without CUDA (./configure --with-cuda)\n");
@@ -158,8 +196,13 @@ int main(void) {
 #else
   int rc = tt_run_suite(make_gpu_host_suite());
   if (rc != 0) return rc;
-  int ndev = 0; /* the NCCL launchers need a GPU, not StarPU's CUDA support */
-  if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) rc = tt_run_suite(make_gpu_nccl_suite());
+  int probe = probe_gpus();
+  if (probe < 0) {
+    printf("FAIL: the child process counting the GPUs died\n");
+    return 1;
+  }
+  /* the NCCL launchers need a GPU, not StarPU's CUDA support */
+  if (probe & PROBE_GPU) rc = tt_run_suite(make_gpu_nccl_suite());
   else printf("SKIP (NCCL launchers): no GPU visible\n");
   if (rc != 0) return rc;
 #if !defined(STARPU_USE_CUDA)
@@ -167,18 +210,11 @@ int main(void) {
          "with --enable-cuda or spack install starpu+cuda+mpi; the host checks above passed\n");
   return 77;
 #else
-  /* a short-lived StarPU to count the GPUs it sees */
-  tt_starpu_home();
-  struct starpu_conf conf;
-  starpu_conf_init(&conf);
-  conf.ncpus = 0;
-  if (starpu_init(&conf) != 0) {
+  if (!(probe & PROBE_STARPU)) {
     printf("SKIP (GPU part): StarPU with CUDA could not start (no usable GPU?)\n");
     return 77;
   }
-  unsigned ngpu = starpu_cuda_worker_get_count();
-  starpu_shutdown();
-  if (ngpu == 0) {
+  if (!(probe & PROBE_STARPU_GPU)) {
     printf("SKIP (GPU part): StarPU has CUDA but sees no GPU\n");
     return 77;
   }

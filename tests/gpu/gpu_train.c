@@ -11,6 +11,7 @@
 #include <tessera.h>
 
 #include "codelets.h"
+#include "cuda_util.h" /* config.h: TSR_WITH_CUDA */
 #include "gpu_test.h"
 
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
