@@ -45,6 +45,16 @@ void gt_same(const void *gpu, const void *cpu, size_t bytes, const char *what) {
     ck_assert_msg(a[i] == b[i], "%s: byte %zu is 0x%02x, CPU 0x%02x", what, i, a[i], b[i]);
 }
 
+/* Bitwise, except between two NaNs: IEEE 754 leaves the payload of an arithmetic result NaN open (x86
+ * propagates the operand's quiet NaN, NVIDIA GPUs return the canonical 0x7fffffff), so only arithmetic
+ * on NaN may differ, and a NaN must stay a NaN. */
+void gt_same_f32(const float *gpu, const float *cpu, size_t n, const char *what) {
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(gpu[i]) && isnan(cpu[i])) continue;
+    gt_same(gpu + i, cpu + i, sizeof *gpu, what);
+  }
+}
+
 #ifdef TSR_WITH_CUDA
 /* ---- host: pooling kernel code (pool_cuda.cu) against oneDNN (pool.c) ---- */
 

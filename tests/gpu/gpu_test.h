@@ -22,5 +22,6 @@ void gt_close(const float *gpu, const float *cpu, size_t n, double atol, double 
 void gt_close_d(const double *gpu, const double *cpu, size_t n, double rtol, const char *what);
 /* Bitwise equality of n bytes, naming `what` and the first differing byte. */
 void gt_same(const void *gpu, const void *cpu, size_t bytes, const char *what);
+void gt_same_f32(const float *gpu, const float *cpu, size_t n, const char *what);
 
 #endif
