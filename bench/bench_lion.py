@@ -6,11 +6,10 @@ written here) and on the STEMDL example (examples/stemdl/fcdensenet.json), at 2 
 configurations interleaved round by round; then validation loss after the same epochs on the example
 for AdamW, Lion and Lion Cub 1-bit (2 ranks).
 
-Over an emulated 1 Gbit/s network when a working scripts/netlab is given (--netlab PATH, as root; it
-lives on another branch, so it is used from where it is, not copied), else over shared memory (the
-network figure is then missing, and the script says so).
+Over an emulated 1 Gbit/s network when a working netlab is given (--netlab scripts/netlab, as root),
+else over shared memory (the network figure is then missing, and the script says so).
 
-    python3 bench/bench_lion.py --build build [--netlab /work/wt/h13a/scripts/netlab] [--rounds 2]
+    python3 bench/bench_lion.py --build build [--netlab scripts/netlab] [--rounds 2]
 """
 import argparse
 import csv
@@ -36,7 +35,7 @@ CONFIGS = [  # name, optimizer section, --grad-reduce
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--netlab", help="scripts/netlab of the communication branch (1 Gbit/s links)")
+    ap.add_argument("--netlab", help="scripts/netlab, the emulated cluster (1 Gbit/s links)")
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--batch", type=int, default=8, help="local batch per rank (default 8)")

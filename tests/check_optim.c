@@ -3,7 +3,8 @@
  * a cross-check against values produced once by PyTorch 1.13, and one update through StarPU. The
  * interface: registry entries and their state tensors, the trainer keeping exactly those, and an
  * SGD checkpoint in the layout written before optimizers were entries (a zero second moment, no
- * list of state tensors) that loads and continues bitwise. */
+ * list of state tensors) that loads and continues bitwise. The sign reductions' refusals of other
+ * optimizers and of spatial splits at trainer creation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,6 +376,52 @@ START_TEST(trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load) {
 }
 END_TEST
 
+/* The sign reductions are refused at trainer creation, naming both options, with an optimizer that
+ * has no direction and with spatial parallelism (a rank's gradient is its block's share there); the
+ * options' check runs at one rank too. Without a split, Lion with sign1 is accepted, and f32 with a
+ * split meets the spatial set-up's own refusal, not this one. */
+static tsr_status sign_trainer(tsr_context *ctx, tsr_model *m, tsr_optim_kind kind, const char *reduce,
+                               const int *spatial) {
+  tsr_optim_spec o = tsr_optim_spec_default(kind);
+  tsr_trainer_opts to;
+  tsr_trainer_opts_default(&to);
+  to.batch = 4, to.slices = 1;
+  ck_assert_int_eq(tsr_reduce_precision_parse(reduce, &to.grad_reduce), TSR_OK);
+  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++) to.spatial[a] = spatial[a];
+  tsr_trainer *t = NULL;
+  tsr_status st = tsr_trainer_create(&t, ctx, m, &o, &to);
+  if (t) tsr_trainer_destroy(t);
+  return st;
+}
+
+static void expect_words(const char *what, const char *const *words) {
+  for (; *words; words++)
+    ck_assert_msg(strstr(tsr_last_error(), *words), "%s: '%s' does not name '%s'", what, tsr_last_error(), *words);
+}
+
+START_TEST(sign_reductions_refuse_other_optimizers_and_spatial_splits) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 1, co.use_mpi = 0, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m = tt_small_model("signs");
+  ck_assert_int_eq(sign_trainer(ctx, m, TSR_OPTIM_ADAM, "sign1", (int[]){0, 0, 0}), TSR_ERR_ARG);
+  expect_words("adam with sign1", (const char *[]){"'sign1'", "optimizer adam has none", NULL});
+  ck_assert_int_eq(sign_trainer(ctx, m, TSR_OPTIM_LION, "sign1", (int[]){2, 0, 0}), TSR_ERR_ARG);
+  expect_words("sign1 with spatial 2", (const char *[]){"'sign1'", "--grad-reduce", "spatial 2,", "--spatial", NULL});
+  ck_assert_int_eq(sign_trainer(ctx, m, TSR_OPTIM_LION, "signp", (int[]){1, 2, 0}), TSR_ERR_ARG);
+  expect_words("signp with spatial 1x2", (const char *[]){"'signp'", "spatial 1x2,", NULL});
+  ck_assert_int_eq(sign_trainer(ctx, m, TSR_OPTIM_LION, "signp_mean", (int[]){2, 2, 0}), TSR_ERR_ARG);
+  expect_words("signp_mean with spatial 2x2", (const char *[]){"'signp_mean'", "spatial 2x2,", NULL});
+  ck_assert_msg(sign_trainer(ctx, m, TSR_OPTIM_LION, "sign1", (int[]){1, 1, 0}) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(sign_trainer(ctx, m, TSR_OPTIM_LION, "f32", (int[]){2, 0, 0}), TSR_ERR_ARG);
+  ck_assert_msg(!strstr(tsr_last_error(), "gradient reduction"), "f32 with a split: %s", tsr_last_error());
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_optim_suite(void) {
   Suite *s = suite_create("optim");
   TCase *raw = tcase_create("raw");
@@ -399,6 +446,7 @@ static Suite *make_optim_suite(void) {
   tcase_add_test(itf, lion_matches_float64_and_its_halves_match_it_bitwise);
   tcase_add_test(itf, lion_takes_its_model_file_keys);
   tcase_add_test(itf, trainer_keeps_the_entrys_state_and_old_sgd_checkpoints_load);
+  tcase_add_test(itf, sign_reductions_refuse_other_optimizers_and_spatial_splits);
   suite_add_tcase(s, itf);
   return s;
 }

@@ -97,7 +97,7 @@ static int64_t file_pixels(hid_t f, const char *path, int64_t skip, int64_t want
   if (e < 0 || !(v[0] > 0) || (count == 2 && !(v[1] > 0))) {
     snprintf(why, cap,
              "%s holds no pixel size (dataset or attribute pixel_size_A, or member pixel_A of dataset meta; "
-             "tessera-cbed's fov_A is the field of view asked for, not the simulated cell)",
+             "tessera-cbed's fov_requested_A is the field of view asked for, not the simulated cell)",
              path);
     return -1;
   }

@@ -175,7 +175,8 @@ static const struct opt_def defs[] = {
      "worker)", .choices = precisions},
     {"grad-reduce", 0, OPT_CUSTOM, 0, "P", "f32",
      "f32, bf16 or fp16: gradients cross ranks in that format (half the bytes), summed in float32; with Lion, "
-     "sign1, signp or signp_mean: ranks combine update signs (Lion Cub: 1-bit vote, p-bit vote or mean)",
+     "sign1, signp or signp_mean: ranks combine update signs (Lion Cub: 1-bit vote, p-bit vote or mean; not with "
+     "--spatial)",
      .parse = parse_grad_reduce, .text = text_grad_reduce},
     {"collective", 0, OPT_STR, F(collective), "A", NULL,
      "how gradients are summed across ranks: ring, rd (recursive doubling), tree, hier (inside nodes, then a ring "

@@ -79,7 +79,9 @@ typedef struct tsr_trainer_opts {
   long long group_bytes; /* gradient group size in bytes for the reductions across ranks: 0 =
                             TESSERA_GROUP_BYTES ("layer" = one group per layer), else the model
                             file's, else 256 KiB; -1 = one group per layer */
-  int grad_reduce;  /* tsr_reduce_precision of the reductions across ranks; default f32 */
+  int grad_reduce;  /* tsr_reduce_precision of the reductions across ranks; default f32. The sign
+                       reductions (sign1, signp, signp_mean) need an optimizer with a direction
+                       (Lion), no dynamic loss scaling and no spatial split (`spatial`): refused */
   double loss_scale;       /* 0 = off, > 0 = static scale, TSR_LOSS_SCALE_DYNAMIC */
   double loss_scale_init;  /* dynamic: first scale (0 = 65536) */
   int loss_scale_interval; /* dynamic: finite steps before the scale doubles (0 = 2000) */

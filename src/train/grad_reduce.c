@@ -5,6 +5,7 @@
  * picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that splits its
  * update, and may average the momenta every k steps), and the public queries about groups, bytes
  * and reduction names. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,10 @@ static tsr_status build_groups(tsr_trainer *t, const tsr_trainer_opts *o) {
   return st;
 }
 
-/* A reduction of update directions needs an optimizer with direction and apply halves. */
+/* A reduction of update directions needs an optimizer with direction and apply halves, and whole
+ * gradients: under spatial parallelism each rank's gradient is only its block's share, so the signs
+ * it would send (and the vote over them) are not those of the sample's gradient. Checked from the
+ * options alone, before the spatial set-up, so the refusal is the same at every number of ranks. */
 static tsr_status check_signs(const tsr_trainer *t, const tsr_trainer_opts *o) {
   const char *name = _tsr_collective_name(o->grad_reduce);
   const struct _tsr_collective_ops *c = _tsr_collective_select(name, &t->world, NULL);
@@ -61,6 +65,16 @@ static tsr_status check_signs(const tsr_trainer *t, const tsr_trainer_opts *o) {
   if (t->loss_scale < 0)
     return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' does not work with dynamic loss scaling (the reduction "
                       "carries no gradient to check for overflow)", name);
+  int last = -1; /* the last split axis */
+  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++)
+    if (o->spatial[a] > 1) last = a;
+  char grid[48] = "";
+  for (int a = 0; a <= last; a++)
+    snprintf(grid + strlen(grid), sizeof grid - strlen(grid), "%s%d", a ? "x" : "", o->spatial[a] > 1 ? o->spatial[a] : 1);
+  if (last >= 0)
+    return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' (grad_reduce, --grad-reduce) does not work with spatial "
+                      "parallelism (spatial %s, --spatial): each rank's gradient is only its block's share, so the "
+                      "signs would be those of partial gradients; use f32, bf16 or fp16", name, grid);
   return TSR_OK;
 }
 
@@ -106,8 +120,8 @@ int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step) {
 
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_world(&t->world, t->rank, t->size));
-  TSR_TRY(_tsr_spatial_setup(t, o)); /* the batch over every rank, or over the spatial groups */
   TSR_TRY(check_signs(t, o));
+  TSR_TRY(_tsr_spatial_setup(t, o)); /* the batch over every rank, or over the spatial groups */
   TSR_TRY(build_groups(t, o));
   t->groups.algo = NULL; /* the caller's string: read by the choice only */
   for (int i = 0; i < t->ntensors; i++) t->tensors[i].hg = t->groups.grad[i];
