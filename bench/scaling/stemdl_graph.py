@@ -8,10 +8,13 @@ group holds --group-bytes; per-layer; or one group at the end of backward, as Ho
 overlap). One GPU = one worker: its kernels run one at a time.
 
   python3 stemdl_graph.py OUT_DIR [--layout tessera|layer|end] [--group-bytes B] [--tflops R]
-                          [--batch N] [--size S] [--width W] [--steps K] [--times CSV]
+                          [--batch N] [--size S] [--width W] [--steps K] [--times CSV] [--scale F]
 
 With --times CSV (written by gpu_layer_times.py on a GPU) the forward, backward-data and
 backward-weights durations are measured ones, the batch norm + ReLU before each conv included.
+--scale F multiplies every task's duration by F; --scale whole takes F from the CSV's
+whole_over_parts (the measured whole step over the sum of the measured parts), spreading the work the
+parts leave out (concatenations, pooling, dropout, loss, the framework's own) over the layers.
 """
 import argparse
 import collections
@@ -149,6 +152,9 @@ def main():
                          "backward-data + the batch norm + ReLU backward, backward-weights = conv "
                          "backward-weights, each plus --overhead-us (default 0 then); the batch, size "
                          "and width are the CSV's (the options, if given, must agree)")
+    ap.add_argument("--scale", default="1", metavar="F",
+                    help="multiply every task's duration by F (default 1); 'whole': by the --times CSV's "
+                         "whole_over_parts (whole step / sum of the measured parts)")
     a = ap.parse_args()
     times, meta = None, {}
     if a.times:
@@ -160,6 +166,17 @@ def main():
             if getattr(a, opt) is not None and getattr(a, opt) != v:
                 sys.exit("%s: measured at %s %d, not --%s %d" % (a.times, opt, v, opt, getattr(a, opt)))
             setattr(a, opt, v)
+    if a.scale == "whole":
+        if not times or "whole_over_parts" not in meta:
+            sys.exit("--scale whole: needs a --times CSV with a '# ... whole_over_parts=R' comment line")
+        a.scale = float(meta["whole_over_parts"])
+    else:
+        try:
+            a.scale = float(a.scale)
+        except ValueError:
+            sys.exit("--scale %s: not a number nor 'whole'" % a.scale)
+    if not a.scale > 0:
+        sys.exit("--scale: must be positive")
     for opt, v in (("batch", 4), ("size", 512), ("width", 1), ("overhead_us", 0.0 if times else 20.0)):
         if getattr(a, opt) is None:
             setattr(a, opt, v)
@@ -176,13 +193,13 @@ def main():
 
     def dur_of(l, kind):  # kind: 0 forward, 1 backward-data, 2 backward-weights
         if times is None:
-            return dur(layers[l][2])
+            return dur(layers[l][2]) * a.scale
         fwd, bwd_d, bwd_w, bn_f, bn_b = times[layers[l][0]]
         if kind == 0:
-            return fwd + bn_f + a.overhead_us
+            return (fwd + bn_f + a.overhead_us) * a.scale
         if kind == 1:
-            return bwd_d + bn_b + a.overhead_us
-        return bwd_w + (bn_b if l == 0 else 0.0) + a.overhead_us  # layer 0 has no backward-data
+            return (bwd_d + bn_b + a.overhead_us) * a.scale
+        return (bwd_w + (bn_b if l == 0 else 0.0) + a.overhead_us) * a.scale  # layer 0: no backward-data
 
     os.makedirs(a.out, exist_ok=True)
     lines = ["# tessera trace 1", "rank\t0\tsize\t1\toffset_us\t0.000", "worker\t0\tCUDA_0"]
@@ -201,7 +218,7 @@ def main():
         for l, (name, p, f) in enumerate(layers):
             deps = [x for x in (prev, upd.get(l)) if x is not None]
             prev = fwd[l] = task(s, name, "conv2d_fwd", dur_of(l, 0), deps)
-        dnext = task(s, "loss", "loss", a.overhead_us, [prev])
+        dnext = task(s, "loss", "loss", a.overhead_us * a.scale, [prev])
         pending = {}
         for pos, l in enumerate(reversed(range(len(layers)))):
             name, p, f = layers[l]
@@ -216,7 +233,7 @@ def main():
                 g = grp[l]
                 lines.append("group\t%d\t%d\t%d\t%d" % (s, g, gbytes[g], seq))
                 for ll, b in pending.pop(g):
-                    upd[ll] = task(s, layers[ll][0] + ".weight", "opt_update", a.overhead_us, b)
+                    upd[ll] = task(s, layers[ll][0] + ".weight", "opt_update", a.overhead_us * a.scale, b)
     with open(os.path.join(a.out, "rank-0.tsv"), "w") as f:
         f.write("\n".join(lines) + "\n")
     params = sum(p for _, p, _ in layers)
@@ -226,6 +243,8 @@ def main():
     else:
         source = "measured (%s: %s, %s, batch %d)" % (os.path.basename(a.times), meta.get("gpu", "?"),
                                                       meta.get("dtype", "?"), a.batch)
+    if a.scale != 1:
+        source += " x %g" % a.scale
     print("%s: %d conv layers, %.2f M parameters (%.1f MB), %.1f GFLOP per step (fwd+bwd), %.1f ms of kernels "
           "per step %s, %d groups (%s)" % (a.out, len(layers), params / 1e6, params * 4e-6,
                                           flops / 1e9, (t / a.steps) / 1e3, source, ngroups, a.layout))
