@@ -2,8 +2,9 @@
  * so nothing can fall back to the CPU) against its CPU kernel called directly on the same random
  * inputs. Tolerances: cuDNN/cuBLAS in float32 FMA math against oneDNN/OpenBLAS differ by summation
  * order only (1e-4); element-wise kernels match exactly or to float rounding; double reductions to
- * 1e-10 relative. Also: the conversions, reduced-precision convolutions against a float32
- * convolution of rounded inputs, and bitwise repeatability of deterministic mode. */
+ * 1e-10 relative. The 3-D layers (conv3d, conv_transpose3d, 3-D pooling, upsampling) likewise.
+ * Also: the conversions, reduced-precision convolutions against a float32 convolution of rounded
+ * inputs, and bitwise repeatability of deterministic mode. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +264,137 @@ START_TEST(test_pooling_matches_cpu) {
     pool_case(is_max, 2, 2, 0, 60);
     pool_case(is_max, 3, 2, 1, 62);
     pool_case(is_max, 3, 1, 1, 64);
+  }
+}
+END_TEST
+
+/* ---- 3-D layers (issue 15): conv3d and conv_transpose3d on cuDNN's N-d descriptors, 3-D pooling
+ * (max: y and the argmax bitwise; average: cuDNN), nearest upsampling; each against its CPU kernel,
+ * at the tolerances of the 2-D tests. Shapes are not cubes, so a swapped axis shows. ---- */
+
+static size_t vol3(const int *a) { return (size_t)a[0] * a[1] * a[2]; }
+
+static struct _tsr_conv3d_desc conv3d_desc(int n, int ci, const int id[3], int co, const int k[3], const int s[3],
+                                           const int p[3], const int dil[3], const int op[3], int bias, int deconv) {
+  struct _tsr_conv3d_desc d = {.n = n, .ci = ci, .co = co, .has_bias = bias, .deconv = deconv};
+  for (int a = 0; a < 3; a++) {
+    d.id[a] = id[a], d.k[a] = k[a], d.s[a] = s[a], d.p[a] = p[a], d.dil[a] = dil[a], d.op[a] = op[a];
+    d.od[a] = (int)(deconv ? _tsr_deconv_out(id[a], k[a], s[a], p[a], dil[a], op[a])
+                           : _tsr_conv_out(id[a], k[a], s[a], p[a], dil[a]));
+  }
+  return d;
+}
+
+/* The three passes as tasks on the CUDA worker against _tsr_conv3d_run (the CPU codelets' kernel,
+ * equal to the CPU tasks by tests/check_layers3d.c) on the same inputs; weight gradients accumulate
+ * onto non-zero values. */
+static void conv3d_case(struct _tsr_conv3d_desc d, uint64_t seed, const char *what) {
+  size_t nx = (size_t)d.n * d.ci * vol3(d.id), ny = (size_t)d.n * d.co * vol3(d.od), nw = (size_t)d.co * d.ci * vol3(d.k);
+  float *x = gt_rand(nx, seed), *w = gt_rand(nw, seed + 1), *b = gt_rand(d.co, seed + 2), *dy = gt_rand(ny, seed + 3);
+  float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
+  float *dw = gt_rand(nw, seed + 4), *dwc = copy_of(dw, nw), *db = gt_rand(d.co, seed + 5), *dbc = copy_of(db, d.co);
+  starpu_data_handle_t hs[] = {REG(x, nx), REG(w, nw), REG(b, d.co), REG(y, ny), REG(dy, ny),
+                               REG(dx, nx), REG(dw, nw), REG(db, d.co)};
+  starpu_data_handle_t hb = d.has_bias ? hs[2] : NULL, hdb = d.has_bias ? hs[7] : NULL;
+  ck_assert_int_eq(_tsr_insert_conv3d(&d, TSR_CONV_FWD, hs[0], hs[1], hb, hs[3], "3d fwd"), 0);
+  ck_assert_int_eq(_tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, hs[4], hs[1], hs[5], NULL, "3d bwd data"), 0);
+  ck_assert_int_eq(_tsr_insert_conv3d(&d, TSR_CONV_BWD_WEIGHTS, hs[0], hs[4], hs[6], hdb, "3d bwd weights"), 0);
+  finish(hs, 8);
+  _tsr_conv3d_run(&d, TSR_CONV_FWD, x, w, d.has_bias ? b : NULL, yc, NULL);
+  _tsr_conv3d_run(&d, TSR_CONV_BWD_DATA, dy, w, NULL, dxc, NULL);
+  _tsr_conv3d_run(&d, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dwc, d.has_bias ? dbc : NULL);
+  char m[200];
+  ck_assert_msg(!_tsr_kernel_error(m, sizeof m), "%s on the CPU: %s", what, m);
+  snprintf(m, sizeof m, "%s forward", what), gt_close(y, yc, ny, LIB_ATOL, LIB_RTOL, m);
+  snprintf(m, sizeof m, "%s backward data", what), gt_close(dx, dxc, nx, LIB_ATOL, LIB_RTOL, m);
+  snprintf(m, sizeof m, "%s backward weights", what), gt_close(dw, dwc, nw, LIB_ATOL, LIB_RTOL, m);
+  if (d.has_bias) snprintf(m, sizeof m, "%s backward bias", what), gt_close(db, dbc, d.co, LIB_ATOL, LIB_RTOL, m);
+  free(x), free(w), free(b), free(dy), free(y), free(yc), free(dx), free(dxc), free(dw), free(dwc), free(db), free(dbc);
+}
+
+/* The same window k, stride s and padding p on d, h and w. */
+static struct _tsr_pool_desc pool3d_desc(int n, int c, int dd, int h, int w, int k, int s, int p, int is_max) {
+  struct _tsr_pool_desc d = {.n = n, .c = c, .d = dd, .h = h, .w = w, .kd = k, .kh = k, .kw = k, .sd = s, .sh = s,
+                            .sw = s, .pd = p, .ph = p, .pw = p, .is_max = is_max};
+  d.od = (int)_tsr_conv_out(dd, k, s, p, 1), d.oh = (int)_tsr_conv_out(h, k, s, p, 1);
+  d.ow = (int)_tsr_conv_out(w, k, s, p, 1);
+  return d;
+}
+
+static void pool3d_case(struct _tsr_pool_desc d, uint64_t seed) {
+  size_t nx = (size_t)d.n * d.c * d.d * d.h * d.w, ny = (size_t)d.n * d.c * d.od * d.oh * d.ow;
+  size_t wsb = _tsr_pool_ws_bytes(&d);
+  float *x = gt_rand(nx, seed), *dy = gt_rand(ny, seed + 1);
+  for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0 ? x[i] : 0.0f; /* ReLU output: ties */
+  float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
+  unsigned char *ws = calloc(wsb + 1, 1), *wsc = calloc(wsb + 1, 1);
+  starpu_data_handle_t hs[4] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)};
+  starpu_data_handle_t hws = d.is_max ? reg_bytes(ws, wsb) : NULL;
+  ck_assert_int_eq(_tsr_insert_pool_fwd(&d, hs[0], hs[1], hws, "pool3d fwd"), 0);
+  ck_assert_int_eq(_tsr_insert_pool_bwd(&d, hs[2], hws, hs[3], "pool3d bwd"), 0);
+  finish(hs, 4);
+  if (hws) starpu_data_unregister(hws);
+  _tsr_pool_fwd_cpu(&d, x, yc, d.is_max ? wsc : NULL);
+  _tsr_pool_bwd_cpu(&d, dy, d.is_max ? wsc : NULL, dxc);
+  char m[160];
+  ck_assert_msg(!_tsr_kernel_error(m, sizeof m), "pool3d on the CPU: %s", m);
+  const char *kind = d.is_max ? "max" : "average";
+  int len = snprintf(m, sizeof m, "%s pool3d %dx%dx%d s%d p%d over %dx%dx%dx%dx%d", kind, d.kd, d.kh, d.kw, d.sd,
+                     d.pd, d.n, d.c, d.d, d.h, d.w);
+  char *tail = m + len;
+  size_t cap = sizeof m - (size_t)len;
+  if (d.is_max) {
+    snprintf(tail, cap, " forward"), gt_same(y, yc, ny * 4, m);
+    snprintf(tail, cap, " workspace (argmax)"), gt_same(ws, wsc, wsb, m);
+  } else {
+    snprintf(tail, cap, " forward (cuDNN)"), gt_close(y, yc, ny, ELEM_ATOL, ELEM_RTOL, m);
+  }
+  snprintf(tail, cap, " backward"), gt_close(dx, dxc, nx, ELEM_ATOL, 1e-5, m);
+  free(x), free(dy), free(y), free(yc), free(dx), free(dxc), free(ws), free(wsc);
+}
+
+START_TEST(test_3d_passes_match_cpu) {
+  const int one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+  { /* CosmoFlow-like: 3x3x3, pad 1, stride 1, bias */
+    const int id[3] = {8, 8, 8}, k[3] = {3, 3, 3};
+    conv3d_case(conv3d_desc(2, 4, id, 8, k, one, one, one, zero, 1, 0), 300, "conv3d 3x3x3 s1 p1 over 2x4x8x8x8");
+  }
+  { /* strided, non-cubic kernel and input, per-axis padding, no bias */
+    const int id[3] = {7, 6, 5}, k[3] = {3, 2, 3}, s[3] = {2, 1, 2}, p[3] = {1, 0, 1};
+    conv3d_case(conv3d_desc(2, 3, id, 5, k, s, p, one, zero, 0, 0), 310, "conv3d 3x2x3 s(2,1,2) p(1,0,1), no bias");
+  }
+  { /* transposed 2x2x2 stride 2 (the U-Net's upsampling) */
+    const int id[3] = {4, 3, 5}, k[3] = {2, 2, 2}, s[3] = {2, 2, 2};
+    conv3d_case(conv3d_desc(2, 8, id, 4, k, s, zero, one, zero, 1, 1), 330, "conv_transpose3d 2x2x2 s2");
+  }
+  { /* transposed 3x3x3 stride 2 pad 1 with output padding on d and w, no bias */
+    const int id[3] = {3, 3, 4}, k[3] = {3, 3, 3}, s[3] = {2, 2, 2}, op[3] = {1, 0, 1};
+    conv3d_case(conv3d_desc(1, 3, id, 2, k, s, one, one, op, 0, 1), 340,
+                "conv_transpose3d 3x3x3 s2 p1 out-pad (1,0,1), no bias");
+  }
+  for (int is_max = 0; is_max <= 1; is_max++) {
+    pool3d_case(pool3d_desc(2, 3, 4, 6, 8, 2, 2, 0, is_max), 350); /* CosmoFlow's 2x2x2 */
+    pool3d_case(pool3d_desc(1, 2, 7, 5, 6, 3, 2, 1, is_max), 352); /* overlap and padding */
+    pool3d_case(pool3d_desc(1, 2, 5, 4, 6, 3, 1, 1, is_max), 354); /* stride 1: up to 27 windows per input */
+  }
+  pool3d_case(pool3d_desc(1, 1, 9, 9, 9, 7, 2, 3, 1), 356); /* 343 window elements: int32 argmax */
+  /* nearest upsampling: forward copies (bitwise); backward sums f^3 copies in the CPU's order */
+  struct _tsr_upsample_desc u = {.n = 2, .c = 3, .d = 3, .h = 4, .w = 5, .f = 2};
+  size_t nx = (size_t)u.n * u.c * u.d * u.h * u.w, ny = nx * 8;
+  float *x = gt_rand(nx, 360), *dy = gt_rand(ny, 361), *y = calloc(ny, 4), *yc = calloc(ny, 4);
+  float *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
+  starpu_data_handle_t hs[] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)};
+  ck_assert_int_eq(_tsr_insert_upsample_fwd(&u, hs[0], hs[1], "upsample3d fwd"), 0);
+  ck_assert_int_eq(_tsr_insert_upsample_bwd(&u, hs[2], hs[3], "upsample3d bwd"), 0);
+  finish(hs, 4);
+  _tsr_upsample_fwd_cpu(&u, x, yc);
+  _tsr_upsample_bwd_cpu(&u, dy, dxc);
+  gt_same(y, yc, ny * 4, "upsample3d x2 forward");
+  gt_close(dx, dxc, nx, ELEM_ATOL, ELEM_RTOL, "upsample3d x2 backward");
+  free(x), free(dy), free(y), free(yc), free(dx), free(dxc);
+  { /* dilation (last: of the cases above, the one cuDNN is least likely to support) */
+    const int id[3] = {7, 7, 6}, k[3] = {3, 3, 2}, p[3] = {2, 2, 1}, dil[3] = {2, 2, 1};
+    conv3d_case(conv3d_desc(1, 2, id, 3, k, one, p, dil, zero, 1, 0), 320, "conv3d 3x3x2 dilation (2,2,1)");
   }
 }
 END_TEST
@@ -551,6 +683,7 @@ Suite *make_gpu_ops_suite(void) {
   tcase_add_test(t, test_dense_passes_match_cpu);
   tcase_add_test(t, test_activations_match_cpu);
   tcase_add_test(t, test_pooling_matches_cpu);
+  tcase_add_test(t, test_3d_passes_match_cpu);
   tcase_add_test(t, test_batchnorm_chain_matches_cpu);
   tcase_add_test(t, test_dropout_concat_add_tensor_ops_match_cpu);
   tcase_add_test(t, test_losses_match_cpu);
