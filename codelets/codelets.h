@@ -31,6 +31,8 @@ int _tsr_insert_zero(starpu_data_handle_t x, const char *name);            /* x 
 int _tsr_insert_fill(starpu_data_handle_t x, float value, const char *name); /* x = 0, x[0] = value (W) */
 int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name); /* y += x */
 int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, const char *name, int prio);
+/* y += x into a gradient that several tasks add into: y in the accumulation mode (_tsr_accum_mode) */
+int _tsr_insert_accumulate_grad(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);
 int _tsr_insert_copy(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);  /* y = x */
 
 /* ---- conv2d and conv_transpose2d (conv2d.c, conv_transpose2d.c; oneDNN) ---- */

@@ -133,6 +133,11 @@ int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const
   return _tsr_insert_accumulate_prio(y, x, name, STARPU_DEFAULT_PRIO);
 }
 
+int _tsr_insert_accumulate_grad(starpu_data_handle_t y, starpu_data_handle_t x, const char *name) {
+  struct _tsr_buf b[] = {{y, _tsr_accum_mode()}, {x, STARPU_R}};
+  return _tsr_submit(&cl_accumulate, NULL, 0, STARPU_DEFAULT_PRIO, name, 2, b);
+}
+
 int _tsr_insert_fill(starpu_data_handle_t x, float value, const char *name) {
   struct _tsr_buf b[] = {{x, STARPU_W}};
   return _tsr_submit(&cl_fill, &value, sizeof value, STARPU_DEFAULT_PRIO, name, 1, b);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <tessera.h>
 
 #include "codelets.h"
@@ -217,7 +218,7 @@ START_TEST(deterministic_mode_reproduces_bitwise) {
 }
 END_TEST
 
-/* Idle workers that sleep (the default) or poll run the same graph: same losses and parameters,
+/* Idle workers that sleep (yield, the default of a process without MPI) or poll run the same graph: same losses and parameters,
  * bitwise, in deterministic mode; a value that is neither is refused, naming where it came from (so
  * is a bad MPI progress mode). */
 START_TEST(idle_workers_sleeping_or_polling_train_identically) {
@@ -249,6 +250,30 @@ START_TEST(idle_workers_sleeping_or_polling_train_identically) {
   unsetenv("TESSERA_MPI_PROGRESS");
   ck_assert_ptr_nonnull(strstr(tsr_last_error(), "TESSERA_MPI_PROGRESS is neither"));
   ck_assert_ptr_null(ctx);
+}
+END_TEST
+
+static double process_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* In yield mode (asked for, and the default without MPI) two workers with nothing to run leave the
+ * cores alone: a polling pair takes up to 0.6 s of CPU in 0.3 s. Until the context cleared
+ * conf.sched_policy_name, StarPU 1.3 ran the named policy instead of the copy whose workers sleep. */
+START_TEST(idle_workers_sleep_when_yielding) {
+  const int modes[] = {TSR_IDLE_YIELD, TSR_IDLE_DEFAULT};
+  for (int i = 0; i < 2; i++) {
+    tsr_context *ctx = start_idle(0, 2, modes[i]);
+    struct timespec settle = {0, 100000000}, idle = {0, 300000000};
+    nanosleep(&settle, NULL);
+    double c0 = process_cpu_s();
+    nanosleep(&idle, NULL);
+    double used = process_cpu_s() - c0;
+    tsr_context_destroy(ctx);
+    ck_assert_msg(used < 0.1, "idle mode %d: 2 idle workers used %.3f s of CPU in 0.3 s", modes[i], used);
+  }
 }
 END_TEST
 
@@ -509,7 +534,8 @@ END_TEST
  * bytes. Parameters (padded to 16 floats; weights, gradients, 2 moments): weight 18 -> 32 floats,
  * bias 2 -> 16: (128 + 64) x 4 = 768. Inputs: 2 parities x 2 slices x 32 floats = 512. 'c' output
  * and gradient: 2 x 2 slices x 64 floats = 1024; 'r' the same 1024; targets 2 parities x 2 slices x
- * 64 floats = 1024. Sum 4352: accepted at a limit of 4352, refused at 4351. */
+ * 64 floats = 1024; the second slice's own weight gradients of 'c' (private_wgrad), each rounded to
+ * 64 bytes: 72 -> 128 and 8 -> 64 = 192. Sum 4544: accepted at a limit of 4544, refused at 4543. */
 START_TEST(the_footprint_counts_every_buffer_once) {
   tsr_context *ctx = start(0, 2);
   tsr_model *m;
@@ -517,11 +543,11 @@ START_TEST(the_footprint_counts_every_buffer_once) {
   ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
   ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
   ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
-  ck_assert_int_eq(tsr_memory_set_limit(4352), TSR_OK);
+  ck_assert_int_eq(tsr_memory_set_limit(4544), TSR_OK);
   ck_assert_msg(create(ctx, m, 4, 2) == TSR_OK, "%s", tsr_last_error());
-  ck_assert_int_eq(tsr_memory_set_limit(4351), TSR_OK);
+  ck_assert_int_eq(tsr_memory_set_limit(4543), TSR_OK);
   ck_assert_int_eq(create(ctx, m, 4, 2), TSR_ERR_NOMEM);
-  ck_assert_msg(strstr(tsr_last_error(), "needs 4352 bytes"), "%s", tsr_last_error());
+  ck_assert_msg(strstr(tsr_last_error(), "needs 4544 bytes"), "%s", tsr_last_error());
   ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
   tsr_model_destroy(m);
   tsr_context_destroy(ctx);
@@ -565,6 +591,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, small_model_overfits_a_small_batch);
   tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
   tcase_add_test(tc, idle_workers_sleeping_or_polling_train_identically);
+  tcase_add_test(tc, idle_workers_sleep_when_yielding);
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   tcase_add_test(tc, group_size_falls_back_to_the_environment);

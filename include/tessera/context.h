@@ -21,7 +21,8 @@ typedef enum { TSR_PRECISION_F32 = 0, TSR_PRECISION_BF16 = 1, TSR_PRECISION_FP16
  * (after 50 us of polling; sleeps bounded by 1 ms); under MPI with TSR_MPI_PROGRESS_THREAD,
  * StarPU-MPI's progress thread sleeps between fruitless passes over its posted requests (after 20 us;
  * 10 us doubling to 500 us).
- * SPIN (the default): StarPU's and Open MPI's own behaviour, polling without letting go. */
+ * SPIN: StarPU's and Open MPI's own behaviour, polling without letting go.
+ * Default: YIELD in a process without MPI, SPIN under MPI. */
 typedef enum { TSR_IDLE_DEFAULT = 0, TSR_IDLE_YIELD = 1, TSR_IDLE_SPIN = 2 } tsr_idle;
 
 /* Who drives StarPU-MPI's messages under MPI. WORKER (the default): StarPU-MPI's progress thread is
@@ -37,7 +38,7 @@ typedef struct tsr_context_opts {
   uint64_t seed;        /* seed of every random stream (initialisation, dropout, shuffling) */
   int verbose;          /* 0 quiet, 1 info, 2 debug (to stderr) */
   int precision;        /* tsr_precision; default TSR_PRECISION_F32 */
-  int idle;             /* tsr_idle; 0 = TESSERA_IDLE=yield|spin, else spin */
+  int idle;             /* tsr_idle; 0 = TESSERA_IDLE=yield|spin, else yield (spin under MPI) */
   int mpi_progress;     /* tsr_mpi_progress; 0 = TESSERA_MPI_PROGRESS=thread|worker, else worker */
 } tsr_context_opts;
 

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "codelets.h"
 #include "layers/layer.h"
 #include "runtime/error.h"
 #include "runtime/rng.h"
@@ -74,4 +75,21 @@ void _tsr_layer_init(const struct _tsr_layer_ops *ops, const struct _tsr_layer_v
 
 int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s) {
   return c->dx[k] ? c->dx_done(c->owner, k, s) : 0;
+}
+
+int _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle_t *dw) {
+  for (int i = 0; i < n; i++) {
+    dw[i] = c->dw[i] && c->dwp[i] ? c->dwp[i] : c->dw[i];
+    int ret = dw[i] != c->dw[i] ? _tsr_insert_zero(dw[i], c->v->name) : 0;
+    if (ret) return ret;
+  }
+  return 0;
+}
+
+int _tsr_layer_wgrad_done(const struct _tsr_layer_call *c, int n) {
+  for (int i = 0; i < n; i++) {
+    int ret = c->dw[i] && c->dwp[i] ? _tsr_insert_accumulate_grad(c->dw[i], c->dwp[i], c->v->name) : 0;
+    if (ret) return ret;
+  }
+  return 0;
 }

@@ -79,15 +79,18 @@ static int conv_forward(const struct _tsr_layer_call *c) {
 
 static int conv_backward(const struct _tsr_layer_call *c) {
   struct _tsr_conv_desc d = conv_desc(c->v, c->slice_n[c->s]);
-  starpu_data_handle_t x = c->x[0][c->s], dy = c->dy[c->s], db = d.has_bias ? c->dw[1] : NULL;
+  starpu_data_handle_t x = c->x[0][c->s], dy = c->dy[c->s], dw[2];
   const char *nm = c->v->name;
   int t = transposed(c->v->spec), ret = 0;
   if (c->dx[0])
     ret = t ? _tsr_insert_deconv2d_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], nm)
             : _tsr_insert_conv2d_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], nm);
+  if (!ret) ret = _tsr_layer_wgrad(c, 1 + d.has_bias, dw);
+  starpu_data_handle_t db = d.has_bias ? dw[1] : NULL;
   if (!ret)
-    ret = t ? _tsr_insert_deconv2d_bwd_weights(&d, x, dy, c->dw[0], db, nm)
-            : _tsr_insert_conv2d_bwd_weights(&d, x, dy, c->dw[0], db, nm);
+    ret = t ? _tsr_insert_deconv2d_bwd_weights(&d, x, dy, dw[0], db, nm)
+            : _tsr_insert_conv2d_bwd_weights(&d, x, dy, dw[0], db, nm);
+  if (!ret) ret = _tsr_layer_wgrad_done(c, 1 + d.has_bias);
   return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);
 }
 
@@ -107,7 +110,8 @@ static const struct _tsr_layer_field deconv_fields[] = {
 
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
-  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .forward = conv_forward, .backward = conv_backward
+  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .forward = conv_forward, .backward = conv_backward, \
+  .private_wgrad = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {
     {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, .spatial = TSR_SPATIAL_WINDOW, CONV_OPS},

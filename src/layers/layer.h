@@ -109,6 +109,9 @@ struct _tsr_layer_call {
   starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */
   starpu_data_handle_t w[TSR_LAYER_MAX_TENSORS], dw[TSR_LAYER_MAX_TENSORS]; /* dw NULL: not trainable */
+  /* With private_wgrad and several slices: slice s >= 1's own buffer for tensor i's gradient (NULL:
+   * the slice adds into dw itself); see _tsr_layer_wgrad. */
+  starpu_data_handle_t dwp[TSR_LAYER_MAX_TENSORS];
   starpu_data_handle_t state[TSR_LAYER_MAX_STATE];
   /* Entries with fuse_relu: 1 when the layer's only consumer is a relu whose tasks this entry runs
    * fused (y and dy are then the relu's output and its gradient). */
@@ -152,6 +155,10 @@ struct _tsr_layer_ops {
   enum _tsr_spatial_kind spatial; /* how it runs on blocks of spatially split samples */
   int layout;                     /* an enum _tsr_layout_cap */
   int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */
+  /* 1: with several slices, slices after the first compute their weight gradients into buffers of
+   * their own (_tsr_layer_wgrad) and add them afterwards: tasks that add into one handle run one at
+   * a time, so the slices' weight-gradient convolutions, the first layer's above all, ran serially */
+  int private_wgrad;
   /* Submit the tasks of slice c->s; 0 or the failed submission's code (optional: the input layer). */
   int (*forward)(const struct _tsr_layer_call *c);
   int (*backward)(const struct _tsr_layer_call *c);
@@ -196,5 +203,13 @@ void _tsr_conv_tensor_shape(const struct _tsr_layer_view *v, int i, int transpos
 tsr_status _tsr_check_rank(const struct _tsr_layer_view *v, int k, const char *const *in_names, int want_d);
 /* Calls c->dx_done(k, s) when input k wants a gradient (0 otherwise). */
 int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s);
+/* Weight gradients of entries with private_wgrad, around the task that adds slice c->s's gradients
+ * of its first n tensors into handles: _tsr_layer_wgrad sets dw[i] to the handle that task should
+ * add tensor i's gradient into (c->dw[i], or the slice's own buffer, zeroed by a task it submits);
+ * _tsr_layer_wgrad_done then adds the slice's own buffers into c->dw (in the accumulation mode,
+ * _tsr_accum_mode: in submission order when deterministic, so the sums are those of adding in
+ * place). Each returns 0 or the failed submission's code. */
+int _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle_t *dw);
+int _tsr_layer_wgrad_done(const struct _tsr_layer_call *c, int n);
 
 #endif

@@ -109,10 +109,13 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   int progress = mpi_progress_mode(opts);
   if (progress < 0)
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: TESSERA_MPI_PROGRESS is neither 'thread' nor 'worker'");
-  if (idle == TSR_IDLE_DEFAULT) idle = TSR_IDLE_SPIN; /* yield is opt-in: README, TESSERA_IDLE */
   tsr_context *c = calloc(1, sizeof *c);
   if (!c) return _tsr_error(TSR_ERR_NOMEM, "tsr_context_create: out of memory");
   c->use_mpi = opts->use_mpi < 0 ? _tsr_env_launched_by_mpi() : opts->use_mpi;
+  /* Default: idle workers sleep in a single process, where a polling worker takes the CPU time its
+   * busy siblings need once other programs share the cores; under MPI yield stays opt-in (worker 0
+   * sleeping in its pop delays the reductions it drives): README, TESSERA_IDLE. */
+  if (idle == TSR_IDLE_DEFAULT) idle = c->use_mpi ? TSR_IDLE_SPIN : TSR_IDLE_YIELD;
   c->deterministic = opts->deterministic;
   c->seed = opts->seed;
   c->size = 1;
@@ -130,11 +133,20 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   if (!sched) conf.sched_policy_name = sched = "dmdas";
   int driving = c->use_mpi && _tsr_progress_configure(progress);
   if (idle == TSR_IDLE_YIELD) {
-    /* a policy set in conf takes precedence over STARPU_SCHED: this copy is of the policy it names */
+    /* a policy set in conf takes precedence over STARPU_SCHED (this copy is of the policy it names),
+     * but not over conf.sched_policy_name: StarPU 1.3 looks that name up first, and with it set
+     * the copy was never used (idle workers polled in yield mode as in spin mode) */
     struct starpu_sched_policy *p = _tsr_idle_policy(sched);
-    if (p) conf.sched_policy = p;
+    if (p) conf.sched_policy = p, conf.sched_policy_name = NULL;
     if (c->use_mpi && !driving) _tsr_idle_mpi(); /* a driving thread sleeps in worker 0's pop instead */
   }
+  /* A single process whose workers the user sized leaves them unpinned, as ranks do (share_machine):
+   * on cores that other programs share, a pinned worker cannot leave a busy core, and the other
+   * slices wait for its slice at each batch normalisation (1 rank x 2 workers at load 8-16: 12-26
+   * samples/s unpinned, mostly 5-14 pinned; issue 15). */
+  if (!c->use_mpi && (opts->ncpus > 0 || _tsr_env_is_set("STARPU_NCPU")) && !_tsr_env_starpu_getbind() &&
+      !_tsr_env_is_set("STARPU_WORKERS_CPUID"))
+    setenv("STARPU_WORKERS_NOBIND", "1", 0);
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus, !driving);
   if (c->use_mpi) {

@@ -28,8 +28,9 @@ static void vector_fits(struct bad *b, uint64_t n, const char *what, const char 
                     what, name, (unsigned long long)n, (unsigned long long)UINT32_MAX);
 }
 
-/* Weights, and for trainable tensors gradients, the optimizer's state tensors and, with several
- * ranks, the reduction's receive (and wire) buffers of as many bytes. */
+/* Weights, and for trainable tensors gradients, the optimizer's state tensors, with several ranks
+ * the reduction's receive (and wire) buffers of as many bytes, and with several slices the later
+ * slices' own weight gradients of the convolutions (private_wgrad). */
 static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
   uint64_t sum = 0;
@@ -42,6 +43,8 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
     vector_fits(b, n, L->name, suffix);
     uint64_t copies = trainable ? 2 + (uint64_t)t->optim->nstate + (t->size > 1) : 1;
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, _tsr_mul_sat((n + 15) & ~(uint64_t)15, sizeof(float))));
+    if (trainable && L->ops->private_wgrad && t->slices > 1) /* later slices' own weight gradients */
+      sum = _tsr_add_sat(sum, _tsr_mul_sat((uint64_t)t->slices - 1, floats(n)));
   }
   return sum;
 }

@@ -74,6 +74,7 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     c->w[i] = pt->hw;
     c->dw[i] = pt->trainable ? pt->hg : NULL;
+    c->dwp[i] = st->wp[i] ? st->wp[i][s] : NULL;
   }
   for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) c->state[i] = st->state[i];
 }

@@ -153,6 +153,17 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
       starpu_vector_data_register(&st->ws[s], STARPU_MAIN_RAM, (uintptr_t)st->wsbuf[s], (uint32_t)bytes, 1);
     }
   }
+  for (int i = 0; L->ops->private_wgrad && t->slices > 1 && i < _tsr_layer_num_tensors(L); i++) {
+    const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
+    if (!pt->trainable) continue;
+    if (!ALLOC_SLICES(st->wp[i]) || !ALLOC_SLICES(st->wpbuf[i]))
+      return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+    for (int s = 1; s < t->slices; s++) {
+      if (!(st->wpbuf[i][s] = zalloc(pt->n * 4)))
+        return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
+      st->wp[i][s] = _tsr_register_floats(st->wpbuf[i][s], pt->n);
+    }
+  }
   for (int i = 0; L->ops->num_state && i < L->ops->num_state(&v); i++) {
     size_t count, size;
     L->ops->state(&v, i, &count, &size);
@@ -355,6 +366,8 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(st->g, (void **)st->gbuf, t->slices);
     unreg_slices(st->tmp, (void **)st->tmpbuf, t->slices);
     unreg_slices(st->ws, st->wsbuf, t->slices);
+    for (int i = 0; i < TSR_LAYER_MAX_TENSORS; i++)
+      unreg_slices(st->wp[i], (void **)st->wpbuf[i], st->wpbuf[i] ? t->slices : 0);
     for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) {
       if (st->state[i]) starpu_data_unregister(st->state[i]);
       free(st->statebuf[i]);

@@ -38,6 +38,10 @@ struct _tsr_lstate {
                                            * and the entry's scratch; ws the entry's workspace */
   float **ybuf, **gbuf, **tmpbuf;
   void **wsbuf;
+  /* per tensor of an entry with private_wgrad, with several slices, NULL otherwise: [slices] later
+   * slices' own weight gradients (entry 0 unused; trainable tensors only) */
+  starpu_data_handle_t *wp[TSR_LAYER_MAX_TENSORS];
+  float **wpbuf[TSR_LAYER_MAX_TENSORS];
   starpu_data_handle_t state[TSR_LAYER_MAX_STATE]; /* the entry's per-layer state (batchnorm's sums) */
   void *statebuf[TSR_LAYER_MAX_STATE];
 };
