@@ -15,7 +15,8 @@ bin=${TESSERA_BUILDDIR:-.}/tests/mpi_spatial
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 tmp=$(mktemp -d /tmp/tessera-spatial-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 TESSERA_SKIP_ALLREDUCE=0
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 TESSERA_SKIP_ALLREDUCE=0 TESSERA_HANG_DUMP=1
+# TESSERA_HANG_DUMP: a tessera-train rank past its step deadline prints its threads' stacks (gdb) into its log
 pass=0 fail=0
 ok() { echo "PASS: $1"; pass=$((pass + 1)); }
 ko() { echo "FAIL: $1"; fail=$((fail + 1)); }

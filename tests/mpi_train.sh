@@ -12,7 +12,7 @@ bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 tmp=$(mktemp -d /tmp/tessera-mpi-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_HANG_DUMP=1 # a rank past its step deadline prints its stacks
 pass=0 fail=0
 ok() { echo "PASS: $1"; pass=$((pass + 1)); }
 ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
