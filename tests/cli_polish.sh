@@ -7,7 +7,7 @@ set -u
 . "$(dirname "$0")/train_fixture.sh"
 fixture_setup polish 32
 version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"/\1/p' "$B/config.h")
-for p in tessera-train tessera-predict tessera-datagen tessera-trace tessera-cbed tessera-cosmogen; do
+for p in tessera-train tessera-predict tessera-datagen tessera-trace tessera-cbed tessera-cosmogen tessera-scale; do
   [ "$("$B/$p" --version)" = "$p (Tessera) $version" ] && ok "$p --version" || ko "$p --version prints '$p (Tessera) $version'"
   "$B/$p" --help >"$tmp/help.txt" && grep -q "^Usage: $p" "$tmp/help.txt" || ko "$p --help"
   if grep -q -- "--seed" "$tmp/help.txt"; then

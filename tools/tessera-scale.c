@@ -50,7 +50,8 @@ static void usage(void) {
          "      --ranks-per-node K  ranks_per_node written by --calibrate\n"
          "      --name S          machine name written by --calibrate\n"
          "  -q, --quiet           only the figures\n"
-         "  -h, --help            this text\n",
+         "  -h, --help            this text\n"
+         "  -V, --version         print the version\n",
          cli_program(), cli_program(), cli_program());
 }
 
@@ -106,6 +107,7 @@ static void parse(int argc, char **argv, struct options *o) {
                                      {"name", required_argument, NULL, O_NAME},
                                      {"quiet", no_argument, NULL, 'q'},
                                      {"help", no_argument, NULL, 'h'},
+                                     {"version", no_argument, NULL, 'V'},
                                      {NULL, 0, NULL, 0}};
   *o = (struct options){.algo = "f32",
                         .out_ranks = 4,
@@ -120,7 +122,7 @@ static void parse(int argc, char **argv, struct options *o) {
   char *end;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "m:r:a:o:qh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:r:a:o:qhV", lo, NULL)) != -1) {
     switch (c) {
     case 'm':
       o->machine = optarg;
@@ -196,6 +198,9 @@ static void parse(int argc, char **argv, struct options *o) {
       break;
     case 'h':
       usage();
+      exit(0);
+    case 'V':
+      cli_version();
       exit(0);
     default:
       cli_usage_error("unknown option or missing value: %s", argv[optind - 1]);
