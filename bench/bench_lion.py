@@ -4,7 +4,10 @@ AdamW (float32 ring), Lion (float32 ring), Lion Cub 1-bit (sign1) and p-bit (sig
 communication-bound dense model of 11.0 M parameters (bench/dense_10m.json, 16x16 inputs, .npy data
 written here) and on the STEMDL example (examples/stemdl/fcdensenet.json), at 2 and 4 ranks, the
 configurations interleaved round by round; then validation loss after the same epochs on the example
-for AdamW, Lion and Lion Cub 1-bit (2 ranks).
+for AdamW, Lion and Lion Cub 1-bit (2 ranks): AdamW with the example's settings (lr 1e-3, weight decay
+1e-4, constant rate), Lion with Lion's usual rule (lr 3.3x smaller, weight decay 10x larger: 3e-4,
+1e-3) and a cosine decay of the rate to 0 over the run (per step), chosen on a data set of another
+seed (bench/README.md, "Lion Cub").
 
 Over an emulated 1 Gbit/s network when a working netlab is given (--netlab scripts/netlab, as root),
 else over shared memory (the network figure is then missing, and the script says so).
@@ -24,11 +27,13 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIGS = [  # name, optimizer section, --grad-reduce
-    ("adamw-f32", {"type": "adamw", "lr": 0.001, "weight_decay": 0.0001}, "f32"),
-    ("lion-f32", {"type": "lion", "lr": 0.0001, "weight_decay": 0.001}, "f32"),
-    ("lioncub-1bit", {"type": "lion", "lr": 0.0001, "weight_decay": 0.001}, "sign1"),
-    ("lioncub-pbit", {"type": "lion", "lr": 0.0001, "weight_decay": 0.001}, "signp"),
+LION = {"type": "lion", "lr": 0.0003, "weight_decay": 0.001}
+COSINE = ["--lr-schedule", "cosine,per_step=1"]  # t0: the whole run
+CONFIGS = [  # name, optimizer section, --grad-reduce, the convergence run's extra options
+    ("adamw-f32", {"type": "adamw", "lr": 0.001, "weight_decay": 0.0001}, "f32", []),
+    ("lion-f32", LION, "f32", COSINE),
+    ("lioncub-1bit", LION, "sign1", COSINE),
+    ("lioncub-pbit", LION, "signp", COSINE),
 ]
 
 
@@ -91,13 +96,13 @@ def launch(a, ranks, argv, env):
     return r.stdout + r.stderr
 
 
-def train(a, tmp, model, data, ranks, grad_reduce, epochs, val, env):
+def train(a, tmp, model, data, ranks, grad_reduce, epochs, val, env, extra=()):
     log = os.path.join(tmp, "epochs.csv")
     if os.path.exists(log):
         os.remove(log)
     out = launch(a, ranks, [os.path.join(a.build, "tessera-train"), "--model", model, "--data", data,
                             "--val-fraction", str(val), "--epochs", str(epochs), "--batch", str(a.batch),
-                            "--grad-reduce", grad_reduce, "--seed", "7", "--log", log], env)
+                            "--grad-reduce", grad_reduce, "--seed", "7", "--log", log] + list(extra), env)
     with open(log) as f:
         rows = list(csv.DictReader(f))
     m = re.search(r"([0-9.e+]+) KB sent by rank 0 per training step", out)
@@ -134,14 +139,14 @@ def main():
             for mname, model, data in models:
                 if mname.split("-")[0] not in a.models.split(","):
                     continue
-                paths = {c: model_with(tmp, model, c, o) for c, o, _ in CONFIGS}
+                paths = {c: model_with(tmp, model, c, o) for c, o, _, _ in CONFIGS}
                 for r in ranks:
-                    res = {c: [] for c, _, _ in CONFIGS}
+                    res = {c: [] for c, _, _, _ in CONFIGS}
                     for _ in range(a.rounds):
-                        for c, _, red in CONFIGS:
+                        for c, _, red, _ in CONFIGS:
                             res[c].append(train(a, tmp, paths[c], data, r, red, 2, 0, env))
                     med = {c: {k: statistics.median(x[k] for x in v) for k in ("ms", "kb")} for c, v in res.items()}
-                    for c, _, _ in CONFIGS:
+                    for c, _, _, _ in CONFIGS:
                         print("%-10s %-5d %-13s %12.1f %10.1f %9.4f %8.2fx" % (
                             mname, r, c, med[c]["kb"], med[c]["ms"], med[c]["kb"] / med["lion-f32"]["kb"],
                             med["lion-f32"]["ms"] / med[c]["ms"]), flush=True)
@@ -152,9 +157,9 @@ def main():
                             "--seed", "2"], check=True)
             print("convergence: STEMDL example, %d samples (1/8 validation), %d epochs, 2 ranks x batch %d" % (
                 a.conv_samples, a.conv_epochs, a.batch))
-            for c, o, red in CONFIGS[:3]:
+            for c, o, red, extra in CONFIGS[:3]:
                 path = model_with(tmp, models[1][1], c, o)
-                v = train(a, tmp, path, sub, 2, red, a.conv_epochs, 0.125, env)
+                v = train(a, tmp, path, sub, 2, red, a.conv_epochs, 0.125, env, extra)
                 print("  %-13s val_loss %.6g  train_loss %.6g" % (c, v["val"], v["train"]), flush=True)
             print("load after: %s" % " ".join("%.2f" % l for l in os.getloadavg()))
     finally:

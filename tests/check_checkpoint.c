@@ -353,6 +353,35 @@ START_TEST(changed_hyperparameters_load_and_are_reported) {
 }
 END_TEST
 
+/* Lion's momentum_sync_layers (a string among the numbers) is saved, read back and, when a run gives
+ * other layers, reported by name. */
+START_TEST(momentum_sync_layers_round_trip_and_are_reported) {
+  tsr_context *ctx = start();
+  tsr_model *m = model(4);
+  tsr_optim_spec lion = tsr_optim_spec_default(TSR_OPTIM_LION);
+  lion.extra[0] = 2;
+  snprintf(lion.momentum_sync_layers, sizeof lion.momentum_sync_layers, "c*,out.bias");
+  tsr_trainer *a = trainer_with(ctx, m, 9, &lion, NULL);
+  double loss[2];
+  train(a, 2, loss);
+  char path[512], log[4096];
+  snprintf(path, sizeof path, "%s/lion.h5", tt_tmpdir());
+  save_at(a, path, 2);
+  tsr_checkpoint_meta got;
+  ck_assert_int_eq(tsr_checkpoint_verify(path, &got, NULL), TSR_OK);
+  ck_assert_str_eq(got.optim.momentum_sync_layers, "c*,out.bias");
+  ck_assert(got.optim.extra[0] == 2.0f);
+  snprintf(lion.momentum_sync_layers, sizeof lion.momentum_sync_layers, "out");
+  tsr_trainer *b = trainer_with(ctx, m, 9, &lion, NULL);
+  ck_assert_msg(load_logged(b, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_msg(strstr(log, "momentum_sync_layers 'c*,out.bias' -> 'out'"), "stderr: %s", log);
+  tsr_trainer_destroy(a);
+  tsr_trainer_destroy(b);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* Settings and state of dynamic loss scaling are saved; a run with other settings keeps its own
  * settings, takes the saved state and says what changed. */
 START_TEST(loss_scaler_options_and_state_round_trip) {
@@ -530,6 +559,7 @@ static Suite *make_checkpoint_suite(void) {
   tcase_add_test(tc, other_model_or_seed_is_refused);
   tcase_add_test(tc, other_optimizer_kind_is_refused_naming_both);
   tcase_add_test(tc, changed_hyperparameters_load_and_are_reported);
+  tcase_add_test(tc, momentum_sync_layers_round_trip_and_are_reported);
   tcase_add_test(tc, loss_scaler_options_and_state_round_trip);
   tcase_add_test(tc, checkpoint_carries_input_normalisation);
   tcase_add_test(tc, version_1_checkpoint_loads_with_a_warning);

@@ -286,6 +286,25 @@ START_TEST(lion_takes_its_model_file_keys) {
   m = NULL;
   ck_assert_int_ne(tsr_model_load_json(&m, &o, path), TSR_OK);
   ck_assert_msg(strstr(tsr_last_error(), "eps"), "%s", tsr_last_error());
+  /* momentum_sync_layers: a string or an array of strings, joined by commas; a number is refused */
+  const char *layers[][2] = {{"[\"c\", \"d*\"]", "c,d*"}, {"\"c.weight\"", "c.weight"}, {"3", NULL}, {"[]", NULL}};
+  for (int i = 0; i < 4; i++) {
+    f = fopen(path, "w");
+    fprintf(f, "{\"name\": \"m\", \"layers\": [{\"name\": \"in\", \"type\": \"input\", \"shape\": [1, 4, 4]}],"
+               " \"optimizer\": {\"type\": \"lion\", \"momentum_sync_every\": 2, \"momentum_sync_layers\": %s}}",
+            layers[i][0]);
+    fclose(f);
+    m = NULL;
+    tsr_status st = tsr_model_load_json(&m, &o, path);
+    if (layers[i][1]) {
+      ck_assert_msg(st == TSR_OK, "%s: %s", layers[i][0], tsr_last_error());
+      ck_assert_str_eq(o.momentum_sync_layers, layers[i][1]);
+      tsr_model_destroy(m);
+    } else {
+      ck_assert_int_ne(st, TSR_OK);
+      ck_assert_msg(strstr(tsr_last_error(), "momentum_sync_layers"), "%s", tsr_last_error());
+    }
+  }
 }
 END_TEST
 

@@ -1,8 +1,8 @@
 /* Suite "sign": the wire kernels of the sign reductions (codelets/sign_wire.c) without MPI. 1-bit
  * and p-bit pack/unpack round trips at every length from 1 to 200 (so lengths that are not
  * multiples of 8, 32 or 64, and the bytes after the last value left alone), p-bit partial sums
- * added exactly, the vote's handling of 0 and ties (1 bit: both +1; p bits: 0 on a tie), the
- * average, and the member-ordered sum of the control word. Under mpirun: tests/mpi_sign.sh. */
+ * added exactly, the 1-bit vote at every length against a count, the vote's handling of 0 and ties
+ * (1 bit: both +1; p bits: 0 on a tie), the average, and the member-ordered sum of the control word. Under mpirun: tests/mpi_sign.sh. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +79,38 @@ START_TEST(the_1_bit_vote_counts_zero_as_plus_one_and_ties_as_plus_one) {
 }
 END_TEST
 
+/* The 1-bit vote at every length from 1 to 200 and 1 to 6 other voters, against the count of set
+ * bits value by value: written to the chunk, packed to out, the bytes after the last value left alone. */
+START_TEST(the_1_bit_vote_equals_the_count_at_every_length) {
+  float own[MAXN], other[MAXN];
+  uint8_t in[6][MAXN / 8 + 2], out[MAXN / 8 + 2];
+  for (int nin = 1; nin <= 6; nin++)
+    for (size_t n = 1; n <= MAXN; n++) {
+      const uint8_t *inp[6];
+      for (int k = 0; k < nin; k++) {
+        fill_ints(other, n, 1, (unsigned)(n * 7 + k + 1));
+        _tsr_sign_pack1_cpu(other, n, in[k]);
+        inp[k] = in[k];
+      }
+      fill_ints(own, n, 1, (unsigned)n);
+      float ref[MAXN];
+      for (size_t i = 0; i < n; i++) {
+        int set = own[i] >= 0;
+        for (int k = 0; k < nin; k++) set += (in[k][i / 8] >> (i % 8)) & 1;
+        ref[i] = 2 * set >= nin + 1 ? 1.0f : -1.0f;
+      }
+      memset(out, 0xA5, sizeof out);
+      _tsr_sign_vote1_cpu(own, n, inp, nin, out);
+      ck_assert_int_eq(out[_tsr_packed_bytes(n, 1)], 0xA5);
+      for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(own[i] == ref[i], "%d voters, n %zu, i %zu", nin + 1, n, i);
+        ck_assert_msg(((out[i / 8] >> (i % 8)) & 1) == (ref[i] > 0), "%d voters, n %zu, bit %zu", nin + 1, n, i);
+      }
+      if (n % 8) ck_assert_int_eq(out[n / 8] >> (n % 8), 0); /* the last byte's unused bits are 0 */
+    }
+}
+END_TEST
+
 START_TEST(the_p_bit_vote_is_the_sign_of_the_exact_sum) {
   float s[5] = {0, 2, -2, 3, -1};
   _tsr_sign_finish_cpu(s, 5, TSR_SIGN_VOTE, 4);
@@ -111,6 +143,7 @@ static Suite *make_sign_suite(void) {
   tcase_add_test(t, one_bit_round_trips_at_every_length_and_zero_travels_as_plus_one);
   tcase_add_test(t, p_bit_round_trips_and_adds_exactly_at_every_length);
   tcase_add_test(t, the_1_bit_vote_counts_zero_as_plus_one_and_ties_as_plus_one);
+  tcase_add_test(t, the_1_bit_vote_equals_the_count_at_every_length);
   tcase_add_test(t, the_p_bit_vote_is_the_sign_of_the_exact_sum);
   tcase_add_test(t, the_control_word_is_summed_in_member_order_on_every_member);
   suite_add_tcase(s, t);

@@ -5,7 +5,8 @@
 # the average are that direction); momentum averaging every 2 steps keeps that at 2 ranks (x + x and
 # its half are exact); with a different share of the batch per rank, every rank still ends with
 # identical parameters (and, as a check of the checks, others than the 1-rank run's), and the
-# control word sums exactly; Adam with a sign reduction is refused.
+# control word sums exactly; averaging the momenta of chosen layers only makes those equal across
+# ranks and adds their float32 bytes; Adam with a sign reduction is refused.
 set -u
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
@@ -58,6 +59,38 @@ b2=$(awk '$1 == "reduce_bytes" { print $2 }' "$tmp/sync2.rank0.stats")
 if run 3 "$tmp/sync3" --grad-reduce signp --momentum-sync 2 && same_ranks "$tmp/sync3" 3; then
   ok "3 ranks, own data, signp with momentum averaging: every rank holds identical parameters"
 else ko "3 ranks, own data, signp with momentum averaging: identical parameters"; cat "$tmp/sync3.log"; fi
+# momentum averaging of chosen layers only (momentum_sync_layers "a,out": two runs of tensors apart,
+# b between them): after the last step (6, an averaging step of period 2) the chosen tensors'
+# momenta are equal on both ranks and b's differ (own data per rank); each of the 3 averagings adds
+# 2 (N - 1)/N x 4 bytes per float of the chosen tensors (padded to 16 floats) to sign1's bytes: at
+# 2 ranks 4 bytes a float
+if run 2 "$tmp/sel2" --grad-reduce sign1 --momentum-sync 2 --momentum-sync-layers a,out --moments; then
+  same=1 differ=1 floats=0
+  for t in a.weight a.bias out.weight out.bias; do
+    cmp -s "$tmp/sel2.rank0.m.$t" "$tmp/sel2.rank1.m.$t" || same=0
+    n=$(($(stat -c %s "$tmp/sel2.rank0.m.$t") / 4)); floats=$((floats + (n + 15) / 16 * 16))
+  done
+  for t in b.weight b.bias; do cmp -s "$tmp/sel2.rank0.m.$t" "$tmp/sel2.rank1.m.$t" && differ=0; done
+  [ $same = 1 ] && ok "2 ranks, own data, momenta of chosen layers a, out equal on both ranks" ||
+    ko "2 ranks, own data, momenta of chosen layers a, out equal on both ranks"
+  [ $differ = 1 ] && ok "2 ranks, own data, momenta of the other layer b differ" ||
+    ko "2 ranks, own data, momenta of the other layer b differ"
+  b1=$(awk '$1 == "reduce_bytes" { print $2 }' "$tmp/diff2.rank0.stats")
+  b3=$(awk '$1 == "reduce_bytes" { print $2 }' "$tmp/sel2.rank0.stats")
+  [ -n "$b1" ] && [ "$b3" = $((b1 + 3 * 4 * floats)) ] && ok "chosen layers' averaging bytes: $b1 + 3 x 4 x $floats = $b3" ||
+    ko "chosen layers' averaging bytes: $b1 + 3 x 4 x $floats = $b3"
+else ko "2 ranks, sign1 with momentum averaging of layers a, out ran"; cat "$tmp/sel2.log"; fi
+if run 2 "$tmp/sels" --same-data --grad-reduce sign1 --momentum-sync 2 --momentum-sync-layers 'o*,a.bias' &&
+  cmp -s "$tmp/ref.rank0.params" "$tmp/sels.rank0.params"; then
+  ok "2 ranks, same data, sign1 with averaging of chosen layers: equal to 1-rank Lion bitwise"
+else ko "2 ranks, same data, sign1 with averaging of chosen layers: equal to 1-rank Lion bitwise"; cat "$tmp/sels.log"; fi
+# chosen layers need a period and must name a tensor with parameters (checked at 1 rank too)
+"$bin" --batch 4 --steps 1 --lion --out "$tmp/nop" --momentum-sync-layers a >"$tmp/nop.log" 2>&1
+grep -q "momentum_sync_layers 'a' needs momentum_sync_every" "$tmp/nop.log" && ok "chosen layers without a period are refused" ||
+  { ko "chosen layers without a period are refused"; cat "$tmp/nop.log"; }
+"$bin" --batch 4 --steps 1 --lion --out "$tmp/nom" --momentum-sync 2 --momentum-sync-layers 'ra,zz*' >"$tmp/nom.log" 2>&1
+grep -q "momentum_sync_layers 'ra,zz\*' matches no layer" "$tmp/nom.log" && ok "patterns naming no tensor with parameters are refused" ||
+  { ko "patterns naming no tensor with parameters are refused"; cat "$tmp/nom.log"; }
 # a sign reduction needs an optimizer that splits its update
 if timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT "$bin" --batch 4 \
   --steps 2 --out "$tmp/adam" --grad-reduce sign1 >"$tmp/adam.log" 2>&1; then

@@ -4,14 +4,16 @@
  * 1-rank run of the N-times batch, and repeated runs with each other.
  *   mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R] [--group-bytes N]
  *             [--grad-reduce NAME] [--collective A] [--loss-scale dynamic|S] [--loss-scale-init S]
- *             [--mark-training] [--lion] [--momentum-sync K] [--same-data]
+ *             [--mark-training] [--lion] [--momentum-sync K] [--momentum-sync-layers P] [--same-data]
+ *             [--moments]
  *   mpi_train --compare A B RTOL ATOL     (float32 files; exit 1 if they differ beyond tolerance)
  * PREFIX.rankR.stats gets the bytes this rank sent for reductions, the algorithm of each gradient
  * group, whether the control word summed exactly at every step, and the loss scaler's state.
  * --mark-training creates PREFIX.rankR.training once this rank has completed 3 steps (the script's
  * cue to stop or kill a rank in training). --lion trains with Lion (lr 1e-2, weight decay 0.1,
- * momentum averaged every K steps under a sign reduction with --momentum-sync K); --same-data gives
- * every rank rank 0's samples. */
+ * momentum averaged every K steps under a sign reduction with --momentum-sync K, only that of the
+ * layers the patterns P name with --momentum-sync-layers P); --same-data gives every rank rank 0's
+ * samples; --moments writes each trainable tensor's momentum to PREFIX.rankR.m.NAME (float32). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +85,8 @@ int main(int argc, char **argv) {
   long long group_bytes = 512; /* several groups */
   int grad_reduce = TSR_REDUCE_F32;
   double loss_scale = 0, loss_scale_init = 0;
-  const char *out = NULL, *collective = NULL;
+  const char *out = NULL, *collective = NULL, *msync_layers = "";
+  int moments = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
@@ -93,6 +96,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--lion")) lion = 1;
     else if (!strcmp(argv[i], "--same-data")) same = 1;
     else if (!strcmp(argv[i], "--momentum-sync") && i + 1 < argc) msync = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--momentum-sync-layers") && i + 1 < argc) msync_layers = argv[++i];
+    else if (!strcmp(argv[i], "--moments")) moments = 1;
     else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--grad-reduce") && i + 1 < argc) {
@@ -106,7 +111,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: mpi_train --batch B --steps K --out PREFIX [--deterministic] [--variant-rank R]\n"
                       "         [--group-bytes N] [--grad-reduce NAME] [--collective A]\n"
                       "         [--loss-scale dynamic|S] [--loss-scale-init S] [--mark-training]\n"
-                      "         [--lion] [--momentum-sync K] [--same-data]\n"
+                      "         [--lion] [--momentum-sync K] [--momentum-sync-layers P] [--same-data]\n"
+                      "         [--moments]\n"
                       "       mpi_train --compare A B RTOL ATOL\n");
       return 2;
     }
@@ -124,6 +130,7 @@ int main(int argc, char **argv) {
   tsr_optim_spec adam = tsr_optim_spec_default(lion ? TSR_OPTIM_LION : TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
   if (lion) adam.weight_decay = 0.1f, adam.extra[0] = (float)msync; /* Lion's momentum_sync_every */
+  snprintf(adam.momentum_sync_layers, sizeof adam.momentum_sync_layers, "%s", msync_layers);
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
   to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes, to.grad_reduce = grad_reduce;
@@ -160,6 +167,19 @@ int main(int argc, char **argv) {
     free(buf);
   }
   fclose(f);
+  for (int i = 0; moments && i < tsr_trainer_num_tensors(t); i++) {
+    tsr_shape s;
+    const char *name;
+    int trainable;
+    tsr_trainer_tensor_info(t, i, &name, &s, &trainable);
+    if (!trainable) continue;
+    float *buf = malloc(tsr_shape_numel(&s) * sizeof(float));
+    snprintf(path, sizeof path, "%s.rank%d.m.%s", out ? out : "mpi_train", rank, name);
+    if (!buf || tsr_trainer_moment_get(t, i, 0, buf) || !(f = fopen(path, "wb"))) die(path);
+    fwrite(buf, sizeof(float), tsr_shape_numel(&s), f);
+    fclose(f);
+    free(buf);
+  }
   snprintf(path, sizeof path, "%s.rank%d.losses", out ? out : "mpi_train", rank);
   f = fopen(path, "wb");
   for (int i = 0; f && i < steps; i++) {

@@ -24,6 +24,7 @@ typedef enum tsr_optim_kind {
 } tsr_optim_kind;
 
 #define TSR_OPTIM_EXTRA 4
+#define TSR_OPTIM_NAMES 128
 typedef struct tsr_optim_spec {
   tsr_optim_kind kind;
   float lr;
@@ -38,6 +39,10 @@ typedef struct tsr_optim_spec {
   int larc;
   float larc_eta;
   int larc_clip;
+  /* Lion under a sign reduction: the layers whose momenta momentum_sync_every (extra[0]) averages,
+   * comma-separated shell patterns (fnmatch) matched against layer and tensor names ("conv*",
+   * "out.weight"); "" (the default): every layer. */
+  char momentum_sync_layers[TSR_OPTIM_NAMES];
 } tsr_optim_spec;
 
 /* SGD: lr 0.01, momentum 0.9; Adam/AdamW: lr 1e-3, betas 0.9/0.999, eps 1e-8; AdamW decay 0.01;

@@ -14,20 +14,22 @@
 
 static size_t padded(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* Trainable tensors in buffer order, cut at layer boundaries once a group holds `bytes`. */
+/* Trainable tensors in buffer order, cut at layer boundaries once a group holds `bytes`, and
+ * wherever the buffer has a gap (a view of some of the tensors: a group is one contiguous run). */
 static int cut(const struct _tsr_grad_view *v, long long bytes, int *starts) {
   int ng = 0;
-  size_t acc = 0;
+  size_t acc = 0, next = 0;
   int prev_layer = -1;
   for (int i = 0; i < v->ntensors; i++) {
     const struct _tsr_grad_tensor *p = &v->tensors[i];
     if (!p->trainable) continue;
-    int boundary = p->layer != prev_layer && (bytes < 0 || acc >= (size_t)bytes);
+    int boundary = (p->layer != prev_layer && (bytes < 0 || acc >= (size_t)bytes)) || p->off != next;
     if (ng == 0 || boundary) {
       starts[ng++] = i;
       acc = 0;
     }
     acc += padded(p->n) * sizeof(float);
+    next = p->off + padded(p->n);
     prev_layer = p->layer;
   }
   return ng;
@@ -150,14 +152,14 @@ tsr_status _tsr_groups_build(struct _tsr_groups *gs, const struct _tsr_grad_view
   for (int g = 0; g < gs->n; g++) {
     gs->g[g].first = starts[g];
     int last = g + 1 < gs->n ? starts[g + 1] : v->ntensors;
-    tsr_status st = register_group(gs, v, &gs->g[g], last, g == 0);
+    tsr_status st = register_group(gs, v, &gs->g[g], last, g == 0 && v->keep > 0);
     if (st != TSR_OK) {
       free(starts);
       return st;
     }
   }
   free(starts);
-  if (gs->n == 0) gs->head = _tsr_register_floats(v->buf, v->keep), gs->head_own = 1;
+  if (gs->n == 0 && v->keep) gs->head = _tsr_register_floats(v->buf, v->keep), gs->head_own = 1;
   TSR_TRY(choose(gs, skip_impl));
   log_layout(gs, v, bytes);
   return TSR_OK;

@@ -380,6 +380,22 @@ static tsr_status parse_hyper(const jctx *c, const json_t *v, const struct _tsr_
     *x[1] = (float)json_number_value(b);
     return TSR_OK;
   }
+  case TSR_HYPER_NAMES: { /* "a,b*" or ["a", "b*"]: one comma-separated string of non-empty names */
+    char *out = (char *)o + h->offset[0];
+    size_t len = 0, n = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+      const json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+      const char *str = json_is_string(e) ? json_string_value(e) : NULL;
+      if (!str || !str[0])
+        return fail(c, TSR_ERR_FORMAT, h->key, "expected a non-empty string or an array of them (layer or tensor "
+                    "name patterns), got %s", GOT(e));
+      len += (size_t)snprintf(out + len, len < TSR_OPTIM_NAMES ? TSR_OPTIM_NAMES - len : 0, "%s%s", i ? "," : "", str);
+      if (len >= TSR_OPTIM_NAMES)
+        return fail(c, TSR_ERR_FORMAT, h->key, "longer than %d characters in all", TSR_OPTIM_NAMES - 1);
+    }
+    if (n == 0) return fail(c, TSR_ERR_FORMAT, h->key, "expected at least one name pattern, got an empty array");
+    return TSR_OK;
+  }
   }
   return fail(c, TSR_ERR_FORMAT, h->key, "hyperparameter type %d unknown to the reader", (int)h->type);
 }

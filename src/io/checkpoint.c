@@ -112,7 +112,8 @@ static hid_t name_type(void) {
 }
 
 /* /optimizer: its kind by name, every hyperparameter of tsr_optim_spec (extra0.. only when one is
- * set, larc, larc_clip and larc_eta only with LARC on) and the names of its state tensors ("moment0,moment1"), as attributes. */
+ * set, larc, larc_clip and larc_eta only with LARC on, momentum_sync_layers only when set) and the
+ * names of its state tensors ("moment0,moment1"), as attributes. */
 static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   const tsr_optim_spec *o = &ck->meta.optim;
   char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME] = "";
@@ -121,6 +122,7 @@ static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   hid_t g = H5Gcreate2(f, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   herr_t e = g < 0 ? -1 : _tsr_ck_attr_write_str(g, "kind", tsr_optim_kind_name(o->kind));
   if (e >= 0) e = _tsr_ck_attr_write_str(g, "state_tensors", names);
+  if (e >= 0 && o->momentum_sync_layers[0]) e = _tsr_ck_attr_write_str(g, "momentum_sync_layers", o->momentum_sync_layers);
   for (int i = 0; e >= 0 && has_extra(o) && i < TSR_OPTIM_EXTRA; i++) {
     char name[16];
     snprintf(name, sizeof name, "extra%d", i);
@@ -318,6 +320,9 @@ static tsr_status read_optim(hid_t f, const char *file, struct _tsr_ck *ck) {
     snprintf(name, sizeof name, "extra%d", i);
     s = _tsr_ck_attr_read(g, file, name, H5T_NATIVE_FLOAT, &o->extra[i]);
   }
+  o->momentum_sync_layers[0] = '\0';
+  if (s == TSR_OK && H5Aexists(g, "momentum_sync_layers") > 0)
+    s = _tsr_ck_attr_read_str(g, file, "momentum_sync_layers", o->momentum_sync_layers, sizeof o->momentum_sync_layers);
   char names[TSR_CK_MAX_STATE * TSR_CK_STATE_NAME];
   if (s == TSR_OK && H5Aexists(g, "state_tensors") > 0) {
     s = _tsr_ck_attr_read_str(g, file, "state_tensors", names, sizeof names);

@@ -47,6 +47,11 @@ static const struct _tsr_optim_hyper hyper[] = {
      {"momentum_sync_every", NULL},
      {offsetof(tsr_optim_spec, extra[TSR_HYPER_SYNC_EVERY]), 0},
      {0.0f, 0.0f}},
+    {"momentum_sync_layers",
+     TSR_HYPER_NAMES,
+     {"momentum_sync_layers", NULL},
+     {offsetof(tsr_optim_spec, momentum_sync_layers), 0},
+     {0.0f, 0.0f}},
     {.key = NULL},
 };
 

@@ -41,7 +41,8 @@ enum _tsr_hyper_type {
   TSR_HYPER_NONNEG,   /* a number >= 0 */
   TSR_HYPER_PROB,     /* a number in [0, 1) */
   TSR_HYPER_BOOL,     /* true or false: an int field */
-  TSR_HYPER_PROB_PAIR /* [a, b], each in [0, 1): two float fields */
+  TSR_HYPER_PROB_PAIR, /* [a, b], each in [0, 1): two float fields */
+  TSR_HYPER_NAMES      /* a string or an array of strings: joined by commas into a char[TSR_OPTIM_NAMES] */
 };
 
 struct _tsr_optim_hyper {
@@ -91,7 +92,7 @@ struct _tsr_optim_ops {
       TSR_HYPER("larc_clip", TSR_HYPER_BOOL, larc_clip, 1)
 
 /* The extra[] slot of Lion's momentum_sync_every (float32 averaging of the momenta across ranks
- * every k steps under a sign reduction; 0: never). */
+ * every k steps under a sign reduction; 0: never; only the layers of momentum_sync_layers when set). */
 #define TSR_HYPER_SYNC_EVERY 0
 
 /* In an entry: its CUDA kernel, named only when StarPU can run CUDA tasks. */

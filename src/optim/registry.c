@@ -46,7 +46,9 @@ static void set_defaults(tsr_optim_spec *s, const struct _tsr_optim_ops *e) {
   for (const struct _tsr_optim_hyper *h = e->hyper; h->key; h++)
     for (int k = 0; k < 1 + (h->type == TSR_HYPER_PROB_PAIR); k++) {
       char *field = (char *)s + h->offset[k];
-      if (h->type == TSR_HYPER_BOOL)
+      if (h->type == TSR_HYPER_NAMES)
+        field[0] = '\0';
+      else if (h->type == TSR_HYPER_BOOL)
         *(int *)field = h->def[k] != 0;
       else
         *(float *)field = h->def[k];
@@ -90,6 +92,12 @@ int tsr_optim_spec_diff(const tsr_optim_spec *from, const tsr_optim_spec *to, ch
   for (const struct _tsr_optim_hyper *h = e ? e->hyper : NULL; h && h->key; h++)
     for (int k = 0; k < 1 + (h->type == TSR_HYPER_PROB_PAIR); k++) {
       const char *a = (const char *)from + h->offset[k], *b = (const char *)to + h->offset[k];
+      if (h->type == TSR_HYPER_NAMES) {
+        if (strcmp(a, b) == 0) continue;
+        if (len < cap) len += (size_t)snprintf(out + len, cap - len, "%s%s '%s' -> '%s'", n ? ", " : "", h->name[k], a, b);
+        n++;
+        continue;
+      }
       int is_int = h->type == TSR_HYPER_BOOL;
       double x = is_int ? *(const int *)a : *(const float *)a, y = is_int ? *(const int *)b : *(const float *)b;
       if (x == y) continue;

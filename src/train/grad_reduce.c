@@ -5,6 +5,7 @@
  * picked by name (tsr_trainer_opts.grad_reduce; a sign reduction needs an optimizer that splits its
  * update, and may average the momenta every k steps), and the public queries about groups, bytes
  * and reduction names. */
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,43 +79,78 @@ static tsr_status check_signs(const tsr_trainer *t, const tsr_trainer_opts *o) {
   return TSR_OK;
 }
 
+/* Whether tensor p's momentum is averaged: every tensor's without momentum_sync_layers, else those
+ * of a layer or tensor name one of its comma-separated shell patterns matches. */
+static int msync_chosen(const tsr_trainer *t, const struct _tsr_ptensor *p) {
+  const char *list = t->opt.momentum_sync_layers;
+  if (!list[0]) return 1;
+  char pat[TSR_OPTIM_NAMES];
+  for (const char *s = list; *s; s += *s == ',') {
+    size_t n = strcspn(s, ",");
+    snprintf(pat, sizeof pat, "%.*s", (int)n, s);
+    s += n;
+    if (pat[0] && (fnmatch(pat, t->model->layers[p->layer].name, 0) == 0 || fnmatch(pat, p->name, 0) == 0)) return 1;
+  }
+  return 0;
+}
+
+/* The momentum_sync keys, checked at every number of ranks: layers need a period, and their patterns
+ * must name at least one trainable tensor. */
+static tsr_status check_msync(const tsr_trainer *t) {
+  const char *list = t->opt.momentum_sync_layers;
+  if (!list[0]) return TSR_OK;
+  if (t->opt.extra[TSR_HYPER_SYNC_EVERY] < 1)
+    return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_layers '%s' needs momentum_sync_every >= 1 (the steps "
+                      "between averagings), got %g", list, (double)t->opt.extra[TSR_HYPER_SYNC_EVERY]);
+  for (int i = 0; i < t->ntensors; i++)
+    if (t->tensors[i].trainable && msync_chosen(t, &t->tensors[i])) return TSR_OK;
+  return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_layers '%s' matches no layer or tensor with parameters of "
+                    "model '%s'", list, t->model->name);
+}
+
 /* Momentum synchronisation under a sign reduction: the first state tensor (the momentum) of every
- * trainable tensor, laid out like the gradients (a 16-float lead, then the tensors), cut into the
- * same groups and averaged in float32 over its own communicator (a tag space apart from the sign
- * reduction's) every momentum_sync_every steps. The groups' children replace the state handles. */
+ * chosen trainable tensor (msync_chosen), laid out like the gradients, cut into groups (contiguous
+ * runs of chosen tensors) and averaged in float32 over its own communicator (a tag space apart from
+ * the sign reduction's) every momentum_sync_every steps. The groups' children replace the chosen
+ * tensors' state handles. */
 static tsr_status momentum_sync_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
+  TSR_TRY(check_msync(t));
   t->msync_every = (int64_t)t->opt.extra[TSR_HYPER_SYNC_EVERY];
   if (!t->groups.ops || !t->groups.ops->signs || t->msync_every <= 0) return t->msync_every = 0, TSR_OK;
   struct _tsr_grad_tensor *gt = calloc(t->ntensors ? t->ntensors : 1, sizeof *gt);
   if (!gt) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int i = 0; i < t->ntensors; i++) {
     const struct _tsr_ptensor *p = &t->tensors[i];
-    gt[i] = (struct _tsr_grad_tensor){.name = p->name, .off = p->trainable ? (size_t)(p->st[0] - t->opt_state) : 0,
-                                      .n = p->n, .layer = p->layer, .trainable = p->trainable};
+    int chosen = p->trainable && msync_chosen(t, p);
+    gt[i] = (struct _tsr_grad_tensor){.name = p->name, .off = chosen ? (size_t)(p->st[0] - t->opt_state) : 0,
+                                      .n = p->n, .layer = p->layer, .trainable = chosen};
   }
-  struct _tsr_grad_view v = {.buf = t->opt_state, .keep = TSR_CTL_FLOATS, .ntensors = t->ntensors, .tensors = gt};
+  struct _tsr_grad_view v = {.buf = t->opt_state, .keep = 0, .ntensors = t->ntensors, .tensors = gt};
   tsr_status st = _tsr_comm_split(&t->world, 0, t->rank, &t->msync_comm);
   if (st == TSR_OK) st = _tsr_groups_build(&t->msync, &v, &t->msync_comm, group_bytes(o, t->model), "f32", "nccl");
   free(gt);
   TSR_TRY(st);
-  if (t->msync.n != t->groups.n)
-    return _tsr_error(TSR_ERR_RUNTIME, "momentum synchronisation: %d groups, the gradients have %d", t->msync.n,
-                      t->groups.n);
   for (int i = 0; i < t->ntensors; i++)
-    if (t->tensors[i].trainable) {
+    if (t->msync.grad[i]) {
       starpu_data_unregister(t->tensors[i].hst[0]);
       t->tensors[i].hst[0] = t->msync.grad[i];
     }
   return _tsr_groups_start(&t->msync);
 }
 
+/* After gradient group g's directions (which advance its momenta): the averaging of every momentum
+ * group whose tensors are all final by then, at the steps of the period. */
 int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step) {
   if (t->msync_every <= 0 || t->nupdates % t->msync_every != 0) return 0;
-  const struct _tsr_group *gr = &t->msync.g[g];
-  int ret = _tsr_group_allreduce(&t->msync, g, step);
-  for (int i = gr->first; !ret && i < gr->end; i++)
-    if (t->tensors[i].trainable)
-      ret = _tsr_insert_sign_finish(t->tensors[i].hst[0], TSR_SIGN_MEAN, t->msync_comm.size, "momentum_mean");
+  if (g == 0) t->msync_next = 0;
+  int ret = 0;
+  for (; !ret && t->msync_next < t->msync.n && t->msync.g[t->msync_next].end <= t->groups.g[g].end; t->msync_next++) {
+    const struct _tsr_group *gr = &t->msync.g[t->msync_next];
+    ret = _tsr_group_allreduce(&t->msync, t->msync_next, step);
+    for (int i = gr->first; !ret && i < gr->end; i++)
+      if (t->msync.grad[i])
+        ret = _tsr_insert_sign_finish(t->tensors[i].hst[0], TSR_SIGN_MEAN, t->msync_comm.size, "momentum_mean");
+  }
   return ret;
 }
 
@@ -133,9 +169,10 @@ tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
 
 void _tsr_reduce_teardown(tsr_trainer *t) {
   _tsr_groups_destroy(&t->groups);
-  if (t->msync_every > 0) { /* the state handles were its children */
+  if (t->msync_every > 0) { /* the chosen tensors' state handles were its children */
+    for (int i = 0; i < t->ntensors; i++)
+      if (t->msync.grad[i]) t->tensors[i].hst[0] = NULL;
     _tsr_groups_destroy(&t->msync);
-    for (int i = 0; i < t->ntensors; i++) t->tensors[i].hst[0] = t->tensors[i].trainable ? NULL : t->tensors[i].hst[0];
     _tsr_comm_free(&t->msync_comm);
   }
   _tsr_spatial_teardown(t);

@@ -103,6 +103,7 @@ struct tsr_trainer {
   struct _tsr_spatial *sp;
   /* with a sign reduction: the momenta averaged every msync_every steps (0: never; grad_reduce.c) */
   int64_t msync_every;
+  int msync_next; /* the next momentum group to average in this step */
   struct _tsr_comm msync_comm;
   struct _tsr_groups msync;
   /* loss scaling: a fixed scale, or the dynamic scaler's state in a handle read by the step's tasks */
