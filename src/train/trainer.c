@@ -476,6 +476,7 @@ static tsr_status tensor_io(tsr_trainer *t, int i, int which, float *dst, const 
   if (which >= 0 && (!p->trainable || which >= t->optim->nstate))
     return _tsr_error(TSR_ERR_ARG, "tensor '%s' has no optimizer moment %d (%s keeps %d per trainable tensor)",
                       p->name, which, t->optim->name, t->optim->nstate);
+  TSR_TRY(_tsr_flush_updates(t)); /* staleness: the tensors after every submitted step's update */
   starpu_data_handle_t h = which < 0 ? p->hw : p->hst[which];
   float *buf = which < 0 ? p->w : p->st[which];
   int ret = starpu_data_acquire(h, dst ? STARPU_R : STARPU_W);
