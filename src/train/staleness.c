@@ -42,6 +42,7 @@ void _tsr_grad_set_use(tsr_trainer *t, int set) {
   struct _tsr_groups *gs = _tsr_grad_set(t, set);
   for (int i = 0; i < t->ntensors; i++) t->tensors[i].hg = gs->grad[i];
   t->ctl = gs->head;
+  t->cur_set = set;
 }
 
 tsr_status _tsr_staleness_setup(tsr_trainer *t, const tsr_trainer_opts *o) {

@@ -318,6 +318,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   _tsr_trace_set_step(id);
   const tsr_model *m = t->model;
   for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
+  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0]));
   if (train) {
     _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
     for (int i = 0; i < t->ntensors; i++)
@@ -357,7 +358,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
           SUBMIT(submit_direction(t, &t->tensors[i]));
         }
-      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(&t->groups, g, id));
+      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(_tsr_grad_set(t, t->cur_set), g, id));
       if (signs(t)) SUBMIT(_tsr_momentum_sync(t, g, id));
       if (t->scaler_h) SUBMIT(submit_check(t, gr));
       for (int i = gr->first; !t->staleness && i < gr->end; i++) /* else submitted s steps later */

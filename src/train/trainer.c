@@ -326,6 +326,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     t->slice_off[s] = off;
     off += t->slice_n[s];
   }
+  if (st == TSR_OK) st = _tsr_slow_setup(t);
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);

@@ -117,7 +117,9 @@ struct tsr_trainer {
    * staleness + 1 sets (set 0 is `groups`, set k > 0 is gsets[k - 1] over gbufs[k - 1]); step k's
    * updates wait in `delayed` until step k + staleness is submitted */
   int staleness;
+  double slow_ms;       /* TESSERA_SLOW_RANK on this rank: milliseconds of sleep per training step */
   int64_t ntrain;       /* training steps submitted: the set of a step is ntrain % (staleness + 1) */
+  int cur_set;          /* the set of tensors[].hg and ctl (_tsr_grad_set_use) */
   struct _tsr_groups *gsets;
   float **gbufs;
   struct _tsr_delayed *delayed; /* [staleness + 1], a ring from delayed_first, delayed_n entries */
@@ -179,6 +181,10 @@ tsr_status _tsr_staleness_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_staleness_teardown(tsr_trainer *t);
 void _tsr_grad_set_use(tsr_trainer *t, int set);
 struct _tsr_groups *_tsr_grad_set(tsr_trainer *t, int set);
+
+/* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on h. */
+tsr_status _tsr_slow_setup(tsr_trainer *t);
+int _tsr_slow_submit(tsr_trainer *t, starpu_data_handle_t h);
 
 /* step.c */
 /* Submits the updates of every delayed step (staleness > 0), oldest first. */
