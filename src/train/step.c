@@ -318,7 +318,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   _tsr_trace_set_step(id);
   const tsr_model *m = t->model;
   for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
-  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0]));
+  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0], id));
   if (train) {
     _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
     for (int i = 0; i < t->ntensors; i++)

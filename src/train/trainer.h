@@ -118,6 +118,7 @@ struct tsr_trainer {
    * updates wait in `delayed` until step k + staleness is submitted */
   int staleness;
   double slow_ms;       /* TESSERA_SLOW_RANK on this rank: milliseconds of sleep per training step */
+  int slow_jitter;      /* TESSERA_SLOW_RANK=jitter:MS: only in about half of the steps */
   int64_t ntrain;       /* training steps submitted: the set of a step is ntrain % (staleness + 1) */
   int cur_set;          /* the set of tensors[].hg and ctl (_tsr_grad_set_use) */
   struct _tsr_groups *gsets;
@@ -184,7 +185,7 @@ struct _tsr_groups *_tsr_grad_set(tsr_trainer *t, int set);
 
 /* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on h. */
 tsr_status _tsr_slow_setup(tsr_trainer *t);
-int _tsr_slow_submit(tsr_trainer *t, starpu_data_handle_t h);
+int _tsr_slow_submit(tsr_trainer *t, starpu_data_handle_t h, int64_t step);
 
 /* step.c */
 /* Submits the updates of every delayed step (staleness > 0), oldest first. */
