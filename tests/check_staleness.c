@@ -1,5 +1,5 @@
 /* Stale-synchronous training (tsr_trainer_opts.staleness) at one rank: the parameters and losses of
- * a tiny dense network trained with plain SGD against a float64 host loop of delayed-gradient SGD,
+ * a tiny dense network trained with plain SGD (and Adam) against a float64 host loop of delayed-gradient SGD,
  * step k's gradient taken at the parameters after the updates of steps 0 .. k - s - 1 (or of every
  * step submitted before a tsr_trainer_sync, which applies the pending updates), i.e.
  * w_{k+1} = w_k - lr g_k(w_{a_k}), a_k = max(k - s, steps flushed before step k); staleness 0 is the
@@ -94,10 +94,14 @@ static double loss_grad(const struct params *p, int64_t step, struct params *g) 
   return loss;
 }
 
-/* Delayed-gradient SGD from p0 for STEPS steps with staleness s, all pending updates applied after
- * step `flush_after` (< 0: never); the final parameters and each step's loss. */
-static void reference(const struct params *p0, int s, int flush_after, struct params *out, double *losses) {
+/* Delayed-gradient SGD (adam: Adam, PyTorch's, lr ADAM_LR) from p0 for STEPS steps with staleness s,
+ * all pending updates applied after step `flush_after` (< 0: never); the final parameters and each
+ * step's loss. */
+#define ADAM_LR 0.02
+static void reference(const struct params *p0, int s, int flush_after, int adam, struct params *out, double *losses) {
   struct params *w = malloc(sizeof *w * (STEPS + 1)); /* w[k]: after k updates */
+  struct params m, v;
+  memset(&m, 0, sizeof m), memset(&v, 0, sizeof v);
   w[0] = *p0;
   int flushed = 0;
   for (int k = 0; k < STEPS; k++) {
@@ -107,16 +111,25 @@ static void reference(const struct params *p0, int s, int flush_after, struct pa
     losses[k] = loss_grad(&w[at], k, &g);
     w[k + 1] = w[k];
     for (int f = 0; f < 4; f++)
-      for (int i = 0; i < sizes[f]; i++) field(&w[k + 1], f)[i] -= LR * field(&g, f)[i];
+      for (int i = 0; i < sizes[f]; i++) {
+        double gi = field(&g, f)[i], *mi = &field(&m, f)[i], *vi = &field(&v, f)[i];
+        if (!adam) {
+          field(&w[k + 1], f)[i] -= LR * gi;
+          continue;
+        }
+        *mi = 0.9 * *mi + 0.1 * gi, *vi = 0.999 * *vi + 0.001 * gi * gi;
+        double t = k + 1, mh = *mi / (1 - pow(0.9, t)), vh = *vi / (1 - pow(0.999, t));
+        field(&w[k + 1], f)[i] -= ADAM_LR * mh / (sqrt(vh) + 1e-8);
+      }
     if (k == flush_after) flushed = k + 1;
   }
   *out = w[STEPS];
   free(w);
 }
 
-static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, int s, int set_field) {
-  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
-  sgd.lr = LR, sgd.momentum = 0;
+static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, int s, int set_field, int adam) {
+  tsr_optim_spec sgd = tsr_optim_spec_default(adam ? TSR_OPTIM_ADAM : TSR_OPTIM_SGD);
+  sgd.lr = adam ? ADAM_LR : LR, sgd.momentum = 0, sgd.weight_decay = 0;
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
   o.batch = B, o.slices = 2, o.seed = 5;
@@ -136,11 +149,11 @@ static void get_params(tsr_trainer *t, float *out[4]) {
 
 /* Trains STEPS steps (tsr_trainer_sync after step flush_after when >= 0; det: a deterministic context);
  * the parameters before and after, and the losses. */
-static void run(int s, int set_field, int det, int flush_after, struct params *p0, float after[4][NH * NI],
-                double *losses) {
+static void run(int s, int set_field, int det, int flush_after, int adam, struct params *p0,
+                float after[4][NH * NI], double *losses) {
   tsr_context *ctx = start(det);
   tsr_model *m = model();
-  tsr_trainer *t = trainer(ctx, m, s, set_field);
+  tsr_trainer *t = trainer(ctx, m, s, set_field, adam);
   float before[4][NH * NI];
   float *b[4] = {before[0], before[1], before[2], before[3]}, *a[4] = {after[0], after[1], after[2], after[3]};
   get_params(t, b);
@@ -167,12 +180,12 @@ static double worst(float got[4][NH * NI], struct params *ref) {
   return w;
 }
 
-static void check_against_reference(int s, int flush_after) {
+static void check_against_reference(int s, int flush_after, int adam) {
   struct params p0, ref, sync_ref;
   float got[4][NH * NI];
   double losses[STEPS], ref_losses[STEPS], sync_losses[STEPS];
-  run(s, 1, 0, flush_after, &p0, got, losses);
-  reference(&p0, s, flush_after, &ref, ref_losses);
+  run(s, 1, 0, flush_after, adam, &p0, got, losses);
+  reference(&p0, s, flush_after, adam, &ref, ref_losses);
   double w = worst(got, &ref);
   ck_assert_msg(w <= 1, "staleness %d (flush after %d): parameters %.3g x tolerance (rtol 1e-4) from the delayed-SGD "
                 "reference", s, flush_after, w);
@@ -180,28 +193,31 @@ static void check_against_reference(int s, int flush_after) {
     ck_assert_msg(fabs(losses[k] - ref_losses[k]) <= 1e-6 + 1e-4 * fabs(ref_losses[k]),
                   "staleness %d: loss of step %d is %.9g, reference %.9g", s, k, losses[k], ref_losses[k]);
   /* The check of the check: the synchronous trajectory is far outside the tolerance. */
-  reference(&p0, 0, -1, &sync_ref, sync_losses);
+  reference(&p0, 0, -1, adam, &sync_ref, sync_losses);
   ck_assert_msg(worst(got, &sync_ref) > 10, "staleness %d: indistinguishable from synchronous SGD", s);
 }
 
-START_TEST(staleness_1_is_delayed_gradient_sgd) { check_against_reference(1, -1); }
+START_TEST(staleness_1_is_delayed_gradient_sgd) { check_against_reference(1, -1, 0); }
 END_TEST
 
-START_TEST(staleness_2_is_delayed_gradient_sgd) { check_against_reference(2, -1); }
+START_TEST(staleness_2_is_delayed_gradient_sgd) { check_against_reference(2, -1, 0); }
 END_TEST
 
-START_TEST(sync_applies_the_pending_updates) { check_against_reference(2, 3); }
+START_TEST(staleness_2_is_delayed_gradient_adam) { check_against_reference(2, -1, 1); }
+END_TEST
+
+START_TEST(sync_applies_the_pending_updates) { check_against_reference(2, 3, 0); }
 END_TEST
 
 START_TEST(staleness_0_is_the_synchronous_trainer_bitwise) {
   struct params p0, ref;
   float plain[4][NH * NI] = {{0}}, zero[4][NH * NI] = {{0}};
   double lp[STEPS], lz[STEPS], lr[STEPS];
-  run(0, 0, 1, -1, &p0, plain, lp); /* the field left at its default; deterministic: a fixed order of sums */
-  run(0, 1, 1, -1, &p0, zero, lz);
+  run(0, 0, 1, -1, 0, &p0, plain, lp); /* the field left at its default; deterministic: a fixed order of sums */
+  run(0, 1, 1, -1, 0, &p0, zero, lz);
   ck_assert_msg(memcmp(plain, zero, sizeof plain) == 0, "staleness 0: parameters differ from the default trainer's");
   ck_assert_msg(memcmp(lp, lz, sizeof lp) == 0, "staleness 0: losses differ from the default trainer's");
-  reference(&p0, 0, -1, &ref, lr);
+  reference(&p0, 0, -1, 0, &ref, lr);
   ck_assert_msg(worst(zero, &ref) <= 1, "staleness 0: not synchronous SGD");
 }
 END_TEST
@@ -251,6 +267,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, staleness_0_is_the_synchronous_trainer_bitwise);
   tcase_add_test(tc, staleness_1_is_delayed_gradient_sgd);
   tcase_add_test(tc, staleness_2_is_delayed_gradient_sgd);
+  tcase_add_test(tc, staleness_2_is_delayed_gradient_adam);
   tcase_add_test(tc, sync_applies_the_pending_updates);
   tcase_add_test(tc, unsupported_combinations_are_refused);
   suite_add_tcase(s, tc);

@@ -5,7 +5,9 @@
  * the step's overflow decision instead; with a sign reduction, each tensor's direction before its
  * group's reduction and the combined direction's application after), and a non-detached loss-sum
  * task the host waits on later (it also brings back the control word summed over ranks). The host
- * blocks only when `window` steps are in flight. */
+ * blocks only when `window` steps are in flight. With staleness s > 0 (staleness.c) a step's
+ * gradients go to its own of s + 1 gradient sets and its updates are submitted after step + s's
+ * tasks (or at a sync, an evaluation step or a tensor read, which submit every pending update). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
