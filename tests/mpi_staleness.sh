@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Stale-synchronous training across ranks (tsr_trainer_opts.staleness, --staleness S), 2 ranks under
 # mpirun with rank 1 slowed by TESSERA_SLOW_RANK=1:30 (a 30 ms sleep task per step; it changes no
-# value): for S = 1 and 2 every rank ends with identical parameters, equal (relative 1e-4) to a 1-rank
-# run of the 2-times batch with the same staleness, and the trace shows that no rank computed step u
+# value): for S = 1 and 2 (and S = 1 at 4 ranks) every rank ends with identical parameters, equal
+# (relative 1e-4) to a 1-rank run of the N-times batch with the same staleness, and the trace shows that no rank computed step u
 # before the updates of step u - S - 1 (which wait for every rank's gradient of that step) were
 # applied; S = 0 is the synchronous trainer bitwise (deterministic runs with and without the field);
 # a deterministic run with S > 0 is refused on every rank naming both options. Every run is bounded
@@ -35,14 +35,26 @@ for s in 1 2; do
   else ko "staleness $s: 2 ranks equal a 1-rank run of the 2-times batch"; fi
   if "$bin" --check-ahead "$tmp/trace$s" "$s"; then ok "staleness $s: no rank ran more than $s steps ahead (trace)"
   else ko "staleness $s: no rank ran more than $s steps ahead (trace)"; fi
-  # the check of the check: the 1-rank run with staleness differs from the synchronous one
+  # the checks of the checks: the trace of S = 1 breaks the bound of S = 0 (step u's loss always
+  # precedes step u - 1's updates, submitted after it), and the 1-rank run with staleness differs
+  # from the synchronous one
   if [ "$s" = 1 ]; then
+    if ! "$bin" --check-ahead "$tmp/trace1" 0 >/dev/null 2>&1; then ok "the trace check fails staleness 1 against a bound of 0"
+    else ko "the trace check fails staleness 1 against a bound of 0"; fi
     "$bin" --batch 8 --steps 8 --out "$tmp/sync" >"$tmp/sync.log" 2>&1
     if ! "$bin" --compare "$tmp/sync.rank0.params" "$tmp/ref1.rank0.params" 1e-4 1e-6 >/dev/null; then
       ok "staleness 1 trains differently from synchronous training"
     else ko "staleness 1 trains differently from synchronous training"; fi
   fi
 done
+
+# 4 ranks, rank 2 slowed, S = 1: against a 1-rank run of the 4-times batch, and the trace
+"$bin" --batch 16 --steps 8 --out "$tmp/ref4" --staleness 1 >"$tmp/ref4.log" 2>&1 || ko "4-rank reference ran"
+if TESSERA_SLOW_RANK=2:30 run 4 "$tmp/four" --staleness 1 --trace "$tmp/trace4" &&
+  "$bin" --compare "$tmp/ref4.rank0.params" "$tmp/four.rank3.params" 1e-4 1e-6 &&
+  cmp -s "$tmp/four.rank0.params" "$tmp/four.rank3.params" && "$bin" --check-ahead "$tmp/trace4" 1; then
+  ok "staleness 1 at 4 ranks: equal to a 1-rank run, identical ranks, at most 1 step ahead"
+else ko "staleness 1 at 4 ranks: equal to a 1-rank run, identical ranks, at most 1 step ahead"; cat "$tmp/four.log"; fi
 
 # S = 0: the synchronous trainer, bitwise (deterministic mode fixes the order of sums); its trace
 # shows lock-step: no step before the previous step's updates

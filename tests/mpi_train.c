@@ -81,8 +81,9 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
  * after the last optimizer update of step u - S - 1 ended (on that rank's clock): with staleness S a
  * rank computes step u only with the updates of steps up to u - S - 1 applied, and those updates wait
  * for their reductions, which need every rank's gradient of that step. Prints how many steps started
- * before the updates of the step just before them had ended (running ahead; not asserted: it
- * depends on timing). Exit 1 when a step ran further ahead or a step has no loss or update task. */
+ * before the updates of the step just before them had ended (with S >= 1 every step but the first:
+ * those updates are submitted after it). Exit 1 when a step ran further ahead or a step has no loss
+ * or update task. */
 #define MAX_STEPS 4096
 static int check_ahead(const char *dir, int s) {
   int bad = 0, ranks = 0;
