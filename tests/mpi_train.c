@@ -83,11 +83,15 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
  * for their reductions, which need every rank's gradient of that step. Prints how many steps started
  * before the updates of the step just before them had ended (with S >= 1 every step but the first:
  * those updates are submitted after it). Exit 1 when a step ran further ahead or a step has no loss
- * or update task. */
+ * or update task. Also prints, not asserted (it rests on the clock offsets the trace estimated), the
+ * least time between any other rank's end of the backward of step u - S - 1 and a rank's loss of
+ * step u, on the clocks aligned by the offsets: negative would mean a rank ran ahead of another. */
 #define MAX_STEPS 4096
+#define MAX_RANKS 16
 static int check_ahead(const char *dir, int s) {
-  int bad = 0, ranks = 0;
-  for (int r = 0;; r++, ranks++) {
+  int bad = 0, ranks = 0, lasts[MAX_RANKS];
+  static double loss_at[MAX_RANKS][MAX_STEPS], bwd_end[MAX_RANKS][MAX_STEPS];
+  for (int r = 0; r < MAX_RANKS; r++, ranks++) {
     char path[4096], line[8192];
     snprintf(path, sizeof path, "%s/rank-%d.tsv", dir, r);
     FILE *f = fopen(path, "r");
@@ -95,7 +99,11 @@ static int check_ahead(const char *dir, int s) {
     static double loss_start[MAX_STEPS], upd_end[MAX_STEPS];
     for (int k = 0; k < MAX_STEPS; k++) loss_start[k] = INFINITY, upd_end[k] = -INFINITY;
     int last = -1;
+    double offset = 0;
+    for (int k = 0; k < MAX_STEPS; k++) loss_at[r][k] = INFINITY, bwd_end[r][k] = -INFINITY;
     while (fgets(line, sizeof line, f)) {
+      int rr, size;
+      if (sscanf(line, "rank\t%d\tsize\t%d\toffset_us\t%lf", &rr, &size, &offset) == 3) continue;
       unsigned long long seq, bytes;
       long long step;
       int worker;
@@ -105,6 +113,8 @@ static int check_ahead(const char *dir, int s) {
                  &start, &end, &bytes, name, op) != 9 || step < 0 || step >= MAX_STEPS)
         continue;
       if (!strcmp(op, "loss") && start < loss_start[step]) loss_start[step] = start;
+      if (!strcmp(op, "loss") && start + offset < loss_at[r][step]) loss_at[r][step] = start + offset;
+      if (strstr(op, "bwd") && end + offset > bwd_end[r][step]) bwd_end[r][step] = end + offset;
       if (!strcmp(op, "opt_update") && end > upd_end[step]) upd_end[step] = end;
       if (step > last) last = (int)step;
     }
@@ -124,7 +134,17 @@ static int check_ahead(const char *dir, int s) {
       ahead += u >= 1 && loss_start[u] < upd_end[u - 1];
     }
     printf("rank %d: steps 0..%d, %d ran ahead of the previous step's updates\n", r, last, ahead);
+    lasts[r] = last;
   }
+  double least = INFINITY;
+  int lr = -1, lq = -1, lu = -1;
+  for (int r = 0; r < ranks; r++)
+    for (int q = 0; q < ranks; q++)
+      for (int u = s + 1; q != r && u <= lasts[r] && u - s - 1 <= lasts[q]; u++)
+        if (loss_at[r][u] - bwd_end[q][u - s - 1] < least) least = loss_at[r][u] - bwd_end[q][u - s - 1], lr = r, lq = q, lu = u;
+  if (lr >= 0)
+    printf("across ranks (clocks aligned by the trace's offsets): rank %d's loss of step %d came %.1f us after rank "
+           "%d's backward of step %d, the least of all such pairs\n", lr, lu, least, lq, lu - s - 1);
   if (ranks == 0) fprintf(stderr, "check-ahead: no %s/rank-0.tsv\n", dir);
   return bad || ranks == 0;
 }
