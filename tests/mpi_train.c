@@ -79,13 +79,86 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
   return bad != 0;
 }
 
+/* --check-ahead DIR S: in each rank's raw trace DIR/rank-R.tsv, the loss task of every step u starts
+ * after the last optimizer update of step u - S - 1 ended (on that rank's clock): with staleness S a
+ * rank computes step u only with the updates of steps up to u - S - 1 applied, and those updates wait
+ * for their reductions, which need every rank's gradient of that step. Prints how many steps started
+ * before the updates of the step just before them had ended (with S >= 1 every step but the first:
+ * those updates are submitted after it). Exit 1 when a step ran further ahead or a step has no loss
+ * or update task. Also prints, not asserted (it rests on the clock offsets the trace estimated), the
+ * least time between any other rank's end of the backward of step u - S - 1 and a rank's loss of
+ * step u, on the clocks aligned by the offsets: negative would mean a rank ran ahead of another. */
+#define MAX_STEPS 4096
+#define MAX_RANKS 16
+static int check_ahead(const char *dir, int s) {
+  int bad = 0, ranks = 0, lasts[MAX_RANKS];
+  static double loss_at[MAX_RANKS][MAX_STEPS], bwd_end[MAX_RANKS][MAX_STEPS];
+  for (int r = 0; r < MAX_RANKS; r++, ranks++) {
+    char path[4096], line[8192];
+    snprintf(path, sizeof path, "%s/rank-%d.tsv", dir, r);
+    FILE *f = fopen(path, "r");
+    if (!f) break;
+    static double loss_start[MAX_STEPS], upd_end[MAX_STEPS];
+    for (int k = 0; k < MAX_STEPS; k++) loss_start[k] = INFINITY, upd_end[k] = -INFINITY;
+    int last = -1;
+    double offset = 0;
+    for (int k = 0; k < MAX_STEPS; k++) loss_at[r][k] = INFINITY, bwd_end[r][k] = -INFINITY;
+    while (fgets(line, sizeof line, f)) {
+      int rr, size;
+      if (sscanf(line, "rank\t%d\tsize\t%d\toffset_us\t%lf", &rr, &size, &offset) == 3) continue;
+      unsigned long long seq, bytes;
+      long long step;
+      int worker;
+      double submit, start, end;
+      char name[512], op[128];
+      if (sscanf(line, "task\t%llu\t%lld\t%d\t%lf\t%lf\t%lf\t%llu\t%511s\t%127s", &seq, &step, &worker, &submit,
+                 &start, &end, &bytes, name, op) != 9 || step < 0 || step >= MAX_STEPS)
+        continue;
+      if (!strcmp(op, "loss") && start < loss_start[step]) loss_start[step] = start;
+      if (!strcmp(op, "loss") && start + offset < loss_at[r][step]) loss_at[r][step] = start + offset;
+      if (strstr(op, "bwd") && end + offset > bwd_end[r][step]) bwd_end[r][step] = end + offset;
+      if (!strcmp(op, "opt_update") && end > upd_end[step]) upd_end[step] = end;
+      if (step > last) last = (int)step;
+    }
+    fclose(f);
+    int ahead = 0;
+    for (int u = 0; u <= last; u++) {
+      if (!isfinite(loss_start[u]) || !isfinite(upd_end[u])) {
+        fprintf(stderr, "rank %d: step %d has no loss or no update task in the trace\n", r, u);
+        bad++;
+        continue;
+      }
+      if (u >= s + 1 && loss_start[u] < upd_end[u - s - 1]) {
+        fprintf(stderr, "rank %d: step %d started %.1f us before the updates of step %d ended (staleness %d)\n", r, u,
+                upd_end[u - s - 1] - loss_start[u], u - s - 1, s);
+        bad++;
+      }
+      ahead += u >= 1 && loss_start[u] < upd_end[u - 1];
+    }
+    printf("rank %d: steps 0..%d, %d ran ahead of the previous step's updates\n", r, last, ahead);
+    lasts[r] = last;
+  }
+  double least = INFINITY;
+  int lr = -1, lq = -1, lu = -1;
+  for (int r = 0; r < ranks; r++)
+    for (int q = 0; q < ranks; q++)
+      for (int u = s + 1; q != r && u <= lasts[r] && u - s - 1 <= lasts[q]; u++)
+        if (loss_at[r][u] - bwd_end[q][u - s - 1] < least) least = loss_at[r][u] - bwd_end[q][u - s - 1], lr = r, lq = q, lu = u;
+  if (lr >= 0)
+    printf("across ranks (clocks aligned by the trace's offsets): rank %d's loss of step %d came %.1f us after rank "
+           "%d's backward of step %d, the least of all such pairs\n", lr, lu, least, lq, lu - s - 1);
+  if (ranks == 0) fprintf(stderr, "check-ahead: no %s/rank-0.tsv\n", dir);
+  return bad || ranks == 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "--compare") == 0) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
-  int batch = 4, steps = 5, det = 0, variant = -1, mark = 0, lion = 0, same = 0, msync = 0;
+  if (argc == 4 && strcmp(argv[1], "--check-ahead") == 0) return check_ahead(argv[2], atoi(argv[3]));
+  int batch = 4, steps = 5, det = 0, variant = -1, mark = 0, lion = 0, same = 0, msync = 0, staleness = 0;
   long long group_bytes = 512; /* several groups */
   int grad_reduce = TSR_REDUCE_F32;
   double loss_scale = 0, loss_scale_init = 0;
-  const char *out = NULL, *collective = NULL, *msync_layers = "";
+  const char *out = NULL, *collective = NULL, *msync_layers = "", *trace = NULL;
   int moments = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
@@ -98,6 +171,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--momentum-sync") && i + 1 < argc) msync = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--momentum-sync-layers") && i + 1 < argc) msync_layers = argv[++i];
     else if (!strcmp(argv[i], "--moments")) moments = 1;
+    else if (!strcmp(argv[i], "--staleness") && i + 1 < argc) staleness = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
     else if (!strcmp(argv[i], "--variant-rank") && i + 1 < argc) variant = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--group-bytes") && i + 1 < argc) group_bytes = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--grad-reduce") && i + 1 < argc) {
@@ -112,8 +187,9 @@ int main(int argc, char **argv) {
                       "         [--group-bytes N] [--grad-reduce NAME] [--collective A]\n"
                       "         [--loss-scale dynamic|S] [--loss-scale-init S] [--mark-training]\n"
                       "         [--lion] [--momentum-sync K] [--momentum-sync-layers P] [--same-data]\n"
-                      "         [--moments]\n"
-                      "       mpi_train --compare A B RTOL ATOL\n");
+                      "         [--moments] [--staleness S] [--trace DIR]\n"
+                      "       mpi_train --compare A B RTOL ATOL\n"
+                      "       mpi_train --check-ahead DIR S\n");
       return 2;
     }
   }
@@ -135,6 +211,7 @@ int main(int argc, char **argv) {
   tsr_trainer_opts_default(&to);
   to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = group_bytes, to.grad_reduce = grad_reduce;
   to.collective = collective;
+  to.staleness = staleness;
   to.loss_scale = loss_scale, to.loss_scale_init = loss_scale_init, to.loss_scale_interval = 1000;
   tsr_trainer *t;
   if (tsr_trainer_create(&t, ctx, m, &adam, &to)) {
@@ -145,6 +222,7 @@ int main(int argc, char **argv) {
   }
   /* 257 + rank: not a bf16 or fp16 value, so a control word reduced in half precision would show */
   tsr_trainer_set_flag(t, 257.0f + rank);
+  if (trace && tsr_trace_start(ctx, trace, 0, -1)) die("trace");
   char path[4096];
   for (int i = 0; i < steps; i++) {
     if (tsr_trainer_step(t, fill, &d, NULL)) die("step");
@@ -155,6 +233,7 @@ int main(int argc, char **argv) {
     }
   }
   if (tsr_trainer_sync(t)) die("sync");
+  if (trace && tsr_trace_stop(ctx)) die("trace");
   snprintf(path, sizeof path, "%s.rank%d.params", out ? out : "mpi_train", rank);
   FILE *f = fopen(path, "wb");
   if (!f) die(path);

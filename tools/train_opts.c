@@ -187,6 +187,11 @@ static const struct opt_def defs[] = {
      "or NxM along the first two, over N (x M) ranks exchanging halos; with more ranks, ranks [r N, r N + N) "
      "form replica r and the batch is split over the replicas (hybrid); N must divide the ranks",
      .deftext = "1 (no split)", .parse = parse_spatial, .text = text_spatial},
+    {"staleness", 0, OPT_INT, F(staleness), "S", "0",
+     "stale-synchronous parallel: step k's updates are applied after step k + S is submitted, so a rank runs up to "
+     "S steps ahead of the slowest reduction it needs (0 = synchronous; not with --deterministic, dynamic "
+     "--loss-scale, sign --grad-reduce or --spatial; checkpoints and validation apply the pending updates first)",
+     0, TSR_MAX_STALENESS},
     {"loss-scale", 0, OPT_CUSTOM, 0, "S", NULL,
      "off, dynamic (halve and skip the step on overflow, double after 2000 good steps) or a fixed scale",
      .deftext = "dynamic with fp16, else off", .parse = parse_loss_scale, .text = text_loss_scale},

@@ -110,7 +110,18 @@ typedef struct tsr_trainer_opts {
                           split. Their product P must divide the ranks: ranks [r P, r P + P) hold the
                           blocks of the same samples (replica r, block rank % P in row-major order)
                           and the batch (per replica) is split over the size / P replicas. */
+  int staleness;       /* stale-synchronous parallel: 0 = synchronous (default); s > 0: step k's
+                          updates are applied after step k + s is submitted, so step k's forward
+                          and backward use the parameters after the updates of steps 0 .. k - s - 1
+                          and a rank runs at most s steps ahead of the slowest reduction it needs.
+                          At most TSR_MAX_STALENESS; refused with deterministic contexts, dynamic loss
+                          scaling, sign reductions and spatial parallelism. tsr_trainer_sync, an
+                          evaluation step and every read or write of tensors apply the pending
+                          updates first. */
 } tsr_trainer_opts;
+
+/* Largest tsr_trainer_opts.staleness (each step in flight holds its own gradient buffer). */
+#define TSR_MAX_STALENESS 16
 
 void tsr_trainer_opts_default(tsr_trainer_opts *o);
 /* The model must not change after this call; it must outlive the trainer. TSR_ERR_NOMEM, naming the

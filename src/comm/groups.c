@@ -171,6 +171,13 @@ tsr_status _tsr_groups_start(struct _tsr_groups *gs) {
   return each_entry(gs, 1);
 }
 
+tsr_status _tsr_groups_start_as(struct _tsr_groups *gs, const struct _tsr_groups *like) {
+  if (!gs->ops) return TSR_OK;
+  if (gs->n != like->n) return _tsr_error(TSR_ERR_RUNTIME, "gradient groups: %d groups, the first set has %d", gs->n, like->n);
+  for (int g = 0; g < gs->n; g++) gs->g[g].ops = like->g[g].ops;
+  return each_entry(gs, 1);
+}
+
 void _tsr_groups_destroy(struct _tsr_groups *gs) {
   for (int g = 0; gs->g && g < gs->n; g++)
     if (gs->g[g].h) starpu_data_unpartition_submit(gs->g[g].h, gs->g[g].nchild, gs->g[g].tensors, STARPU_MAIN_RAM);

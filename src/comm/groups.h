@@ -77,6 +77,9 @@ tsr_status _tsr_groups_build(struct _tsr_groups *gs, const struct _tsr_grad_view
 /* Chooses each group's collective with "auto" (measuring the links: collective over the
  * communicator) and sets the collectives up (their buffers, their own exchanges between ranks). */
 tsr_status _tsr_groups_start(struct _tsr_groups *gs);
+/* As _tsr_groups_start, with each group's collective taken from `like` (groups of the same layout
+ * over another buffer, already started): no second measurement of the links. */
+tsr_status _tsr_groups_start_as(struct _tsr_groups *gs, const struct _tsr_groups *like);
 void _tsr_groups_destroy(struct _tsr_groups *gs);
 /* Submits the sum of group g over the communicator for step `step`; the tensors' gradients are
  * usable again by tasks submitted after it. No-op on one rank. */

@@ -28,6 +28,21 @@ int _tsr_env_step_timeout(double *seconds) {
   return v != NULL;
 }
 
+int _tsr_env_slow_rank(int *rank, double *ms) {
+  const char *v = nonempty("TESSERA_SLOW_RANK");
+  char *end;
+  if (!v) return 0;
+  int jitter = strncmp(v, "jitter:", 7) == 0;
+  long r = jitter ? -1 : strtol(v, &end, 10);
+  if (jitter) end = (char *)v + 6;
+  else if (end == v || *end != ':' || r < 0) return -1;
+  const char *m = end + 1;
+  double d = strtod(m, &end);
+  if (end == m || *end || !(d >= 0) || d > 60000) return -1;
+  *rank = (int)r, *ms = d;
+  return 1;
+}
+
 int _tsr_env_idle(void) {
   const char *v = nonempty("TESSERA_IDLE");
   if (!v) return 0;

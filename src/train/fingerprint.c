@@ -98,8 +98,8 @@ static const char *trainer_label(void *user, int i, char *buf, size_t len) {
     break;
   case EXTRA_BATCH: snprintf(buf, len, "%s (%d)", extra[EXTRA_BATCH], t->batch); break;
   case EXTRA_GROUPS:
-    snprintf(buf, len, "%s (%d groups, reduced in %s by %s)", extra[EXTRA_GROUPS], t->groups.n, t->groups.name,
-             t->groups.ncand ? "auto" : t->groups.ops ? t->groups.ops->impl : "none");
+    snprintf(buf, len, "%s (%d groups, reduced in %s by %s, staleness %d)", extra[EXTRA_GROUPS], t->groups.n,
+             t->groups.name, t->groups.ncand ? "auto" : t->groups.ops ? t->groups.ops->impl : "none", t->staleness);
     break;
   default: snprintf(buf, len, "%s", extra[i - m->n]);
   }
@@ -127,7 +127,7 @@ tsr_status _tsr_fingerprint_check(tsr_trainer *t) {
   for (int i = 0; i < t->groups.n; i++) g = _tsr_hash(g, &t->groups.g[i].n, sizeof t->groups.g[i].n);
   const char *algo = t->groups.ncand ? "auto" : t->groups.ops ? t->groups.ops->impl : "";
   g = _tsr_hash(_tsr_hash(g, algo, strlen(algo) + 1), t->groups.name, strlen(t->groups.name) + 1);
-  h[m->n + EXTRA_GROUPS] = g;
+  h[m->n + EXTRA_GROUPS] = _tsr_hash(g, &t->staleness, sizeof t->staleness);
   h[m->n + EXTRA_PARAMS] = _tsr_hash(_tsr_hash(TSR_HASH_INIT, t->params, t->nparams * sizeof(float)), t->state,
                                      t->nstate * sizeof(float));
   tsr_status s = _tsr_agree(t->rank, t->size, n, h, trainer_label, t);

@@ -28,8 +28,8 @@ static void vector_fits(struct bad *b, uint64_t n, const char *what, const char 
                     what, name, (unsigned long long)n, (unsigned long long)UINT32_MAX);
 }
 
-/* Weights, and for trainable tensors gradients, the optimizer's state tensors, with several ranks
- * the reduction's receive (and wire) buffers of as many bytes, and with several slices the later
+/* Weights, and for trainable tensors gradients (staleness + 1 sets), the optimizer's state tensors,
+ * with several ranks the reduction's receive (and wire) buffers of as many bytes per set, and with several slices the later
  * slices' own weight gradients of the convolutions (private_wgrad). */
 static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
@@ -41,7 +41,9 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
     _tsr_layer_tensor(L, t->model, i, &sh, &suffix, &trainable);
     uint64_t n = (uint64_t)tsr_shape_numel(&sh); /* exact: tsr_model_add checked it */
     vector_fits(b, n, L->name, suffix);
-    uint64_t copies = trainable ? 2 + (uint64_t)t->optim->nstate + (t->size > 1) : 1;
+    /* staleness: each extra gradient set has its own reduction buffers too */
+    uint64_t copies = trainable ? 2 + (uint64_t)t->optim->nstate + (t->size > 1) +
+                                      (uint64_t)t->staleness * (1 + (t->size > 1)) : 1;
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, _tsr_mul_sat((n + 15) & ~(uint64_t)15, sizeof(float))));
     if (trainable && L->ops->private_wgrad && t->slices > 1) /* later slices' own weight gradients */
       sum = _tsr_add_sat(sum, _tsr_mul_sat((uint64_t)t->slices - 1, floats(n)));

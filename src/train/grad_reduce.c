@@ -36,8 +36,8 @@ static tsr_status collective(const tsr_trainer_opts *o, const char **algo) {
   return TSR_OK;
 }
 
-static tsr_status build_groups(tsr_trainer *t, const tsr_trainer_opts *o) {
-  TSR_TRY(collective(o, &t->groups.algo));
+tsr_status _tsr_grad_groups_build(tsr_trainer *t, const tsr_trainer_opts *o, struct _tsr_groups *gs, float *buf) {
+  TSR_TRY(collective(o, &gs->algo));
   struct _tsr_grad_tensor *gt = calloc(t->ntensors ? t->ntensors : 1, sizeof *gt);
   if (!gt) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int i = 0; i < t->ntensors; i++) {
@@ -45,8 +45,8 @@ static tsr_status build_groups(tsr_trainer *t, const tsr_trainer_opts *o) {
     gt[i] = (struct _tsr_grad_tensor){.name = p->name, .off = p->trainable ? (size_t)(p->g - t->grads) : 0,
                                       .n = p->n, .layer = p->layer, .trainable = p->trainable};
   }
-  struct _tsr_grad_view v = {.buf = t->grads, .keep = TSR_CTL_FLOATS, .ntensors = t->ntensors, .tensors = gt};
-  tsr_status st = _tsr_groups_build(&t->groups, &v, &t->world, group_bytes(o, t->model),
+  struct _tsr_grad_view v = {.buf = buf, .keep = TSR_CTL_FLOATS, .ntensors = t->ntensors, .tensors = gt};
+  tsr_status st = _tsr_groups_build(gs, &v, &t->world, group_bytes(o, t->model),
                                     _tsr_collective_name(o->grad_reduce), t->use_nccl ? NULL : "nccl");
   free(gt);
   return st;
@@ -157,17 +157,21 @@ int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step) {
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_world(&t->world, t->rank, t->size));
   TSR_TRY(check_signs(t, o));
+  TSR_TRY(_tsr_staleness_check(t, o));
+  t->staleness = o->staleness; /* before the fingerprint: ranks must agree on it */
   TSR_TRY(_tsr_spatial_setup(t, o)); /* the batch over every rank, or over the spatial groups */
-  TSR_TRY(build_groups(t, o));
+  TSR_TRY(_tsr_grad_groups_build(t, o, &t->groups, t->grads));
   t->groups.algo = NULL; /* the caller's string: read by the choice only */
   for (int i = 0; i < t->ntensors; i++) t->tensors[i].hg = t->groups.grad[i];
   t->ctl = t->groups.head;
   if (t->size > 1) TSR_TRY(_tsr_fingerprint_check(t));
   TSR_TRY(_tsr_groups_start(&t->groups));
-  return momentum_sync_setup(t, o);
+  TSR_TRY(momentum_sync_setup(t, o));
+  return _tsr_staleness_setup(t, o);
 }
 
 void _tsr_reduce_teardown(tsr_trainer *t) {
+  _tsr_staleness_teardown(t);
   _tsr_groups_destroy(&t->groups);
   if (t->msync_every > 0) { /* the chosen tensors' state handles were its children */
     for (int i = 0; i < t->ntensors; i++)
@@ -191,7 +195,12 @@ tsr_status tsr_trainer_group_info(const tsr_trainer *t, int g, int *first, int *
   return TSR_OK;
 }
 
-int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t) { return t ? t->groups.bytes + t->msync.bytes : 0; }
+int64_t tsr_trainer_reduce_bytes(const tsr_trainer *t) {
+  if (!t) return 0;
+  int64_t bytes = t->groups.bytes + t->msync.bytes;
+  for (int k = 0; k < t->staleness && t->gsets; k++) bytes += t->gsets[k].bytes;
+  return bytes;
+}
 
 const char *tsr_reduce_precision_name(int p) {
   const char *name = _tsr_collective_name(p);

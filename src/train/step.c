@@ -5,7 +5,9 @@
  * the step's overflow decision instead; with a sign reduction, each tensor's direction before its
  * group's reduction and the combined direction's application after), and a non-detached loss-sum
  * task the host waits on later (it also brings back the control word summed over ranks). The host
- * blocks only when `window` steps are in flight. */
+ * blocks only when `window` steps are in flight. With staleness s > 0 (staleness.c) a step's
+ * gradients go to its own of s + 1 gradient sets and its updates are submitted after step + s's
+ * tasks (or at a sync, an evaluation step or a tensor read, which submit every pending update). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,16 +100,17 @@ static struct starpu_codelet load_cl = {
 /* The ranks whose gradients a step's reductions sum: the parts the batch is split into. */
 static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->batch_dist.parts; }
 
-/* The update's arguments; `summed`: the gradient is the sum over ranks(t) ranks. */
-static struct _tsr_optim_args optim_args(const tsr_trainer *t, int summed) {
+/* The update's arguments; `summed`: the gradient is the sum over ranks(t) ranks; d: the delayed step
+ * whose update this is (staleness > 0), NULL: the step being submitted. */
+static struct _tsr_optim_args optim_args(const tsr_trainer *t, int summed, const struct _tsr_delayed *d) {
   float unscale = _tsr_loss_scaler_unscale(t->loss_scale > 0 ? t->loss_scale : 1.0, summed);
-  struct _tsr_optim_args a = {.h = t->opt, .step = t->nupdates, .grad_scale = unscale};
-  a.h.lr = t->lr; /* tsr_trainer_set_lr's */
+  struct _tsr_optim_args a = {.h = t->opt, .step = d ? d->nupdates : t->nupdates, .grad_scale = unscale};
+  a.h.lr = d ? d->lr : t->lr; /* tsr_trainer_set_lr's when the step was submitted */
   return a;
 }
 
-static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
-  struct _tsr_optim_args a = optim_args(t, ranks(t));
+static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p, const struct _tsr_delayed *d) {
+  struct _tsr_optim_args a = optim_args(t, ranks(t), d);
   return _tsr_optim_submit(&a, p->hw, p->hg, p->hst, t->scaler_h, p->name);
 }
 
@@ -116,12 +119,12 @@ static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p) {
 static int signs(const tsr_trainer *t) { return !t->skip_reduce && t->groups.ops && t->groups.ops->signs; }
 
 static int submit_direction(tsr_trainer *t, const struct _tsr_ptensor *p) {
-  struct _tsr_optim_args a = optim_args(t, 1);
+  struct _tsr_optim_args a = optim_args(t, 1, NULL);
   return _tsr_optim_submit_direction(&a, p->hg, p->hst, p->name);
 }
 
 static int submit_apply(tsr_trainer *t, const struct _tsr_ptensor *p) {
-  struct _tsr_optim_args a = optim_args(t, 1);
+  struct _tsr_optim_args a = optim_args(t, 1, NULL);
   return _tsr_optim_submit_apply(&a, p->hw, p->hg, p->name);
 }
 
@@ -291,12 +294,35 @@ static int submit_copy_out(tsr_trainer *t, float *out, int s, int nvalid) {
   return _tsr_submit(&copy_out_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "copy_out", 2, b);
 }
 
+/* The updates of the oldest delayed step, in its gradient set, traced as its step. */
+static tsr_status submit_delayed(tsr_trainer *t) {
+  const struct _tsr_delayed *d = &t->delayed[t->delayed_first];
+  _tsr_trace_set_step(d->step);
+  _tsr_grad_set_use(t, d->set);
+  for (int i = 0; i < t->ntensors; i++)
+    if (t->tensors[i].trainable) {
+      if (t->check_finite)
+        SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, d->step));
+      SUBMIT(submit_update(t, &t->tensors[i], d));
+    }
+  t->delayed_first = (t->delayed_first + 1) % (t->staleness + 1);
+  t->delayed_n--;
+  return TSR_OK;
+}
+
+tsr_status _tsr_flush_updates(tsr_trainer *t) {
+  while (t->delayed_n > 0) TSR_TRY(submit_delayed(t));
+  return TSR_OK;
+}
+
 static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int train, int nvalid, int64_t id) {
   int p = (int)(id & 1);
   _tsr_trace_set_step(id);
   const tsr_model *m = t->model;
   for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
+  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0], id));
   if (train) {
+    _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
     for (int i = 0; i < t->ntensors; i++)
       if (t->tensors[i].trainable) SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
     SUBMIT(_tsr_insert_fill(t->ctl, t->flag, "control_word")); /* summed over ranks with group 0 */
@@ -334,26 +360,32 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
           SUBMIT(submit_direction(t, &t->tensors[i]));
         }
-      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(&t->groups, g, id));
+      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(_tsr_grad_set(t, t->cur_set), g, id));
       if (signs(t)) SUBMIT(_tsr_momentum_sync(t, g, id));
       if (t->scaler_h) SUBMIT(submit_check(t, gr));
-      for (int i = gr->first; i < gr->end; i++)
+      for (int i = gr->first; !t->staleness && i < gr->end; i++) /* else submitted s steps later */
         if (t->tensors[i].trainable) {
           if (t->check_finite && !t->scaler_h && !signs(t)) /* with dynamic scaling an overflow skips the step */
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
-          if (!t->scaler_h) SUBMIT(signs(t) ? submit_apply(t, &t->tensors[i]) : submit_update(t, &t->tensors[i]));
+          if (!t->scaler_h) SUBMIT(signs(t) ? submit_apply(t, &t->tensors[i]) : submit_update(t, &t->tensors[i], NULL));
         }
     }
   }
   if (t->scaler_h) {
     SUBMIT(_tsr_insert_scale_decide(t->scaler_h, &t->scaler, ranks(t)));
     for (int i = 0; i < t->ntensors; i++)
-      if (t->tensors[i].trainable) SUBMIT(submit_update(t, &t->tensors[i]));
+      if (t->tensors[i].trainable) SUBMIT(submit_update(t, &t->tensors[i], NULL));
   }
   /* Last, so that it also reads the control word after group 0's reduction (host order only). */
-  return _tsr_insert_loss_sum_ctl(t->slices, t->loss, t->ctl, &pend->flag, &pend->value, "loss_sum", &pend->task)
-             ? TSR_ERR_RUNTIME
-             : TSR_OK;
+  SUBMIT(_tsr_insert_loss_sum_ctl(t->slices, t->loss, t->ctl, &pend->flag, &pend->value, "loss_sum", &pend->task));
+  if (!t->staleness) return TSR_OK;
+  /* Stale-synchronous: this step's updates wait; those of step id - s go in now, after the forward
+   * and backward tasks of steps id - s + 1 .. id that read the weights they change. */
+  int n = t->staleness + 1;
+  t->delayed[(t->delayed_first + t->delayed_n) % n] =
+      (struct _tsr_delayed){.step = id, .nupdates = t->nupdates, .lr = t->lr, .set = (int)(t->ntrain % n)};
+  t->delayed_n++;
+  return t->delayed_n > t->staleness ? submit_delayed(t) : TSR_OK;
 }
 
 /* A failure inside a task (a sample that did not load, a kernel error) as the status of the next
@@ -372,9 +404,11 @@ static tsr_status submit_step(tsr_trainer *t, const struct batch_src *src, int t
   int64_t id = t->nsteps;
   /* Bound the steps in flight: wait for the loss of step id - window (and free its ring slot). */
   if (id >= t->window) TSR_TRY(_tsr_wait_step(t, id - t->window));
+  if (!train) TSR_TRY(_tsr_flush_updates(t)); /* evaluations see every update */
   tsr_status st = submit_graph(t, src, train, nvalid, id);
   if (st != TSR_OK) return st; /* _tsr_submit set the message */
   t->nsteps++;
+  t->ntrain += train;
   if (id_out) *id_out = id;
   return TSR_OK;
 }
@@ -432,6 +466,7 @@ tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step, double *sum) {
 
 tsr_status tsr_trainer_sync(tsr_trainer *t) {
   if (!t) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_sync: trainer is NULL");
+  TSR_TRY(_tsr_flush_updates(t));
   for (int64_t s = t->nsteps - t->window - 1; s < t->nsteps; s++)
     if (s >= 0) TSR_TRY(_tsr_wait_step(t, s));
   int ret = starpu_task_wait_for_all();

@@ -307,6 +307,8 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     _tsr_log(1, "skip_reduce (TESSERA_SKIP_ALLREDUCE) is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
+  /* for the footprint; checked with the other options by _tsr_staleness_check */
+  t->staleness = o->staleness > 0 && o->staleness <= TSR_MAX_STALENESS ? o->staleness : 0;
   t->loss_scale = o->loss_scale;
   _tsr_finite_init(&t->nonfinite);
   int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
@@ -326,6 +328,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     t->slice_off[s] = off;
     off += t->slice_n[s];
   }
+  if (st == TSR_OK) st = _tsr_slow_setup(t);
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
@@ -476,6 +479,7 @@ static tsr_status tensor_io(tsr_trainer *t, int i, int which, float *dst, const 
   if (which >= 0 && (!p->trainable || which >= t->optim->nstate))
     return _tsr_error(TSR_ERR_ARG, "tensor '%s' has no optimizer moment %d (%s keeps %d per trainable tensor)",
                       p->name, which, t->optim->name, t->optim->nstate);
+  TSR_TRY(_tsr_flush_updates(t)); /* staleness: the tensors after every submitted step's update */
   starpu_data_handle_t h = which < 0 ? p->hw : p->hst[which];
   float *buf = which < 0 ? p->w : p->st[which];
   int ret = starpu_data_acquire(h, dst ? STARPU_R : STARPU_W);

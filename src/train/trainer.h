@@ -54,6 +54,14 @@ struct _tsr_pending {
   double flag;          /* train steps: the control word's element 0 summed over ranks */
 };
 
+/* A training step whose updates are not submitted yet (staleness > 0): what they read. */
+struct _tsr_delayed {
+  int64_t step;         /* its id (trace) */
+  int64_t nupdates;     /* the optimizer step number its updates use */
+  float lr;             /* the learning rate when it was submitted */
+  int set;              /* its gradient set */
+};
+
 /* The control word: TSR_CTL_FLOATS floats at the start of the gradient buffer, the first child of
  * gradient group 0, so the allreduce sums it with the gradients (tsr_trainer_set_flag). */
 #define TSR_CTL_FLOATS 16
@@ -106,6 +114,18 @@ struct tsr_trainer {
   int msync_next; /* the next momentum group to average in this step */
   struct _tsr_comm msync_comm;
   struct _tsr_groups msync;
+  /* stale-synchronous parallel (tsr_trainer_opts.staleness, staleness.c): the gradients rotate over
+   * staleness + 1 sets (set 0 is `groups`, set k > 0 is gsets[k - 1] over gbufs[k - 1]); step k's
+   * updates wait in `delayed` until step k + staleness is submitted */
+  int staleness;
+  double slow_ms;       /* TESSERA_SLOW_RANK on this rank: milliseconds of sleep per training step */
+  int slow_jitter;      /* TESSERA_SLOW_RANK=jitter:MS: only in about half of the steps */
+  int64_t ntrain;       /* training steps submitted: the set of a step is ntrain % (staleness + 1) */
+  int cur_set;          /* the set of tensors[].hg and ctl (_tsr_grad_set_use) */
+  struct _tsr_groups *gsets;
+  float **gbufs;
+  struct _tsr_delayed *delayed; /* [staleness + 1], a ring from delayed_first, delayed_n entries */
+  int delayed_first, delayed_n;
   /* loss scaling: a fixed scale, or the dynamic scaler's state in a handle read by the step's tasks */
   double loss_scale;    /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC */
   struct _tsr_loss_scaler scaler;
@@ -128,6 +148,8 @@ tsr_status _tsr_trainer_footprint(const tsr_trainer *t);
  * (after the tensors are laid out; agrees with the other ranks on the trainer's fingerprint). */
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_reduce_teardown(tsr_trainer *t);
+/* The gradient groups of the trainer's tensors over gradient buffer buf (laid out as t->grads). */
+tsr_status _tsr_grad_groups_build(tsr_trainer *t, const tsr_trainer_opts *o, struct _tsr_groups *gs, float *buf);
 /* The momentum synchronisation of group g after its sign reduction, when this update is one. */
 int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step);
 
@@ -154,7 +176,21 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial);
 /* Layer l as its entry sees it, with the layouts of its inputs and output. */
 void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
 
+/* staleness.c: the extra gradient sets (after _tsr_reduce_setup), their teardown, the set whose
+ * handles (tensors[].hg, ctl) the next tasks use, and the refusals of unsupported combinations. */
+tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o);
+tsr_status _tsr_staleness_setup(tsr_trainer *t, const tsr_trainer_opts *o);
+void _tsr_staleness_teardown(tsr_trainer *t);
+void _tsr_grad_set_use(tsr_trainer *t, int set);
+struct _tsr_groups *_tsr_grad_set(tsr_trainer *t, int set);
+
+/* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on h. */
+tsr_status _tsr_slow_setup(tsr_trainer *t);
+int _tsr_slow_submit(tsr_trainer *t, starpu_data_handle_t h, int64_t step);
+
 /* step.c */
+/* Submits the updates of every delayed step (staleness > 0), oldest first. */
+tsr_status _tsr_flush_updates(tsr_trainer *t);
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);
 tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step);
 /* Grows the loss and flag histories to hold step `step`. */
