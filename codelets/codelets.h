@@ -46,6 +46,7 @@ struct _tsr_conv_desc {
   int has_bias;
   int src_blk, dst_blk; /* CPU: channel block of the input's and output's layout (and of their
                          * gradients'), 0 plain NCHW; blocked nChw{B}c has zero padding channels */
+  int overwrite;        /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
 };
 
 void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
@@ -81,13 +82,14 @@ struct _tsr_conv3d_desc {
   int k[3], s[3], p[3], dil[3]; /* dilation 1 = none */
   int op[3];            /* transposed only: output padding */
   int has_bias, deconv;
+  int overwrite; /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
 };
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1);
 /* oneDNN's implementation name for the pass (NULL if the primitive could not be made). */
 const char *_tsr_conv3d_impl(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass);
 /* h0, h1 read; fwd: h2 the bias (when there is one), h3 the output; bwd_data: h2 the output;
- * bwd_weights: h2 dw and h3 db (when there is a bias), accumulated. */
+ * bwd_weights: h2 dw and h3 db (when there is a bias), accumulated (written with d->overwrite). */
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                        starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name);
 

@@ -3,13 +3,17 @@
  * model's input and output), the whole-graph gradient of a DenseNet-like model (unaligned concat,
  * pooling, transposed conv, add) matches finite differences of the training loss (smooth
  * activations) and the plain graph's gradient (relu fused), and training with them follows training
- * with plain layouts and separate relu tasks to float rounding. */
+ * with plain layouts and separate relu tasks to float rounding. Convolutions' weight-gradient tasks
+ * write their gradients instead of adding into zeroed ones (no zero-fill task in a step). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tessera.h>
 
+#include "codelets.h"
 #include "kernel_util.h"
+#include "runtime/submit.h"
 #include "testutil.h"
 #include "train/trainer.h"
 
@@ -257,6 +261,80 @@ START_TEST(blocked_and_fused_training_follows_plain_training) {
 }
 END_TEST
 
+/* What one step submits, seen by the submit hook: zero-fill tasks (and whether any is for a
+ * convolution's gradient, named after its layer 'c*', 'up' or 'out'), and the convolutions'
+ * weight-gradient tasks that write (STARPU_W, desc overwrite) or add into their gradients. */
+static atomic_int n_zero, n_zero_conv, n_wgrad_write, n_wgrad_add;
+
+static int is_conv_name(const char *n) {
+  return n && (n[0] == 'c' || strncmp(n, "up", 2) == 0 || strncmp(n, "out", 3) == 0);
+}
+
+static void count_task(struct starpu_task *task) {
+  const char *cl = task->cl ? task->cl->name : NULL;
+  if (!cl) return;
+  if (strcmp(cl, "tsr_zero") == 0) {
+    atomic_fetch_add(&n_zero, 1);
+    if (is_conv_name(task->name)) atomic_fetch_add(&n_zero_conv, 1);
+  } else if (strcmp(cl, "tsr_conv2d_bwd_weights") == 0 || strcmp(cl, "tsr_deconv2d_bwd_weights") == 0) {
+    const struct _tsr_conv_desc *d = task->cl_arg;
+    int w = STARPU_TASK_GET_MODE(task, 2) == STARPU_W;
+    ck_assert_int_eq(w, d->overwrite);
+    atomic_fetch_add(w ? &n_wgrad_write : &n_wgrad_add, 1);
+  }
+}
+
+/* Each step, slice 0's weight-gradient task of every convolution (c0, c1, up, c2, out) writes the
+ * layer's gradients and slice 1's writes its own buffer, so neither is zero-filled first: the only
+ * zero-fill tasks are batchnorm's two parameter gradients (bn0, bn1). A second step from the same
+ * parameters and data gives the first step's update bitwise (deterministic mode): a gradient that
+ * kept the first step's values and were added into would double. */
+START_TEST(convolution_weight_gradients_are_written_without_zero_fill) {
+  tsr_context *ctx = start();
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
+  tsr_trainer *t = trainer(ctx, m, &sgd);
+  int n = tsr_trainer_num_tensors(t);
+  float *w0[32], *w1[32];
+  ck_assert_int_le(n, 32);
+  for (int i = 0; i < n; i++) {
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &shp, NULL), TSR_OK);
+    w0[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    w1[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w0[i]), TSR_OK);
+  }
+  atomic_store(&n_zero, 0), atomic_store(&n_zero_conv, 0);
+  atomic_store(&n_wgrad_write, 0), atomic_store(&n_wgrad_add, 0);
+  _tsr_submit_set_hook(count_task);
+  double l1 = step_loss(t);
+  _tsr_submit_set_hook(NULL);
+  int zero = atomic_load(&n_zero), zero_conv = atomic_load(&n_zero_conv);
+  int write = atomic_load(&n_wgrad_write), add_into = atomic_load(&n_wgrad_add);
+  ck_assert_msg(zero_conv == 0 && zero == 4, "zero-fill tasks: %d, %d of them convolutions'", zero, zero_conv);
+  ck_assert_msg(write == 5 * 2 && add_into == 0, "weight-gradient tasks: %d write, %d add", write, add_into);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w1[i]), TSR_OK);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w0[i]), TSR_OK);
+  double l2 = step_loss(t);
+  ck_assert_msg(l1 == l2, "loss of the repeated step %.9g, first %.9g", l2, l1);
+  for (int i = 0; i < n; i++) {
+    const char *name;
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, &name, &shp, NULL), TSR_OK);
+    float *w2 = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w2), TSR_OK);
+    if (strstr(name, "running") == NULL)
+      ck_assert_msg(memcmp(w1[i], w2, tsr_shape_numel(&shp) * sizeof(float)) == 0, "%s: the repeated step's update differs",
+                    name);
+    free(w2), free(w0[i]), free(w1[i]);
+  }
+  tsr_trainer_destroy(t);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 static Suite *make_layout_suite(void) {
   Suite *s = suite_create("layout");
   TCase *tc = tcase_create("layout");
@@ -265,6 +343,7 @@ static Suite *make_layout_suite(void) {
   tcase_add_test(tc, blocked_graph_gradient_matches_finite_differences);
   tcase_add_test(tc, blocked_fused_gradient_matches_the_plain_one);
   tcase_add_test(tc, blocked_and_fused_training_follows_plain_training);
+  tcase_add_test(tc, convolution_weight_gradients_are_written_without_zero_fill);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -85,7 +85,7 @@ static int conv_backward(const struct _tsr_layer_call *c) {
   if (c->dx[0])
     ret = t ? _tsr_insert_deconv2d_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], nm)
             : _tsr_insert_conv2d_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], nm);
-  if (!ret) ret = _tsr_layer_wgrad(c, 1 + d.has_bias, dw);
+  _tsr_layer_wgrad(c, 1 + d.has_bias, dw, &d.overwrite);
   starpu_data_handle_t db = d.has_bias ? dw[1] : NULL;
   if (!ret)
     ret = t ? _tsr_insert_deconv2d_bwd_weights(&d, x, dy, dw[0], db, nm)

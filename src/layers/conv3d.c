@@ -100,7 +100,7 @@ static int conv3d_backward(const struct _tsr_layer_call *c) {
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][c->s], NULL, c->v->name);
   starpu_data_handle_t dw[2];
-  if (!ret) ret = _tsr_layer_wgrad(c, 1 + d.has_bias, dw);
+  _tsr_layer_wgrad(c, 1 + d.has_bias, dw, &d.overwrite);
   if (!ret)
     ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_WEIGHTS, c->x[0][c->s], dy, dw[0], d.has_bias ? dw[1] : NULL,
                              c->v->name);
