@@ -299,8 +299,8 @@ void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const f
 
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta) {
   for (int ch = 0; ch < d->c; ch++) {
-    dgamma[ch] += (float)acc[d->c + ch];
-    dbeta[ch] += (float)acc[ch];
+    dgamma[ch] = (float)acc[d->c + ch] + (d->overwrite ? 0.0f : dgamma[ch]);
+    dbeta[ch] = (float)acc[ch] + (d->overwrite ? 0.0f : dbeta[ch]);
   }
 }
 
@@ -530,7 +530,8 @@ int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t 
 
 int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
                               starpu_data_handle_t dbeta, const char *name) {
-  SUBMIT(cl_bn_bwd_params, d, name, {acc, STARPU_R}, {dgamma, _tsr_accum_mode()}, {dbeta, _tsr_accum_mode()});
+  enum starpu_data_access_mode mode = d->overwrite ? STARPU_W : _tsr_accum_mode();
+  SUBMIT(cl_bn_bwd_params, d, name, {acc, STARPU_R}, {dgamma, mode}, {dbeta, mode});
 }
 
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,

@@ -158,6 +158,7 @@ struct _tsr_bn_desc {
   int blk;              /* CPU: channel block of x, y and their gradients (0: plain NCHW) */
   int relu;             /* CPU: y = relu(batchnorm(x)); backward takes dy of the relu's output and
                          * reads y (the extra buffer of the bwd tasks) for its mask */
+  int overwrite;        /* bwd_params: dgamma, dbeta are written (STARPU_W), not added into */
 };
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
@@ -170,7 +171,7 @@ void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
 /* y: the forward's output, read when d->relu (NULL otherwise) */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            const float *y, double *acc);                                 /* acc += */
-/* dgamma += sum(dy xhat), dbeta += sum(dy) */
+/* dgamma += sum(dy xhat), dbeta += sum(dy); with d->overwrite = instead of += */
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx);

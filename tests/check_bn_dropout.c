@@ -83,6 +83,13 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   }
   struct _tsr_bn_desc whole = slice_desc(sp->sizes[0]);
   _tsr_bn_bwd_params_cpu(&whole, acc, dgamma, dbeta);
+  /* overwrite writes into buffers of NaN what adding into zeros gives, bitwise */
+  float zg[C] = {0}, zb[C] = {0}, og[C], ob[C];
+  for (int c = 0; c < C; c++) og[c] = ob[c] = NAN;
+  _tsr_bn_bwd_params_cpu(&whole, acc, zg, zb);
+  whole.overwrite = 1;
+  _tsr_bn_bwd_params_cpu(&whole, acc, og, ob);
+  ck_assert_msg(memcmp(og, zg, sizeof og) == 0 && memcmp(ob, zb, sizeof ob) == 0, "bwd_params with overwrite");
   off = 0;
   for (int s = 0; s < sp->ns; s++) {
     struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);

@@ -261,21 +261,21 @@ START_TEST(blocked_and_fused_training_follows_plain_training) {
 }
 END_TEST
 
-/* What one step submits, seen by the submit hook: zero-fill tasks (and whether any is for a
- * convolution's gradient, named after its layer 'c*', 'up' or 'out'), and the convolutions'
- * weight-gradient tasks that write (STARPU_W, desc overwrite) or add into their gradients. */
-static atomic_int n_zero, n_zero_conv, n_wgrad_write, n_wgrad_add;
-
-static int is_conv_name(const char *n) {
-  return n && (n[0] == 'c' || strncmp(n, "up", 2) == 0 || strncmp(n, "out", 3) == 0);
-}
+/* What one step submits, seen by the submit hook: zero-fill tasks, the convolutions' weight-gradient
+ * tasks and batchnorm's parameter-gradient tasks that write (STARPU_W, desc overwrite) or add into
+ * their gradients. */
+static atomic_int n_zero, n_wgrad_write, n_wgrad_add, n_bn_write, n_bn_add;
 
 static void count_task(struct starpu_task *task) {
   const char *cl = task->cl ? task->cl->name : NULL;
   if (!cl) return;
   if (strcmp(cl, "tsr_zero") == 0) {
     atomic_fetch_add(&n_zero, 1);
-    if (is_conv_name(task->name)) atomic_fetch_add(&n_zero_conv, 1);
+  } else if (strcmp(cl, "tsr_bn_bwd_params") == 0) {
+    const struct _tsr_bn_desc *d = task->cl_arg;
+    int w = STARPU_TASK_GET_MODE(task, 1) == STARPU_W && STARPU_TASK_GET_MODE(task, 2) == STARPU_W;
+    ck_assert_int_eq(w, d->overwrite);
+    atomic_fetch_add(w ? &n_bn_write : &n_bn_add, 1);
   } else if (strcmp(cl, "tsr_conv2d_bwd_weights") == 0 || strcmp(cl, "tsr_deconv2d_bwd_weights") == 0) {
     const struct _tsr_conv_desc *d = task->cl_arg;
     int w = STARPU_TASK_GET_MODE(task, 2) == STARPU_W;
@@ -285,8 +285,8 @@ static void count_task(struct starpu_task *task) {
 }
 
 /* Each step, slice 0's weight-gradient task of every convolution (c0, c1, up, c2, out) writes the
- * layer's gradients and slice 1's writes its own buffer, so neither is zero-filled first: the only
- * zero-fill tasks are batchnorm's two parameter gradients (bn0, bn1). A second step from the same
+ * layer's gradients and slice 1's writes its own buffer, and batchnorm's one parameter-gradient task
+ * per layer (bn0, bn1) writes its gradients, so no gradient is zero-filled first. A second step from the same
  * parameters and data gives the first step's update bitwise (deterministic mode): a gradient that
  * kept the first step's values and were added into would double. */
 START_TEST(convolution_weight_gradients_are_written_without_zero_fill) {
@@ -305,15 +305,16 @@ START_TEST(convolution_weight_gradients_are_written_without_zero_fill) {
     w1[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
     ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w0[i]), TSR_OK);
   }
-  atomic_store(&n_zero, 0), atomic_store(&n_zero_conv, 0);
-  atomic_store(&n_wgrad_write, 0), atomic_store(&n_wgrad_add, 0);
+  atomic_store(&n_zero, 0), atomic_store(&n_wgrad_write, 0), atomic_store(&n_wgrad_add, 0);
+  atomic_store(&n_bn_write, 0), atomic_store(&n_bn_add, 0);
   _tsr_submit_set_hook(count_task);
   double l1 = step_loss(t);
   _tsr_submit_set_hook(NULL);
-  int zero = atomic_load(&n_zero), zero_conv = atomic_load(&n_zero_conv);
-  int write = atomic_load(&n_wgrad_write), add_into = atomic_load(&n_wgrad_add);
-  ck_assert_msg(zero_conv == 0 && zero == 4, "zero-fill tasks: %d, %d of them convolutions'", zero, zero_conv);
-  ck_assert_msg(write == 5 * 2 && add_into == 0, "weight-gradient tasks: %d write, %d add", write, add_into);
+  int zero = atomic_load(&n_zero), write = atomic_load(&n_wgrad_write), add_into = atomic_load(&n_wgrad_add);
+  int bn_write = atomic_load(&n_bn_write), bn_add = atomic_load(&n_bn_add);
+  ck_assert_msg(zero == 0, "%d zero-fill tasks", zero);
+  ck_assert_msg(write == 5 * 2 && add_into == 0, "conv weight-gradient tasks: %d write, %d add", write, add_into);
+  ck_assert_msg(bn_write == 2 && bn_add == 0, "batchnorm parameter-gradient tasks: %d write, %d add", bn_write, bn_add);
   for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w1[i]), TSR_OK);
   for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w0[i]), TSR_OK);
   double l2 = step_loss(t);
@@ -325,8 +326,8 @@ START_TEST(convolution_weight_gradients_are_written_without_zero_fill) {
     float *w2 = malloc(tsr_shape_numel(&shp) * sizeof(float));
     ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w2), TSR_OK);
     if (strstr(name, "running") == NULL)
-      ck_assert_msg(memcmp(w1[i], w2, tsr_shape_numel(&shp) * sizeof(float)) == 0, "%s: the repeated step's update differs",
-                    name);
+      ck_assert_msg(memcmp(w1[i], w2, tsr_shape_numel(&shp) * sizeof(float)) == 0,
+                    "%s: the repeated step's update differs", name);
     free(w2), free(w0[i]), free(w1[i]);
   }
   tsr_trainer_destroy(t);

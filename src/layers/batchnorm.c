@@ -84,6 +84,7 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_B], nm);
   if (!ret) ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], relu_y(c, c->s), st[ACC_B], nm);
   if (ret || c->s != c->slices - 1) return ret;
+  d.overwrite = c->dw_first; /* the step's only writer of the parameters' gradients */
   ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
   /* split: the parameters' gradients are this block's share (the reduction sums them over the
    * ranks), the data gradient needs the sums over the whole batch */
@@ -107,6 +108,6 @@ const struct _tsr_layer_ops _tsr_layers_batchnorm[] = {
     {.name = "batchnorm", .kind = TSR_LAYER_BATCHNORM, .fields = bn_fields, .min_inputs = 1, .max_inputs = 1,
      .infer = bn_infer, .num_tensors = bn_num_tensors, .tensor = bn_tensor, .init = bn_init,
      .num_state = bn_num_state, .state = bn_state, .layout = TSR_LAYOUT_FOLLOW, .fuse_relu = 1,
-     .forward = bn_forward, .backward = bn_backward, .spatial = TSR_SPATIAL_POINTWISE},
+     .forward = bn_forward, .backward = bn_backward, .spatial = TSR_SPATIAL_POINTWISE, .wgrad_first = 1},
     {.name = NULL},
 };

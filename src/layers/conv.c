@@ -111,7 +111,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
   .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .forward = conv_forward, .backward = conv_backward, \
-  .private_wgrad = 1
+  .private_wgrad = 1, .wgrad_first = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {
     {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, .spatial = TSR_SPATIAL_WINDOW, CONV_OPS},

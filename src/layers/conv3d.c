@@ -132,7 +132,7 @@ static const struct _tsr_layer_field deconv3d_fields[] = {
 #define CONV3D_OPS                                                                                 \
   .kind = TSR_LAYER_REGISTERED, .min_inputs = 1, .max_inputs = 1, .infer = conv3d_infer,              \
   .num_tensors = conv3d_num_tensors, .tensor = conv3d_tensor, .flops = conv3d_flops, .forward = conv3d_forward, \
-  .backward = conv3d_backward, .private_wgrad = 1
+  .backward = conv3d_backward, .private_wgrad = 1, .wgrad_first = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv3d[] = {
     {.name = "conv3d", .fields = conv3d_fields, .spatial = TSR_SPATIAL_WINDOW, CONV3D_OPS},
