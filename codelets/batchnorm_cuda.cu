@@ -22,9 +22,9 @@ __global__ static void bn_stats_k(_tsr_bn_desc d, const float *x, const float *s
     }
   }
   _tsr_block_sum2(&s, &q);
-  if (threadIdx.x == 0) {
-    acc[ch] += s;
-    acc[d.c + ch] += dy ? q * stat[d.c + ch] : q;
+  if (threadIdx.x == 0) { /* d.overwrite: the first slice writes acc */
+    acc[ch] = (d.overwrite ? 0.0 : acc[ch]) + s;
+    acc[d.c + ch] = (d.overwrite ? 0.0 : acc[d.c + ch]) + (dy ? q * stat[d.c + ch] : q);
   }
 }
 

@@ -158,9 +158,10 @@ struct _tsr_bn_desc {
   int blk;              /* CPU: channel block of x, y and their gradients (0: plain NCHW) */
   int relu;             /* CPU: y = relu(batchnorm(x)); backward takes dy of the relu's output and
                          * reads y (the extra buffer of the bwd tasks) for its mask */
-  int overwrite;        /* bwd_params: dgamma, dbeta are written (STARPU_W), not added into */
+  int overwrite;        /* stats, bwd_stats: acc, bwd_params: dgamma and dbeta are written
+                         * (STARPU_W), not added into (the first slice's task, the step's only one) */
 };
-void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
+void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc); /* acc += (=: overwrite) */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
                           float *running_mean, float *running_var);                      /* unbiased running var */
 void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
@@ -170,14 +171,13 @@ void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
                           const float *running_var, const float *gamma, const float *beta, float *y);
 /* y: the forward's output, read when d->relu (NULL otherwise) */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           const float *y, double *acc);                                 /* acc += */
+                           const float *y, double *acc);                       /* acc += (=: overwrite) */
 /* dgamma += sum(dy xhat), dbeta += sum(dy); with d->overwrite = instead of += */
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx);
-/* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The graph zeroes acc handles
- * (with _tsr_insert_zero_doubles) before the first slice's stats task. */
-int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name);
+/* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The first slice's stats task
+ * (d->overwrite) writes an acc handle, the later slices' add into it. */
 int _tsr_insert_bn_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc, const char *name);
 int _tsr_insert_bn_finalize(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
                             starpu_data_handle_t running_mean, starpu_data_handle_t running_var, const char *name);
