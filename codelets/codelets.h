@@ -231,6 +231,7 @@ int _tsr_insert_add_fwd(size_t len, int k, const starpu_data_handle_t *xs, starp
 /* ---- dense (dense.c; OpenBLAS) ---- */
 struct _tsr_dense_desc {
   int n, in, out, has_bias;
+  int overwrite; /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
 };
 void _tsr_dense_fwd_cpu(const struct _tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y);
 void _tsr_dense_bwd_data_cpu(const struct _tsr_dense_desc *d, const float *dy, const float *w, float *dx);

@@ -297,7 +297,9 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   const tsr_model *m = t->model;
   for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
   if (train) {
-    for (int i = 0; i < t->ntensors; i++) /* gradients whose first writer adds into them */
+    /* gradients no task of the step writes first (entries without wgrad_first, layers off the
+     * path to the output) */
+    for (int i = 0; i < t->ntensors; i++)
       if (t->tensors[i].trainable && !t->ls[t->tensors[i].layer].dw_first)
         SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
     SUBMIT(_tsr_insert_fill(t->ctl, t->flag, "control_word")); /* summed over ranks with group 0 */
