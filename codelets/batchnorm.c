@@ -118,6 +118,7 @@ static void bwd_data_blocked(const struct _tsr_bn_desc *d, const float *x, const
 }
 
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
+  if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc); /* 2c doubles, in place of a task */
   if (d->blk) {
     stats_blocked(d, x, acc);
     return;
@@ -262,6 +263,7 @@ BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
 
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            const float *y, double *acc) {
+  if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc);
   if (d->blk) {
     bwd_stats_blocked(d, x, stat, dy, y, acc);
     return;
@@ -299,8 +301,8 @@ void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const f
 
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta) {
   for (int ch = 0; ch < d->c; ch++) {
-    dgamma[ch] += (float)acc[d->c + ch];
-    dbeta[ch] += (float)acc[ch];
+    dgamma[ch] = (float)acc[d->c + ch] + (d->overwrite ? 0.0f : dgamma[ch]);
+    dbeta[ch] = (float)acc[ch] + (d->overwrite ? 0.0f : dbeta[ch]);
   }
 }
 
@@ -387,12 +389,6 @@ void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
                                       .model = &var##_model,                                       \
                                       .name = sym}
 
-static void zero_doubles_cpu(void *buffers[], void *arg) {
-  _tsr_worker_enter();
-  memset((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
-         (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
-}
-
 static void bn_stats_cpu(void *buffers[], void *arg) {
   _tsr_worker_enter();
   _tsr_bn_stats_cpu(arg, TSR_BUF(buffers, 0), TSR_DBUF(buffers, 1));
@@ -437,11 +433,7 @@ static void bn_bwd_data_cpu(void *buffers[], void *arg) {
 }
 
 #ifdef TSR_CUDA_CODELETS
-/* CUDA (batchnorm_cuda.cu; zeroing: tensor_ops_cuda.cu) */
-static void zero_doubles_cpu_cuda(void *b[], void *a) {
-  TSR_CUDA_RUN(_tsr_zero_bytes_cuda((void *)STARPU_VECTOR_GET_PTR(b[0]),
-                           (size_t)STARPU_VECTOR_GET_NX(b[0]) * STARPU_VECTOR_GET_ELEMSIZE(b[0]), TSR_CUDA_STREAM));
-}
+/* CUDA (batchnorm_cuda.cu) */
 static void bn_stats_cpu_cuda(void *b[], void *a) {
   TSR_CUDA_RUN(_tsr_bn_cuda(TSR_CUDA_STREAM, a, TSR_BN_STATS, TSR_BUF(b, 0), NULL, NULL, NULL, NULL, TSR_DBUF(b, 1), NULL, NULL));
 }
@@ -471,7 +463,6 @@ static void bn_bwd_data_cpu_cuda(void *b[], void *a) {
 }
 #endif
 
-BN_CODELET(cl_zero_doubles, zero_doubles_cpu, "tsr_zero_doubles");
 BN_CODELET(cl_bn_stats, bn_stats_cpu, "tsr_bn_stats");
 BN_CODELET(cl_bn_finalize, bn_finalize_cpu, "tsr_bn_finalize");
 BN_CODELET(cl_bn_fwd, bn_fwd_cpu, "tsr_bn_fwd");
@@ -489,14 +480,9 @@ BN_CODELET(cl_bn_bwd_data, bn_bwd_data_cpu, "tsr_bn_bwd_data");
                        (int)(sizeof(bufs) / sizeof(bufs[0])), bufs);                               \
   } while (0)
 
-int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name) {
-  const struct _tsr_buf bufs[] = {{acc, STARPU_W}};
-  return _tsr_submit(&cl_zero_doubles, NULL, 0, STARPU_DEFAULT_PRIO, name, 1, bufs);
-}
-
 int _tsr_insert_bn_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc,
                          const char *name) {
-  SUBMIT(cl_bn_stats, d, name, {x, STARPU_R}, {acc, _tsr_accum_mode()});
+  SUBMIT(cl_bn_stats, d, name, {x, STARPU_R}, {acc, d->overwrite ? STARPU_W : _tsr_accum_mode()});
 }
 
 int _tsr_insert_bn_finalize(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
@@ -522,15 +508,16 @@ int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x
 int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                              starpu_data_handle_t dy, starpu_data_handle_t y, starpu_data_handle_t acc,
                              const char *name) {
+  enum starpu_data_access_mode mode = d->overwrite ? STARPU_W : _tsr_accum_mode();
   if (d->relu)
-    SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, _tsr_accum_mode()},
-           {y, STARPU_R});
-  SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, _tsr_accum_mode()});
+    SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, mode}, {y, STARPU_R});
+  SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, mode});
 }
 
 int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
                               starpu_data_handle_t dbeta, const char *name) {
-  SUBMIT(cl_bn_bwd_params, d, name, {acc, STARPU_R}, {dgamma, _tsr_accum_mode()}, {dbeta, _tsr_accum_mode()});
+  enum starpu_data_access_mode mode = d->overwrite ? STARPU_W : _tsr_accum_mode();
+  SUBMIT(cl_bn_bwd_params, d, name, {acc, STARPU_R}, {dgamma, mode}, {dbeta, mode});
 }
 
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,

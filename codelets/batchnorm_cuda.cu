@@ -22,9 +22,9 @@ __global__ static void bn_stats_k(_tsr_bn_desc d, const float *x, const float *s
     }
   }
   _tsr_block_sum2(&s, &q);
-  if (threadIdx.x == 0) {
-    acc[ch] += s;
-    acc[d.c + ch] += dy ? q * stat[d.c + ch] : q;
+  if (threadIdx.x == 0) { /* d.overwrite: the first slice writes acc */
+    acc[ch] = (d.overwrite ? 0.0 : acc[ch]) + s;
+    acc[d.c + ch] = (d.overwrite ? 0.0 : acc[d.c + ch]) + (dy ? q * stat[d.c + ch] : q);
   }
 }
 
@@ -60,11 +60,12 @@ __global__ static void bn_elem_k(_tsr_bn_desc d, int op, const float *x, const f
   }
 }
 
-__global__ static void bn_params_k(int c, const double *acc, float *dgamma, float *dbeta) {
+/* overwrite: written, not added into (the step's only writer) */
+__global__ static void bn_params_k(int c, int overwrite, const double *acc, float *dgamma, float *dbeta) {
   int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= c) return;
-  dgamma[ch] += (float)acc[c + ch];
-  dbeta[ch] += (float)acc[ch];
+  dgamma[ch] = (float)acc[c + ch] + (overwrite ? 0.0f : dgamma[ch]);
+  dbeta[ch] = (float)acc[ch] + (overwrite ? 0.0f : dbeta[ch]);
 }
 
 extern "C" int _tsr_bn_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, int op, const float *x, const float *f0,
@@ -74,7 +75,7 @@ extern "C" int _tsr_bn_cuda(cudaStream_t s, const struct _tsr_bn_desc *d, int op
   switch (op) {
   case TSR_BN_STATS: bn_stats_k<<<d->c, TSR_THREADS, 0, s>>>(*d, x, NULL, NULL, acc); break;
   case TSR_BN_BWD_STATS: bn_stats_k<<<d->c, TSR_THREADS, 0, s>>>(*d, x, f0, f1, acc); break;
-  case TSR_BN_BWD_PARAMS: bn_params_k<<<(d->c + 63) / 64, 64, 0, s>>>(d->c, acc, out0, out1); break;
+  case TSR_BN_BWD_PARAMS: bn_params_k<<<(d->c + 63) / 64, 64, 0, s>>>(d->c, d->overwrite, acc, out0, out1); break;
   default: bn_elem_k<<<_tsr_blocks(len), TSR_THREADS, 0, s>>>(*d, op, x, f0, f1, f2, f3, acc, out0); break;
   }
   TSR_CUDA_LAUNCHED("batch-norm kernel");

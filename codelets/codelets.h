@@ -46,6 +46,7 @@ struct _tsr_conv_desc {
   int has_bias;
   int src_blk, dst_blk; /* CPU: channel block of the input's and output's layout (and of their
                          * gradients'), 0 plain NCHW; blocked nChw{B}c has zero padding channels */
+  int overwrite;        /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
 };
 
 void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
@@ -81,13 +82,14 @@ struct _tsr_conv3d_desc {
   int k[3], s[3], p[3], dil[3]; /* dilation 1 = none */
   int op[3];            /* transposed only: output padding */
   int has_bias, deconv;
+  int overwrite; /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
 };
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1);
 /* oneDNN's implementation name for the pass (NULL if the primitive could not be made). */
 const char *_tsr_conv3d_impl(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass);
 /* h0, h1 read; fwd: h2 the bias (when there is one), h3 the output; bwd_data: h2 the output;
- * bwd_weights: h2 dw and h3 db (when there is a bias), accumulated. */
+ * bwd_weights: h2 dw and h3 db (when there is a bias), accumulated (written with d->overwrite). */
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                        starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name);
 
@@ -156,8 +158,10 @@ struct _tsr_bn_desc {
   int blk;              /* CPU: channel block of x, y and their gradients (0: plain NCHW) */
   int relu;             /* CPU: y = relu(batchnorm(x)); backward takes dy of the relu's output and
                          * reads y (the extra buffer of the bwd tasks) for its mask */
+  int overwrite;        /* stats, bwd_stats: acc, bwd_params: dgamma and dbeta are written
+                         * (STARPU_W), not added into (the first slice's task, the step's only one) */
 };
-void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc);           /* acc += */
+void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc); /* acc += (=: overwrite) */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
                           float *running_mean, float *running_var);                      /* unbiased running var */
 void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
@@ -167,14 +171,13 @@ void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
                           const float *running_var, const float *gamma, const float *beta, float *y);
 /* y: the forward's output, read when d->relu (NULL otherwise) */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           const float *y, double *acc);                                 /* acc += */
-/* dgamma += sum(dy xhat), dbeta += sum(dy) */
+                           const float *y, double *acc);                       /* acc += (=: overwrite) */
+/* dgamma += sum(dy xhat), dbeta += sum(dy); with d->overwrite = instead of += */
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx);
-/* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The graph zeroes acc handles
- * (with _tsr_insert_zero_doubles) before the first slice's stats task. */
-int _tsr_insert_zero_doubles(starpu_data_handle_t acc, const char *name);
+/* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The first slice's stats task
+ * (d->overwrite) writes an acc handle, the later slices' add into it. */
 int _tsr_insert_bn_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc, const char *name);
 int _tsr_insert_bn_finalize(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t stat,
                             starpu_data_handle_t running_mean, starpu_data_handle_t running_var, const char *name);
@@ -228,6 +231,7 @@ int _tsr_insert_add_fwd(size_t len, int k, const starpu_data_handle_t *xs, starp
 /* ---- dense (dense.c; OpenBLAS) ---- */
 struct _tsr_dense_desc {
   int n, in, out, has_bias;
+  int overwrite; /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
 };
 void _tsr_dense_fwd_cpu(const struct _tsr_dense_desc *d, const float *x, const float *w, const float *b, float *y);
 void _tsr_dense_bwd_data_cpu(const struct _tsr_dense_desc *d, const float *dy, const float *w, float *dx);

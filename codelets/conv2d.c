@@ -2,7 +2,8 @@
  * pass) one cached plan holds the primitive, its memory objects and the reorders between the
  * caller's activations (NCHW or blocked) / PyTorch weights and the layouts oneDNN chose. Calls allocate
  * nothing: inner buffers and oneDNN's scratchpad come from _tsr_scratch. Weight gradients are
- * computed into scratch and added by a reorder with a sum post-op (slices accumulate). */
+ * computed into scratch and added by a reorder with a sum post-op (slices accumulate), or, with
+ * d->overwrite, written (by a plain reorder, or by the primitive itself when the layouts agree). */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -248,9 +249,10 @@ static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int 
   } else {
     plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
     plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, 1, 1, &user[ROLE_WEI], MD(dnnl_query_diff_weights_md));
+    int acc = !d->overwrite;
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, 1, acc, &user[ROLE_WEI], MD(dnnl_query_diff_weights_md));
     if (d->has_bias)
-      plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_BIAS, 1, 1, &user[ROLE_BIA], &user[ROLE_BIA]);
+      plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_BIAS, 1, acc, &user[ROLE_BIA], &user[ROLE_BIA]);
   }
   const dnnl_memory_desc_t *spad = MD(dnnl_query_scratchpad_md);
 #undef MD
@@ -467,8 +469,9 @@ static struct starpu_codelet cl_conv2d_bwd_weights = {
     .can_execute = _tsr_conv_can_execute,
 };
 
-int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, starpu_data_handle_t h0, starpu_data_handle_t h1,
-                       starpu_data_handle_t h2, starpu_data_handle_t h3, struct _tsr_buf bufs[4]) {
+int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, int overwrite, starpu_data_handle_t h0,
+                       starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3,
+                       struct _tsr_buf bufs[4]) {
   int n = 2;
   bufs[0] = (struct _tsr_buf){h0, STARPU_R}, bufs[1] = (struct _tsr_buf){h1, STARPU_R};
   if (pass == TSR_CONV_FWD) {
@@ -477,8 +480,9 @@ int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, starpu_data_handl
   } else if (pass == TSR_CONV_BWD_DATA) {
     bufs[n++] = (struct _tsr_buf){h2, STARPU_W};
   } else {
-    bufs[n++] = (struct _tsr_buf){h2, _tsr_accum_mode()};
-    if (has_bias) bufs[n++] = (struct _tsr_buf){h3, _tsr_accum_mode()};
+    enum starpu_data_access_mode mode = overwrite ? STARPU_W : _tsr_accum_mode();
+    bufs[n++] = (struct _tsr_buf){h2, mode};
+    if (has_bias) bufs[n++] = (struct _tsr_buf){h3, mode};
   }
   return n;
 }
@@ -487,7 +491,7 @@ int _tsr_convlike_insert(struct starpu_codelet *cl, enum _tsr_conv_pass pass, co
                          starpu_data_handle_t h0, starpu_data_handle_t h1, starpu_data_handle_t h2,
                          starpu_data_handle_t h3, const char *name) {
   struct _tsr_buf bufs[4];
-  int n = _tsr_convlike_bufs(pass, d->has_bias, h0, h1, h2, h3, bufs);
+  int n = _tsr_convlike_bufs(pass, d->has_bias, d->overwrite, h0, h1, h2, h3, bufs);
   return _tsr_submit(cl, d, sizeof *d, 0, name, n, bufs);
 }
 

@@ -208,7 +208,7 @@ static int conv_call(int worker, cudaStream_t s, cudnnHandle_t h, conv_plan *p, 
 }
 
 /* Inputs/outputs in the order of _tsr_convlike_run: fwd x, w, b -> y; bwd_data dy, w -> dx;
- * bwd_weights x, dy -> dw (+=), db (+=). */
+ * bwd_weights x, dy -> dw (+=), db (+=); with d->overwrite dw, db (=). */
 extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv_desc *d, int deconv, int pass,
                               int precision, const float *in0, const float *in1, const float *in2, float *out0,
                               float *out1) {
@@ -230,9 +230,10 @@ extern "C" int _tsr_conv_cuda(int worker, cudaStream_t s, const struct _tsr_conv
     const float *x = in0, *dy = in1;
     float *dw = out0, *db = out1;
     /* the conv's input space holds x (conv) or dy (transposed conv) */
-    if (conv_call(worker, s, h, p, deconv ? dy : x, deconv ? x : dy, NULL, dw, 1.0f)) return -1;
+    const float beta = d->overwrite ? 0.0f : 1.0f; /* write, or add into dw and db */
+    if (conv_call(worker, s, h, p, deconv ? dy : x, deconv ? x : dy, NULL, dw, beta)) return -1;
     if (d->has_bias && db)
-      TSR_CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in32 : p->out32, dy, &one, p->bias, db));
+      TSR_CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, deconv ? p->in32 : p->out32, dy, &beta, p->bias, db));
   }
   return 0;
 }

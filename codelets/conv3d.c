@@ -2,7 +2,8 @@
  * IODHW weights: the raw kernels, their codelets and the insert function. Per (thread, descriptor,
  * pass) one cached primitive runs directly on the caller's memory (plain layouts: no reorders, so
  * oneDNN picks its gemm-based 3-D kernels); its scratchpad comes from _tsr_scratch, so calls
- * allocate nothing. Weight gradients are computed into scratch and added (slices accumulate). */
+ * allocate nothing. Weight gradients are computed into scratch and added (slices accumulate), or
+ * with d->overwrite written by the primitive straight into the caller's memory. */
 #include <string.h>
 
 #include "codelets.h"
@@ -148,7 +149,7 @@ static void conv3d_run_body(void *arg) {
   const struct _tsr_conv3d_desc *d = c->d;
   struct plan3 *p = plan3_get(d, c->pass);
   size_t nw = weight_elems(d);
-  float *dw = NULL, *db = NULL; /* weight gradients go to scratch first, then add */
+  float *dw = NULL, *db = NULL; /* weight gradients go to scratch first, then add (unless overwritten) */
   void *ptr[NROLE];
   int k = 0;
   if (c->pass == TSR_CONV_FWD) {
@@ -157,6 +158,9 @@ static void conv3d_run_body(void *arg) {
     ptr[k++] = c->out[0];
   } else if (c->pass == TSR_CONV_BWD_DATA) {
     ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1], ptr[k++] = c->out[0];
+  } else if (d->overwrite) {
+    ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1], ptr[k++] = c->out[0];
+    if (d->has_bias) ptr[k++] = c->out[1] ? c->out[1] : _tsr_scratch(2, (size_t)d->co * sizeof(float));
   } else {
     dw = _tsr_scratch(1, nw * sizeof(float));
     ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1], ptr[k++] = dw;
@@ -254,6 +258,6 @@ static struct starpu_codelet cl_conv3d[3] = {
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                        starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name) {
   struct _tsr_buf bufs[4];
-  int n = _tsr_convlike_bufs(pass, d->has_bias, h0, h1, h2, h3, bufs);
+  int n = _tsr_convlike_bufs(pass, d->has_bias, d->overwrite, h0, h1, h2, h3, bufs);
   return _tsr_submit(&cl_conv3d[pass], d, sizeof *d, 0, name, n, bufs);
 }

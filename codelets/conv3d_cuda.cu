@@ -143,9 +143,10 @@ extern "C" int _tsr_conv3d_cuda(int worker, cudaStream_t s, const struct _tsr_co
     if (conv_call(worker, s, h, p, t ? in0 : NULL, t ? NULL : in0, in1, out0, 0.0f)) return -1;
   } else {
     const float *x = in0, *dy = in1;
-    if (conv_call(worker, s, h, p, t ? dy : x, t ? x : dy, NULL, out0, 1.0f)) return -1;
+    const float beta = d->overwrite ? 0.0f : 1.0f; /* write, or add into dw and db */
+    if (conv_call(worker, s, h, p, t ? dy : x, t ? x : dy, NULL, out0, beta)) return -1;
     if (d->has_bias && out1)
-      TSR_CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, t ? p->in : p->out, dy, &one, p->bias, out1));
+      TSR_CUDNN_OK(cudnnConvolutionBackwardBias(h, &one, t ? p->in : p->out, dy, &beta, p->bias, out1));
   }
   return 0;
 }

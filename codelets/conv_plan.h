@@ -15,11 +15,12 @@ const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum 
 int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
 
 /* The buffers (and their count) of a task of pass `pass`, as below; conv3d.c's tasks use them too. */
-int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, starpu_data_handle_t h0, starpu_data_handle_t h1,
-                       starpu_data_handle_t h2, starpu_data_handle_t h3, struct _tsr_buf bufs[4]);
+int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, int overwrite, starpu_data_handle_t h0,
+                       starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3,
+                       struct _tsr_buf bufs[4]);
 /* Submits a task of codelet cl for pass `pass`: h0, h1 read; forward: h2 the bias (read, when the
  * descriptor has one), h3 the output; backward data: h2 the output (h3 unused); backward weights:
- * h2 dw and h3 db (when it has a bias), accumulated. */
+ * h2 dw and h3 db (when it has a bias), accumulated (STARPU_W and written with d->overwrite). */
 int _tsr_convlike_insert(struct starpu_codelet *cl, enum _tsr_conv_pass pass, const struct _tsr_conv_desc *d,
                          starpu_data_handle_t h0, starpu_data_handle_t h1, starpu_data_handle_t h2,
                          starpu_data_handle_t h3, const char *name);

@@ -1,6 +1,6 @@
 /* Dense (fully connected) layer on OpenBLAS: y[n, out] = x[n, in] W^T + b with W in PyTorch's
- * [out, in] layout; the data gradient overwrites dx, the weight gradients accumulate (beta = 1)
- * because the graph zeroes them once per step and every slice adds its share. */
+ * [out, in] layout; the data gradient overwrites dx; the weight gradients of slice 0 overwrite dw
+ * and db (beta = 0, d->overwrite: the graph does not zero them), the later slices' add (beta = 1). */
 #include <errno.h>
 #include <cblas.h>
 
@@ -26,9 +26,11 @@ void _tsr_dense_bwd_data_cpu(const struct _tsr_dense_desc *d, const float *dy, c
 
 void _tsr_dense_bwd_weights_cpu(const struct _tsr_dense_desc *d, const float *x, const float *dy, float *dw,
                                 float *db) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, dy, d->out, x, d->in, 1.0f, dw,
-              d->in);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->out, d->in, d->n, 1.0f, dy, d->out, x, d->in,
+              d->overwrite ? 0.0f : 1.0f, dw, d->in);
   if (d->has_bias && db) {
+    if (d->overwrite)
+      for (int o = 0; o < d->out; o++) db[o] = 0;
     for (int i = 0; i < d->n; i++) {
       const float *row = dy + (size_t)i * d->out;
 #pragma omp simd
@@ -133,7 +135,7 @@ int _tsr_insert_dense_bwd_weights(const struct _tsr_dense_desc *d, starpu_data_h
                                   starpu_data_handle_t dw, starpu_data_handle_t db, const char *name) {
   int ret = check_bias(d, db, name);
   if (ret) return ret;
-  enum starpu_data_access_mode acc = _tsr_accum_mode();
+  enum starpu_data_access_mode acc = d->overwrite ? STARPU_W : _tsr_accum_mode();
   struct _tsr_buf bufs[] = {{x, STARPU_R}, {dy, STARPU_R}, {dw, acc}, {db, acc}};
   return _tsr_submit(&cl_dense_bwd_weights, d, sizeof(*d), STARPU_DEFAULT_PRIO, name, d->has_bias ? 4 : 3, bufs);
 }

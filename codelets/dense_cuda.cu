@@ -29,15 +29,16 @@ extern "C" int _tsr_dense_cuda(int worker, cudaStream_t s, const struct _tsr_den
   } else if (pass == TSR_CONV_BWD_DATA) { /* dy, w -> dx[n, in] = dy[n, out] W[out, in] */
     TSR_CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one, in1, d->in, in0, d->out, &zero, out0,
                           d->in));
-  } else { /* x, dy -> dw[out, in] += dy^T x ; db += column sums of dy */
-    TSR_CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, in0, d->in, in1, d->out, &one, out0,
+  } else { /* x, dy -> dw[out, in] += dy^T x ; db += column sums of dy (= with d->overwrite) */
+    const float acc = d->overwrite ? 0.0f : 1.0f;
+    TSR_CUBLAS_OK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one, in0, d->in, in1, d->out, &acc, out0,
                           d->in));
     if (d->has_bias && out1) {
       float *ones = (float *)_tsr_cuda_scratch(worker, (size_t)d->n * sizeof(float), s);
       if (!ones) return -1;
       fill_k<<<1, 256, 0, s>>>(d->n, 1.0f, ones);
       TSR_CUDA_LAUNCHED("dense ones kernel");
-      TSR_CUBLAS_OK(cublasSgemv(h, CUBLAS_OP_N, d->out, d->n, &one, in1, d->out, ones, 1, &one, out1, 1));
+      TSR_CUBLAS_OK(cublasSgemv(h, CUBLAS_OP_N, d->out, d->n, &one, in1, d->out, ones, 1, &acc, out1, 1));
     }
   }
   return 0;

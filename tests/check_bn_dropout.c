@@ -83,6 +83,13 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   }
   struct _tsr_bn_desc whole = slice_desc(sp->sizes[0]);
   _tsr_bn_bwd_params_cpu(&whole, acc, dgamma, dbeta);
+  /* overwrite writes into buffers of NaN what adding into zeros gives, bitwise */
+  float zg[C] = {0}, zb[C] = {0}, og[C], ob[C];
+  for (int c = 0; c < C; c++) og[c] = ob[c] = NAN;
+  _tsr_bn_bwd_params_cpu(&whole, acc, zg, zb);
+  whole.overwrite = 1;
+  _tsr_bn_bwd_params_cpu(&whole, acc, og, ob);
+  ck_assert_msg(memcmp(og, zg, sizeof og) == 0 && memcmp(ob, zb, sizeof ob) == 0, "bwd_params with overwrite");
   off = 0;
   for (int s = 0; s < sp->ns; s++) {
     struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
@@ -451,8 +458,7 @@ START_TEST(bn_phases_as_tasks_over_two_slices_match_raw_kernels) {
 
   float stat[2 * C], rm[C] = {0}, rv[C] = {1, 1, 1}, y[LEN], dx[LEN], dg[C] = {0}, db[C] = {0};
   double acc[2 * C], bacc[2 * C];
-  /* garbage in the accumulators: the zero tasks must clear it */
-  for (int c = 0; c < 2 * C; c++) acc[c] = bacc[c] = 1e30;
+  for (int c = 0; c < 2 * C; c++) acc[c] = bacc[c] = NAN;
   const size_t n0 = (size_t)sp->sizes[0] * C * HW, n1 = (size_t)sp->sizes[1] * C * HW;
   starpu_data_handle_t hx[2] = {_tsr_register_floats(x, n0), _tsr_register_floats(x + n0, n1)};
   starpu_data_handle_t hdy[2] = {_tsr_register_floats(dy, n0), _tsr_register_floats(dy + n0, n1)};
@@ -465,13 +471,14 @@ START_TEST(bn_phases_as_tasks_over_two_slices_match_raw_kernels) {
   starpu_data_handle_t hacc = register_doubles(acc, 2 * C), hbacc = register_doubles(bacc, 2 * C);
 
   struct _tsr_bn_desc d[2] = {slice_desc(sp->sizes[0]), slice_desc(sp->sizes[1])};
-  ck_assert_int_eq(_tsr_insert_zero_doubles(hacc, "bn.acc0"), 0);
+  /* slice 0's stats tasks write the accumulators (NaN before, registered above), slice 1's add */
+  d[0].overwrite = 1;
   for (int s = 0; s < 2; s++) ck_assert_int_eq(_tsr_insert_bn_stats(&d[s], hx[s], hacc, "bn.stats"), 0);
   ck_assert_int_eq(_tsr_insert_bn_finalize(&d[0], hacc, hstat, hrm, hrv, "bn.finalize"), 0);
   for (int s = 0; s < 2; s++) ck_assert_int_eq(_tsr_insert_bn_fwd(&d[s], hx[s], hstat, hg, hb, hy[s], "bn.fwd"), 0);
-  ck_assert_int_eq(_tsr_insert_zero_doubles(hbacc, "bn.bacc0"), 0);
   for (int s = 0; s < 2; s++)
     ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d[s], hx[s], hstat, hdy[s], NULL, hbacc, "bn.bwd_stats"), 0);
+  d[0].overwrite = 0; /* bwd_params adds into dg, db */
   ck_assert_int_eq(_tsr_insert_bn_bwd_params(&d[0], hbacc, hdg, hdb, "bn.bwd_params"), 0);
   for (int s = 0; s < 2; s++)
     ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d[s], hx[s], hstat, hg, hbacc, hdy[s], NULL, hdx[s], "bn.bwd_data"), 0);

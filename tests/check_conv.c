@@ -199,7 +199,8 @@ END_TEST
 START_TEST(test_deconv2d_bwd_data_matches_finite_differences) { check_bwd_data(1, _i); }
 END_TEST
 
-/* dw and db start from random values: one call must add the gradient, a second add it again. */
+/* dw and db start from random values: one call must add the gradient, a second add it again; with
+ * overwrite, one call writes it. */
 static void check_bwd_weights(int deconv, int i) {
   struct grad_case g;
   grad_case_init(&g, deconv, i);
@@ -230,6 +231,18 @@ static void check_bwd_weights(int deconv, int i) {
       ck_assert_msg(memcmp(db, db0, d->co * sizeof *db) == 0, "%s: db written without bias", op);
     }
   }
+  /* With overwrite the call writes dw and db (here full of NaN) instead of adding into them: bitwise
+   * what a call adding into zeros gives. */
+  struct _tsr_conv_desc dov = *d;
+  dov.overwrite = 1;
+  for (size_t k = 0; k < n; k++) dw[k] = NAN, dw0[k] = 0;
+  for (int k = 0; k < d->co; k++) db[k] = NAN, db0[k] = 0;
+  run_bwd_weights(&dov, deconv, g.x, g.r_f, dw, d->has_bias ? db : NULL);
+  run_bwd_weights(d, deconv, g.x, g.r_f, dw0, d->has_bias ? db0 : NULL);
+  ck_assert_msg(memcmp(dw, dw0, n * sizeof *dw) == 0, "%s config %d: overwritten dw differs from dw added into 0", op,
+                i);
+  if (d->has_bias)
+    ck_assert_msg(memcmp(db, db0, d->co * sizeof *db) == 0, "%s config %d: overwritten db differs", op, i);
   free(dw), free(db), free(dw0), free(db0), free(fdw), free(fdb), free(want_w), free(want_b);
   grad_case_free(&g);
 }

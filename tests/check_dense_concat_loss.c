@@ -86,6 +86,12 @@ START_TEST(dense_bwd_weights_accumulates_into_gradients) {
   tt_assert_close(dw, ref_w, 15, 1e-6, 1e-6, "dW after two calls");
   tt_assert_close(db, ref_b, 3, 1e-6, 1e-6, "db after two calls");
   ck_assert_float_ne(dw1[0], 0.0f);
+  /* overwrite: written over NaN, bitwise the first call's result (added into zeros) */
+  d.overwrite = 1;
+  for (int i = 0; i < 15; i++) dw[i] = NAN;
+  for (int i = 0; i < 3; i++) db[i] = NAN;
+  _tsr_dense_bwd_weights_cpu(&d, x, dy, dw, db);
+  ck_assert_msg(memcmp(dw, dw1, sizeof dw) == 0 && memcmp(db, db1, sizeof db) == 0, "dense bwd_weights overwrite");
 }
 END_TEST
 

@@ -407,6 +407,14 @@ START_TEST(test_conv3d_tasks_match_kernels) {
   assert_task_close(dx, rdx, sx, "conv3d bwd_data task");
   assert_task_close(dw, rdw, sw, "conv3d bwd_weights task");
   assert_task_close(db, rdb, d.co, "conv3d bias gradient task (or untouched bias)");
+  /* overwrite: written into buffers of NaN, bitwise what adding into zeros gave */
+  struct _tsr_conv3d_desc dov = d;
+  dov.overwrite = 1;
+  for (size_t k = 0; k < sw; k++) dw[k] = NAN;
+  for (int k = 0; k < d.co; k++) db[k] = d.has_bias ? NAN : 0;
+  _tsr_conv3d_run(&dov, TSR_CONV_BWD_WEIGHTS, x, ry, NULL, dw, d.has_bias ? db : NULL);
+  ck_assert_msg(memcmp(dw, rdw, sw * 4) == 0 && memcmp(db, rdb, d.co * 4) == 0,
+                "conv3d bwd_weights with overwrite differs from adding into zeros");
   free(x), free(w), free(b), free(y), free(dx), free(dw), free(db), free(ry), free(rdx), free(rdw), free(rdb);
 }
 END_TEST

@@ -3,13 +3,17 @@
  * model's input and output), the whole-graph gradient of a DenseNet-like model (unaligned concat,
  * pooling, transposed conv, add) matches finite differences of the training loss (smooth
  * activations) and the plain graph's gradient (relu fused), and training with them follows training
- * with plain layouts and separate relu tasks to float rounding. */
+ * with plain layouts and separate relu tasks to float rounding. Convolutions' weight-gradient tasks
+ * write their gradients instead of adding into zeroed ones (no zero-fill task in a step). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tessera.h>
 
+#include "codelets.h"
 #include "kernel_util.h"
+#include "runtime/submit.h"
 #include "testutil.h"
 #include "train/trainer.h"
 
@@ -257,6 +261,127 @@ START_TEST(blocked_and_fused_training_follows_plain_training) {
 }
 END_TEST
 
+/* What one step submits, seen by the submit hook: zero-fill tasks, and the weight-gradient tasks of
+ * convolutions, batchnorm and dense layers that write (STARPU_W, desc overwrite) or add into their
+ * gradients. */
+enum { CONV, BN, DENSE, NKIND };
+static atomic_int n_zero, n_write[NKIND], n_add[NKIND];
+
+static void count_task(struct starpu_task *task) {
+  const char *cl = task->cl ? task->cl->name : NULL;
+  int kind = -1, overwrite = 0, w = 0;
+  if (!cl) return;
+  if (strncmp(cl, "tsr_zero", 8) == 0) { /* tsr_zero, and batchnorm's tsr_zero_doubles before */
+    atomic_fetch_add(&n_zero, 1);
+    return;
+  }
+  if (strcmp(cl, "tsr_bn_bwd_params") == 0) {
+    kind = BN, overwrite = ((const struct _tsr_bn_desc *)task->cl_arg)->overwrite;
+    w = STARPU_TASK_GET_MODE(task, 1) == STARPU_W && STARPU_TASK_GET_MODE(task, 2) == STARPU_W;
+  } else if (strcmp(cl, "tsr_conv2d_bwd_weights") == 0 || strcmp(cl, "tsr_deconv2d_bwd_weights") == 0) {
+    kind = CONV, overwrite = ((const struct _tsr_conv_desc *)task->cl_arg)->overwrite;
+    w = STARPU_TASK_GET_MODE(task, 2) == STARPU_W;
+  } else if (strcmp(cl, "tsr_dense_bwd_weights") == 0) {
+    kind = DENSE, overwrite = ((const struct _tsr_dense_desc *)task->cl_arg)->overwrite;
+    w = STARPU_TASK_GET_MODE(task, 2) == STARPU_W;
+  }
+  if (kind < 0) return;
+  ck_assert_int_eq(w, overwrite);
+  atomic_fetch_add(w ? &n_write[kind] : &n_add[kind], 1);
+}
+
+/* One SGD step (lr 1) of model m under the hook: no zero-fill task, and the weight-gradient tasks
+ * that write and add per kind as expected (want[kind][0] write, want[kind][1] add). A second step
+ * from the same parameters and data gives the first step's update bitwise (deterministic mode): a
+ * gradient that kept the first step's values and were added into would double. */
+static void check_gradients_written(tsr_model *m, tsr_sample_fn fill_fn, const int want[NKIND][2]) {
+  tsr_context *ctx = start();
+  tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
+  sgd.lr = 1.0f, sgd.momentum = 0, sgd.weight_decay = 0;
+  tsr_trainer *t = trainer(ctx, m, &sgd);
+  int n = tsr_trainer_num_tensors(t);
+  float *w0[32], *w1[32];
+  ck_assert_int_le(n, 32);
+  for (int i = 0; i < n; i++) {
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, NULL, &shp, NULL), TSR_OK);
+    w0[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    w1[i] = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w0[i]), TSR_OK);
+  }
+  atomic_store(&n_zero, 0);
+  for (int k = 0; k < NKIND; k++) atomic_store(&n_write[k], 0), atomic_store(&n_add[k], 0);
+  int64_t id;
+  double l1, l2;
+  _tsr_submit_set_hook(count_task);
+  ck_assert_int_eq(tsr_trainer_step(t, fill_fn, NULL, &id), TSR_OK);
+  _tsr_submit_set_hook(NULL);
+  ck_assert_int_eq(tsr_trainer_loss(t, id, &l1), TSR_OK);
+  ck_assert_msg(atomic_load(&n_zero) == 0, "%d zero-fill tasks", atomic_load(&n_zero));
+  static const char *const kinds[NKIND] = {"conv", "batchnorm", "dense"};
+  for (int k = 0; k < NKIND; k++)
+    ck_assert_msg(atomic_load(&n_write[k]) == want[k][0] && atomic_load(&n_add[k]) == want[k][1],
+                  "%s weight-gradient tasks: %d write, %d add; expected %d, %d", kinds[k], atomic_load(&n_write[k]),
+                  atomic_load(&n_add[k]), want[k][0], want[k][1]);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w1[i]), TSR_OK);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(tsr_trainer_tensor_set(t, i, w0[i]), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_step(t, fill_fn, NULL, &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t, id, &l2), TSR_OK);
+  ck_assert_msg(l1 == l2, "loss of the repeated step %.9g, first %.9g", l2, l1);
+  for (int i = 0; i < n; i++) {
+    const char *name;
+    tsr_shape shp;
+    ck_assert_int_eq(tsr_trainer_tensor_info(t, i, &name, &shp, NULL), TSR_OK);
+    float *w2 = malloc(tsr_shape_numel(&shp) * sizeof(float));
+    ck_assert_int_eq(tsr_trainer_tensor_get(t, i, w2), TSR_OK);
+    if (strstr(name, "running") == NULL)
+      ck_assert_msg(memcmp(w1[i], w2, tsr_shape_numel(&shp) * sizeof(float)) == 0,
+                    "%s: the repeated step's update differs", name);
+    free(w2), free(w0[i]), free(w1[i]);
+  }
+  tsr_trainer_destroy(t);
+  tsr_context_destroy(ctx);
+}
+
+/* In the DenseNet-like model, slice 0's weight-gradient task of each convolution (c0, c1, up, c2,
+ * out) writes the layer's gradients and slice 1's writes its own buffer; batchnorm's one
+ * parameter-gradient task per layer (bn0, bn1) writes its gradients; and slice 0's statistics tasks
+ * write batchnorm's sums: no zero-fill task is left in a step. */
+START_TEST(convolution_and_batchnorm_gradients_are_written_without_zero_fill) {
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  const int want[NKIND][2] = {{5 * 2, 0}, {2, 0}, {0, 0}};
+  check_gradients_written(m, fill, want);
+  tsr_model_destroy(m);
+}
+END_TEST
+
+/* 4 targets per sample for the dense head below */
+static int fill4(void *user, int64_t step, int index, float *x, float *y) {
+  float big[S * S];
+  fill(user, step, index, x, big);
+  for (int k = 0; k < 4; k++) y[k] = big[k * 7];
+  return 0;
+}
+
+/* A dense head (in -> conv -> flatten -> dense): slice 0's dense weight-gradient task writes the
+ * gradients, slice 1's adds into them. */
+START_TEST(dense_gradients_are_written_by_the_first_slice) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "head"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", 3, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "t", TSR_LAYER_TANH, "c0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "flat", TSR_LAYER_FLATTEN, "t"), TSR_OK);
+  tsr_layer_spec d = tsr_layer_spec_default(TSR_LAYER_DENSE);
+  d.out_channels = 4;
+  add(m, "fc", &d, (const char *[]){"flat"}, 1);
+  ck_assert_int_eq(tsr_model_set_output(m, "fc", TSR_LOSS_MSE, 1), TSR_OK);
+  const int want[NKIND][2] = {{2, 0}, {0, 0}, {1, 1}};
+  check_gradients_written(m, fill4, want);
+  tsr_model_destroy(m);
+}
+END_TEST
+
 static Suite *make_layout_suite(void) {
   Suite *s = suite_create("layout");
   TCase *tc = tcase_create("layout");
@@ -265,6 +390,8 @@ static Suite *make_layout_suite(void) {
   tcase_add_test(tc, blocked_graph_gradient_matches_finite_differences);
   tcase_add_test(tc, blocked_fused_gradient_matches_the_plain_one);
   tcase_add_test(tc, blocked_and_fused_training_follows_plain_training);
+  tcase_add_test(tc, convolution_and_batchnorm_gradients_are_written_without_zero_fill);
+  tcase_add_test(tc, dense_gradients_are_written_by_the_first_slice);
   suite_add_tcase(s, tc);
   return s;
 }

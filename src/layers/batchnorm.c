@@ -60,9 +60,9 @@ static int bn_forward(const struct _tsr_layer_call *c) {
   if (!c->train)
     return _tsr_insert_bn_fwd_eval(&d, c->x[0][c->s], w[RUNNING_MEAN], w[RUNNING_VAR], w[GAMMA], w[BETA],
                                    c->y[c->s], nm);
-  int ret = 0;
-  if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_F], nm);
-  if (!ret) ret = _tsr_insert_bn_stats(&d, c->x[0][c->s], st[ACC_F], nm);
+  d.overwrite = c->s == 0; /* slice 0's sums are written, the later slices' added */
+  int ret = _tsr_insert_bn_stats(&d, c->x[0][c->s], st[ACC_F], nm);
+  d.overwrite = 0;
   if (ret || c->s != c->slices - 1) return ret;
   if (c->group_sum) ret = c->group_sum(c->owner, st[ACC_F], 0); /* a spatially split batch */
   if (!ret) ret = _tsr_insert_bn_finalize(&d, st[ACC_F], st[STAT], w[RUNNING_MEAN], w[RUNNING_VAR], nm);
@@ -80,10 +80,10 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   struct _tsr_bn_desc d = bn_desc(c, c->s);
   const starpu_data_handle_t *st = c->state;
   const char *nm = c->v->name;
-  int ret = 0;
-  if (c->s == 0) ret = _tsr_insert_zero_doubles(st[ACC_B], nm);
-  if (!ret) ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], relu_y(c, c->s), st[ACC_B], nm);
+  d.overwrite = c->s == 0; /* slice 0's sums are written, the later slices' added */
+  int ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], relu_y(c, c->s), st[ACC_B], nm);
   if (ret || c->s != c->slices - 1) return ret;
+  d.overwrite = c->dw_first; /* the step's only writer of the parameters' gradients */
   ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
   /* split: the parameters' gradients are this block's share (the reduction sums them over the
    * ranks), the data gradient needs the sums over the whole batch */
@@ -107,6 +107,6 @@ const struct _tsr_layer_ops _tsr_layers_batchnorm[] = {
     {.name = "batchnorm", .kind = TSR_LAYER_BATCHNORM, .fields = bn_fields, .min_inputs = 1, .max_inputs = 1,
      .infer = bn_infer, .num_tensors = bn_num_tensors, .tensor = bn_tensor, .init = bn_init,
      .num_state = bn_num_state, .state = bn_state, .layout = TSR_LAYOUT_FOLLOW, .fuse_relu = 1,
-     .forward = bn_forward, .backward = bn_backward, .spatial = TSR_SPATIAL_POINTWISE},
+     .forward = bn_forward, .backward = bn_backward, .spatial = TSR_SPATIAL_POINTWISE, .wgrad_first = 1},
     {.name = NULL},
 };

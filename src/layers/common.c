@@ -77,13 +77,14 @@ int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s) {
   return c->dx[k] ? c->dx_done(c->owner, k, s) : 0;
 }
 
-int _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle_t *dw) {
+void _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle_t *dw, int *overwrite) {
+  int own = 0;
   for (int i = 0; i < n; i++) {
     dw[i] = c->dw[i] && c->dwp[i] ? c->dwp[i] : c->dw[i];
-    int ret = dw[i] != c->dw[i] ? _tsr_insert_zero(dw[i], c->v->name) : 0;
-    if (ret) return ret;
+    own |= dw[i] != c->dw[i];
   }
-  return 0;
+  /* the trainer gives a slice its own buffers for all of a layer's trainable tensors or for none */
+  *overwrite = own || (c->s == 0 && c->dw_first);
 }
 
 int _tsr_layer_wgrad_done(const struct _tsr_layer_call *c, int n) {

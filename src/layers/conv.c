@@ -85,7 +85,7 @@ static int conv_backward(const struct _tsr_layer_call *c) {
   if (c->dx[0])
     ret = t ? _tsr_insert_deconv2d_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], nm)
             : _tsr_insert_conv2d_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], nm);
-  if (!ret) ret = _tsr_layer_wgrad(c, 1 + d.has_bias, dw);
+  _tsr_layer_wgrad(c, 1 + d.has_bias, dw, &d.overwrite);
   starpu_data_handle_t db = d.has_bias ? dw[1] : NULL;
   if (!ret)
     ret = t ? _tsr_insert_deconv2d_bwd_weights(&d, x, dy, dw[0], db, nm)
@@ -111,7 +111,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
   .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .forward = conv_forward, .backward = conv_backward, \
-  .private_wgrad = 1
+  .private_wgrad = 1, .wgrad_first = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {
     {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, .spatial = TSR_SPATIAL_WINDOW, CONV_OPS},

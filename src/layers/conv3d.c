@@ -100,7 +100,7 @@ static int conv3d_backward(const struct _tsr_layer_call *c) {
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][c->s], NULL, c->v->name);
   starpu_data_handle_t dw[2];
-  if (!ret) ret = _tsr_layer_wgrad(c, 1 + d.has_bias, dw);
+  _tsr_layer_wgrad(c, 1 + d.has_bias, dw, &d.overwrite);
   if (!ret)
     ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_WEIGHTS, c->x[0][c->s], dy, dw[0], d.has_bias ? dw[1] : NULL,
                              c->v->name);
@@ -132,7 +132,7 @@ static const struct _tsr_layer_field deconv3d_fields[] = {
 #define CONV3D_OPS                                                                                 \
   .kind = TSR_LAYER_REGISTERED, .min_inputs = 1, .max_inputs = 1, .infer = conv3d_infer,              \
   .num_tensors = conv3d_num_tensors, .tensor = conv3d_tensor, .flops = conv3d_flops, .forward = conv3d_forward, \
-  .backward = conv3d_backward, .private_wgrad = 1
+  .backward = conv3d_backward, .private_wgrad = 1, .wgrad_first = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv3d[] = {
     {.name = "conv3d", .fields = conv3d_fields, .spatial = TSR_SPATIAL_WINDOW, CONV3D_OPS},

@@ -112,6 +112,9 @@ struct _tsr_layer_call {
   /* With private_wgrad and several slices: slice s >= 1's own buffer for tensor i's gradient (NULL:
    * the slice adds into dw itself); see _tsr_layer_wgrad. */
   starpu_data_handle_t dwp[TSR_LAYER_MAX_TENSORS];
+  /* Entries with wgrad_first, in a training step: 1 when the trainer did not zero dw, so the step's
+   * first task that puts gradients into dw writes them instead of adding into them. */
+  int dw_first;
   starpu_data_handle_t state[TSR_LAYER_MAX_STATE];
   /* Entries with fuse_relu: 1 when the layer's only consumer is a relu whose tasks this entry runs
    * fused (y and dy are then the relu's output and its gradient). */
@@ -159,6 +162,11 @@ struct _tsr_layer_ops {
    * their own (_tsr_layer_wgrad) and add them afterwards: tasks that add into one handle run one at
    * a time, so the slices' weight-gradient convolutions, the first layer's above all, ran serially */
   int private_wgrad;
+  /* 1: in each training step the first task that puts a gradient into the layer's trainable tensors'
+   * gradients writes them (when c->dw_first) instead of adding into them, and no later task of the
+   * step writes them before it: slice 0's weight-gradient task (private_wgrad), or one task for all
+   * slices (batchnorm). The trainer then does not zero those gradients each step. */
+  int wgrad_first;
   /* Submit the tasks of slice c->s; 0 or the failed submission's code (optional: the input layer). */
   int (*forward)(const struct _tsr_layer_call *c);
   int (*backward)(const struct _tsr_layer_call *c);
@@ -203,13 +211,14 @@ void _tsr_conv_tensor_shape(const struct _tsr_layer_view *v, int i, int transpos
 tsr_status _tsr_check_rank(const struct _tsr_layer_view *v, int k, const char *const *in_names, int want_d);
 /* Calls c->dx_done(k, s) when input k wants a gradient (0 otherwise). */
 int _tsr_layer_dx_done(const struct _tsr_layer_call *c, int k, int s);
-/* Weight gradients of entries with private_wgrad, around the task that adds slice c->s's gradients
+/* Weight gradients of entries with private_wgrad, around the task that puts slice c->s's gradients
  * of its first n tensors into handles: _tsr_layer_wgrad sets dw[i] to the handle that task should
- * add tensor i's gradient into (c->dw[i], or the slice's own buffer, zeroed by a task it submits);
+ * write tensor i's gradient into (c->dw[i], or the slice's own buffer) and returns in *overwrite
+ * whether the task writes it (the slice's own buffer, or c->dw in slice 0 when c->dw_first) or adds into it;
  * _tsr_layer_wgrad_done then adds the slice's own buffers into c->dw (in the accumulation mode,
  * _tsr_accum_mode: in submission order when deterministic, so the sums are those of adding in
- * place). Each returns 0 or the failed submission's code. */
-int _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle_t *dw);
+ * place). No task zeroes anything. _tsr_layer_wgrad_done returns 0 or the failed submission's code. */
+void _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle_t *dw, int *overwrite);
 int _tsr_layer_wgrad_done(const struct _tsr_layer_call *c, int n);
 
 #endif

@@ -76,6 +76,7 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     c->dw[i] = pt->trainable ? pt->hg : NULL;
     c->dwp[i] = st->wp[i] ? st->wp[i][s] : NULL;
   }
+  c->dw_first = st->dw_first;
   for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) c->state[i] = st->state[i];
 }
 

@@ -323,8 +323,11 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0], id));
   if (train) {
     _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
+    /* gradients no task of the step writes first (entries without wgrad_first, layers off the
+     * path to the output) */
     for (int i = 0; i < t->ntensors; i++)
-      if (t->tensors[i].trainable) SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
+      if (t->tensors[i].trainable && !t->ls[t->tensors[i].layer].dw_first)
+        SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
     SUBMIT(_tsr_insert_fill(t->ctl, t->flag, "control_word")); /* summed over ranks with group 0 */
   }
   for (int l = 0; l < m->n; l++)

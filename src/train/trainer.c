@@ -92,6 +92,8 @@ static tsr_status analyse(tsr_trainer *t) {
     struct _tsr_layer *L = &m->layers[l];
     t->ls[l].needs_grad = t->ls[l].live && _tsr_layer_num_tensors(L) > 0 && L->spec.kind != TSR_LAYER_INPUT;
     for (int k = 0; k < L->ninputs; k++) t->ls[l].needs_grad |= t->ls[l].live && t->ls[L->inputs[k]].needs_grad;
+    /* every training step submits this layer's backward, slice 0 first (step.c) */
+    t->ls[l].dw_first = L->ops->wgrad_first && L->ops->backward && t->ls[l].needs_grad;
   }
   t->edge_first = calloc((size_t)m->n * TSR_MAX_CONCAT, 1);
   char *seen = calloc(m->n, 1);

@@ -34,6 +34,8 @@ struct _tsr_lstate {
   int blk;              /* channel block of its output's layout: 0 plain NCHW (layout.c) */
   int relu;             /* the relu layer whose tasks this layer runs fused, -1 none */
   int fused;            /* a relu run by its input's tasks: submits nothing itself */
+  int dw_first;         /* entries with wgrad_first: a task of the layer's backward writes its
+                         * gradients first in each step, so the step does not zero them */
   starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions
                                            * and the entry's scratch; ws the entry's workspace */
   float **ybuf, **gbuf, **tmpbuf;
