@@ -136,6 +136,6 @@ static const struct _tsr_layer_field deconv3d_fields[] = {
 
 const struct _tsr_layer_ops _tsr_layers_conv3d[] = {
     {.name = "conv3d", .fields = conv3d_fields, .spatial = TSR_SPATIAL_WINDOW, CONV3D_OPS},
-    {.name = "conv_transpose3d", .fields = deconv3d_fields, CONV3D_OPS},
+    {.name = "conv_transpose3d", .fields = deconv3d_fields, .spatial = TSR_SPATIAL_UPSCALE, CONV3D_OPS},
     {.name = NULL},
 };

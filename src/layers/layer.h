@@ -59,7 +59,11 @@ enum _tsr_spatial_kind {
   TSR_SPATIAL_WINDOW,    /* each output value from a window of input 0 (the spec's kernel, stride,
                             padding, dilation): the trainer exchanges halos around its blocks; zero
                             padding */
-  TSR_SPATIAL_WINDOW_MAX /* the same with padding that never wins (max pooling): -FLT_MAX */
+  TSR_SPATIAL_WINDOW_MAX, /* the same with padding that never wins (max pooling): -FLT_MAX */
+  TSR_SPATIAL_UPSCALE     /* each output block from the same block of input 0, f times larger along
+                             every axis (nearest upsampling by the spec's scale_factor; transposed
+                             convolutions whose windows do not overlap: stride f, kernel at most f,
+                             no padding, checked by the plan); no messages */
 };
 
 /* How a JSON field is read into tsr_layer_spec (src/graph/model_json.c reads it). */

@@ -143,8 +143,14 @@ int _tsr_spatial_before(tsr_trainer *t, int l, int s, starpu_data_handle_t x, in
 int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, int64_t step);
 /* A vector of doubles summed over the spatial group (layer l's call's group_sum). */
 int _tsr_spatial_sum(tsr_trainer *t, int l, starpu_data_handle_t acc, int kind, int64_t step);
-/* The loss gradient times 1 / parts (see _tsr_spatial_dx); nothing without spatial parts. */
+/* The loss gradient times 1 / parts (see _tsr_spatial_dx); nothing without spatial parts or with a
+ * gathered output. */
 int _tsr_spatial_share(tsr_trainer *t, starpu_data_handle_t dy);
+/* A split output: gathers slice s's blocks into the whole output for the loss and points *y and *dy
+ * at it and its gradient; nothing (handles unchanged) otherwise. */
+int _tsr_spatial_output(tsr_trainer *t, int s, int64_t step, starpu_data_handle_t *y, starpu_data_handle_t *dy);
+/* After the loss: this rank's block of the whole output's gradient into the output layer's. */
+int _tsr_spatial_output_grad(tsr_trainer *t, int s);
 /* The crop of one whole input sample ([C, spatial...]) to this rank's block. */
 struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t);
 /* layout.c: each activation's layout (ls[].blk) and the fused relus (ls[].relu, ls[].fused); needs
