@@ -234,6 +234,21 @@ static int grid_of(const tsr_trainer_opts *o, int nd, int *grid) {
   return parts;
 }
 
+tsr_status _tsr_spatial_blocks(const tsr_trainer *t, const tsr_trainer_opts *o, struct _tsr_sp_layer **plan,
+                               int *parts) {
+  int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
+  int nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext);
+  *plan = NULL, *parts = grid_of(o, nd, grid);
+  if (*parts == 0) return TSR_ERR_ARG;
+  if (*parts == 1) return TSR_OK;
+  if (!ALLOC(*plan, t->model->n)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  tsr_status st = _tsr_spatial_plan(t->model, nd, grid, t->rank % *parts, *plan);
+  if (st != TSR_OK) free(*plan), *plan = NULL;
+  return st;
+}
+
+int64_t _tsr_spatial_block_elems(const struct _tsr_chw *s) { return chw_size(s); }
+
 tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
   int nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext), parts = grid_of(o, nd, grid);

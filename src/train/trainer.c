@@ -330,7 +330,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
-  if (st == TSR_OK) st = _tsr_trainer_footprint(t);
+  if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);

@@ -122,7 +122,7 @@ struct tsr_trainer {
 int _tsr_layer_needs_tmp(const tsr_trainer *t, int l);
 /* footprint.c: refuses, before anything large is allocated, a trainer whose buffers exceed the
  * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live and edge_first. */
-tsr_status _tsr_trainer_footprint(const tsr_trainer *t);
+tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *o);
 /* grad_reduce.c: the world, the batch's distribution, the gradient groups and their collective
  * (after the tensors are laid out; agrees with the other ranks on the trainer's fingerprint). */
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
@@ -134,6 +134,11 @@ int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step);
  * spatial parts), the plan and its buffers; called by _tsr_reduce_setup after the world. */
 tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_spatial_teardown(tsr_trainer *t);
+/* The plan of this rank's blocks (malloc'd, *plan NULL without spatial parts) and the parts, before
+ * any buffer exists: for the footprint. Values of a per-sample shape. */
+tsr_status _tsr_spatial_blocks(const tsr_trainer *t, const tsr_trainer_opts *o, struct _tsr_sp_layer **plan,
+                               int *parts);
+int64_t _tsr_spatial_block_elems(const struct _tsr_chw *s);
 /* Layer l's shapes on this rank: its blocks, halo'd or gathered input, spec without the padding
  * the halos hold. Nothing without spatial parts. */
 void _tsr_spatial_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
