@@ -44,6 +44,13 @@ static void plain_mds(const struct _tsr_conv3d_desc *d, dnnl_memory_desc_t md[NR
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[WEI], 5, wei, dnnl_f32, d->deconv ? dnnl_iodhw : dnnl_oidhw));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[BIA], 1, bia, dnnl_f32, dnnl_x));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[DST], 5, dst, dnnl_f32, dnnl_ncdhw));
+  if (d->src_full) { /* a range of planes: NCDHW strides of the whole buffers */
+    dnnl_dim_t hw = (dnnl_dim_t)d->id[1] * d->id[2], ohw = (dnnl_dim_t)d->od[1] * d->od[2];
+    dnnl_dims_t ss = {d->ci * d->src_full * hw, d->src_full * hw, hw, d->id[2], 1};
+    dnnl_dims_t ds = {d->co * d->dst_full * ohw, d->dst_full * ohw, ohw, d->od[2], 1};
+    TSR_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[SRC], 5, src, dnnl_f32, ss));
+    TSR_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[DST], 5, dst, dnnl_f32, ds));
+  }
 }
 
 /* Right padding p: oneDNN's size check then holds for the convolution (floor mode) and, with
@@ -151,10 +158,10 @@ static void conv3d_run_body(void *arg) {
   float *dw = NULL, *db = NULL; /* weight gradients go to scratch first, then add */
   void *ptr[NROLE];
   int k = 0;
-  if (c->pass == TSR_CONV_FWD) {
-    ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1];
+  if (c->pass == TSR_CONV_FWD) { /* a range of planes starts src_off / dst_off planes in */
+    ptr[k++] = (void *)(c->in[0] + (size_t)d->src_off * d->id[1] * d->id[2]), ptr[k++] = (void *)c->in[1];
     if (d->has_bias) ptr[k++] = (void *)c->in[2];
-    ptr[k++] = c->out[0];
+    ptr[k++] = c->out[0] + (size_t)d->dst_off * d->od[1] * d->od[2];
   } else if (c->pass == TSR_CONV_BWD_DATA) {
     ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1], ptr[k++] = c->out[0];
   } else {
@@ -250,6 +257,19 @@ static struct starpu_codelet cl_conv3d[3] = {
      .cpu_funcs_name = {"conv3d_bwd_weights_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &models[2],
      .name = "tsr_conv3d_bwd_weights"},
 };
+
+static struct starpu_perfmodel range_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_fwd_range"};
+static struct starpu_codelet cl_conv3d_range = {.cpu_funcs = {conv3d_fwd_cpu}, .cpu_funcs_name = {"conv3d_fwd_cpu"},
+                                                .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &range_model,
+                                                .name = "tsr_conv3d_fwd_range"};
+
+int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                             starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
+  struct _tsr_buf bufs[4];
+  int n = _tsr_convlike_bufs(TSR_CONV_FWD, d->has_bias, x, w, b, y, bufs);
+  bufs[n - 1].mode = STARPU_RW; /* the other parts' planes stay */
+  return _tsr_submit(&cl_conv3d_range, d, sizeof *d, 0, name, n, bufs);
+}
 
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                        starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name) {

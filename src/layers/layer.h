@@ -109,6 +109,11 @@ struct _tsr_layer_call {
                                                batch statistics count the values of all of them */
   uint64_t seed;                            /* random seed of this (step, layer, slice) */
   starpu_data_handle_t *x[TSR_MAX_INPUTS];  /* [slice] input k */
+  /* With halos (TSR_SPATIAL_WINDOW): [slice] input 0's block without them, which the interior of
+   * the output can be computed from before the halos arrive, and the halo widths below and above
+   * along the (D,) H, W axes of x[0]; NULL otherwise. */
+  starpu_data_handle_t *block;
+  int lo[3], hi[3];
   starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
   starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */
