@@ -44,13 +44,6 @@ static void plain_mds(const struct _tsr_conv3d_desc *d, dnnl_memory_desc_t md[NR
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[WEI], 5, wei, dnnl_f32, d->deconv ? dnnl_iodhw : dnnl_oidhw));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[BIA], 1, bia, dnnl_f32, dnnl_x));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[DST], 5, dst, dnnl_f32, dnnl_ncdhw));
-  if (d->src_full) { /* a range of planes: NCDHW strides of the whole buffers */
-    dnnl_dim_t hw = (dnnl_dim_t)d->id[1] * d->id[2], ohw = (dnnl_dim_t)d->od[1] * d->od[2];
-    dnnl_dims_t ss = {d->ci * d->src_full * hw, d->src_full * hw, hw, d->id[2], 1};
-    dnnl_dims_t ds = {d->co * d->dst_full * ohw, d->dst_full * ohw, ohw, d->od[2], 1};
-    TSR_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[SRC], 5, src, dnnl_f32, ss));
-    TSR_DNNL_CHECK(dnnl_memory_desc_init_by_strides(&md[DST], 5, dst, dnnl_f32, ds));
-  }
 }
 
 /* Right padding p: oneDNN's size check then holds for the convolution (floor mode) and, with
@@ -158,10 +151,10 @@ static void conv3d_run_body(void *arg) {
   float *dw = NULL, *db = NULL; /* weight gradients go to scratch first, then add */
   void *ptr[NROLE];
   int k = 0;
-  if (c->pass == TSR_CONV_FWD) { /* a range of planes starts src_off / dst_off planes in */
-    ptr[k++] = (void *)(c->in[0] + (size_t)d->src_off * d->id[1] * d->id[2]), ptr[k++] = (void *)c->in[1];
+  if (c->pass == TSR_CONV_FWD) {
+    ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1];
     if (d->has_bias) ptr[k++] = (void *)c->in[2];
-    ptr[k++] = c->out[0] + (size_t)d->dst_off * d->od[1] * d->od[2];
+    ptr[k++] = c->out[0];
   } else if (c->pass == TSR_CONV_BWD_DATA) {
     ptr[k++] = (void *)c->in[0], ptr[k++] = (void *)c->in[1], ptr[k++] = c->out[0];
   } else {
@@ -184,6 +177,29 @@ static void conv3d_run_body(void *arg) {
   if (db && c->out[1]) _tsr_axpy_cpu(c->out[1], db, 1.0f, (size_t)d->co);
 }
 
+/* A range of D planes: gathered into dense scratch (unless the input is the whole buffer), the dense
+ * primitive (strided views would leave oneDNN its reference kernels only), and the output planes
+ * copied into place. */
+static void conv3d_range_body(void *arg) {
+  const struct conv3d_call *c = arg;
+  struct _tsr_conv3d_desc d = *c->d;
+  d.src_full = d.src_off = d.dst_full = d.dst_off = 0;
+  size_t hw = (size_t)d.id[1] * d.id[2], ohw = (size_t)d.od[1] * d.od[2], nci = (size_t)d.n * d.ci;
+  size_t in_block = (size_t)d.id[0] * hw, out_block = (size_t)d.od[0] * ohw, nco = (size_t)d.n * d.co;
+  const float *x = c->in[0];
+  if (c->d->src_off != 0 || c->d->id[0] != c->d->src_full) {
+    float *xs = _tsr_scratch(3, nci * in_block * sizeof(float));
+    for (size_t i = 0; i < nci; i++)
+      memcpy(xs + i * in_block, x + (i * c->d->src_full + c->d->src_off) * hw, in_block * sizeof(float));
+    x = xs;
+  }
+  float *ys = _tsr_scratch(4, nco * out_block * sizeof(float));
+  struct conv3d_call dense = {.d = &d, .pass = TSR_CONV_FWD, .in = {x, c->in[1], c->in[2]}, .out = {ys, NULL}};
+  conv3d_run_body(&dense);
+  for (size_t i = 0; i < nco; i++)
+    memcpy(c->out[0] + (i * c->d->dst_full + c->d->dst_off) * ohw, ys + i * out_block, out_block * sizeof(float));
+}
+
 static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass) {
   static const char *ops[2][3] = {{"conv3d_fwd", "conv3d_bwd_data", "conv3d_bwd_weights"},
                                   {"deconv3d_fwd", "deconv3d_bwd_data", "deconv3d_bwd_weights"}};
@@ -193,7 +209,8 @@ static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pa
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1) {
   struct conv3d_call c = {.d = d, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
-  _tsr_kernel_guard(conv3d_op(d, pass), conv3d_run_body, &c);
+  _tsr_kernel_guard(conv3d_op(d, pass), d->src_full && pass == TSR_CONV_FWD ? conv3d_range_body : conv3d_run_body,
+                    &c);
 }
 
 static void conv3d_impl_body(void *arg) {
