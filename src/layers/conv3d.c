@@ -88,32 +88,28 @@ static struct _tsr_conv3d_desc conv3d_desc(const struct _tsr_layer_view *v, int 
   return d;
 }
 
-/* A convolution of a block with halos along D only, stride 1 there, on CPUs: the output planes whose
- * windows lie inside the block are computed from the block itself, so that this interior does not
- * wait for the halo exchange; the lo planes below and hi above, from the halo'd input after it. */
+/* A convolution of a block with halos of equal width along D only, stride 1 there, on CPUs: the
+ * whole block is convolved with zero padding straight into the output, so this interior does not
+ * wait for the halo exchange, and the lo planes at each end, whose windows reach into the halos,
+ * are computed again from the halo'd input after it and replace those planes. */
 static int split_forward(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
-  int lo = c->lo[0], hi = c->hi[0], own = whole->id[0] - lo - hi, keff = (whole->k[0] - 1) * whole->dil[0] + 1;
-  int s = c->s;
+  int lo = c->lo[0], own = whole->id[0] - 2 * lo, keff = (whole->k[0] - 1) * whole->dil[0] + 1, s = c->s;
   starpu_data_handle_t b = whole->has_bias ? c->w[1] : NULL;
   struct _tsr_conv3d_desc d = *whole;
-  d.dst_full = whole->od[0];
-  /* interior: output planes [lo, own - hi) from the block's planes [0, own) */
-  d.id[0] = own, d.od[0] = own - lo - hi, d.src_full = own, d.src_off = 0, d.dst_off = lo;
-  int ret = _tsr_insert_conv3d_range(&d, c->block[s], c->w[0], b, c->y[s], c->v->name);
-  d.src_full = whole->id[0];
-  /* below: output planes [0, lo) from the halo'd planes [0, lo + keff - 1) */
-  d.id[0] = lo + keff - 1, d.od[0] = lo, d.src_off = 0, d.dst_off = 0;
-  if (!ret && lo > 0) ret = _tsr_insert_conv3d_range(&d, c->x[0][s], c->w[0], b, c->y[s], c->v->name);
-  /* above: output planes [own - hi, own) from the halo'd planes [own - hi, own + keff - 1) */
-  d.id[0] = hi + keff - 1, d.od[0] = hi, d.src_off = own - hi, d.dst_off = own - hi;
-  if (!ret && hi > 0) ret = _tsr_insert_conv3d_range(&d, c->x[0][s], c->w[0], b, c->y[s], c->v->name);
+  d.id[0] = own, d.p[0] = lo; /* output planes [0, own) from the block alone */
+  int ret = _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->block[s], c->w[0], b, c->y[s], c->v->name);
+  d.p[0] = 0, d.src_full = whole->id[0], d.dst_full = own, d.id[0] = lo + keff - 1, d.od[0] = lo;
+  for (int side = 0; side < 2 && !ret; side++) { /* planes [0, lo) and [own - lo, own) */
+    d.src_off = d.dst_off = side ? own - lo : 0;
+    ret = _tsr_insert_conv3d_range(&d, c->x[0][s], c->w[0], b, c->y[s], c->v->name);
+  }
   return ret;
 }
 
 static int conv3d_forward(const struct _tsr_layer_call *c) {
   struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
   int lo = c->lo[0], hi = c->hi[0];
-  if (c->block && !d.deconv && d.s[0] == 1 && c->lo[1] + c->hi[1] + c->lo[2] + c->hi[2] == 0 && lo + hi > 0 &&
+  if (c->block && !d.deconv && d.s[0] == 1 && c->lo[1] + c->hi[1] + c->lo[2] + c->hi[2] == 0 && lo > 0 && lo == hi &&
       lo + hi == (d.k[0] - 1) * d.dil[0] && d.id[0] - 2 * (lo + hi) > 0 && starpu_cuda_worker_get_count() == 0)
     return split_forward(c, &d);
   return _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->x[0][c->s], c->w[0], d.has_bias ? c->w[1] : NULL, c->y[c->s],
