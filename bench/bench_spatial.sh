@@ -2,7 +2,10 @@
 # Spatial and hybrid parallelism on the CosmoFlow-mini (examples/cosmoflow/cosmoflow64.json, 4x64^3
 # samples from tessera-cosmogen): for each layout RANKS:SPATIAL (1:1, 2:2, 4:2x2, and hybrid 4:2 =
 # 2 replicas x 2 blocks; 4:4 along D is refused for this model: pool5's output depth 2 does not
-# split in 4) it trains EPOCHS epochs under mpirun and prints per rank the peak resident memory
+# split in 4) it trains EPOCHS epochs under mpirun and prints per rank the batch buffers the trainer
+# allocates (its footprint accounting, logged with -v: activations and their gradients, halo'd and
+# gathered copies, inputs, targets; the largest over the ranks, and as a share of the 1-rank run's
+# when 1:1 comes first), the peak resident memory
 # (ru_maxrss from /usr/bin/time: activations, parameters, the runtime and the libraries), the time
 # per step of the last epoch (from tessera-train's log) and the halo bytes a
 # spatial group sends per step, computed from the plan's halo widths (each face between blocks of a
@@ -68,19 +71,26 @@ print(total)
 EOF
 }
 
-printf '%-8s %-6s %-6s %20s %10s %16s\n' layout ranks split "maxrss_MB/rank" "s/step" "halo_MB/step"
+printf '%-8s %-6s %-6s %22s %20s %10s %16s\n' layout ranks split "act_MB/rank (of 1)" "maxrss_MB/rank" "s/step" \
+  "halo_MB/step"
+act1=
 for lay in $LAYOUTS; do
   n=${lay%%:*} sp=${lay#*:}
   rm -f "$out"/rss.* "$out/log.csv"
   mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT -x STARPU_WORKERS_NOBIND \
     -x STARPU_MPI_NOBIND sh -c '/usr/bin/time -f %M -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$out/rss" \
     "$build/tessera-train" --model "$model" --data "$out/train.h5" --epochs "$EPOCHS" --batch "$BATCH" \
-    --workers "$WORKERS" --seed 1 --spatial "$sp" --log "$out/log.csv" -q >"$out/run.log" 2>&1 ||
-    { echo "bench_spatial: $lay failed: $(grep -m1 -v '^[- ]' "$out/run.log")" >&2; continue; }
+    --workers "$WORKERS" --seed 1 --spatial "$sp" --log "$out/log.csv" -v >"$out/run.log" 2>&1 ||
+    { echo "bench_spatial: $lay failed: $(grep -m1 -v '^tessera: \|^[- ]' "$out/run.log")" >&2; continue; }
   rss=$(cat "$out"/rss.* | awk '{ s += $1; n++; if ($1 > m) m = $1 } END { printf "%.0f (max %.0f)", s / n / 1024, m / 1024 }')
   # the last epoch: its steps and seconds (elapsed_s is cumulative)
   step=$(awk -F, 'NR > 1 { pe = e; ps = st; e = $6; st = $2 } END { printf "%.3f", (e - pe) / (st - ps) }' "$out/log.csv")
   halo=$(halo_bytes "$sp" "$BATCH" | awk '{ printf "%.2f", $1 / 1e6 }')
-  printf '%-8s %-6s %-6s %20s %10s %16s\n' "$lay" "$n" "$sp" "$rss" "$step" "$halo"
+  # "trainer: rank R holds N bytes ... of batch buffers": the largest over the ranks
+  act=$(sed -n 's/.*trainer: rank [0-9]* holds \([0-9]*\) bytes.*/\1/p' "$out/run.log" | sort -n | tail -1)
+  [ "$lay" = 1:1 ] && act1=$act
+  acts=$(awk -v a="${act:-0}" -v b="${act1:-0}" 'BEGIN { if (b > 0) printf "%.1f (%.3f)", a / 1e6, a / b;
+                                                        else printf "%.1f", a / 1e6 }')
+  printf '%-8s %-6s %-6s %22s %20s %10s %16s\n' "$lay" "$n" "$sp" "$acts" "$rss" "$step" "$halo"
 done
 echo "load: $(uptime)"

@@ -181,6 +181,29 @@ static void conv3d_run_body(void *arg) {
   if (db && c->out[1]) _tsr_axpy_cpu(c->out[1], db, 1.0f, (size_t)d->co);
 }
 
+/* A range of D planes: gathered into dense scratch (unless the input is the whole buffer), the dense
+ * primitive (strided views would leave oneDNN its reference kernels only), and the output planes
+ * copied into place. */
+static void conv3d_range_body(void *arg) {
+  const struct conv3d_call *c = arg;
+  struct _tsr_conv3d_desc d = *c->d;
+  d.src_full = d.src_off = d.dst_full = d.dst_off = 0;
+  size_t hw = (size_t)d.id[1] * d.id[2], ohw = (size_t)d.od[1] * d.od[2], nci = (size_t)d.n * d.ci;
+  size_t in_block = (size_t)d.id[0] * hw, out_block = (size_t)d.od[0] * ohw, nco = (size_t)d.n * d.co;
+  const float *x = c->in[0];
+  if (c->d->src_off != 0 || c->d->id[0] != c->d->src_full) {
+    float *xs = _tsr_scratch(3, nci * in_block * sizeof(float));
+    for (size_t i = 0; i < nci; i++)
+      memcpy(xs + i * in_block, x + (i * c->d->src_full + c->d->src_off) * hw, in_block * sizeof(float));
+    x = xs;
+  }
+  float *ys = _tsr_scratch(4, nco * out_block * sizeof(float));
+  struct conv3d_call dense = {.d = &d, .pass = TSR_CONV_FWD, .in = {x, c->in[1], c->in[2]}, .out = {ys, NULL}};
+  conv3d_run_body(&dense);
+  for (size_t i = 0; i < nco; i++)
+    memcpy(c->out[0] + (i * c->d->dst_full + c->d->dst_off) * ohw, ys + i * out_block, out_block * sizeof(float));
+}
+
 static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass) {
   static const char *ops[2][3] = {{"conv3d_fwd", "conv3d_bwd_data", "conv3d_bwd_weights"},
                                   {"deconv3d_fwd", "deconv3d_bwd_data", "deconv3d_bwd_weights"}};
@@ -190,7 +213,8 @@ static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pa
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1) {
   struct conv3d_call c = {.d = d, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
-  _tsr_kernel_guard(conv3d_op(d, pass), conv3d_run_body, &c);
+  _tsr_kernel_guard(conv3d_op(d, pass), d->src_full && pass == TSR_CONV_FWD ? conv3d_range_body : conv3d_run_body,
+                    &c);
 }
 
 static void conv3d_impl_body(void *arg) {
@@ -254,6 +278,19 @@ static struct starpu_codelet cl_conv3d[3] = {
      .cpu_funcs_name = {"conv3d_bwd_weights_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &models[2],
      .name = "tsr_conv3d_bwd_weights"},
 };
+
+static struct starpu_perfmodel range_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_fwd_range"};
+static struct starpu_codelet cl_conv3d_range = {.cpu_funcs = {conv3d_fwd_cpu}, .cpu_funcs_name = {"conv3d_fwd_cpu"},
+                                                .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &range_model,
+                                                .name = "tsr_conv3d_fwd_range"};
+
+int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
+                             starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
+  struct _tsr_buf bufs[4];
+  int n = _tsr_convlike_bufs(TSR_CONV_FWD, d->has_bias, 0, x, w, b, y, bufs);
+  bufs[n - 1].mode = STARPU_RW; /* the other parts' planes stay */
+  return _tsr_submit(&cl_conv3d_range, d, sizeof *d, 0, name, n, bufs);
+}
 
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                        starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name) {

@@ -2,8 +2,8 @@
  * written here as direct loops: conv3d and conv_transpose3d (forward; data and weight gradients by
  * finite differences, weight gradients accumulating), max and average pooling in 3-D (forward;
  * backward by finite differences), nearest upsampling (forward; backward by finite differences),
- * tanh with an output scale, oneDNN's non-reference kernels for CosmoFlow's shapes, and each as a
- * StarPU task equal to its raw kernel. */
+ * tanh with an output scale, oneDNN's non-reference kernels for CosmoFlow's shapes, conv3d on a
+ * range of D planes of larger buffers, and each as a StarPU task equal to its raw kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +100,43 @@ START_TEST(test_conv3d_fwd_matches_direct_loops) {
   char what[64];
   snprintf(what, sizeof what, "%s fwd config %d", d.deconv ? "conv_transpose3d" : "conv3d", _i);
   tt_assert_close(y, ref, ny(&d), FWD_ATOL, FWD_RTOL, what);
+  free(x), free(w), free(b), free(y), free(ref);
+}
+END_TEST
+
+/* A range of D planes (the parts of a spatially split convolution, src_* / dst_*): input planes
+ * [a, a + m + keff - 1) of the whole input give output planes [a, a + m) of the whole output, equal
+ * to the float64 reference there, every other output value untouched. Configs 0 and 2 (dilation 2)
+ * without padding along D. */
+START_TEST(test_conv3d_on_a_range_of_planes) {
+  int c = _i ? 2 : 0;
+  struct cfg cf = cfgs[c];
+  cf.p[0] = 0, cf.id[0] = 9;
+  struct _tsr_conv3d_desc d = make_desc(&cf);
+  size_t plane_out = (size_t)d.od[1] * d.od[2];
+  float *x = malloc(nx(&d) * 4), *w = malloc(nw(&d) * 4), *b = malloc(d.co * 4), *y = malloc(ny(&d) * 4);
+  double *ref = malloc(ny(&d) * sizeof *ref);
+  tt_fill_uniform(x, nx(&d), 40 + c, -1, 1);
+  tt_fill_uniform(w, nw(&d), 50 + c, -1, 1);
+  tt_fill_uniform(b, d.co, 60 + c, -1, 1);
+  ref_fwd(&d, x, w, d.has_bias ? b : NULL, ref);
+  int keff = (d.k[0] - 1) * d.dil[0] + 1, a = 1, m = d.od[0] - 2;
+  ck_assert_int_gt(m, 0);
+  for (size_t k = 0; k < ny(&d); k++) y[k] = 7.0f;
+  struct _tsr_conv3d_desc r = d;
+  r.src_full = d.id[0], r.src_off = a, r.id[0] = m + keff - 1;
+  r.dst_full = d.od[0], r.dst_off = a, r.od[0] = m;
+  _tsr_conv3d_run(&r, TSR_CONV_FWD, x, w, d.has_bias ? b : NULL, y, NULL);
+  for (int n = 0; n < d.n; n++)
+    for (int o = 0; o < d.co; o++)
+      for (int q = 0; q < d.od[0]; q++) {
+        size_t off = (((size_t)n * d.co + o) * d.od[0] + q) * plane_out;
+        for (size_t e = 0; e < plane_out; e++) {
+          double want = q >= a && q < a + m ? ref[off + e] : 7.0;
+          ck_assert_msg(fabs(y[off + e] - want) <= FWD_ATOL + FWD_RTOL * fabs(want),
+                        "config %d sample %d channel %d plane %d: %g, want %g", c, n, o, q, y[off + e], want);
+        }
+      }
   free(x), free(w), free(b), free(y), free(ref);
 }
 END_TEST
@@ -457,6 +494,7 @@ static Suite *make_layers3d_suite(void) {
   tcase_add_loop_test(k, test_conv3d_fwd_matches_direct_loops, 0, NCFG);
   tcase_add_loop_test(k, test_conv3d_gradients_match_finite_differences, 0, NCFG);
   tcase_add_test(k, test_cosmoflow_shapes_avoid_reference_kernels);
+  tcase_add_loop_test(k, test_conv3d_on_a_range_of_planes, 0, 2);
   tcase_add_loop_test(k, test_pool3d_fwd_matches_direct_loops, 0, NPOOL);
   tcase_add_loop_test(k, test_pool3d_bwd_matches_finite_differences, 0, NPOOL);
   tcase_add_test(k, test_upsample3d_fwd_and_bwd);

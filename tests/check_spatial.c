@@ -209,6 +209,21 @@ static void expect_refusal_nd(tsr_model *m, int nd, const int *grid, const char 
 
 static void expect_refusal(tsr_model *m, const int *grid, const char *words) { expect_refusal_nd(m, 2, grid, words); }
 
+START_TEST(plan_keeps_upscaling_layers_and_the_output_split) {
+  tsr_model *m = model_of("no_head"); /* fully convolutional: the output stays split, gathered for the loss */
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 8, 8), TSR_OK);
+  add(m, "a", TSR_LAYER_CONV2D, "in", 2, 3, 1, 1);
+  add(m, "u", TSR_LAYER_CONV_TRANSPOSE2D, "a", 2, 2, 2, 0);
+  add(m, "o", TSR_LAYER_CONV2D, "u", 1, 3, 1, 1);
+  struct _tsr_sp_layer plan[4];
+  ck_assert_msg(_tsr_spatial_plan(m, 2, (int[]){2, 1}, 1, plan) == TSR_OK, "%s", tsr_last_error());
+  ck_assert(plan[2].split && !plan[2].window && !plan[2].gather && plan[2].own[0] == 8 && plan[2].first[0] == 8);
+  ck_assert(plan[2].out.h == 8 && plan[2].out.w == 16);
+  ck_assert(plan[3].split && plan[3].window && plan[3].own[0] == 8 && plan[3].lo[0] == 1 && plan[3].hi[0] == 1);
+  tsr_model_destroy(m);
+}
+END_TEST
+
 START_TEST(shapes_that_cannot_be_split_are_refused_naming_the_layer) {
   tsr_model *m = model_of("odd");
   ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 10, 8), TSR_OK);
@@ -231,10 +246,14 @@ START_TEST(shapes_that_cannot_be_split_are_refused_naming_the_layer) {
   expect_refusal(m, (int[]){4, 1}, "conv2d 'k': halos of 3 and 3");
   tsr_model_destroy(m);
 
-  m = model_of("no_head"); /* fully convolutional: the output itself would be split */
+  m = model_of("overlap"); /* a transposed convolution whose windows overlap would need halos of its output */
   ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 8, 8), TSR_OK);
-  add(m, "o", TSR_LAYER_CONV2D, "in", 1, 3, 1, 1);
-  expect_refusal(m, (int[]){2, 1}, "conv2d 'o': the output is spatially split");
+  tsr_layer_spec u = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
+  u.out_channels = 1, u.kernel_h = u.kernel_w = 3, u.stride_h = u.stride_w = 2, u.pad_h = u.pad_w = 1;
+  u.output_pad_h = u.output_pad_w = 1;
+  const char *uin = "in";
+  ck_assert_int_eq(tsr_model_add(m, "u", &u, &uin, 1), TSR_OK);
+  expect_refusal(m, (int[]){2, 1}, "conv_transpose2d 'u': height 16 from 8 with kernel 3, stride 2, padding 1");
   tsr_model_destroy(m);
 
   m = model_of("deep"); /* 3-D: depth 24 in 2 blocks of 12, which a 5x5x5 pooling of stride 5 does not align */
@@ -258,6 +277,7 @@ static Suite *make_spatial_suite(void) {
   Suite *s = suite_create("spatial");
   TCase *k = tcase_create("plan");
   tcase_add_test(k, box_copy_packs_unpacks_adds_and_fills);
+  tcase_add_test(k, plan_keeps_upscaling_layers_and_the_output_split);
   tcase_add_test(k, ordered_sum_is_the_same_whichever_member_holds_the_accumulator);
   tcase_add_test(k, blocks_of_window_layers_equal_the_whole_layer);
   tcase_add_test(k, plan_gathers_before_the_head_and_sizes_halos);

@@ -554,6 +554,37 @@ START_TEST(the_footprint_counts_every_buffer_once) {
 }
 END_TEST
 
+/* The same model with samples split in 2 along H, counted for rank 0 before the spatial group exists
+ * (so one process sees the count, then the refusal of 2 parts over 1 rank). Parameters 768 and the
+ * private weight gradients 192 as above. Inputs: blocks [1, 2, 4], 2 x 2 x 16 floats = 256. 'c':
+ * output and gradient of [2, 2, 4] blocks, 2 x 2 slices x 32 floats = 512, and its halo'd input
+ * [1, 4, 4] (one row above and below) and its gradient, 2 x 2 x 32 floats = 512. 'r' 512. Targets
+ * whole, 1024. The output gathered for the loss: per slice whole output and gradient (2 x 64 floats)
+ * and the other block (32): 2 x 160 floats = 1280. Sum 5056. */
+START_TEST(the_footprint_of_split_samples_counts_blocks_and_halos) {
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 4, o.slices = 2, o.spatial[0] = 2;
+  tsr_trainer *t = NULL;
+  ck_assert_int_eq(tsr_memory_set_limit(5055), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_NOMEM);
+  ck_assert_msg(strstr(tsr_last_error(), "needs 5056 bytes"), "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(5056), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_ARG); /* past the footprint */
+  ck_assert_msg(strstr(tsr_last_error(), "2 spatial parts do not divide the 1 ranks"), "%s", tsr_last_error());
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* Per sample 2^60 floats (2^62 bytes, which the builder accepts); a batch of 32 needs 2^69 bytes: the
  * count must not wrap around to a small number. And a buffer of 2^32 floats is past the 2^32 - 1
  * that a StarPU vector's length holds, however much memory there is. */
@@ -602,6 +633,7 @@ static Suite *make_train_suite(void) {
   TCase *big = tcase_create("sizes");
   tcase_add_test(big, a_model_that_cannot_fit_is_refused_naming_its_largest_layer);
   tcase_add_test(big, the_footprint_counts_every_buffer_once);
+  tcase_add_test(big, the_footprint_of_split_samples_counts_blocks_and_halos);
   tcase_add_test(big, byte_counts_past_64_bits_or_a_starpu_vector_are_refused);
   suite_add_tcase(s, big);
   return s;

@@ -1,9 +1,10 @@
 /* Spatial and hybrid parallelism driver for tests/mpi_spatial.sh.
- *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d] [--deterministic] [--resume-at J]
+ *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d|--unet] [--deterministic]
+ *               [--resume-at J]
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
  * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
- * dense),
+ * dense), or with --unet a small 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
  * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
  * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
@@ -43,10 +44,17 @@ struct data {
   int replica, replicas, batch;
 };
 
+static int unet; /* --unet: targets are one class of 3 per position (one-hot [3, S * S]) */
+
 static void sample(int64_t g, float *x, float *y) {
   for (int c = 0; c < C_IN; c++)
     for (int p = 0; p < S * S; p++) x[c * S * S + p] = sinf(0.37f * (p + 1) * (float)(g % 97 + 1) + c) * 0.8f;
-  for (int k = 0; k < 3; k++) y[k] = 0.3f * x[k * 37] - 0.2f * x[S * S + k * 11] + 0.1f * k;
+  if (!unet)
+    for (int k = 0; k < 3; k++) y[k] = 0.3f * x[k * 37] - 0.2f * x[S * S + k * 11] + 0.1f * k;
+  for (int p = 0; unet && p < S * S; p++) {
+    float v = x[p] + 0.5f * x[S * S + (p + 5) % (S * S)];
+    for (int k = 0; k < 3; k++) y[k * S * S + p] = (float)(k == (v > 0.4f ? 1 : v < -0.4f ? 2 : 0));
+  }
 }
 
 static int fill(void *user, int64_t step, int index, float *x, float *y) {
@@ -91,6 +99,35 @@ static tsr_model *build3d(int bn) {
   add3(m, "r", "avgpool3d", "q", 0, 3, 1, 1);
   add(m, "f", TSR_LAYER_FLATTEN, "r", 0, 0, 1, 0);
   add(m, "d", TSR_LAYER_DENSE, "f", 3, 0, 1, 0);
+  return m;
+}
+
+/* A small 3-D U-Net on the same samples, one class of 3 per voxel: conv3d, batch norm, ReLU, max
+ * pooling, conv3d, then back up by a transposed convolution (kernel 2, stride 2) and by nearest
+ * upsampling, concatenated with the skip connection, and a 3x3x3 conv3d to the class scores: every
+ * layer stays split, and the output is gathered whole for the loss. */
+static tsr_model *build_unet(int bn) {
+  tsr_model *m;
+  tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
+  in.channels = C_IN, in.depth = 8, in.height = 8, in.width = S * S / 64;
+  if (tsr_model_create(&m, "spatial_unet") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
+  add3(m, "a", "conv3d", "in", 4, 3, 1, 1);
+  add(m, "bn", bn ? TSR_LAYER_BATCHNORM : TSR_LAYER_TANH, "a", 0, 0, 1, 0);
+  add(m, "ra", TSR_LAYER_RELU, "bn", 0, 0, 1, 0);
+  add3(m, "p", "maxpool3d", "ra", 0, 2, 2, 0);
+  add3(m, "b", "conv3d", "p", 6, 3, 1, 1);
+  add(m, "rb", TSR_LAYER_RELU, "b", 0, 0, 1, 0);
+  add3(m, "u", "conv_transpose3d", "rb", 4, 2, 2, 0);
+  tsr_layer_kind kd;
+  if (tsr_layer_kind_parse("upsample3d", &kd)) die("upsample3d");
+  tsr_layer_spec up = tsr_layer_spec_default(kd);
+  up.scale_factor = 2;
+  const char *pin = "p", *cat[3] = {"u", "ra", "n"};
+  if (tsr_model_add(m, "n", &up, &pin, 1)) die("n");
+  tsr_layer_spec cs = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  if (tsr_model_add(m, "cat", &cs, cat, 3)) die("cat");
+  add3(m, "o", "conv3d", "cat", 3, 3, 1, 1);
+  if (tsr_model_set_output(m, "o", TSR_LOSS_SOFTMAX_CROSS_ENTROPY, 0)) die("output");
   return m;
 }
 
@@ -163,10 +200,12 @@ static int train(tsr_context *ctx, int argc, char **argv) {
       bn = 0;
     else if (!strcmp(argv[i], "--3d"))
       three = 1;
+    else if (!strcmp(argv[i], "--unet"))
+      unet = 1;
   }
   int rank = tsr_context_rank(ctx), parts = (grid[0] > 1 ? grid[0] : 1) * (grid[1] > 1 ? grid[1] : 1);
   struct data d = {rank / parts, tsr_context_size(ctx) / parts, batch};
-  tsr_model *m = three ? build3d(bn) : build(bn);
+  tsr_model *m = unet ? build_unet(bn) : three ? build3d(bn) : build(bn);
   tsr_trainer *t = trainer(ctx, m, batch, grid);
   float *losses = calloc(steps, sizeof(float));
   char path[4096];
@@ -190,8 +229,10 @@ static int train(tsr_context *ctx, int argc, char **argv) {
     t = trainer(ctx, m, batch, grid);
     if (tsr_checkpoint_load(t, path, &meta)) die("checkpoint load");
   }
-  float xs[4 * C_IN * S * S], ys[4 * 3], pred[4 * 3];
-  for (int k = 0; k < 4; k++) sample(1000 + k, xs + k * C_IN * S * S, ys + k * 3);
+  enum { YE = 3 * S * S };
+  int ye = unet ? YE : 3;
+  static float xs[4 * C_IN * S * S], ys[4 * YE], pred[4 * YE];
+  for (int k = 0; k < 4; k++) sample(1000 + k, xs + k * C_IN * S * S, ys + k * ye);
   if (tsr_trainer_sync(t) || tsr_trainer_predict(t, xs, 4 < batch ? 4 : batch, pred)) die("predict");
   for (int k = resume_at > 0 ? resume_at : 0; k < steps; k++) {
     double l;
@@ -199,7 +240,7 @@ static int train(tsr_context *ctx, int argc, char **argv) {
     losses[k] = (float)l;
   }
   write_floats(out, rank, "losses", losses, steps);
-  write_floats(out, rank, "pred", pred, (size_t)(4 < batch ? 4 : batch) * 3);
+  write_floats(out, rank, "pred", pred, (size_t)(4 < batch ? 4 : batch) * ye);
   snprintf(path, sizeof path, "%s.rank%d.params", out, rank);
   FILE *f = fopen(path, "wb");
   for (int i = 0; f && i < tsr_trainer_num_tensors(t); i++) {

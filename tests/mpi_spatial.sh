@@ -7,7 +7,8 @@
 # equal the unsplit ones) after 4 Adam steps equal the 1-rank run within 1e-5 relative (1e-6
 # absolute: float sums in another order); every rank of a run holds the same parameters; a
 # checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
-# split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks; tessera-train --spatial 2
+# split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks; a small 3-D U-Net (split
+# output gathered for the loss) split 2, 2x2 and 4 ways; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
 # checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
 set -u
@@ -94,6 +95,20 @@ done
 run 2 "$tmp/dp3" --batch 4 --3d || ko "3-D: 2-rank data parallelism ran"
 if run 4 "$tmp/hyb3" --batch 4 --3d --spatial 2; then ok "3-D: hybrid 2 x 2 ran"; else ko "3-D: hybrid 2 x 2 ran"; fi
 equal "3-D: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp3" "$tmp/hyb3"
+
+# A small 3-D U-Net (conv3d, batch norm, max pooling, conv_transpose3d and upsample3d back up,
+# concatenation with the skip connection, softmax cross-entropy per voxel): every layer stays split
+# and the output is gathered whole for the loss; along D over 2 ranks, D and H over 4 (2x2), D over
+# 4 (blocks of one plane at the bottom).
+run 1 "$tmp/refu" --batch 4 --unet || ko "U-Net: 1-rank reference ran"
+for g in 2:2 2x2:4 4:4; do
+  n=${g#*:} g=${g%:*}
+  if run "$n" "$tmp/spu$g" --batch 4 --unet --spatial "$g"; then ok "U-Net: $n ranks, samples split $g, ran"
+  else ko "U-Net: $n ranks, samples split $g, ran"; fi
+  equal "U-Net: samples split $g (D, H) over $n ranks" "$tmp/refu" "$tmp/spu$g"
+  if same_ranks "$tmp/spu$g" "$n"; then ok "U-Net split $g: every rank holds the same parameters"
+  else ko "U-Net split $g: every rank holds the same parameters"; fi
+done
 
 # tessera-train --spatial 2 (HDF5 data through the loader, a model file with a dense head): the log's
 # losses equal the 1-rank run's within 1e-5 relative.

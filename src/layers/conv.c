@@ -115,6 +115,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {
     {.name = "conv2d", .kind = TSR_LAYER_CONV2D, .fields = conv_fields, .spatial = TSR_SPATIAL_WINDOW, CONV_OPS},
-    {.name = "conv_transpose2d", .kind = TSR_LAYER_CONV_TRANSPOSE2D, .fields = deconv_fields, CONV_OPS},
+    {.name = "conv_transpose2d", .kind = TSR_LAYER_CONV_TRANSPOSE2D, .fields = deconv_fields,
+     .spatial = TSR_SPATIAL_UPSCALE, CONV_OPS},
     {.name = NULL},
 };

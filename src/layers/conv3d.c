@@ -88,8 +88,30 @@ static struct _tsr_conv3d_desc conv3d_desc(const struct _tsr_layer_view *v, int 
   return d;
 }
 
+/* A convolution of a block with halos of equal width along D only, stride 1 there, on CPUs: the
+ * whole block is convolved with zero padding straight into the output, so this interior does not
+ * wait for the halo exchange, and the lo planes at each end, whose windows reach into the halos,
+ * are computed again from the halo'd input after it and replace those planes. */
+static int split_forward(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
+  int lo = c->lo[0], own = whole->id[0] - 2 * lo, keff = (whole->k[0] - 1) * whole->dil[0] + 1, s = c->s;
+  starpu_data_handle_t b = whole->has_bias ? c->w[1] : NULL;
+  struct _tsr_conv3d_desc d = *whole;
+  d.id[0] = own, d.p[0] = lo; /* output planes [0, own) from the block alone */
+  int ret = _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->block[s], c->w[0], b, c->y[s], c->v->name);
+  d.p[0] = 0, d.src_full = whole->id[0], d.dst_full = own, d.id[0] = lo + keff - 1, d.od[0] = lo;
+  for (int side = 0; side < 2 && !ret; side++) { /* planes [0, lo) and [own - lo, own) */
+    d.src_off = d.dst_off = side ? own - lo : 0;
+    ret = _tsr_insert_conv3d_range(&d, c->x[0][s], c->w[0], b, c->y[s], c->v->name);
+  }
+  return ret;
+}
+
 static int conv3d_forward(const struct _tsr_layer_call *c) {
   struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
+  int lo = c->lo[0], hi = c->hi[0];
+  if (c->block && !d.deconv && d.s[0] == 1 && c->lo[1] + c->hi[1] + c->lo[2] + c->hi[2] == 0 && lo > 0 && lo == hi &&
+      lo + hi == (d.k[0] - 1) * d.dil[0] && d.id[0] - 2 * (lo + hi) > 0 && starpu_cuda_worker_get_count() == 0)
+    return split_forward(c, &d);
   return _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->x[0][c->s], c->w[0], d.has_bias ? c->w[1] : NULL, c->y[c->s],
                             c->v->name);
 }
@@ -136,6 +158,6 @@ static const struct _tsr_layer_field deconv3d_fields[] = {
 
 const struct _tsr_layer_ops _tsr_layers_conv3d[] = {
     {.name = "conv3d", .fields = conv3d_fields, .spatial = TSR_SPATIAL_WINDOW, CONV3D_OPS},
-    {.name = "conv_transpose3d", .fields = deconv3d_fields, CONV3D_OPS},
+    {.name = "conv_transpose3d", .fields = deconv3d_fields, .spatial = TSR_SPATIAL_UPSCALE, CONV3D_OPS},
     {.name = NULL},
 };

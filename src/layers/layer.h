@@ -59,7 +59,11 @@ enum _tsr_spatial_kind {
   TSR_SPATIAL_WINDOW,    /* each output value from a window of input 0 (the spec's kernel, stride,
                             padding, dilation): the trainer exchanges halos around its blocks; zero
                             padding */
-  TSR_SPATIAL_WINDOW_MAX /* the same with padding that never wins (max pooling): -FLT_MAX */
+  TSR_SPATIAL_WINDOW_MAX, /* the same with padding that never wins (max pooling): -FLT_MAX */
+  TSR_SPATIAL_UPSCALE     /* each output block from the same block of input 0, f times larger along
+                             every axis (nearest upsampling by the spec's scale_factor; transposed
+                             convolutions whose windows do not overlap: stride f, kernel at most f,
+                             no padding, checked by the plan); no messages */
 };
 
 /* How a JSON field is read into tsr_layer_spec (src/graph/model_json.c reads it). */
@@ -105,6 +109,11 @@ struct _tsr_layer_call {
                                                batch statistics count the values of all of them */
   uint64_t seed;                            /* random seed of this (step, layer, slice) */
   starpu_data_handle_t *x[TSR_MAX_INPUTS];  /* [slice] input k */
+  /* With halos (TSR_SPATIAL_WINDOW): [slice] input 0's block without them, which the interior of
+   * the output can be computed from before the halos arrive, and the halo widths below and above
+   * along the (D,) H, W axes of x[0]; NULL otherwise. */
+  starpu_data_handle_t *block;
+  int lo[3], hi[3];
   starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
   starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */

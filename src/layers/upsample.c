@@ -45,6 +45,7 @@ static const struct _tsr_layer_field upsample_fields[] = {
 
 const struct _tsr_layer_ops _tsr_layers_upsample[] = {
     {.name = "upsample3d", .kind = TSR_LAYER_REGISTERED, .fields = upsample_fields, .min_inputs = 1, .max_inputs = 1,
-     .infer = upsample_infer, .forward = upsample_forward, .backward = upsample_backward},
+     .infer = upsample_infer, .forward = upsample_forward, .backward = upsample_backward,
+     .spatial = TSR_SPATIAL_UPSCALE},
     {.name = NULL},
 };

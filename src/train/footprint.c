@@ -3,6 +3,7 @@
  * instead of zero-filling buffers until the machine swaps. Mirrors layout_tensors, alloc_layer and
  * alloc_io in trainer.c and the reduction buffers of comm/ring.c. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "train/trainer.h"
 #include "runtime/error.h"
@@ -51,17 +52,31 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
   return sum;
 }
 
+/* Values per sample of layer l's output on this rank: its block when samples are split (`plan`). */
+static uint64_t out_elems(const tsr_trainer *t, const struct _tsr_sp_layer *plan, int l) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  if (plan && plan[l].split) return (uint64_t)_tsr_spatial_block_elems(&plan[l].out);
+  return (uint64_t)_tsr_layer_elems(L);
+}
+
 /* Per slice: output and its gradient, a second gradient where two contributions meet, and the
  * layer's workspace if it keeps one (max pooling: oneDNN's indices, at most 4 bytes per output
- * element); per layer its state buffers. */
-static uint64_t act_bytes(const tsr_trainer *t, int l, struct bad *b) {
+ * element); with split samples the halo'd (or gathered) input and its gradient, and the other
+ * members' blocks of a gathered one (halo messages, a few planes, are not counted); per layer its
+ * state buffers. */
+static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan, int parts, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
-  uint64_t elems = (uint64_t)(_tsr_layer_elems(L) / L->c) * (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk), sum = 0;
+  uint64_t elems = out_elems(t, plan, l) / (uint64_t)L->c * (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk), sum = 0;
   uint64_t copies = 2 * (t->ls[l].relu < 0) + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
+  const struct _tsr_sp_layer *P = plan ? &plan[l] : NULL;
+  uint64_t in = P && (P->window || P->gather) ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
+  uint64_t others = P && P->gather ? (uint64_t)(parts - 1) * out_elems(t, plan, L->inputs[0]) : 0;
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
     vector_fits(b, n, "layer", L->name);
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, floats(n)));
+    sum = _tsr_add_sat(sum, _tsr_mul_sat(2, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], in))));
+    sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], others)));
   }
   struct _tsr_layer_view v;
   _tsr_trainer_view(t, l, &v);
@@ -73,10 +88,10 @@ static uint64_t act_bytes(const tsr_trainer *t, int l, struct bad *b) {
   return sum;
 }
 
-/* Inputs or targets, double-buffered by step parity. */
-static uint64_t io_bytes(const tsr_trainer *t, int l, const char *what, struct bad *b) {
+/* Inputs or targets, double-buffered by step parity: `elems` values per sample. */
+static uint64_t io_bytes(const tsr_trainer *t, int l, uint64_t elems, const char *what, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
-  uint64_t elems = _tsr_layer_elems(L), sum = 0;
+  uint64_t sum = 0;
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
     vector_fits(b, n, what, L->name);
@@ -95,24 +110,38 @@ static const char *state_str(const tsr_trainer *t, char *buf, size_t cap) {
   return buf;
 }
 
-tsr_status _tsr_trainer_footprint(const tsr_trainer *t) {
+tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *o) {
   const tsr_model *m = t->model;
   struct bad b = {TSR_OK};
-  uint64_t total = 0, top_bytes = 0;
+  uint64_t total = 0, top_bytes = 0, acts = 0;
   struct part top = {0, 0};
-  int top_layer = -1;
+  int top_layer = -1, parts;
+  struct _tsr_sp_layer *plan;
+  TSR_TRY(_tsr_spatial_blocks(t, o, &plan, &parts)); /* this rank's blocks when samples are split */
   for (int l = 0; l < m->n; l++) {
     if (!t->ls[l].live) continue;
     struct part p = {param_bytes(t, l, &b), 0};
     if (m->layers[l].spec.kind == TSR_LAYER_INPUT)
-      p.acts = io_bytes(t, l, "inputs of", &b);
+      p.acts = io_bytes(t, l, out_elems(t, plan, l), "inputs of", &b);
     else
-      p.acts = act_bytes(t, l, &b);
-    if (l == t->output_layer) p.acts = _tsr_add_sat(p.acts, io_bytes(t, l, "targets of", &b));
+      p.acts = act_bytes(t, plan, parts, l, &b);
+    if (l == t->output_layer) {
+      uint64_t whole = (uint64_t)_tsr_layer_elems(&m->layers[l]);
+      p.acts = _tsr_add_sat(p.acts, io_bytes(t, l, whole, "targets of", &b));
+      if (plan && plan[l].split) /* gathered for the loss: whole output and its gradient, the others' blocks */
+        for (int s = 0; s < t->slices; s++)
+          p.acts = _tsr_add_sat(p.acts, floats(_tsr_mul_sat((uint64_t)t->slice_n[s],
+                                                            2 * whole + (uint64_t)(parts - 1) * out_elems(t, plan, l))));
+    }
     uint64_t sum = _tsr_add_sat(p.params, p.acts);
-    total = _tsr_add_sat(total, sum);
+    total = _tsr_add_sat(total, sum), acts = _tsr_add_sat(acts, p.acts);
     if (top_layer < 0 || sum > top_bytes) top_layer = l, top_bytes = sum, top = p;
   }
+  free(plan);
+  char ab[48], pb[48];
+  _tsr_log(2, "trainer: rank %d holds %llu bytes (%s) of batch buffers (activations, their gradients, halo'd and "
+              "gathered copies, inputs, targets) and %s in all",
+           t->rank, (unsigned long long)acts, _tsr_bytes_str(acts, ab), _tsr_bytes_str(total, pb));
   char what[256], detail[512], a[48], c[48], d[48], state[64];
   snprintf(what, sizeof what, "model '%s': training on this process (batch %d in %d slices)", m->name, t->batch,
            t->slices);

@@ -69,6 +69,10 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     c->x[k] = outputs(t, j, p);
     c->dx[k] = !wants(t, l, k) ? NULL : t->edge_first[l * TSR_MAX_CONCAT + k] ? t->ls[j].g : t->ls[j].tmp;
   }
+  if (P && P->window) {
+    c->block = c->x[0];
+    for (int a = 0; a < t->sp->nd; a++) c->lo[3 - t->sp->nd + a] = P->lo[a], c->hi[3 - t->sp->nd + a] = P->hi[a];
+  }
   if (P && (P->window || P->gather)) c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
   for (int i = 0; st->first_tensor >= 0 && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];

@@ -78,6 +78,23 @@ static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *gri
   return TSR_OK;
 }
 
+/* An upscaling layer (TSR_SPATIAL_UPSCALE) along split axis a: output position o comes from input
+ * o / f alone when its windows do not overlap (stride f, effective kernel at most f, no padding), so
+ * a block of outputs is f times its block of inputs and needs nothing from its neighbours. */
+static tsr_status plan_upscale(const struct _tsr_layer *L, int nd, int a, int in_ext, int out_ext) {
+  tsr_layer_spec s = L->spec;
+  int k = 1, st = s.scale_factor, d = 1, *pad = NULL, none = 0;
+  if (st <= 0) window(&s, nd, a, &k, &st, &pad, &d);
+  else pad = &none;
+  int reach = (k - 1) * d + 1;
+  if (st <= 0 || *pad != 0 || reach > st || (int64_t)in_ext * st != out_ext)
+    return _tsr_error(TSR_ERR_SHAPE,
+                      "%s '%s': %s %d from %d with kernel %d, stride %d, padding %d, dilation %d: a split needs "
+                      "windows that do not overlap (stride = output / input, kernel at most the stride, no padding)",
+                      L->ops->name, L->name, axis_name(nd, a), out_ext, in_ext, k, st, *pad, d);
+  return TSR_OK;
+}
+
 tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int part, struct _tsr_sp_layer *out) {
   int coord[TSR_BOX_AXES];
   _tsr_spatial_coords(nd, grid, part, coord);
@@ -110,19 +127,19 @@ tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int pa
     P->split = 1;
     for (int a = 0; a < nd; a++) P->own[a] = ext[a] / grid[a], P->first[a] = coord[a] * P->own[a];
     P->out = chw(L->c, nd, P->own);
+    if (L->ops->spatial == TSR_SPATIAL_UPSCALE) {
+      _tsr_spatial_extents(&m->layers[L->inputs[0]], in_ext);
+      for (int a = 0; a < nd; a++)
+        if (grid[a] > 1) TSR_TRY(plan_upscale(L, nd, a, in_ext[a], ext[a]));
+      continue;
+    }
     if (L->ops->spatial != TSR_SPATIAL_WINDOW && L->ops->spatial != TSR_SPATIAL_WINDOW_MAX) continue;
     const struct _tsr_layer *I = &m->layers[L->inputs[0]];
     _tsr_spatial_extents(I, in_ext);
     P->in.c = I->c;
     TSR_TRY(plan_window(L, nd, grid, out[L->inputs[0]].own, ext, in_ext, P));
   }
-  int o = _tsr_model_output(m);
-  if (out[o].split)
-    return _tsr_error(TSR_ERR_SHAPE,
-                      "%s '%s': the output is spatially split; spatial parallelism needs a layer that takes whole "
-                      "samples (flatten, dense) before the output",
-                      m->layers[o].ops->name, m->layers[o].name);
-  return TSR_OK;
+  return TSR_OK; /* a split output is gathered whole for the loss (_tsr_spatial_output) */
 }
 
 #define ALLOC(ptr, n) ((ptr) = calloc((size_t)(n), sizeof *(ptr)))
@@ -176,6 +193,32 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   return TSR_OK;
 }
 
+/* A split output: the whole output and its gradient per slice for the loss, and the other members'
+ * blocks. */
+static tsr_status alloc_output(tsr_trainer *t) {
+  struct _tsr_spatial *sp = t->sp;
+  const struct _tsr_layer *O = &t->model->layers[t->output_layer];
+  int S = t->slices;
+  if (!sp->l[t->output_layer].split) return TSR_OK;
+  if (!ALLOC(sp->y, S) || !ALLOC(sp->dy, S) || !ALLOC(sp->ybuf, S) || !ALLOC(sp->dybuf, S) ||
+      !ALLOC(sp->yrecv, S * sp->parts) || !ALLOC(sp->yrecvbuf, S * sp->parts))
+    return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for the gathered output", O->name);
+  for (int s = 0; s < S; s++) {
+    int64_t n = t->slice_n[s] * _tsr_layer_elems(O), nb = t->slice_n[s] * chw_size(&sp->l[t->output_layer].out);
+    if (!(sp->ybuf[s] = zfloats(n)) || !(sp->dybuf[s] = zfloats(n)))
+      return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for the gathered output", O->name);
+    sp->y[s] = _tsr_register_floats(sp->ybuf[s], (size_t)n);
+    sp->dy[s] = _tsr_register_floats(sp->dybuf[s], (size_t)n);
+    for (int q = 0; q < sp->parts; q++) {
+      if (q == sp->comm.index) continue;
+      if (!(sp->yrecvbuf[s * sp->parts + q] = zfloats(nb)))
+        return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for gathered blocks", O->name);
+      sp->yrecv[s * sp->parts + q] = _tsr_register_floats(sp->yrecvbuf[s * sp->parts + q], (size_t)nb);
+    }
+  }
+  return TSR_OK;
+}
+
 /* The parts along each spatial axis from the options; the product, or 0 after an error. */
 static int grid_of(const tsr_trainer_opts *o, int nd, int *grid) {
   int parts = 1;
@@ -190,6 +233,21 @@ static int grid_of(const tsr_trainer_opts *o, int nd, int *grid) {
   }
   return parts;
 }
+
+tsr_status _tsr_spatial_blocks(const tsr_trainer *t, const tsr_trainer_opts *o, struct _tsr_sp_layer **plan,
+                               int *parts) {
+  int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
+  int nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext);
+  *plan = NULL, *parts = grid_of(o, nd, grid);
+  if (*parts == 0) return TSR_ERR_ARG;
+  if (*parts == 1) return TSR_OK;
+  if (!ALLOC(*plan, t->model->n)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  tsr_status st = _tsr_spatial_plan(t->model, nd, grid, t->rank % *parts, *plan);
+  if (st != TSR_OK) free(*plan), *plan = NULL;
+  return st;
+}
+
+int64_t _tsr_spatial_block_elems(const struct _tsr_chw *s) { return chw_size(s); }
 
 tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
@@ -213,7 +271,7 @@ tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_split(&t->world, replica, t->rank % parts, &sp->comm));
   TSR_TRY(_tsr_dist_batch(&t->batch_dist, NULL, replica, t->size / parts));
   for (int l = 0; l < t->model->n; l++) TSR_TRY(alloc_layer(t, l));
-  return TSR_OK;
+  return alloc_output(t);
 }
 
 static void unreg(starpu_data_handle_t *h, void **buf, int n) {
@@ -236,6 +294,9 @@ void _tsr_spatial_teardown(tsr_trainer *t) {
     unreg(P->recv, (void **)P->recvbuf, sp->slices * sp->parts);
     unreg(P->sum, P->sumbuf, sp->parts);
   }
+  unreg(sp->y, (void **)sp->ybuf, sp->slices);
+  unreg(sp->dy, (void **)sp->dybuf, sp->slices);
+  unreg(sp->yrecv, (void **)sp->yrecvbuf, sp->slices * sp->parts);
   free(sp->l);
   _tsr_comm_free(&sp->comm);
   free(sp);
@@ -322,7 +383,28 @@ int _tsr_spatial_sum(tsr_trainer *t, int l, starpu_data_handle_t acc, int kind, 
 }
 
 int _tsr_spatial_share(tsr_trainer *t, starpu_data_handle_t dy) {
-  return t->sp ? _tsr_insert_scale_grad(dy, NULL, 1.0 / t->sp->parts, "spatial_share") : 0;
+  /* a gathered output: no layer runs on whole samples, each member's gradient is its block's */
+  if (!t->sp || t->sp->y) return 0;
+  return _tsr_insert_scale_grad(dy, NULL, 1.0 / t->sp->parts, "spatial_share");
+}
+
+int _tsr_spatial_output(tsr_trainer *t, int s, int64_t step, starpu_data_handle_t *y, starpu_data_handle_t *dy) {
+  struct _tsr_spatial *sp = t->sp;
+  int o = t->output_layer;
+  if (!sp || !sp->y) return 0;
+  struct _tsr_box_desc place[sp->parts];
+  for (int q = 0; q < sp->parts; q++) place[q] = block_box(t, o, t->slice_n[s], q);
+  *y = sp->y[s], *dy = sp->dy[s];
+  return _tsr_gather_blocks(&sp->comm, place, t->ls[o].y[s], sp->yrecv + s * sp->parts, sp->y[s], o, s, step,
+                            t->model->layers[o].name);
+}
+
+int _tsr_spatial_output_grad(tsr_trainer *t, int s) {
+  struct _tsr_spatial *sp = t->sp;
+  int o = t->output_layer;
+  if (!sp || !sp->y) return 0;
+  struct _tsr_box_desc d = unblock(block_box(t, o, t->slice_n[s], sp->comm.index), 1.0f);
+  return _tsr_insert_box_copy(&d, sp->dy[s], t->ls[o].g[s], t->model->layers[o].name);
 }
 
 struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t) {

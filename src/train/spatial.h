@@ -38,6 +38,10 @@ struct _tsr_spatial {
   struct _tsr_comm comm; /* the spatial group: the ranks holding blocks of the same samples */
   int slices, nlayers;
   struct _tsr_sp_layer *l; /* [model layers] */
+  /* [slices] a split output gathered whole for the loss and the loss's gradient of it (NULL when the
+   * output is whole); yrecv: [slice * parts + member] the other members' blocks */
+  starpu_data_handle_t *y, *dy, *yrecv;
+  float **ybuf, **dybuf, **yrecvbuf;
 };
 
 /* Spatial extents of a layer's per-sample output ([H, W] of [C, H, W]) into ext; returns how many. */

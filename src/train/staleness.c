@@ -11,7 +11,9 @@
 #include "train/trainer.h"
 #include "runtime/error.h"
 
-tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o) {
+/* The options staleness does not combine with, checked before anything is planned (a spatial plan
+ * that does not fit the model would otherwise be refused first, for another reason). */
+tsr_status _tsr_staleness_check_opts(const tsr_trainer *t, const tsr_trainer_opts *o) {
   int s = o->staleness;
   if (s < 0 || s > TSR_MAX_STALENESS)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: staleness = %d (--staleness) must be in [0, %d]", s,
@@ -23,16 +25,23 @@ tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o)
   if (t->loss_scale < 0)
     return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with dynamic loss scaling (--loss-scale "
                       "dynamic): use a fixed scale or staleness 0", s);
+  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++)
+    if (o->spatial[a] > 1)
+      return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with spatial parallelism (--spatial): "
+                        "the halo exchanges tie the ranks to every step anyway; use staleness 0", s);
+  return TSR_OK;
+}
+
+/* The gradient reduction, once the ranks' communicator exists: sign reductions are refused. */
+tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o) {
+  int s = o->staleness;
+  if (s <= 0) return TSR_OK;
   const char *name = _tsr_collective_name(o->grad_reduce);
   const struct _tsr_collective_ops *c = _tsr_collective_select(name, &t->world, NULL);
   if (c && c->signs)
     return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with gradient reduction '%s' "
                       "(--grad-reduce): sign reductions split each update around the reduction; use f32, bf16 or "
                       "fp16, or staleness 0", s, name);
-  for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++)
-    if (o->spatial[a] > 1)
-      return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with spatial parallelism (--spatial): "
-                        "the halo exchanges tie the ranks to every step anyway; use staleness 0", s);
   return TSR_OK;
 }
 

@@ -288,9 +288,11 @@ static struct starpu_codelet copy_out_cl = {
 
 static int submit_copy_out(tsr_trainer *t, float *out, int s, int nvalid) {
   const struct _tsr_lstate *o = &t->ls[t->output_layer];
+  int gathered = t->sp && t->sp->y; /* a split output: its whole copy */
+  size_t elems = gathered ? (size_t)_tsr_layer_elems(&t->model->layers[t->output_layer]) : o->elems;
   int k = nvalid - t->slice_off[s] < t->slice_n[s] ? nvalid - t->slice_off[s] : t->slice_n[s];
-  struct out_arg a = {out + (size_t)t->slice_off[s] * o->elems, (size_t)k * o->elems * sizeof(float)};
-  struct _tsr_buf b[2] = {{o->y[s], STARPU_R}, {t->loss[s], STARPU_RW}};
+  struct out_arg a = {out + (size_t)t->slice_off[s] * elems, (size_t)k * elems * sizeof(float)};
+  struct _tsr_buf b[2] = {{gathered ? t->sp->y[s] : o->y[s], STARPU_R}, {t->loss[s], STARPU_RW}};
   return _tsr_submit(&copy_out_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "copy_out", 2, b);
 }
 
@@ -334,11 +336,12 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
     for (int s = 0; t->ls[l].live && s < t->slices; s++) SUBMIT(_tsr_layer_forward(t, l, s, p, train, id));
   for (int s = 0; s < t->slices; s++) {
     struct _tsr_loss_desc d = loss_desc(t, s, nvalid);
-    SUBMIT(_tsr_insert_loss(&d, t->ls[t->output_layer].y[s], t->t[p][s], t->ls[t->output_layer].g[s], t->loss[s],
-                            "loss"));
-    if (train) SUBMIT(_tsr_spatial_share(t, t->ls[t->output_layer].g[s]));
-    if (train && t->loss_scale != 0)
-      SUBMIT(_tsr_insert_scale_grad(t->ls[t->output_layer].g[s], t->scaler_h, t->loss_scale, "loss_scale"));
+    starpu_data_handle_t y = t->ls[t->output_layer].y[s], dy = t->ls[t->output_layer].g[s];
+    SUBMIT(_tsr_spatial_output(t, s, id, &y, &dy)); /* a split output gathered whole */
+    SUBMIT(_tsr_insert_loss(&d, y, t->t[p][s], dy, t->loss[s], "loss"));
+    if (train) SUBMIT(_tsr_spatial_share(t, dy));
+    if (train && t->loss_scale != 0) SUBMIT(_tsr_insert_scale_grad(dy, t->scaler_h, t->loss_scale, "loss_scale"));
+    if (train) SUBMIT(_tsr_spatial_output_grad(t, s));
   }
   for (int s = 0; src->out && s < t->slices && t->slice_off[s] < nvalid; s++)
     SUBMIT(submit_copy_out(t, src->out, s, nvalid));

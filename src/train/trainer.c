@@ -309,7 +309,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     _tsr_log(1, "skip_reduce (TESSERA_SKIP_ALLREDUCE) is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
-  /* for the footprint; checked with the other options by _tsr_staleness_check */
+  /* for the footprint; checked with the other options by _tsr_staleness_check_opts */
   t->staleness = o->staleness > 0 && o->staleness <= TSR_MAX_STALENESS ? o->staleness : 0;
   t->loss_scale = o->loss_scale;
   _tsr_finite_init(&t->nonfinite);
@@ -330,12 +330,13 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     t->slice_off[s] = off;
     off += t->slice_n[s];
   }
+  if (st == TSR_OK) st = _tsr_staleness_check_opts(t, o);
   if (st == TSR_OK) st = _tsr_slow_setup(t);
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
-  if (st == TSR_OK) st = _tsr_trainer_footprint(t);
+  if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);

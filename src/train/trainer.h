@@ -145,7 +145,7 @@ struct tsr_trainer {
 int _tsr_layer_needs_tmp(const tsr_trainer *t, int l);
 /* footprint.c: refuses, before anything large is allocated, a trainer whose buffers exceed the
  * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live and edge_first. */
-tsr_status _tsr_trainer_footprint(const tsr_trainer *t);
+tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *o);
 /* grad_reduce.c: the world, the batch's distribution, the gradient groups and their collective
  * (after the tensors are laid out; agrees with the other ranks on the trainer's fingerprint). */
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o);
@@ -159,6 +159,11 @@ int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step);
  * spatial parts), the plan and its buffers; called by _tsr_reduce_setup after the world. */
 tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_spatial_teardown(tsr_trainer *t);
+/* The plan of this rank's blocks (malloc'd, *plan NULL without spatial parts) and the parts, before
+ * any buffer exists: for the footprint. Values of a per-sample shape. */
+tsr_status _tsr_spatial_blocks(const tsr_trainer *t, const tsr_trainer_opts *o, struct _tsr_sp_layer **plan,
+                               int *parts);
+int64_t _tsr_spatial_block_elems(const struct _tsr_chw *s);
 /* Layer l's shapes on this rank: its blocks, halo'd or gathered input, spec without the padding
  * the halos hold. Nothing without spatial parts. */
 void _tsr_spatial_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
@@ -168,8 +173,14 @@ int _tsr_spatial_before(tsr_trainer *t, int l, int s, starpu_data_handle_t x, in
 int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, int64_t step);
 /* A vector of doubles summed over the spatial group (layer l's call's group_sum). */
 int _tsr_spatial_sum(tsr_trainer *t, int l, starpu_data_handle_t acc, int kind, int64_t step);
-/* The loss gradient times 1 / parts (see _tsr_spatial_dx); nothing without spatial parts. */
+/* The loss gradient times 1 / parts (see _tsr_spatial_dx); nothing without spatial parts or with a
+ * gathered output. */
 int _tsr_spatial_share(tsr_trainer *t, starpu_data_handle_t dy);
+/* A split output: gathers slice s's blocks into the whole output for the loss and points *y and *dy
+ * at it and its gradient; nothing (handles unchanged) otherwise. */
+int _tsr_spatial_output(tsr_trainer *t, int s, int64_t step, starpu_data_handle_t *y, starpu_data_handle_t *dy);
+/* After the loss: this rank's block of the whole output's gradient into the output layer's. */
+int _tsr_spatial_output_grad(tsr_trainer *t, int s);
 /* The crop of one whole input sample ([C, spatial...]) to this rank's block. */
 struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t);
 /* layout.c: each activation's layout (ls[].blk) and the fused relus (ls[].relu, ls[].fused); needs
@@ -180,6 +191,7 @@ void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
 
 /* staleness.c: the extra gradient sets (after _tsr_reduce_setup), their teardown, the set whose
  * handles (tensors[].hg, ctl) the next tasks use, and the refusals of unsupported combinations. */
+tsr_status _tsr_staleness_check_opts(const tsr_trainer *t, const tsr_trainer_opts *o);
 tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o);
 tsr_status _tsr_staleness_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_staleness_teardown(tsr_trainer *t);
