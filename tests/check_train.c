@@ -530,6 +530,16 @@ START_TEST(a_model_that_cannot_fit_is_refused_naming_its_largest_layer) {
 }
 END_TEST
 
+/* The footprint tests' model: input 'in' [1, 4, 4] -> conv2d 'c' (2 outputs, 3x3, padding 1) -> relu 'r'. */
+static tsr_model *tiny_conv_relu(void) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  return m;
+}
+
 /* Input [1, 4, 4] -> conv 'c' [2, 4, 4] -> relu 'r' (the output), batch 4 in 2 slices of 2, in
  * bytes. Parameters (padded to 16 floats; weights, gradients, 2 moments): weight 18 -> 32 floats,
  * bias 2 -> 16: (128 + 64) x 4 = 768. Inputs: 2 parities x 2 slices x 32 floats = 512. 'c' output
@@ -538,11 +548,7 @@ END_TEST
  * 64 bytes: 72 -> 128 and 8 -> 64 = 192. Sum 4544: accepted at a limit of 4544, refused at 4543. */
 START_TEST(the_footprint_counts_every_buffer_once) {
   tsr_context *ctx = start(0, 2);
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  tsr_model *m = tiny_conv_relu();
   ck_assert_int_eq(tsr_memory_set_limit(4544), TSR_OK);
   ck_assert_msg(create(ctx, m, 4, 2) == TSR_OK, "%s", tsr_last_error());
   ck_assert_int_eq(tsr_memory_set_limit(4543), TSR_OK);
@@ -563,11 +569,7 @@ END_TEST
  * and the other block (32): 2 x 160 floats = 1280. Sum 5056. */
 START_TEST(the_footprint_of_split_samples_counts_blocks_and_halos) {
   tsr_context *ctx = start(0, 2);
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  tsr_model *m = tiny_conv_relu();
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
   o.batch = 4, o.slices = 2, o.spatial[0] = 2;

@@ -76,6 +76,10 @@ static tsr_status check_signs(const tsr_trainer *t, const tsr_trainer_opts *o) {
     return _tsr_error(TSR_ERR_ARG, "gradient reduction '%s' (grad_reduce, --grad-reduce) does not work with spatial "
                       "parallelism (spatial %s, --spatial): each rank's gradient is only its block's share, so the "
                       "signs would be those of partial gradients; use f32, bf16 or fp16", name, grid);
+  if (o->staleness > 0)
+    return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with gradient reduction '%s' "
+                      "(--grad-reduce): sign reductions split each update around the reduction; use f32, bf16 or "
+                      "fp16, or staleness 0", o->staleness, name);
   return TSR_OK;
 }
 
@@ -156,9 +160,7 @@ int _tsr_momentum_sync(tsr_trainer *t, int g, int64_t step) {
 
 tsr_status _tsr_reduce_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
   TSR_TRY(_tsr_comm_world(&t->world, t->rank, t->size));
-  TSR_TRY(check_signs(t, o));
-  TSR_TRY(_tsr_staleness_check(t, o));
-  t->staleness = o->staleness; /* before the fingerprint: ranks must agree on it */
+  TSR_TRY(check_signs(t, o)); /* t->staleness, set and checked at creation, is in the fingerprint */
   TSR_TRY(_tsr_spatial_setup(t, o)); /* the batch over every rank, or over the spatial groups */
   TSR_TRY(_tsr_grad_groups_build(t, o, &t->groups, t->grads));
   t->groups.algo = NULL; /* the caller's string: read by the choice only */

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/collective.h"
 #include "train/trainer.h"
 #include "runtime/error.h"
 
@@ -29,19 +28,6 @@ tsr_status _tsr_staleness_check_opts(const tsr_trainer *t, const tsr_trainer_opt
     if (o->spatial[a] > 1)
       return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with spatial parallelism (--spatial): "
                         "the halo exchanges tie the ranks to every step anyway; use staleness 0", s);
-  return TSR_OK;
-}
-
-/* The gradient reduction, once the ranks' communicator exists: sign reductions are refused. */
-tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o) {
-  int s = o->staleness;
-  if (s <= 0) return TSR_OK;
-  const char *name = _tsr_collective_name(o->grad_reduce);
-  const struct _tsr_collective_ops *c = _tsr_collective_select(name, &t->world, NULL);
-  if (c && c->signs)
-    return _tsr_error(TSR_ERR_ARG, "staleness %d (--staleness) does not work with gradient reduction '%s' "
-                      "(--grad-reduce): sign reductions split each update around the reduction; use f32, bf16 or "
-                      "fp16, or staleness 0", s, name);
   return TSR_OK;
 }
 

@@ -309,7 +309,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     _tsr_log(1, "skip_reduce (TESSERA_SKIP_ALLREDUCE) is set: gradients are NOT reduced across ranks (benchmark mode)");
   t->seed = o->seed ? o->seed : tsr_context_seed(ctx);
   t->check_finite = o->check_finite;
-  /* for the footprint; checked with the other options by _tsr_staleness_check_opts */
+  /* for the footprint and the fingerprint; checked by _tsr_staleness_check_opts (sign reductions: check_signs) */
   t->staleness = o->staleness > 0 && o->staleness <= TSR_MAX_STALENESS ? o->staleness : 0;
   t->loss_scale = o->loss_scale;
   _tsr_finite_init(&t->nonfinite);

@@ -192,7 +192,6 @@ void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
 /* staleness.c: the extra gradient sets (after _tsr_reduce_setup), their teardown, the set whose
  * handles (tensors[].hg, ctl) the next tasks use, and the refusals of unsupported combinations. */
 tsr_status _tsr_staleness_check_opts(const tsr_trainer *t, const tsr_trainer_opts *o);
-tsr_status _tsr_staleness_check(const tsr_trainer *t, const tsr_trainer_opts *o);
 tsr_status _tsr_staleness_setup(tsr_trainer *t, const tsr_trainer_opts *o);
 void _tsr_staleness_teardown(tsr_trainer *t);
 void _tsr_grad_set_use(tsr_trainer *t, int set);
