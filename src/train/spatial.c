@@ -250,10 +250,16 @@ tsr_status _tsr_spatial_blocks(const tsr_trainer *t, const tsr_trainer_opts *o, 
 int64_t _tsr_spatial_block_elems(const struct _tsr_chw *s) { return chw_size(s); }
 
 tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
-  int grid[TSR_BOX_AXES] = {1, 1, 1}, ext[TSR_BOX_AXES];
-  int nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext), parts = grid_of(o, nd, grid);
-  if (parts == 0) return TSR_ERR_ARG;
+  struct _tsr_sp_layer *plan;
+  int parts;
+  TSR_TRY(_tsr_spatial_blocks(t, o, &plan, &parts));
   if (parts == 1) return _tsr_dist_batch(&t->batch_dist, &t->world, 0, 0); /* data parallelism over every rank */
+  struct _tsr_spatial *sp = t->sp = calloc(1, sizeof *sp);
+  if (!sp) {
+    free(plan);
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  }
+  sp->l = plan; /* freed by _tsr_spatial_teardown from here on */
   if (t->size % parts)
     return _tsr_error(TSR_ERR_ARG, "tsr_trainer_create: %d spatial parts do not divide the %d ranks", parts, t->size);
   if (t->model->n > 1024 || t->slices > 64) /* the message tags' fields (comm/p2p.h) */
@@ -261,13 +267,13 @@ tsr_status _tsr_spatial_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
                       "tsr_trainer_create: spatial parallelism takes at most 1024 layers and 64 slices "
                       "(model '%s' has %d layers, %d slices)",
                       t->model->name, t->model->n, t->slices);
-  struct _tsr_spatial *sp = t->sp = calloc(1, sizeof *sp);
-  if (!sp || !ALLOC(sp->l, t->model->n)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
-  sp->parts = parts, sp->nd = nd, sp->slices = t->slices, sp->nlayers = t->model->n;
-  memcpy(sp->grid, grid, sizeof grid);
+  int ext[TSR_BOX_AXES];
+  sp->nd = _tsr_spatial_extents(&t->model->layers[t->input_layer], ext);
+  sp->grid[0] = sp->grid[1] = sp->grid[2] = 1;
+  grid_of(o, sp->nd, sp->grid);
+  sp->parts = parts, sp->slices = t->slices, sp->nlayers = t->model->n;
   /* ranks [r P, r P + P) are replica r: one spatial group each, the batch split over the replicas */
   int replica = t->rank / parts;
-  TSR_TRY(_tsr_spatial_plan(t->model, nd, grid, t->rank % parts, sp->l));
   TSR_TRY(_tsr_comm_split(&t->world, replica, t->rank % parts, &sp->comm));
   TSR_TRY(_tsr_dist_batch(&t->batch_dist, NULL, replica, t->size / parts));
   for (int l = 0; l < t->model->n; l++) TSR_TRY(alloc_layer(t, l));
