@@ -10,6 +10,7 @@
 #include <starpu_mpi.h>
 
 #include <tessera/context.h>
+#include "runtime/bus_calibration.h"
 #include "runtime/env.h"
 #include "runtime/idle.h"
 #include "runtime/progress.h"
@@ -147,6 +148,9 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   if (!c->use_mpi && (opts->ncpus > 0 || _tsr_env_is_set("STARPU_NCPU")) && !_tsr_env_starpu_getbind() &&
       !_tsr_env_is_set("STARPU_WORKERS_CPUID"))
     setenv("STARPU_WORKERS_NOBIND", "1", 0);
+  /* ranks started together must not all measure the bus at once (bus_calibration.h) */
+  if (_tsr_bus_calibrate_once() != 0)
+    _tsr_log(2, "context: could not make sure StarPU's bus calibration exists first; StarPU will calibrate");
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus, !driving);
   if (c->use_mpi) {

@@ -1,6 +1,8 @@
 /* Reads the process environment (see env.h): the only getenv calls of the library. */
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "runtime/env.h"
 
@@ -114,4 +116,23 @@ int _tsr_env_sim_fail_at(int64_t *index) {
   const char *v = nonempty("TESSERA_SIM_FAIL_AT");
   if (v) *index = atoll(v);
   return v != NULL;
+}
+
+int _tsr_env_starpu_bus_files(char *dir, size_t ndir, char *host, size_t nhost) {
+  const char *models = nonempty("STARPU_PERF_MODEL_DIR"), *home = NULL;
+  static const char *homes[] = {"XDG_CACHE_HOME", "STARPU_HOME", "HOME", "TMPDIR", "TEMP", "TMP"};
+  for (size_t i = 0; !models && !home && i < sizeof homes / sizeof *homes; i++) home = getenv(homes[i]);
+  int n = models ? snprintf(dir, ndir, "%s/bus", models)
+                 : snprintf(dir, ndir, "%s/.starpu/sampling/bus", home ? home : "/tmp");
+  if (n < 0 || (size_t)n >= ndir || nhost < 2) return -1;
+  const char *forced = nonempty("STARPU_HOSTNAME");
+  if (forced) {
+    n = snprintf(host, nhost, "%s", forced);
+    return n < 0 || (size_t)n >= nhost ? -1 : 0;
+  }
+  if (gethostname(host, nhost - 1) != 0) return -1;
+  host[nhost - 1] = 0;
+  char *dot = strchr(host, '.');
+  if (dot) *dot = 0;
+  return 0;
 }

@@ -4,6 +4,7 @@
 #ifndef TSR_RUNTIME_ENV_H
 #define TSR_RUNTIME_ENV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* TESSERA_GROUP_BYTES: a size in bytes, -1 for "layer", 0 when unset or empty. */
@@ -49,6 +50,11 @@ int _tsr_env_launched_by_mpi(void);
 /* Ranks on this machine and this rank's index among them, from the launcher (1 and 0 without). */
 int _tsr_env_local_ranks(void);
 int _tsr_env_local_rank(void);
+/* The folder where StarPU 1.3 keeps its bus calibration (`<sampling>/bus/`, as its perfmodel.c finds
+ * it: STARPU_PERF_MODEL_DIR, else `.starpu/sampling` under XDG_CACHE_HOME, STARPU_HOME, HOME, TMPDIR,
+ * TEMP, TMP or /tmp) and the host name its files are named after (STARPU_HOSTNAME, else the host name
+ * up to its first dot). 0 on success, -1 when a buffer is too small. */
+int _tsr_env_starpu_bus_files(char *dir, size_t ndir, char *host, size_t nhost);
 /* 1 when the variable `name` is set (the user's STARPU_* settings take precedence). */
 int _tsr_env_is_set(const char *name);
 
