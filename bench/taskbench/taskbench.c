@@ -92,6 +92,14 @@ static int deps_of(int pat, int t, int i, int w, int *d) {
   return n;
 }
 
+/* Whether `name` is one of the comma-separated names of `list`. */
+static int listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, name, n) && (p[n] == ',' || !p[n])) return 1;
+  return 0;
+}
+
 struct run {
   int pat, w, t, tessera, rank, size;
   long grain;
@@ -171,7 +179,7 @@ int main(int argc, char **argv) {
   int v_first = !strcmp(variant, "tessera"), v_last = strcmp(variant, "starpu") ? 1 : 0;
   if (max_grain < 1 || min_grain < 1 || budget <= 0 || fixed_steps < 0 ||
       (strcmp(variant, "both") && strcmp(variant, "starpu") && strcmp(variant, "tessera"))) {
-    fprintf(stderr, "usage: taskbench [MAX_GRAIN [MIN_GRAIN [SECONDS [PATTERN|all [starpu|tessera|both [STEPS]]]]]]\n"
+    fprintf(stderr, "usage: taskbench [MAX_GRAIN [MIN_GRAIN [SECONDS [PATTERN[,PATTERN...]|all [starpu|tessera|both [STEPS]]]]]]\n"
                     "(under mpirun for 2 ranks; STEPS: a fixed number of time steps, e.g. for callgrind)\n");
     return 2;
   }
@@ -197,7 +205,7 @@ int main(int argc, char **argv) {
            "cpu_efficiency\n",
            size, nw, w, per_iter * 1e9, sink);
   for (int p = 0; p < NPAT; p++) {
-    if (only && strcmp(only, patterns[p])) continue;
+    if (only && !listed(only, patterns[p])) continue;
     for (long g = max_grain; g >= min_grain; g /= 2)
       for (int v = v_first; v <= v_last; v++) { /* interleaved: both variants see the same load */
         int steps = fixed_steps ? fixed_steps : (int)fmin(1000, fmax(8, budget * nw * size / (w * g * per_iter)));
