@@ -9,7 +9,8 @@
 # of instructions per task), so each count is the least over REPS runs (default 2). Each valgrind
 # run takes a few seconds.
 # Usage: bench/taskbench/instructions.sh BUILD_DIR [PATTERN [GRAIN [T1 T2]]]   (STARPU_SCHED, default lws;
-# STARPU_NCPU, default 2; KEEP=DIR keeps the callgrind files there for callgrind_annotate)
+# STARPU_NCPU, default 2; KEEP=DIR keeps the callgrind files there for callgrind_annotate; LAUNCH: a
+# prefix, e.g. "mpirun -np 1 -x STARPU_HOME -x STARPU_SCHED -x STARPU_NCPU" for StarPU-MPI on one rank)
 set -eu
 B=$(cd "${1:?usage: instructions.sh BUILD_DIR [PATTERN [GRAIN [T1 T2]]]}" && pwd)
 pat=${2:-stencil_1d} grain=${3:-64} t1=${4:-100} t2=${5:-300}
@@ -24,7 +25,7 @@ w=$((4 * STARPU_NCPU))
 count() { # VARIANT STEPS -> "submitting_thread other_threads", each the least over $REPS runs
   for r in $(seq 1 "${REPS:-2}"); do
     local f=$dir/cg.$pat.$STARPU_SCHED.$1.$2.$r
-    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$f" \
+    ${LAUNCH:-} valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$f" \
       "$B/bench/taskbench/taskbench" "$grain" "$grain" 0.05 "$pat" "$1" "$2" >/dev/null 2>"$f.log"
     awk '/^totals:/ { if (FILENAME ~ /-01$/) m += $2; else o += $2 } END { print m, o }' "$f"-[0-9]*
   done | sort -n -k2 | head -1
