@@ -10,7 +10,10 @@
  * / tasks), and the same from the CPU time the processes got (all their threads), which a shared
  * machine's other users do not inflate; METG(50%) is the smallest granularity with efficiency >= 50%
  * (interpolated, bench/taskbench/metg.py).
- * Build: make bench/taskbench/taskbench; run: bench/taskbench/run.sh BUILD_DIR. */
+ * PATTERN may list several (comma-separated); VARIANT runs one of the two; STEPS fixes the number of
+ * time steps (bench/taskbench/instructions.sh: the same graph under callgrind at two step counts).
+ * One process runs plain StarPU, StarPU-MPI starts under mpirun (as tessera-train).
+ * Build: make bench/taskbench/taskbench; run: bench/taskbench/run.sh or run_quiet.sh BUILD_DIR. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +57,9 @@ static void kernel_cpu(void *buffers[], void *arg) {
 
 static struct starpu_codelet cl = {
     .cpu_funcs = {kernel_cpu}, .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tb_kernel"};
+/* TASKBENCH_PERFMODEL=1: the codelet gets a history-based performance model, as every Tessera
+ * codelet has (its cost per task: footprints, the history's lookups and updates). */
+static struct starpu_perfmodel tb_model = {.type = STARPU_HISTORY_BASED, .symbol = "tb_kernel"};
 
 /* Points of step t-1 that point i of step t depends on (W points). */
 static int deps_of(int pat, int t, int i, int w, int *d) {
@@ -179,8 +185,10 @@ int main(int argc, char **argv) {
   int v_first = !strcmp(variant, "tessera"), v_last = strcmp(variant, "starpu") ? 1 : 0;
   if (max_grain < 1 || min_grain < 1 || budget <= 0 || fixed_steps < 0 ||
       (strcmp(variant, "both") && strcmp(variant, "starpu") && strcmp(variant, "tessera"))) {
-    fprintf(stderr, "usage: taskbench [MAX_GRAIN [MIN_GRAIN [SECONDS [PATTERN[,PATTERN...]|all [starpu|tessera|both [STEPS]]]]]]\n"
-                    "(under mpirun for 2 ranks; STEPS: a fixed number of time steps, e.g. for callgrind)\n");
+    fprintf(
+        stderr,
+        "usage: taskbench [MAX_GRAIN [MIN_GRAIN [SECONDS [PATTERN[,PATTERN...]|all [starpu|tessera|both [STEPS]]]]]]\n"
+        "(under mpirun for 2 ranks; STEPS: a fixed number of time steps, e.g. for callgrind)\n");
     return 2;
   }
   /* The kernel's own rate, before StarPU's workers start: the fastest of 40 short runs (the one
@@ -191,6 +199,8 @@ int main(int argc, char **argv) {
     sink += kernel(1 << 18);
     per_iter = fmin(per_iter, (now() - k0) / (1 << 18));
   }
+  const char *pm = getenv("TASKBENCH_PERFMODEL");
+  if (pm && *pm && strcmp(pm, "0")) cl.model = &tb_model;
   tsr_context_opts co;
   tsr_context_opts_default(&co);
   co.use_mpi = -1; /* StarPU-MPI when launched by mpirun, as tessera-train does; one process: plain StarPU */

@@ -36,10 +36,11 @@ int _tsr_submit_task(struct starpu_task *task, const char *name) {
 }
 
 /* Where a task's copy of its arguments starts in the block _tsr_submit allocates for both. */
-#define ARGS_AT ((sizeof(struct starpu_task) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t))
+#define ARGS_ALIGN _Alignof(max_align_t)
+#define ARGS_AT ((sizeof(struct starpu_task) + ARGS_ALIGN - 1) / ARGS_ALIGN * ARGS_ALIGN)
 
-int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int priority,
-                const char *name, int nbufs, const struct _tsr_buf *bufs) {
+int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int priority, const char *name, int nbufs,
+                const struct _tsr_buf *bufs) {
   /* The task and the copy of its arguments in one block, set up as starpu_task_create does
    * (starpu_task_init, destroy = 1): StarPU releases a task it destroys with free(), and the copy
    * goes with it (cl_arg_free stays 0). One malloc on the submitting thread and one free on the
