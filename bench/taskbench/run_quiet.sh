@@ -8,6 +8,8 @@
 # (the default of a single process, src/runtime/idle.c) for both variants; dmdas+yield is what
 # tessera-train runs by default. No new run starts after $LIMIT_S seconds (default 420), and a run
 # still going at $HARD_S (default 480) is cut there; the table is printed from the runs done.
+# TASKBENCH_PERFMODEL=1 gives the codelet a history-based model, as Tessera's codelets have (dmdas
+# then consults it per task; see bench/README.md).
 # Usage: bench/taskbench/run_quiet.sh BUILD_DIR [OUT.csv]
 # Prints the CSV's path, the load before and after, and metg.py's tables (CPU time, then wall clock)
 # with the best scheduler per pattern.
