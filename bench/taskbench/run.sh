@@ -11,7 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 args="${3:-65536} ${4:-16} ${5:-0.05}"
 tmp=$(mktemp -d /tmp/tsr-taskbench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1
+# the schedulers as StarPU ships them (one process would otherwise run Tessera's idle-sleeping copy)
+export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 TESSERA_IDLE=${TESSERA_IDLE:-spin}
 : >"$out"
 for sched in ${SCHEDS:-lws dmdas eager}; do
   for n in ${RANKS:-1 2}; do
@@ -20,7 +21,7 @@ for sched in ${SCHEDS:-lws dmdas eager}; do
       STARPU_SCHED=$sched STARPU_NCPU=2 "$B/bench/taskbench/taskbench" $args
     else
       mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT -x STARPU_WORKERS_NOBIND \
-        -x STARPU_MPI_NOBIND -x STARPU_SCHED=$sched -x STARPU_NCPU=1 "$B/bench/taskbench/taskbench" $args
+        -x STARPU_MPI_NOBIND -x TESSERA_IDLE -x STARPU_SCHED=$sched -x STARPU_NCPU=1 "$B/bench/taskbench/taskbench" $args
     fi | awk -v s="$sched" -F, '/^#/ || /^pattern/ { print; next } { print $0 "," s }' >>"$out"
   done
 done

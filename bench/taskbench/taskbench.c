@@ -10,7 +10,10 @@
  * / tasks), and the same from the CPU time the processes got (all their threads), which a shared
  * machine's other users do not inflate; METG(50%) is the smallest granularity with efficiency >= 50%
  * (interpolated, bench/taskbench/metg.py).
- * Build: make bench/taskbench/taskbench; run: bench/taskbench/run.sh BUILD_DIR. */
+ * PATTERN may list several (comma-separated); VARIANT runs one of the two; STEPS fixes the number of
+ * time steps (bench/taskbench/instructions.sh: the same graph under callgrind at two step counts).
+ * One process runs plain StarPU, StarPU-MPI starts under mpirun (as tessera-train).
+ * Build: make bench/taskbench/taskbench; run: bench/taskbench/run.sh or run_quiet.sh BUILD_DIR. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +57,9 @@ static void kernel_cpu(void *buffers[], void *arg) {
 
 static struct starpu_codelet cl = {
     .cpu_funcs = {kernel_cpu}, .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tb_kernel"};
+/* TASKBENCH_PERFMODEL=1: the codelet gets a history-based performance model, as every Tessera
+ * codelet has (its cost per task: footprints, the history's lookups and updates). */
+static struct starpu_perfmodel tb_model = {.type = STARPU_HISTORY_BASED, .symbol = "tb_kernel"};
 
 /* Points of step t-1 that point i of step t depends on (W points). */
 static int deps_of(int pat, int t, int i, int w, int *d) {
@@ -92,6 +98,14 @@ static int deps_of(int pat, int t, int i, int w, int *d) {
   return n;
 }
 
+/* Whether `name` is one of the comma-separated names of `list`. */
+static int listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, name, n) && (p[n] == ',' || !p[n])) return 1;
+  return 0;
+}
+
 struct run {
   int pat, w, t, tessera, rank, size;
   long grain;
@@ -122,7 +136,7 @@ static double run_graph(struct run *r, double *cpu) {
   for (int i = 0; i < r->w; i++)
     for (int p = 0; p < 2; p++)
       starpu_vector_data_register(&r->h[i][p], STARPU_MAIN_RAM, (uintptr_t)&vals[i][p], 1, sizeof(double));
-  starpu_mpi_barrier(MPI_COMM_WORLD);
+  if (r->size > 1) starpu_mpi_barrier(MPI_COMM_WORLD);
   double t0 = now(), c0 = cpu_now();
   int ret = 0, d[MAXDEP];
   unsigned char *sent = calloc(r->w, 1);
@@ -145,17 +159,18 @@ static double run_graph(struct run *r, double *cpu) {
   }
   free(sent);
   starpu_task_wait_for_all();
-  starpu_mpi_wait_for_all(MPI_COMM_WORLD);
-  starpu_mpi_barrier(MPI_COMM_WORLD);
+  if (r->size > 1) starpu_mpi_wait_for_all(MPI_COMM_WORLD), starpu_mpi_barrier(MPI_COMM_WORLD);
   double wall = now() - t0, mine = cpu_now() - c0, other = 0;
-  starpu_data_handle_t hc;
-  starpu_variable_data_register(&hc, STARPU_MAIN_RAM, (uintptr_t)&other, sizeof other);
   *cpu = mine;
-  for (int k = 1; !ret && k < r->size; k++) { /* every rank's CPU time to rank 0 */
-    if (r->rank == k) other = mine, ret = starpu_mpi_send(hc, 0, 999, MPI_COMM_WORLD);
-    if (r->rank == 0) ret = starpu_mpi_recv(hc, k, 999, MPI_COMM_WORLD, MPI_STATUS_IGNORE), *cpu += other;
+  if (r->size > 1) {
+    starpu_data_handle_t hc;
+    starpu_variable_data_register(&hc, STARPU_MAIN_RAM, (uintptr_t)&other, sizeof other);
+    for (int k = 1; !ret && k < r->size; k++) { /* every rank's CPU time to rank 0 */
+      if (r->rank == k) other = mine, ret = starpu_mpi_send(hc, 0, 999, MPI_COMM_WORLD);
+      if (r->rank == 0) ret = starpu_mpi_recv(hc, k, 999, MPI_COMM_WORLD, MPI_STATUS_IGNORE), *cpu += other;
+    }
+    starpu_data_unregister(hc);
   }
-  starpu_data_unregister(hc);
   for (int i = 0; i < r->w; i++)
     for (int p = 0; p < 2; p++) starpu_data_unregister(r->h[i][p]);
   return ret ? -1 : wall;
@@ -164,9 +179,16 @@ static double run_graph(struct run *r, double *cpu) {
 int main(int argc, char **argv) {
   long max_grain = argc > 1 ? atol(argv[1]) : 1 << 20, min_grain = argc > 2 ? atol(argv[2]) : 64;
   double budget = argc > 3 ? atof(argv[3]) : 0.15; /* seconds of ideal work per run */
-  const char *only = argc > 4 ? argv[4] : NULL;
-  if (max_grain < 1 || min_grain < 1 || budget <= 0) {
-    fprintf(stderr, "usage: taskbench [MAX_GRAIN [MIN_GRAIN [SECONDS [PATTERN]]]] (under mpirun for 2 ranks)\n");
+  const char *only = argc > 4 && strcmp(argv[4], "all") ? argv[4] : NULL;
+  const char *variant = argc > 5 ? argv[5] : "both";
+  int fixed_steps = argc > 6 ? atoi(argv[6]) : 0;
+  int v_first = !strcmp(variant, "tessera"), v_last = strcmp(variant, "starpu") ? 1 : 0;
+  if (max_grain < 1 || min_grain < 1 || budget <= 0 || fixed_steps < 0 ||
+      (strcmp(variant, "both") && strcmp(variant, "starpu") && strcmp(variant, "tessera"))) {
+    fprintf(
+        stderr,
+        "usage: taskbench [MAX_GRAIN [MIN_GRAIN [SECONDS [PATTERN[,PATTERN...]|all [starpu|tessera|both [STEPS]]]]]]\n"
+        "(under mpirun for 2 ranks; STEPS: a fixed number of time steps, e.g. for callgrind)\n");
     return 2;
   }
   /* The kernel's own rate, before StarPU's workers start: the fastest of 40 short runs (the one
@@ -177,9 +199,11 @@ int main(int argc, char **argv) {
     sink += kernel(1 << 18);
     per_iter = fmin(per_iter, (now() - k0) / (1 << 18));
   }
+  const char *pm = getenv("TASKBENCH_PERFMODEL");
+  if (pm && *pm && strcmp(pm, "0")) cl.model = &tb_model;
   tsr_context_opts co;
   tsr_context_opts_default(&co);
-  co.use_mpi = 1;
+  co.use_mpi = -1; /* StarPU-MPI when launched by mpirun, as tessera-train does; one process: plain StarPU */
   tsr_context *ctx;
   if (tsr_context_create(&ctx, &co, &argc, &argv) != TSR_OK) return fprintf(stderr, "%s\n", tsr_last_error()), 1;
   int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx), nw = (int)starpu_cpu_worker_get_count();
@@ -191,10 +215,10 @@ int main(int argc, char **argv) {
            "cpu_efficiency\n",
            size, nw, w, per_iter * 1e9, sink);
   for (int p = 0; p < NPAT; p++) {
-    if (only && strcmp(only, patterns[p])) continue;
+    if (only && !listed(only, patterns[p])) continue;
     for (long g = max_grain; g >= min_grain; g /= 2)
-      for (int v = 0; v < 2; v++) { /* interleaved: both variants see the same load */
-        int steps = (int)fmin(1000, fmax(8, budget * nw * size / (w * g * per_iter)));
+      for (int v = v_first; v <= v_last; v++) { /* interleaved: both variants see the same load */
+        int steps = fixed_steps ? fixed_steps : (int)fmin(1000, fmax(8, budget * nw * size / (w * g * per_iter)));
         struct run r = {.pat = p, .w = w, .t = steps, .tessera = v, .rank = rank, .size = size, .grain = g, .h = h};
         double cpu, wall = run_graph(&r, &cpu);
         if (wall < 0) return fprintf(stderr, "taskbench: submission failed\n"), 1;
