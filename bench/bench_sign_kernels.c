@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
   for (int k = 0; in && k < ranks - 1; k++) in[k] = malloc(_tsr_packed_bytes(own, 1));
   if (!w || !g || !m || !d || !bits || !out || !in) return fprintf(stderr, "out of memory\n"), 1;
   for (size_t i = 0; i < n; i++) w[i] = 0.01f * (float)(i % 97), g[i] = (float)((int)(i % 7) - 3), m[i] = 0.1f;
-  for (int k = 0; k < ranks - 1; k++) _tsr_sign_pack1_cpu(g + (size_t)k * own / 2, own, in[k]);
+  for (int k = 0; k < ranks - 1; k++) _tsr_sign_pack1_cpu(g + (size_t)k * own / 2, own, 0, 1, in[k]);
   struct _tsr_optim_args a = {.h = tsr_optim_spec_default(TSR_OPTIM_LION), .step = 1, .grad_scale = 1.0f};
   float *st[1] = {m};
   double t[NPASS][REPS_MAX], med[NPASS];
@@ -71,9 +71,9 @@ int main(int argc, char **argv) {
     double t3 = now();
     lion->apply(&a, n, w, d);
     double t4 = now();
-    _tsr_sign_pack1_cpu(d + own, others, bits);
+    _tsr_sign_pack1_cpu(d + own, others, own, 1, bits);
     double t5 = now();
-    _tsr_sign_vote1_cpu(d, own, (const uint8_t *const *)in, ranks - 1, out);
+    _tsr_sign_vote1_cpu(d, own, 0, 1, (const uint8_t *const *)in, ranks - 1, out);
     double t6 = now();
     _tsr_sign_unpack1_cpu(bits, others, d + own);
     double t7 = now();

@@ -10,17 +10,22 @@ int _tsr_sign_bits(int ranks) {
   return p;
 }
 
-void _tsr_sign_pack1_cpu(const float *x, size_t n, uint8_t *bits) {
+/* The bit of direction v, value i: +1 set, -1 clear, 0 against the coin. */
+static inline unsigned bit_of(float v, uint64_t i, int64_t step) {
+  return v != 0 ? v > 0 : _tsr_sign_coin(i, step) < 0;
+}
+
+void _tsr_sign_pack1_cpu(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
   size_t full = n / 8;
   for (size_t b = 0; b < full; b++) {
     const float *v = x + 8 * b;
     unsigned byte = 0;
-    for (int k = 0; k < 8; k++) byte |= (unsigned)(v[k] >= 0) << k;
+    for (int k = 0; k < 8; k++) byte |= bit_of(v[k], base + 8 * b + k, step) << k;
     bits[b] = (uint8_t)byte;
   }
   if (n % 8 == 0) return;
   unsigned byte = 0;
-  for (size_t i = 8 * full; i < n; i++) byte |= (unsigned)(x[i] >= 0) << (i % 8);
+  for (size_t i = 8 * full; i < n; i++) byte |= bit_of(x[i], base + i, step) << (i % 8);
   bits[full] = (uint8_t)byte;
 }
 
@@ -36,13 +41,15 @@ void _tsr_sign_unpack1_cpu(const uint8_t *bits, size_t n, float *y) {
   for (size_t i = 8 * full; i < n; i++) y[i] = bit_at(bits, i) ? 1.0f : -1.0f;
 }
 
-void _tsr_sign_vote1_cpu(float *x, size_t n, const uint8_t *const *in, int nin, uint8_t *out) {
+void _tsr_sign_vote1_cpu(float *x, size_t n, uint64_t base, int64_t step, const uint8_t *const *in, int nin,
+                         uint8_t *out) {
   for (size_t i = 0; i < n; i++) {
-    int set = x[i] >= 0;
+    int set = (int)bit_of(x[i], base + i, step);
     for (int k = 0; k < nin; k++) set += bit_at(in[k], i);
-    x[i] = 2 * set >= nin + 1 ? 1.0f : -1.0f;
+    int d = 2 * set - (nin + 1); /* set votes minus clear ones */
+    x[i] = d > 0 ? 1.0f : d < 0 ? -1.0f : (float)_tsr_sign_coin(base + i, step);
   }
-  _tsr_sign_pack1_cpu(x, n, out);
+  _tsr_sign_pack1_cpu(x, n, base, step, out);
 }
 
 void _tsr_sign_packp_cpu(const float *x, size_t n, int p, int bias, uint8_t *out) {
@@ -88,13 +95,18 @@ void _tsr_sum_ordered_cpu(float *own, size_t n, const float *const *in, int me, 
 /* ---- tasks ---- */
 
 struct sign_arg {
+  uint64_t base; /* 1 bit: the chunk's first value's index in the gradient buffer, and the step */
+  int64_t step;
   int p, bias, mode;
   int me, nin; /* member index (ordered sums); packed inputs (votes, ordered sums) */
 };
 
 #define BYTES(b, i) ((uint8_t *)STARPU_VECTOR_GET_PTR((b)[i]))
 
-static void pack1_cpu(void *b[], void *arg) { _tsr_sign_pack1_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), BYTES(b, 1)); }
+static void pack1_cpu(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  _tsr_sign_pack1_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), a->base, a->step, BYTES(b, 1));
+}
 static void unpack1_cpu(void *b[], void *arg) { _tsr_sign_unpack1_cpu(BYTES(b, 1), TSR_NX(b, 0), TSR_BUF(b, 0)); }
 
 /* buffers: chunk, out, in... */
@@ -102,7 +114,7 @@ static void vote1_cpu(void *b[], void *arg) {
   const struct sign_arg *a = arg;
   const uint8_t *in[a->nin + 1];
   for (int k = 0; k < a->nin; k++) in[k] = BYTES(b, 2 + k);
-  _tsr_sign_vote1_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), in, a->nin, BYTES(b, 1));
+  _tsr_sign_vote1_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), a->base, a->step, in, a->nin, BYTES(b, 1));
 }
 
 static void packp_cpu(void *b[], void *arg) {
@@ -144,9 +156,11 @@ CODELET(unpackp_cpu, "tsr_sign_unpackp");
 CODELET(finish_cpu, "tsr_sign_finish");
 CODELET(sum_ordered_cpu, "tsr_sum_ordered");
 
-int _tsr_insert_sign_pack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio) {
+int _tsr_insert_sign_pack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, uint64_t base, int64_t step,
+                           int prio) {
+  struct sign_arg a = {.base = base, .step = step};
   struct _tsr_buf b[2] = {{chunk, STARPU_R}, {bits, STARPU_W}};
-  return _tsr_submit(&cl_pack1_cpu, NULL, 0, prio, "sign_pack", 2, b);
+  return _tsr_submit(&cl_pack1_cpu, &a, sizeof a, prio, "sign_pack", 2, b);
 }
 
 int _tsr_insert_sign_unpack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio) {
@@ -154,9 +168,9 @@ int _tsr_insert_sign_unpack1(starpu_data_handle_t chunk, starpu_data_handle_t bi
   return _tsr_submit(&cl_unpack1_cpu, NULL, 0, prio, "sign_unpack", 2, b);
 }
 
-int _tsr_insert_sign_vote1(starpu_data_handle_t chunk, starpu_data_handle_t out, int nin,
+int _tsr_insert_sign_vote1(starpu_data_handle_t chunk, starpu_data_handle_t out, uint64_t base, int64_t step, int nin,
                            const starpu_data_handle_t *in, int prio) {
-  struct sign_arg a = {.nin = nin};
+  struct sign_arg a = {.base = base, .step = step, .nin = nin};
   struct _tsr_buf b[2 + nin];
   b[0] = (struct _tsr_buf){chunk, STARPU_RW}, b[1] = (struct _tsr_buf){out, STARPU_W};
   for (int k = 0; k < nin; k++) b[2 + k] = (struct _tsr_buf){in[k], STARPU_R};

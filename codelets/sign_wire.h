@@ -1,5 +1,6 @@
 /* Update directions on the wire for the sign reductions of Lion Cub (src/comm/sign.c): 1-bit signs
- * (a set bit is a direction >= 0: one bit cannot carry 0, so 0 travels as +1) and p-bit integers in
+ * (a set bit is +1; one bit cannot carry 0, so a direction 0 travels as the opposite of the value's
+ * coin, _tsr_sign_coin) and p-bit integers in
  * offset binary (value + bias, bias = the number of ranks, so the sums of up to that many directions
  * in {-1, 0, 1} fit in p = ceil(log2(2 bias + 1)) bits). Bits are packed least significant first into
  * bytes, value i at bit i*p of the stream: ceil(n p / 8) bytes. Raw kernels on plain pointers, and
@@ -22,11 +23,31 @@ static inline size_t _tsr_packed_bytes(size_t n, int p) { return (n * (size_t)p 
 /* Bits for sums of `ranks` directions in {-1, 0, 1}: ceil(log2(2 ranks + 1)). */
 int _tsr_sign_bits(int ranks);
 
-void _tsr_sign_pack1_cpu(const float *x, size_t n, uint8_t *bits);
+/* The 1-bit vote's coin of value i (its index in the gradient buffer, the same on every rank) at a
+ * step: +1 or -1 from a 64-bit mix of (i, step), so every rank draws the same coin without a message,
+ * and over many values or steps as many +1 as -1. A tie resolves to the coin; a direction 0 votes
+ * against it (-coin). With P directions +1, M directions -1 and Z zeros among the voters, the vote is
+ * then sign(P - M) whenever P != M and |P - M| >= Z (every vote without zeros, and at 2 ranks a 0
+ * against a +-1), and a fair coin otherwise (a true tie, or too many zeros to tell): no side is
+ * favoured, unlike a fixed rule (ties and zeros to +1) that moves every such parameter one way. */
+static inline int _tsr_sign_coin(uint64_t i, int64_t step) {
+  uint64_t x =
+      i * UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)step + UINT64_C(0x632BE59BD9B4E019)) * UINT64_C(0xD1B54A32D192ED03);
+  x ^= x >> 30, x *= UINT64_C(0xBF58476D1CE4E5B9); /* splitmix64's finaliser */
+  x ^= x >> 27, x *= UINT64_C(0x94D049BB133111EB);
+  x ^= x >> 31;
+  return x >> 63 ? 1 : -1;
+}
+
+/* x[k] is value base + k of the gradient buffer: a set bit for +1, a clear one for -1, and a 0 as
+ * -_tsr_sign_coin(base + k, step). */
+void _tsr_sign_pack1_cpu(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits);
 void _tsr_sign_unpack1_cpu(const uint8_t *bits, size_t n, float *y); /* +1 or -1 */
-/* The majority of x's own bits and those of nin packed chunks: +1 when at least half of the nin + 1
- * voters have their bit set (a tie goes to +1, as 0 does), else -1; written to x and packed to out. */
-void _tsr_sign_vote1_cpu(float *x, size_t n, const uint8_t *const *in, int nin, uint8_t *out);
+/* The vote of x's own directions (values base.. of the buffer, a 0 voting as pack1 sends it) and
+ * nin packed chunks of the others' bits, value by value: +1 when more than half of the nin + 1
+ * voters have their bit set, -1 when fewer, the coin on a tie; written to x and packed to out. */
+void _tsr_sign_vote1_cpu(float *x, size_t n, uint64_t base, int64_t step, const uint8_t *const *in, int nin,
+                         uint8_t *out);
 /* x holds integers in [-bias, bias]. */
 void _tsr_sign_packp_cpu(const float *x, size_t n, int p, int bias, uint8_t *out);
 void _tsr_sign_unpackp_cpu(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y);
@@ -37,9 +58,11 @@ void _tsr_sign_finish_cpu(float *x, size_t n, enum _tsr_sign_mode mode, int rank
 void _tsr_sum_ordered_cpu(float *own, size_t n, const float *const *in, int me, int r);
 
 /* Tasks (chunks float32, packed buffers vectors of bytes). */
-int _tsr_insert_sign_pack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio);
+/* base: the chunk's first value's index in the gradient buffer; step: the coin's step. */
+int _tsr_insert_sign_pack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, uint64_t base, int64_t step,
+                           int prio);
 int _tsr_insert_sign_unpack1(starpu_data_handle_t chunk, starpu_data_handle_t bits, int prio);
-int _tsr_insert_sign_vote1(starpu_data_handle_t chunk, starpu_data_handle_t out, int nin,
+int _tsr_insert_sign_vote1(starpu_data_handle_t chunk, starpu_data_handle_t out, uint64_t base, int64_t step, int nin,
                            const starpu_data_handle_t *in, int prio);
 /* finish: TSR_SIGN_ADD packs only; VOTE or MEAN also finishes the chunk in place after packing it. */
 int _tsr_insert_sign_packp(starpu_data_handle_t chunk, starpu_data_handle_t out, int p, int bias,

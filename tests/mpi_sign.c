@@ -3,7 +3,8 @@
  * counts, ties included) and a control word 257 + rank, and reduces every group with sign1, signp and
  * signp_mean. The directions of every rank are a function of (rank, index), so each rank computes the
  * reference from all ranks' directions itself (the gather a debug mode would do) and compares bitwise:
- * sign1 the 1-bit majority (a 0 votes +1, a tie gives +1), signp sign(sum) (0 on a tie), signp_mean
+ * sign1 the 1-bit majority (with value i's coin c at the step: a 0 votes -c, a tie gives c), signp
+ * sign(sum) (0 on a tie), signp_mean
  * sum / N. The control word must sum exactly, and the bytes counted must equal the formula:
  *   sign1: sum over the other members' chunks of ceil(len/8) + (N - 1) ceil(len_own/8)
  *   signp: sum over the 2 (N - 1) ring sends of ceil(len p / 8), p = ceil(log2(2N + 1))
@@ -36,15 +37,17 @@ static float value(int r, size_t i) {
   return (float)((int)(h % 3) - 1);
 }
 
+#define STEP 3
+
 static float reference(const char *name, int nranks, size_t i) {
   if (i < KEEP) {
     float s = 0;
     for (int r = 0; r < nranks; r++) s += value(r, i);
     return s;
   }
-  int sum = 0, set = 0;
-  for (int r = 0; r < nranks; r++) sum += (int)value(r, i), set += value(r, i) >= 0;
-  if (!strcmp(name, "sign1")) return 2 * set >= nranks ? 1.0f : -1.0f;
+  int sum = 0, set = 0, c = _tsr_sign_coin(i, STEP);
+  for (int r = 0; r < nranks; r++) sum += (int)value(r, i), set += value(r, i) != 0 ? value(r, i) > 0 : c < 0;
+  if (!strcmp(name, "sign1")) return 2 * set > nranks ? 1.0f : 2 * set < nranks ? -1.0f : (float)c;
   if (!strcmp(name, "signp")) return (float)((sum > 0) - (sum < 0));
   return (float)sum / (float)nranks;
 }
@@ -99,7 +102,7 @@ int main(int argc, char **argv) {
       return fprintf(stderr, "rank %d: groups: %s\n", rank, tsr_last_error()), 2;
     check(gs.n >= 3, rank, "several groups");
     for (int g = 0; g < gs.n; g++)
-      if (_tsr_group_allreduce(&gs, g, 3)) return fprintf(stderr, "rank %d: %s\n", rank, tsr_last_error()), 2;
+      if (_tsr_group_allreduce(&gs, g, STEP)) return fprintf(stderr, "rank %d: %s\n", rank, tsr_last_error()), 2;
     starpu_task_wait_for_all();
     int64_t want_bytes = size > 1 ? formula(&gs, f == 0) : 0, bytes = gs.bytes;
     _tsr_groups_destroy(&gs);

@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
   tsr_schedule_spec file_sched;
   int has_sched;
   check(tsr_model_load_json_schedule(&live.m, &opt, &file_sched, &has_sched, o.model));
-  if (o.lr >= 0) opt.lr = o.lr;
+  apply_optim_opts(&o, &opt);
 
   tsr_context_opts copts;
   tsr_context_opts_default(&copts);
@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
   memcpy(topts.spatial, o.spatial, sizeof topts.spatial);
   topts.staleness = o.staleness;
   topts.loss_scale = !isnan(o.loss_scale) ? o.loss_scale : o.precision == TSR_PRECISION_FP16 ? TSR_LOSS_SCALE_DYNAMIC : 0;
-  check(tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
+  check_trainer_created(&o, tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
   if (o.trace) check(tsr_trace_start(live.ctx, o.trace, o.trace_first, o.trace_last));
   /* Every rank's shard must hold samples of the same shapes: checked together, before any rank can
    * stop alone on its own shapes. */

@@ -178,6 +178,16 @@ static const struct opt_def defs[] = {
      "sign1, signp or signp_mean: ranks combine update signs (Lion Cub: 1-bit vote, p-bit vote or mean; not with "
      "--spatial)",
      .parse = parse_grad_reduce, .text = text_grad_reduce},
+    {"momentum-sync-every", 0, OPT_INT, F(msync_every), "K", NULL,
+     "Lion with a sign --grad-reduce: average the momenta over the ranks in float32 every K steps (the model "
+     "file's momentum_sync_every; 0 = never, and the model file's momentum_sync_layers are dropped); refused with "
+     "another optimizer", 0, 1 << 30, -1,
+     "the model file's, else 0"},
+    {"momentum-sync-layers", 0, OPT_STR, F(msync_layers), "PATTERNS", NULL,
+     "with --momentum-sync-every (or the model file's period): average only the momenta of these layers, "
+     "comma-separated shell patterns matched against layer and tensor names (conv*,final.weight; the model "
+     "file's momentum_sync_layers); refused without a period, with another optimizer than Lion, or when no "
+     "tensor with parameters matches", .deftext = "the model file's, else every layer"},
     {"collective", 0, OPT_STR, F(collective), "A", NULL,
      "how gradients are summed across ranks: ring, rd (recursive doubling), tree, hier (inside nodes, then a ring "
      "across them), nccl, or auto (per group, the fastest on links measured at start-up)",

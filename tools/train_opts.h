@@ -20,6 +20,8 @@ struct train_opts {
   int precision;       /* tsr_precision */
   int grad_reduce;     /* tsr_reduce_precision of the gradient reductions across ranks */
   const char *collective; /* --collective: the reductions' algorithm (NULL: the library's default) */
+  int msync_every;     /* --momentum-sync-every: Lion's momentum_sync_every; < 0: the model file's */
+  const char *msync_layers; /* --momentum-sync-layers: Lion's momentum_sync_layers; NULL: the model file's */
   int spatial[TSR_SPATIAL_MAX_AXES]; /* --spatial: parts per spatial axis (0: not split) */
   int staleness;       /* --staleness: stale-synchronous parallel (0: synchronous) */
   double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */

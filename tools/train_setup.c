@@ -1,8 +1,9 @@
 /* tessera-train's set-up and per-epoch helpers (train_setup.h): the data's shapes against the
- * model's, the mean-target baseline, input standardisation in the trainer, the learning-rate
- * schedule of the run. Errors end the run (run_fail.h). */
+ * model's, the mean-target baseline, input standardisation in the trainer, the optimizer options of
+ * the command line, the learning-rate schedule of the run. Errors end the run (run_fail.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <tessera.h>
 
@@ -99,4 +100,30 @@ void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr,
   if (spec.kind == TSR_SCHEDULE_PLATEAU && !has_val)
     fail("the plateau schedule follows the validation loss: give --val or --val-fraction");
   check(tsr_schedule_init(sched, &spec, lr));
+}
+
+void apply_optim_opts(const struct train_opts *o, tsr_optim_spec *opt) {
+  if (o->lr >= 0) opt->lr = o->lr;
+  if (o->msync_every < 0 && !o->msync_layers) return;
+  const char *flag = o->msync_every >= 0 ? "--momentum-sync-every" : "--momentum-sync-layers";
+  if (opt->kind != TSR_OPTIM_LION)
+    fail("%s: the optimizer of %s is %s; momentum synchronisation is Lion's (optimizer type \"lion\" with "
+         "--grad-reduce sign1, signp or signp_mean)", flag, o->model, tsr_optim_kind_name(opt->kind));
+  if (o->msync_every >= 0) opt->extra[0] = (float)o->msync_every;
+  if (o->msync_every == 0 && !o->msync_layers) opt->momentum_sync_layers[0] = '\0'; /* no averaging: none chosen */
+  if (!o->msync_layers) return;
+  if (opt->extra[0] < 1)
+    fail("--momentum-sync-layers '%s' needs a period: --momentum-sync-every K >= 1 (the model file %s sets %s)",
+         o->msync_layers, o->model, o->msync_every >= 0 ? "it, but the flag overrides it" : "none");
+  if (strlen(o->msync_layers) >= sizeof opt->momentum_sync_layers)
+    fail("--momentum-sync-layers: '%s' is longer than %zu characters", o->msync_layers,
+         sizeof opt->momentum_sync_layers - 1);
+  snprintf(opt->momentum_sync_layers, sizeof opt->momentum_sync_layers, "%s", o->msync_layers);
+}
+
+void check_trainer_created(const struct train_opts *o, tsr_status s) {
+  if (s != TSR_OK && (o->msync_every >= 0 || o->msync_layers) && strstr(tsr_last_error(), "momentum_sync"))
+    fail("%s: %s (%s)", o->msync_layers ? "--momentum-sync-layers" : "--momentum-sync-every", tsr_last_error(),
+         tsr_status_name(s));
+  check(s);
 }

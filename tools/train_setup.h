@@ -8,6 +8,13 @@
 
 #include "train_opts.h"
 
+/* The optimizer options of the command line over the model file's: --lr, and Lion's
+ * --momentum-sync-every (momentum_sync_every, tsr_optim_spec.extra[0]; 0 also drops the file's
+ * layers) and --momentum-sync-layers;
+ * ends the run naming the flag when the optimizer is not Lion or the layers have no period. */
+void apply_optim_opts(const struct train_opts *o, tsr_optim_spec *opt);
+/* tsr_trainer_create's status, a refusal of the momentum synchronisation naming the flag that set it. */
+void check_trainer_created(const struct train_opts *o, tsr_status s);
 /* Ends the run unless the data file `path`'s per-sample input and target shapes are the model's. */
 void check_shapes(const char *path, const tsr_loader *d, const tsr_trainer *t, const tsr_model *m);
 /* Loss (MSE) of predicting the mean training target image for validation samples vfirst..+nval;

@@ -4,8 +4,10 @@
  *   sign1:      majority vote in 1-bit messages. Each member packs the chunks the others own and
  *               sends each to its owner (a 1-bit reduce-scatter), the owner votes on its chunk, then
  *               sends the voted bits to every other member (a 1-bit allgather). One bit cannot carry
- *               0: a direction 0 votes as +1 and a tie (an even split) gives +1; every member ends
- *               with the same directions in {-1, +1}.
+ *               0: every value has a coin c in {-1, +1} drawn from (its index in the gradient
+ *               buffer, the step), the same on every member without a message (_tsr_sign_coin); a
+ *               direction 0 votes -c and a tie (an even split) gives c. Every member ends with the
+ *               same directions in {-1, +1}, and neither sign is favoured.
  *   signp:      a ring on p-bit partial sums, p = ceil(log2(2N + 1)) for N members, so a sum of N
  *               directions cannot overflow: the owner of a chunk turns its exact sum into the vote
  *               sign(sum) (0 on a tie, and when every direction is 0) and passes the sums on.
@@ -33,6 +35,7 @@ struct sign {
   starpu_data_handle_t *tx, *rx; /* per chunk: packed send and receive buffers */
   void **txbuf, **rxbuf;
   size_t *packed;             /* bytes of chunk c packed */
+  uint64_t *base;             /* chunk c's first value's index in the gradient buffer (the coins') */
   starpu_data_handle_t *word; /* the other members' control words (group 0) */
   float **wordbuf;
 };
@@ -63,15 +66,17 @@ static int setup_group(struct _tsr_group *g, int r, int me, int p) {
   q->part_len = calloc(np, sizeof *q->part_len);
   q->tx = calloc(r, sizeof *q->tx), q->rx = calloc(r, sizeof *q->rx);
   q->txbuf = calloc(r, sizeof *q->txbuf), q->rxbuf = calloc(r, sizeof *q->rxbuf);
-  q->packed = calloc(r, sizeof *q->packed);
+  q->packed = calloc(r, sizeof *q->packed), q->base = calloc(r, sizeof *q->base);
   q->word = calloc(r, sizeof *q->word), q->wordbuf = calloc(r, sizeof *q->wordbuf);
-  if (!q->parts || !q->part_len || !q->tx || !q->rx || !q->txbuf || !q->rxbuf || !q->packed || !q->word || !q->wordbuf)
+  if (!q->parts || !q->part_len || !q->tx || !q->rx || !q->txbuf || !q->rxbuf || !q->packed || !q->base || !q->word ||
+      !q->wordbuf)
     return -1;
   size_t len = g->n - g->keep;
   if (q->lead) q->part_len[0] = (uint32_t)g->keep;
   for (int c = 0; c < r; c++) {
     q->part_len[q->lead + c] = (uint32_t)(len / r + ((size_t)c < len % r));
     q->packed[c] = _tsr_packed_bytes(q->part_len[q->lead + c], p);
+    q->base[c] = c ? q->base[c - 1] + q->part_len[q->lead + c - 1] : g->off + g->keep;
   }
   for (int c = 0; c < r; c++) {
     /* 1-bit: rx[c] receives member c's bits of the chunk this member owns; the ring: chunk c */
@@ -108,7 +113,7 @@ static void teardown(struct _tsr_groups *gs) {
       free(q->txbuf[c]), free(q->rxbuf[c]), free(q->wordbuf[c]);
     }
     free(q->parts), free(q->part_len), free(q->tx), free(q->rx), free(q->txbuf), free(q->rxbuf), free(q->packed);
-    free(q->word), free(q->wordbuf), free(q);
+    free(q->base), free(q->word), free(q->wordbuf), free(q);
     gs->g[g].priv = NULL;
   }
 }
@@ -161,7 +166,7 @@ static int vote_1bit(const struct _tsr_comm *cm, struct sign *q, int g, int64_t 
   starpu_data_handle_t *chunk = q->parts + q->lead, in[r];
   for (int k = 1; !ret && k < r; k++) { /* starting at the next member spreads the load */
     int c = mod(me + k, r);
-    ret = _tsr_insert_sign_pack1(chunk[c], q->tx[c], prio);
+    ret = _tsr_insert_sign_pack1(chunk[c], q->tx[c], q->base[c], step, prio);
     if (!ret) ret = send_to(cm, q->tx[c], c, tag_of(cm, step, g, 0), step);
   }
   for (int k = 1; !ret && k < r; k++) {
@@ -169,7 +174,7 @@ static int vote_1bit(const struct _tsr_comm *cm, struct sign *q, int g, int64_t 
     ret = recv_from(cm, q->rx[c], c, tag_of(cm, step, g, 0), step);
     in[n++] = q->rx[c];
   }
-  if (!ret) ret = _tsr_insert_sign_vote1(chunk[me], q->tx[me], n, in, prio);
+  if (!ret) ret = _tsr_insert_sign_vote1(chunk[me], q->tx[me], q->base[me], step, n, in, prio);
   for (int k = 1; !ret && k < r; k++) {
     int c = mod(me + k, r), from = mod(me - k, r);
     ret = send_to(cm, q->tx[me], c, tag_of(cm, step, g, 1), step);
