@@ -190,20 +190,28 @@ END_TEST
 
 /* Several slices: the updates of a step use parameters that the other slices may or may not have
  * updated yet, so the trajectory is not fixed; what is: 300 steps of it bring the held-out loss
- * below 40 % of the initial one, and within 1.5 times the synchronous trainer's (measured: both
- * about 0.1 of the initial loss). */
-START_TEST(several_slices_train) {
+ * below 40 % of the initial one, and within 1.5 times the synchronous trainer's with SGD (measured:
+ * 0.11 of the initial loss for both, 2 and 3 slices), 3 times with Adam (measured: synchronous 0.051
+ * of the initial loss, 2 slices 1.5x that, 3 slices 2.0x: each slice's gradient, scaled to the
+ * batch, has a larger second moment, so Adam's steps are smaller). */
+static void check_trains(int adam) {
   static struct run sync, async;
-  run(0, 2, 0, 1, 0, 300, &sync);
+  run(0, 2, 0, 1, adam, 300, &sync);
   double l0 = held_out(&sync.p0), ls = held_out(&sync.p);
   for (int slices = 2; slices <= 3; slices++) {
-    run(0, slices, 1, 1, 0, 300, &async);
+    run(0, slices, 1, 1, adam, 300, &async);
     double la = held_out(&async.p);
-    ck_assert_msg(la < 0.4 * l0 && la < 1.5 * ls, "%d asynchronous slices: held-out loss %.4g from %.4g (synchronous "
-                  "%.4g)", slices, la, l0, ls);
+    double within = adam ? 3 : 1.5; /* Adam: the per-slice gradients' larger second moment slows it */
+    ck_assert_msg(la < 0.4 * l0 && la < within * ls, "%s, %d asynchronous slices: held-out loss %.4g from %.4g "
+                  "(synchronous %.4g)", adam ? "Adam" : "SGD", slices, la, l0, ls);
     for (int k = 0; k < 300; k++) ck_assert_msg(isfinite(async.losses[k]), "step %d: loss %g", k, async.losses[k]);
   }
 }
+
+START_TEST(several_slices_train_sgd) { check_trains(0); }
+END_TEST
+
+START_TEST(several_slices_train_adam) { check_trains(1); }
 END_TEST
 
 /* An evaluation after training steps sees every update: its loss is that of the parameters read
@@ -330,7 +338,8 @@ static Suite *make_suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, async_off_is_the_default_trainer_bitwise);
   tcase_add_test(tc, one_slice_is_the_synchronous_trainer_bitwise);
-  tcase_add_test(tc, several_slices_train);
+  tcase_add_test(tc, several_slices_train_sgd);
+  tcase_add_test(tc, several_slices_train_adam);
   tcase_add_test(tc, evaluation_and_reads_see_every_update);
   tcase_add_test(tc, no_join_between_slices);
   tcase_add_test(tc, the_synchronous_trainer_joins);
