@@ -331,9 +331,11 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
     _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
     /* gradients no task of the step writes first (entries without wgrad_first, layers off the
      * path to the output) */
-    for (int i = 0; i < t->ntensors; i++)
-      for (int s = 0; t->tensors[i].trainable && !t->ls[t->tensors[i].layer].dw_first && s < (t->async ? t->slices : 1); s++)
+    for (int i = 0; i < t->ntensors; i++) {
+      if (!t->tensors[i].trainable || t->ls[t->tensors[i].layer].dw_first) continue;
+      for (int s = 0; s < (t->async ? t->slices : 1); s++) /* asynchronous slices: each slice's own */
         SUBMIT(_tsr_insert_zero(t->async ? _tsr_async_grad(t, i, s) : t->tensors[i].hg, t->tensors[i].name));
+    }
     SUBMIT(_tsr_insert_fill(t->ctl, t->flag, "control_word")); /* summed over ranks with group 0 */
   }
   for (int l = 0; l < m->n; l++)
