@@ -2,17 +2,20 @@
 # Asynchronous slices (tessera-train --async-slices) against synchronous training at one rank: 2 CPU
 # workers, 2 slices, on tessera-datagen phase-object data with a small plain convolutional network
 # (written below: the examples' networks have batch normalisation, whose statistics span every slice,
-# which --async-slices refuses). "slow" slows slice 0 with TESSERA_SLOW_RANK=0:MS (at one rank the
-# sleep task holds slice 0's input for MS ms in every step; it changes no value), "jitter" does so
-# in about half of the steps, "none" slows nothing. Prints per mode the last epoch's samples/s, train
-# and validation loss and the elapsed time. Synchronous training joins the slices at every step
-# (each layer's update waits for both slices' backward); asynchronous slices update the shared
-# parameters each on its own, so slice 1 keeps going while slice 0 sleeps.
+# which --async-slices refuses). The slowing is TESSERA_SLOW_RANK's sleep task (it changes no value):
+# "slow" (0:MS) makes slice 0 sleep MS ms in every step (a persistent straggler), "slices" (slices:MS)
+# makes one slice of every step sleep, chosen by a hash of the step (transient stragglers), "jitter"
+# (jitter:MS) makes slice 0 sleep in about half of the steps, "none" slows nothing. Prints per mode the
+# last epoch's samples/s, train and validation loss and the elapsed time. Synchronous training joins
+# the slices at every step (each layer's update waits for both slices' backward), so every step costs
+# a sleep; asynchronous slices update the shared parameters each on its own, so while one slice
+# sleeps the other goes on (up to the host's window of 2 steps ahead). A persistent straggler still
+# sets the pace: the loss sum of each step needs every slice.
 # Usage: bench/bench_async_slices.sh [BUILD_DIR]
-#   (env: MODES="none slow jitter" MS=50 SAMPLES=640 EPOCHS=2 BATCH=8 WORKERS=2 SLICES=2)
+#   (env: MODES="none slow slices" MS=50 SAMPLES=640 EPOCHS=2 BATCH=8 WORKERS=2 SLICES=2)
 set -euo pipefail
 build=${1:-build}
-MODES=${MODES:-none slow jitter} MS=${MS:-50} SAMPLES=${SAMPLES:-640} EPOCHS=${EPOCHS:-2} BATCH=${BATCH:-8}
+MODES=${MODES:-none slow slices} MS=${MS:-50} SAMPLES=${SAMPLES:-640} EPOCHS=${EPOCHS:-2} BATCH=${BATCH:-8}
 WORKERS=${WORKERS:-2} SLICES=${SLICES:-2}
 bin=$(cd "$build" && pwd)
 out=$(mktemp -d /tmp/tessera-bench-async.XXXXXX)
@@ -34,8 +37,9 @@ for mode in $MODES; do
   case $mode in
     none) slow= ;;
     slow) slow=0:$MS ;;
+    slices) slow=slices:$MS ;;
     jitter) slow=jitter:$MS ;;
-    *) echo "unknown mode $mode (none, slow, jitter)" >&2; exit 2 ;;
+    *) echo "unknown mode $mode (none, slow, slices, jitter)" >&2; exit 2 ;;
   esac
   for upd in sync async; do
     flag=

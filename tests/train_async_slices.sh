@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tessera-train --async-slices: with one slice it repeats the synchronous step log bitwise; with 2
+# tessera-train --async-slices: with one slice it repeats the synchronous step log bitwise (also
+# with TESSERA_SLOW_RANK=slices:MS, whose sleep tasks change no value); with 2
 # slices it trains with validation and checkpoints (which wait for every update), writes
 # "async_slices": true into the effective configuration; a run file's async_slices with
 # --deterministic, and a model with batch normalisation, are refused naming both.
@@ -24,6 +25,10 @@ timeout 300 "$train" "${args[@]}" --slices 1 --async-slices --step-log "$tmp/one
   { cat "$tmp/one.log"; ko "--async-slices --slices 1 ran"; }
 if same_as_ref "$tmp/one.csv"; then ok "--async-slices with one slice repeats the synchronous step log bitwise"
 else ko "--async-slices with one slice repeats the synchronous step log bitwise"; fi
+TESSERA_SLOW_RANK=slices:5 timeout 300 "$train" "${args[@]}" --slices 1 --async-slices --step-log "$tmp/slow.csv" \
+  >"$tmp/slow.log" 2>&1 || { cat "$tmp/slow.log"; ko "TESSERA_SLOW_RANK=slices:5 ran"; }
+if same_as_ref "$tmp/slow.csv"; then ok "TESSERA_SLOW_RANK=slices:5 changes no value"
+else ko "TESSERA_SLOW_RANK=slices:5 changes no value"; fi
 
 timeout 300 "$train" "${args[@]}" --slices 2 --async-slices --checkpoint-dir "$tmp/ck" --checkpoint-every 3 \
   --step-log "$tmp/two.csv" >"$tmp/two.log" 2>&1

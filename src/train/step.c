@@ -326,7 +326,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   const tsr_model *m = t->model;
   starpu_data_handle_t *loss = t->loss + (id % t->nloss) * t->slices;
   for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
-  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0], id));
+  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, p, id));
   if (train) {
     _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
     /* gradients no task of the step writes first (entries without wgrad_first, layers off the

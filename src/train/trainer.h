@@ -123,6 +123,7 @@ struct tsr_trainer {
   int staleness;
   double slow_ms;       /* TESSERA_SLOW_RANK on this rank: milliseconds of sleep per training step */
   int slow_jitter;      /* TESSERA_SLOW_RANK=jitter:MS: only in about half of the steps */
+  int slow_slices;      /* TESSERA_SLOW_RANK=slices:MS: one slice of every step, chosen by a hash */
   int64_t ntrain;       /* training steps submitted: the set of a step is ntrain % (staleness + 1) */
   int cur_set;          /* the set of tensors[].hg and ctl (_tsr_grad_set_use) */
   struct _tsr_groups *gsets;
@@ -217,9 +218,10 @@ void _tsr_async_teardown(tsr_trainer *t);
 int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step);
 tsr_status _tsr_async_quiesce(tsr_trainer *t);
 
-/* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on h. */
+/* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on a
+ * slice's input of parity p. */
 tsr_status _tsr_slow_setup(tsr_trainer *t);
-int _tsr_slow_submit(tsr_trainer *t, starpu_data_handle_t h, int64_t step);
+int _tsr_slow_submit(tsr_trainer *t, int p, int64_t step);
 
 /* step.c */
 /* Submits the updates of every delayed step (staleness > 0), oldest first. */
