@@ -84,7 +84,7 @@ void _tsr_layer_wgrad(const struct _tsr_layer_call *c, int n, starpu_data_handle
     own |= dw[i] != c->dw[i];
   }
   /* the trainer gives a slice its own buffers for all of a layer's trainable tensors or for none */
-  *overwrite = own || (c->s == 0 && c->dw_first);
+  *overwrite = own || ((c->s == 0 || c->dw_own) && c->dw_first);
 }
 
 int _tsr_layer_wgrad_done(const struct _tsr_layer_call *c, int n) {

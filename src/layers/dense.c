@@ -49,7 +49,7 @@ static int dense_backward(const struct _tsr_layer_call *c) {
   starpu_data_handle_t dy = c->dy[c->s];
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_dense_bwd_data(&d, dy, c->w[0], c->dx[0][c->s], c->v->name);
-  d.overwrite = c->s == 0 && c->dw_first; /* the step's first writer of dw, db */
+  d.overwrite = (c->s == 0 || c->dw_own) && c->dw_first; /* the step's first writer of dw, db */
   if (!ret)
     ret = _tsr_insert_dense_bwd_weights(&d, c->x[0][c->s], dy, c->dw[0], d.has_bias ? c->dw[1] : NULL, c->v->name);
   return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);

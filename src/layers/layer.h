@@ -124,6 +124,9 @@ struct _tsr_layer_call {
   /* Entries with wgrad_first, in a training step: 1 when the trainer did not zero dw, so the step's
    * first task that puts gradients into dw writes them instead of adding into them. */
   int dw_first;
+  /* 1: dw is this slice's own (asynchronous slices): no other slice's task touches it, so the slice's
+   * first task that puts gradients into it writes them as slice 0's does, whatever c->s */
+  int dw_own;
   starpu_data_handle_t state[TSR_LAYER_MAX_STATE];
   /* Entries with fuse_relu: 1 when the layer's only consumer is a relu whose tasks this entry runs
    * fused (y and dy are then the relu's output and its gradient). */

@@ -34,9 +34,9 @@ int _tsr_env_slow_rank(int *rank, double *ms) {
   const char *v = nonempty("TESSERA_SLOW_RANK");
   char *end;
   if (!v) return 0;
-  int jitter = strncmp(v, "jitter:", 7) == 0;
-  long r = jitter ? -1 : strtol(v, &end, 10);
-  if (jitter) end = (char *)v + 6;
+  int jitter = strncmp(v, "jitter:", 7) == 0, slices = strncmp(v, "slices:", 7) == 0;
+  long r = jitter ? -1 : slices ? -2 : strtol(v, &end, 10);
+  if (jitter || slices) end = (char *)v + 6;
   else if (end == v || *end != ':' || r < 0) return -1;
   const char *m = end + 1;
   double d = strtod(m, &end);

@@ -15,8 +15,8 @@ int _tsr_env_skip_reduce(void);
 int _tsr_env_no_nccl(void);
 /* TESSERA_STEP_TIMEOUT: 1 and its value in seconds (<= 0: wait forever) when set and not empty. */
 int _tsr_env_step_timeout(double *seconds);
-/* TESSERA_SLOW_RANK=R:MS or jitter:MS (a benchmark aid): 1 and rank R (-1 for jitter) and
- * milliseconds MS when set, -1 when malformed, 0 when not set. */
+/* TESSERA_SLOW_RANK=R:MS, jitter:MS or slices:MS (a benchmark aid): 1 and rank R (-1 for jitter,
+ * -2 for slices) and milliseconds MS when set, -1 when malformed, 0 when not set. */
 int _tsr_env_slow_rank(int *rank, double *ms);
 
 /* TESSERA_COLLECTIVE: the gradient reduction algorithm's name when set and not empty, else NULL. */

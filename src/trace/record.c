@@ -114,6 +114,8 @@ static void record_cb(void *arg) {
 void _tsr_trace_task_hook(struct starpu_task *task) {
   int64_t step = atomic_load_explicit(&cur_step, memory_order_relaxed);
   if (step < win_first || (win_last >= 0 && step > win_last)) return;
+  /* a task that runs nowhere (an ordering task: asynchronous slices' gates) has no times to record */
+  if (task->cl && task->cl->where == STARPU_NOWHERE) return;
   struct cbarg *a = malloc(sizeof *a);
   if (!a) return; /* the task runs untraced */
   *a = (struct cbarg){task, atomic_fetch_add(&next_seq, 1), step, task->callback_func, task->callback_arg,

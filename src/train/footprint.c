@@ -46,7 +46,9 @@ static uint64_t param_bytes(const tsr_trainer *t, int l, struct bad *b) {
     uint64_t copies = trainable ? 2 + (uint64_t)t->optim->nstate + (t->size > 1) +
                                       (uint64_t)t->staleness * (1 + (t->size > 1)) : 1;
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, _tsr_mul_sat((n + 15) & ~(uint64_t)15, sizeof(float))));
-    if (trainable && L->ops->private_wgrad && t->slices > 1) /* later slices' own weight gradients */
+    if (trainable && t->async && t->slices > 1) /* asynchronous slices: later slices' own gradients */
+      sum = _tsr_add_sat(sum, _tsr_mul_sat((uint64_t)t->slices - 1, floats(n)));
+    else if (trainable && L->ops->private_wgrad && t->slices > 1) /* later slices' own weight gradients */
       sum = _tsr_add_sat(sum, _tsr_mul_sat((uint64_t)t->slices - 1, floats(n)));
   }
   return sum;

@@ -77,10 +77,11 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
   for (int i = 0; st->first_tensor >= 0 && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     c->w[i] = pt->hw;
-    c->dw[i] = pt->trainable ? pt->hg : NULL;
+    c->dw[i] = !pt->trainable ? NULL : t->async ? _tsr_async_grad(t, st->first_tensor + i, s) : pt->hg;
     c->dwp[i] = st->wp[i] ? st->wp[i][s] : NULL;
   }
   c->dw_first = st->dw_first;
+  c->dw_own = t->async;
   for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) c->state[i] = st->state[i];
 }
 

@@ -7,7 +7,9 @@
  * task the host waits on later (it also brings back the control word summed over ranks). The host
  * blocks only when `window` steps are in flight. With staleness s > 0 (staleness.c) a step's
  * gradients go to its own of s + 1 gradient sets and its updates are submitted after step + s's
- * tasks (or at a sync, an evaluation step or a tensor read, which submit every pending update). */
+ * tasks (or at a sync, an evaluation step or a tensor read, which submit every pending update).
+ * With asynchronous slices (async_slices.c) each slice's backward of a layer is followed by the
+ * slice's own updates of its tensors, and there is no reduction. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,13 +288,13 @@ static struct starpu_codelet copy_out_cl = {
     .cpu_funcs = {copy_out_cpu}, .cpu_funcs_name = {"copy_out_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_copy_out"};
 
-static int submit_copy_out(tsr_trainer *t, float *out, int s, int nvalid) {
+static int submit_copy_out(tsr_trainer *t, float *out, int s, int nvalid, starpu_data_handle_t loss) {
   const struct _tsr_lstate *o = &t->ls[t->output_layer];
   int gathered = t->sp && t->sp->y; /* a split output: its whole copy */
   size_t elems = gathered ? (size_t)_tsr_layer_elems(&t->model->layers[t->output_layer]) : o->elems;
   int k = nvalid - t->slice_off[s] < t->slice_n[s] ? nvalid - t->slice_off[s] : t->slice_n[s];
   struct out_arg a = {out + (size_t)t->slice_off[s] * elems, (size_t)k * elems * sizeof(float)};
-  struct _tsr_buf b[2] = {{gathered ? t->sp->y[s] : o->y[s], STARPU_R}, {t->loss[s], STARPU_RW}};
+  struct _tsr_buf b[2] = {{gathered ? t->sp->y[s] : o->y[s], STARPU_R}, {loss, STARPU_RW}};
   return _tsr_submit(&copy_out_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "copy_out", 2, b);
 }
 
@@ -313,6 +315,7 @@ static tsr_status submit_delayed(tsr_trainer *t) {
 }
 
 tsr_status _tsr_flush_updates(tsr_trainer *t) {
+  TSR_TRY(_tsr_async_quiesce(t)); /* asynchronous slices: every update applied */
   while (t->delayed_n > 0) TSR_TRY(submit_delayed(t));
   return TSR_OK;
 }
@@ -321,15 +324,18 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   int p = (int)(id & 1);
   _tsr_trace_set_step(id);
   const tsr_model *m = t->model;
+  starpu_data_handle_t *loss = t->loss + (id % t->nloss) * t->slices;
   for (int s = 0; s < t->slices; s++) TSR_TRY(submit_load(t, src, s, p, nvalid, id));
-  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, t->x[p][0], id));
+  if (train && t->slow_ms > 0) SUBMIT(_tsr_slow_submit(t, p, id));
   if (train) {
     _tsr_grad_set_use(t, (int)(t->ntrain % (t->staleness + 1)));
     /* gradients no task of the step writes first (entries without wgrad_first, layers off the
      * path to the output) */
-    for (int i = 0; i < t->ntensors; i++)
-      if (t->tensors[i].trainable && !t->ls[t->tensors[i].layer].dw_first)
-        SUBMIT(_tsr_insert_zero(t->tensors[i].hg, t->tensors[i].name));
+    for (int i = 0; i < t->ntensors; i++) {
+      if (!t->tensors[i].trainable || t->ls[t->tensors[i].layer].dw_first) continue;
+      for (int s = 0; s < (t->async ? t->slices : 1); s++) /* asynchronous slices: each slice's own */
+        SUBMIT(_tsr_insert_zero(t->async ? _tsr_async_grad(t, i, s) : t->tensors[i].hg, t->tensors[i].name));
+    }
     SUBMIT(_tsr_insert_fill(t->ctl, t->flag, "control_word")); /* summed over ranks with group 0 */
   }
   for (int l = 0; l < m->n; l++)
@@ -338,18 +344,18 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
     struct _tsr_loss_desc d = loss_desc(t, s, nvalid);
     starpu_data_handle_t y = t->ls[t->output_layer].y[s], dy = t->ls[t->output_layer].g[s];
     SUBMIT(_tsr_spatial_output(t, s, id, &y, &dy)); /* a split output gathered whole */
-    SUBMIT(_tsr_insert_loss(&d, y, t->t[p][s], dy, t->loss[s], "loss"));
+    SUBMIT(_tsr_insert_loss(&d, y, t->t[p][s], dy, loss[s], "loss"));
     if (train) SUBMIT(_tsr_spatial_share(t, dy));
     if (train && t->loss_scale != 0) SUBMIT(_tsr_insert_scale_grad(dy, t->scaler_h, t->loss_scale, "loss_scale"));
     if (train) SUBMIT(_tsr_spatial_output_grad(t, s));
   }
   for (int s = 0; src->out && s < t->slices && t->slice_off[s] < nvalid; s++)
-    SUBMIT(submit_copy_out(t, src->out, s, nvalid));
+    SUBMIT(submit_copy_out(t, src->out, s, nvalid, loss[s]));
   struct _tsr_pending *pend = &t->pending[id % (t->window + 1)];
   pend->step = id;
   pend->submitted = starpu_timing_now();
   pend->flag = 0;
-  if (!train) return _tsr_insert_loss_sum(t->slices, t->loss, &pend->value, "loss_sum", &pend->task) ? TSR_ERR_RUNTIME
+  if (!train) return _tsr_insert_loss_sum(t->slices, loss, &pend->value, "loss_sum", &pend->task) ? TSR_ERR_RUNTIME
                                                                                                       : TSR_OK;
   t->nupdates++;
   /* Groups are contiguous in backward order: group g is final once the backward of the layer of
@@ -357,7 +363,11 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   int g = 0;
   for (int l = m->n - 1; l >= 0; l--) {
     if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
-    for (int s = 0; s < t->slices; s++) SUBMIT(_tsr_layer_backward(t, l, s, p, id));
+    for (int s = 0; s < t->slices; s++) {
+      SUBMIT(_tsr_layer_backward(t, l, s, p, id));
+      if (t->async) SUBMIT(_tsr_async_update(t, l, s, id)); /* its own update, no reduction (async_slices.c) */
+    }
+    if (t->async) continue;
     for (; g < t->groups.n && t->tensors[t->groups.g[g].end - 1].layer == l; g++) {
       const struct _tsr_group *gr = &t->groups.g[g];
       for (int i = gr->first; signs(t) && i < gr->end; i++)
@@ -383,7 +393,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
       if (t->tensors[i].trainable) SUBMIT(submit_update(t, &t->tensors[i], NULL));
   }
   /* Last, so that it also reads the control word after group 0's reduction (host order only). */
-  SUBMIT(_tsr_insert_loss_sum_ctl(t->slices, t->loss, t->ctl, &pend->flag, &pend->value, "loss_sum", &pend->task));
+  SUBMIT(_tsr_insert_loss_sum_ctl(t->slices, loss, t->ctl, &pend->flag, &pend->value, "loss_sum", &pend->task));
   if (!t->staleness) return TSR_OK;
   /* Stale-synchronous: this step's updates wait; those of step id - s go in now, after the forward
    * and backward tasks of steps id - s + 1 .. id that read the weights they change. */
@@ -411,10 +421,13 @@ static tsr_status submit_step(tsr_trainer *t, const struct batch_src *src, int t
   /* Bound the steps in flight: wait for the loss of step id - window (and free its ring slot). */
   if (id >= t->window) TSR_TRY(_tsr_wait_step(t, id - t->window));
   if (!train) TSR_TRY(_tsr_flush_updates(t)); /* evaluations see every update */
+  /* asynchronous slices: the updates of this step must not overtake the evaluation's forward */
+  if (train && t->last_train == 0) TSR_TRY(_tsr_async_quiesce(t));
   tsr_status st = submit_graph(t, src, train, nvalid, id);
   if (st != TSR_OK) return st; /* _tsr_submit set the message */
   t->nsteps++;
   t->ntrain += train;
+  t->last_train = train;
   if (id_out) *id_out = id;
   return TSR_OK;
 }

@@ -155,7 +155,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
       starpu_vector_data_register(&st->ws[s], STARPU_MAIN_RAM, (uintptr_t)st->wsbuf[s], (uint32_t)bytes, 1);
     }
   }
-  for (int i = 0; L->ops->private_wgrad && t->slices > 1 && i < _tsr_layer_num_tensors(L); i++) {
+  for (int i = 0; L->ops->private_wgrad && t->slices > 1 && !t->async && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     if (!pt->trainable) continue;
     if (!ALLOC_SLICES(st->wp[i]) || !ALLOC_SLICES(st->wpbuf[i]))
@@ -188,9 +188,13 @@ static tsr_status alloc_io(tsr_trainer *t) {
       t->t[p][s] = _tsr_register_floats(t->tbuf[p][s], t->slice_n[s] * ye);
     }
   }
-  if (!ALLOC_SLICES(t->loss) || !(t->lossbuf = zalloc(t->slices * sizeof(double))))
+  /* asynchronous slices: a set of loss buffers per step in flight, so that no slice's loss task waits
+   * for an earlier step's loss sum (which reads every slice's loss) */
+  t->nloss = t->async ? t->window + 1 : 1;
+  size_t nl = (size_t)t->nloss * t->slices;
+  if (!(t->loss = calloc(nl, sizeof *t->loss)) || !(t->lossbuf = zalloc(nl * sizeof(double))))
     return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
-  for (int s = 0; s < t->slices; s++)
+  for (size_t s = 0; s < nl; s++)
     starpu_vector_data_register(&t->loss[s], STARPU_MAIN_RAM, (uintptr_t)&t->lossbuf[s], 1, sizeof(double));
   t->pending = calloc(t->window + 1, sizeof *t->pending);
   for (int i = 0; t->pending && i <= t->window; i++) t->pending[i].step = -1;
@@ -312,6 +316,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   /* for the footprint and the fingerprint; checked by _tsr_staleness_check_opts (sign reductions: check_signs) */
   t->staleness = o->staleness > 0 && o->staleness <= TSR_MAX_STALENESS ? o->staleness : 0;
   t->loss_scale = o->loss_scale;
+  t->async = o->async_slices != 0, t->last_train = -1;
   _tsr_finite_init(&t->nonfinite);
   int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
   t->slices = o->slices ? o->slices : (nw > 0 ? nw : 1);
@@ -331,6 +336,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
     off += t->slice_n[s];
   }
   if (st == TSR_OK) st = _tsr_staleness_check_opts(t, o);
+  if (st == TSR_OK) st = _tsr_async_check_opts(t, o);
   if (st == TSR_OK) st = _tsr_slow_setup(t);
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
@@ -339,6 +345,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
+  if (st == TSR_OK) st = _tsr_async_setup(t);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
@@ -383,7 +390,8 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(t->x[p], (void **)t->xbuf[p], t->slices);
     unreg_slices(t->t[p], (void **)t->tbuf[p], t->slices);
   }
-  unreg_slices(t->loss, NULL, t->slices);
+  unreg_slices(t->loss, NULL, t->loss ? t->nloss * t->slices : 0);
+  _tsr_async_teardown(t);
   _tsr_reduce_teardown(t);
   if (t->scaler_h) starpu_data_unregister(t->scaler_h);
   free(t->scaler_state);

@@ -88,7 +88,8 @@ struct tsr_trainer {
   char *edge_first;     /* per (layer, input slot): first gradient contribution in backward order */
 
   /* inputs/targets, double-buffered by step parity so loading step t+1 overlaps step t */
-  starpu_data_handle_t *x[2], *t[2], *loss;
+  starpu_data_handle_t *x[2], *t[2], *loss; /* loss: [nloss][slices], step k uses row k % nloss */
+  int nloss;
   float **xbuf[2], **tbuf[2];
   double *lossbuf;
 
@@ -122,12 +123,20 @@ struct tsr_trainer {
   int staleness;
   double slow_ms;       /* TESSERA_SLOW_RANK on this rank: milliseconds of sleep per training step */
   int slow_jitter;      /* TESSERA_SLOW_RANK=jitter:MS: only in about half of the steps */
+  int slow_slices;      /* TESSERA_SLOW_RANK=slices:MS: one slice of every step, chosen by a hash */
   int64_t ntrain;       /* training steps submitted: the set of a step is ntrain % (staleness + 1) */
   int cur_set;          /* the set of tensors[].hg and ctl (_tsr_grad_set_use) */
   struct _tsr_groups *gsets;
   float **gbufs;
   struct _tsr_delayed *delayed; /* [staleness + 1], a ring from delayed_first, delayed_n entries */
   int delayed_first, delayed_n;
+  /* asynchronous slices (tsr_trainer_opts.async_slices, async_slices.c): slice s >= 1's own weight
+   * gradients, agrad[s - 1][i] for tensor i over agbuf[s - 1] (slice 0 uses tensors[].hg); the
+   * parameters and optimizer state of trainable tensors have StarPU's sequential consistency off */
+  int async;
+  starpu_data_handle_t **agrad;
+  float **agbuf;
+  int last_train;       /* the kind of the last step submitted (1 training, 0 evaluation, -1 none) */
   /* loss scaling: a fixed scale, or the dynamic scaler's state in a handle read by the step's tasks */
   double loss_scale;    /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC */
   struct _tsr_loss_scaler scaler;
@@ -197,9 +206,22 @@ void _tsr_staleness_teardown(tsr_trainer *t);
 void _tsr_grad_set_use(tsr_trainer *t, int set);
 struct _tsr_groups *_tsr_grad_set(tsr_trainer *t, int set);
 
-/* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on h. */
+/* async_slices.c: the refusals of what asynchronous slices do not combine with (before anything is
+ * planned), slice s's gradient handle of tensor i, the extra gradient buffers and the sequential
+ * consistency switch (after the tensors and the groups exist), their teardown, slice s's updates of
+ * layer l's tensors with the task that orders slice s's next forward of l after them, and the host
+ * wait that every read, evaluation or switch between evaluation and training does first. */
+tsr_status _tsr_async_check_opts(const tsr_trainer *t, const tsr_trainer_opts *o);
+starpu_data_handle_t _tsr_async_grad(const tsr_trainer *t, int i, int s);
+tsr_status _tsr_async_setup(tsr_trainer *t);
+void _tsr_async_teardown(tsr_trainer *t);
+int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step);
+tsr_status _tsr_async_quiesce(tsr_trainer *t);
+
+/* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on a
+ * slice's input of parity p. */
 tsr_status _tsr_slow_setup(tsr_trainer *t);
-int _tsr_slow_submit(tsr_trainer *t, starpu_data_handle_t h, int64_t step);
+int _tsr_slow_submit(tsr_trainer *t, int p, int64_t step);
 
 /* step.c */
 /* Submits the updates of every delayed step (staleness > 0), oldest first. */
