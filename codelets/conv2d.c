@@ -21,8 +21,9 @@
 /* Which tensors let oneDNN pick the layout (bit per role). The trainer keeps activations in the
  * blocked layout the jit kernels want (src_blk, dst_blk), so no reorder runs for them; where a side
  * is plain (the model's input and output), a blocked layout costs a reorder of the slice (which the
- * trainer runs in a task of its own where _tsr_convlike_reorders reports it), yet measured here (one thread, slices of 16, 64x64 and 32x32) the blocked jit kernels beat the
- * plain gemm ones 2-3x on 3x3 convs and 1.3-2x on stride-2 transposed convs. A 1x1 conv between
+ * trainer runs in a task of its own where _tsr_convlike_reorders reports it), yet measured here
+ * (one thread, slices of 16, 64x64 and 32x32) the blocked jit kernels beat the plain gemm ones 2-3x
+ * on 3x3 convs and 1.3-2x on stride-2 transposed convs. A 1x1 conv between
  * plain tensors is a plain GEMM with no im2col: plain was ~10% faster. */
 enum { ROLE_SRC, ROLE_WEI, ROLE_BIA, ROLE_DST, NROLE };
 
@@ -251,7 +252,8 @@ static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int 
     plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, ROLE_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
     plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, ROLE_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
     int acc = !d->overwrite;
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, ROLE_WEI, 1, acc, &user[ROLE_WEI], MD(dnnl_query_diff_weights_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, ROLE_WEI, 1, acc, &user[ROLE_WEI],
+                  MD(dnnl_query_diff_weights_md));
     if (d->has_bias)
       plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_BIAS, ROLE_BIA, 1, acc, &user[ROLE_BIA], &user[ROLE_BIA]);
   }

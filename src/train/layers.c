@@ -36,12 +36,12 @@ static int grad_fold(void *owner, int k, int s) {
   const struct owner *o = owner;
   tsr_trainer *t = o->t;
   int j = t->model->layers[o->l].inputs[k], first = t->edge_first[o->l * TSR_MAX_CONCAT + k];
+  starpu_data_handle_t target = first ? t->ls[j].g[s] : t->ls[j].tmp[s];
   if (t->sp && k == 0 && (t->sp->l[o->l].window || t->sp->l[o->l].gather)) {
-    int ret = _tsr_spatial_dx(t, o->l, s, first ? t->ls[j].g[s] : t->ls[j].tmp[s], o->step);
+    int ret = _tsr_spatial_dx(t, o->l, s, target, o->step);
     if (ret) return ret;
   }
-  starpu_data_handle_t target = first ? t->ls[j].g[s] : t->ls[j].tmp[s];
-  if (k == 0 && t->ls[o->l].edges & TSR_EDGE_IN) {
+  if (k == 0 && t->ls[o->l].edges & TSR_EDGE_IN) { /* the copy's gradient into the input's layout */
     int ret = _tsr_edge_dx(t, o->l, s, target);
     if (ret) return ret;
   }
@@ -103,10 +103,12 @@ int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t s
     int ret = _tsr_spatial_before(t, l, s, outputs(t, t->model->layers[l].inputs[0], p)[s], step);
     if (ret) return ret;
   }
-  int ret = _tsr_edge_before_forward(t, l, s, outputs(t, t->model->layers[l].inputs[0], p)[s]);
-  if (ret) return ret;
+  if (t->ls[l].edges & TSR_EDGE_IN) {
+    int ret = _tsr_edge_before_forward(t, l, s, outputs(t, t->model->layers[l].inputs[0], p)[s]);
+    if (ret) return ret;
+  }
   fill_call(t, l, s, p, train, step, &v, &o, &c);
-  ret = ops->forward(&c);
+  int ret = ops->forward(&c);
   return ret ? ret : _tsr_edge_after_forward(t, l, s);
 }
 

@@ -101,9 +101,9 @@ static tsr_status plan_edges(tsr_trainer *t, int l, int blk) {
     _tsr_log(2, "layer '%s': %s%s%s reordered in tasks of its own", L->name, st->edges & TSR_EDGE_IN ? "its input" : "",
              st->edges == (TSR_EDGE_IN | TSR_EDGE_OUT) ? " and " : "", st->edges & TSR_EDGE_OUT ? "its output" : "");
   if (best)
-    _tsr_log(2, "layer '%s': its tasks still reorder %s%s%s themselves (bf16 conversions, or passes that take different layouts)", L->name,
-             best & TSR_EDGE_IN ? "its input" : "", best == (TSR_EDGE_IN | TSR_EDGE_OUT) ? " and " : "",
-             best & TSR_EDGE_OUT ? "its output" : "");
+    _tsr_log(2, "layer '%s': its tasks still reorder %s%s%s themselves (bf16 conversions, or passes that "
+                "take different layouts)", L->name, best & TSR_EDGE_IN ? "its input" : "",
+             best == (TSR_EDGE_IN | TSR_EDGE_OUT) ? " and " : "", best & TSR_EDGE_OUT ? "its output" : "");
   return TSR_OK;
 }
 
