@@ -52,6 +52,17 @@ struct _tsr_conv_desc {
 void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
 void _tsr_conv2d_bwd_data_cpu(const struct _tsr_conv_desc *d, const float *dy, const float *w, float *dx);
 void _tsr_conv2d_bwd_weights_cpu(const struct _tsr_conv_desc *d, const float *x, const float *dy, float *dw, float *db);
+/* Which activations (TSR_CONV_REORDERS_SRC: the input and its gradient, _DST: the output and its
+ * gradient) the tasks of a conv2d (deconv 0) or conv_transpose2d (1) with descriptor d would
+ * reorder between the caller's layout and the one oneDNN's kernel takes, over the forward, the
+ * backward for weights and, with bwd_data, the backward for data; -1 when a plan failed (the
+ * failure is recorded, see _tsr_kernel_error). The trainer reorders those in tasks of their own. */
+enum { TSR_CONV_REORDERS_SRC = 1, TSR_CONV_REORDERS_DST = 2 };
+int _tsr_convlike_reorders(const struct _tsr_conv_desc *d, int deconv, int bwd_data);
+/* Reorders that convolution tasks (conv2d, conv_transpose2d) ran inside themselves since the
+ * process started: of activations and their gradients (params 0), of weights, biases and their
+ * gradients (params 1). For tests. */
+long _tsr_conv_reorders(int params);
 /* StarPU's can_execute of the conv and transposed-conv codelets: in fp16 only non-CPU workers. */
 int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
 int _tsr_insert_conv2d_fwd(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
@@ -70,6 +81,16 @@ int _tsr_insert_deconv2d_bwd_data(const struct _tsr_conv_desc *d, starpu_data_ha
                                   starpu_data_handle_t dx, const char *name);
 int _tsr_insert_deconv2d_bwd_weights(const struct _tsr_conv_desc *d, starpu_data_handle_t x, starpu_data_handle_t dy,
                                      starpu_data_handle_t dw, starpu_data_handle_t db, const char *name);
+
+/* ---- reorders of activations between plain NCHW and blocked nChw{B}c (reorder.c; oneDNN, CPU) ---- */
+struct _tsr_reorder_desc {
+  int n, c, h, w;         /* the activation, channels without padding */
+  int from_blk, to_blk;   /* channel blocks of the source and destination layouts, 0 plain */
+};
+void _tsr_reorder_cpu(const struct _tsr_reorder_desc *d, const float *x, float *y);
+/* y = x in the other layout; grad: a gradient (codelet tsr_reorder_bwd, else tsr_reorder_fwd). */
+int _tsr_insert_reorder(const struct _tsr_reorder_desc *d, int grad, starpu_data_handle_t x, starpu_data_handle_t y,
+                        const char *name);
 
 /* ---- conv3d and conv_transpose3d (conv3d.c; oneDNN on NCDHW) ----
  * Weights OIDHW [co, ci, kd, kh, kw] (transposed: IODHW [ci, co, kd, kh, kw]); ci and co are the

@@ -20,9 +20,10 @@
 
 /* Which tensors let oneDNN pick the layout (bit per role). The trainer keeps activations in the
  * blocked layout the jit kernels want (src_blk, dst_blk), so no reorder runs for them; where a side
- * is plain (the model's input and output), a blocked layout costs a reorder of the slice per call,
- * yet measured here (one thread, slices of 16, 64x64 and 32x32) the blocked jit kernels beat the
- * plain gemm ones 2-3x on 3x3 convs and 1.3-2x on stride-2 transposed convs. A 1x1 conv between
+ * is plain (the model's input and output), a blocked layout costs a reorder of the slice (which the
+ * trainer runs in a task of its own where _tsr_convlike_reorders reports it), yet measured here
+ * (one thread, slices of 16, 64x64 and 32x32) the blocked jit kernels beat the plain gemm ones 2-3x
+ * on 3x3 convs and 1.3-2x on stride-2 transposed convs. A 1x1 conv between
  * plain tensors is a plain GEMM with no im2col: plain was ~10% faster. */
 enum { ROLE_SRC, ROLE_WEI, ROLE_BIA, ROLE_DST, NROLE };
 
@@ -37,6 +38,7 @@ static int role_blk(const struct _tsr_conv_desc *d, int r) {
 
 struct plan_arg {
   int exec_arg;             /* DNNL_ARG_* */
+  int role;                 /* ROLE_*: which of the four tensors (activation or parameter) */
   int is_out, accumulate;   /* output written back; added into the caller's memory */
   dnnl_memory_t user;       /* caller's plain layout */
   dnnl_memory_t inner;      /* primitive's layout over scratch; NULL when user serves directly */
@@ -137,10 +139,10 @@ static void op_desc(const struct _tsr_conv_desc *d, int deconv, int pass, const 
 
 /* Sets up one argument: the caller's plain memory, and when the primitive wants another layout
  * (or the result must be added), an inner memory and the reorder between them. */
-static void plan_arg_init(struct plan_arg *a, int exec_arg, int is_out, int accumulate,
+static void plan_arg_init(struct plan_arg *a, int exec_arg, int role, int is_out, int accumulate,
                           const dnnl_memory_desc_t *user_md, const dnnl_memory_desc_t *prim_md) {
   dnnl_engine_t eng = _tsr_dnnl_engine();
-  *a = (struct plan_arg){.exec_arg = exec_arg, .is_out = is_out, .accumulate = accumulate};
+  *a = (struct plan_arg){.exec_arg = exec_arg, .role = role, .is_out = is_out, .accumulate = accumulate};
   a->user = _tsr_dnnl_mem(user_md, NULL);
   if (!accumulate && dnnl_memory_desc_equal(user_md, prim_md)) return;
   a->inner = _tsr_dnnl_mem(prim_md, NULL);
@@ -238,21 +240,22 @@ static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int 
   TSR_DNNL_CHECK(dnnl_primitive_create(&p->prim, pd));
 #define MD(q) dnnl_primitive_desc_query_md(pd, q, 0)
   if (pass == TSR_CONV_FWD) {
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_WEIGHTS, 0, 0, &user[ROLE_WEI], MD(dnnl_query_weights_md));
-    if (d->has_bias) plan_arg_init(&p->a[p->nargs++], DNNL_ARG_BIAS, 0, 0, &user[ROLE_BIA], &user[ROLE_BIA]);
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DST, 1, 0, &user[ROLE_DST], MD(dnnl_query_dst_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, ROLE_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_WEIGHTS, ROLE_WEI, 0, 0, &user[ROLE_WEI], MD(dnnl_query_weights_md));
+    if (d->has_bias) plan_arg_init(&p->a[p->nargs++], DNNL_ARG_BIAS, ROLE_BIA, 0, 0, &user[ROLE_BIA], &user[ROLE_BIA]);
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DST, ROLE_DST, 1, 0, &user[ROLE_DST], MD(dnnl_query_dst_md));
   } else if (pass == TSR_CONV_BWD_DATA) {
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_WEIGHTS, 0, 0, &user[ROLE_WEI], MD(dnnl_query_weights_md));
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_SRC, 1, 0, &user[ROLE_SRC], MD(dnnl_query_diff_src_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, ROLE_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_WEIGHTS, ROLE_WEI, 0, 0, &user[ROLE_WEI], MD(dnnl_query_weights_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_SRC, ROLE_SRC, 1, 0, &user[ROLE_SRC], MD(dnnl_query_diff_src_md));
   } else {
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_SRC, ROLE_SRC, 0, 0, &user[ROLE_SRC], MD(dnnl_query_src_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_DST, ROLE_DST, 0, 0, &user[ROLE_DST], MD(dnnl_query_diff_dst_md));
     int acc = !d->overwrite;
-    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, 1, acc, &user[ROLE_WEI], MD(dnnl_query_diff_weights_md));
+    plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_WEIGHTS, ROLE_WEI, 1, acc, &user[ROLE_WEI],
+                  MD(dnnl_query_diff_weights_md));
     if (d->has_bias)
-      plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_BIAS, 1, acc, &user[ROLE_BIA], &user[ROLE_BIA]);
+      plan_arg_init(&p->a[p->nargs++], DNNL_ARG_DIFF_BIAS, ROLE_BIA, 1, acc, &user[ROLE_BIA], &user[ROLE_BIA]);
   }
   const dnnl_memory_desc_t *spad = MD(dnnl_query_scratchpad_md);
 #undef MD
@@ -284,7 +287,15 @@ static struct plan *plan_get(const struct _tsr_conv_desc *d, int deconv, int pas
 }
 
 
-static void run_reorder(struct plan_arg *a) {
+/* Reorders run inside convolution tasks since the process started, of activations (and their
+ * gradients) and of parameters (and theirs): _tsr_conv_reorders. */
+static atomic_long reorders_run[2];
+
+long _tsr_conv_reorders(int params) { return atomic_load(&reorders_run[params != 0]); }
+
+/* not inlined: profiles (callgrind) show the reorders convolution tasks run apart from their kernels */
+__attribute__((noinline)) static void run_reorder(struct plan_arg *a) {
+  atomic_fetch_add_explicit(&reorders_run[a->role == ROLE_WEI || a->role == ROLE_BIA], 1, memory_order_relaxed);
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a->is_out ? a->inner : a->user},
                              {DNNL_ARG_TO, a->is_out ? a->user : a->inner}};
   _tsr_dnnl_run(a->reorder, 2, args);
@@ -376,6 +387,29 @@ int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_co
                         dnnl_data_type_t types[3]) {
   struct convlike_call c = {.d = d, .deconv = deconv, .pass = pass, .types = types};
   return _tsr_kernel_guard(convlike_op(deconv, pass), convlike_types_body, &c) ? 0 : -1;
+}
+
+struct reorders_call {
+  const struct _tsr_conv_desc *d;
+  int deconv, bwd_data, mask;
+};
+
+static void convlike_reorders_body(void *arg) {
+  struct reorders_call *c = arg;
+  for (int pass = TSR_CONV_FWD; pass <= TSR_CONV_BWD_WEIGHTS; pass++) {
+    if (pass == TSR_CONV_BWD_DATA && !c->bwd_data) continue;
+    struct plan *p = plan_create(c->d, c->deconv, pass, _tsr_get_precision());
+    if (!p) p = plan_create(c->d, c->deconv, pass, TSR_PRECISION_F32);
+    for (int i = 0; i < p->nargs; i++)
+      if (p->a[i].reorder && (p->a[i].role == ROLE_SRC || p->a[i].role == ROLE_DST))
+        c->mask |= p->a[i].role == ROLE_SRC ? TSR_CONV_REORDERS_SRC : TSR_CONV_REORDERS_DST;
+    plan_free(p);
+  }
+}
+
+int _tsr_convlike_reorders(const struct _tsr_conv_desc *d, int deconv, int bwd_data) {
+  struct reorders_call c = {.d = d, .deconv = deconv, .bwd_data = bwd_data};
+  return _tsr_kernel_guard(convlike_op(deconv, TSR_CONV_FWD), convlike_reorders_body, &c) ? c.mask : -1;
 }
 
 static void convlike_run_body(void *arg) {

@@ -4,7 +4,10 @@
  * pooling, transposed conv, add) matches finite differences of the training loss (smooth
  * activations) and the plain graph's gradient (relu fused), and training with them follows training
  * with plain layouts and separate relu tasks to float rounding. Convolutions' weight-gradient tasks
- * write their gradients instead of adding into zeroed ones (no zero-fill task in a step). */
+ * write their gradients instead of adding into zeroed ones (no zero-fill task in a step). Where a
+ * convolution's kernels take another layout than its input or output has, reorder tasks of their own
+ * convert a copy (counted by the submit hook), the convolution tasks reorder no activation
+ * themselves (counted by conv2d.c), and the gradient is the plain graph's. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -119,7 +122,7 @@ END_TEST
 
 /* One SGD step (lr 1, no momentum) from the same start: its loss and, as before - after, the
  * gradient of every trainable tensor (flattened into g, which it returns; *n its length). */
-static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
+static float *gradient_of(tsr_model *m, int blocked, tsr_sample_fn fill_fn, double *loss, size_t *n) {
   _tsr_set_blocked_fused(blocked);
   tsr_context *ctx = start();
   tsr_optim_spec sgd = tsr_optim_spec_default(TSR_OPTIM_SGD);
@@ -138,7 +141,9 @@ static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
     ck_assert_int_eq(tsr_trainer_tensor_get(t, i, before + off), TSR_OK);
     off += tsr_shape_numel(&shp);
   }
-  *loss = step_loss(t);
+  int64_t id;
+  ck_assert_int_eq(tsr_trainer_step(t, fill_fn, NULL, &id), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_loss(t, id, loss), TSR_OK);
   for (int i = 0, off = 0; i < tsr_trainer_num_tensors(t); i++) {
     tsr_shape shp;
     int trainable;
@@ -153,6 +158,10 @@ static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
   _tsr_set_blocked_fused(1);
   *n = total;
   return g;
+}
+
+static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
+  return gradient_of(m, blocked, fill, loss, n);
 }
 
 /* With relu (fused into batchnorm), finite differences would cross its kinks: the blocked, fused
@@ -382,6 +391,130 @@ START_TEST(dense_gradients_are_written_by_the_first_slice) {
 }
 END_TEST
 
+/* Plain activations next to convolutions: in (CE channels: a kernel that takes the blocked layout)
+ * -> c0 -> bn0 -> r0 -> c1 -> drop (p 0: a copy, plain only) -> c2 -> t (tanh) -> out. c0's input,
+ * c1's output, c2's input (and its gradient: drop's is needed) and out's output are plain while
+ * the convolution kernels take blocked data: the trainer gives each a blocked copy and reorder
+ * tasks of their own. */
+#define CE 20
+static int fill_edge(void *user, int64_t step, int index, float *x, float *y) {
+  for (int p = 0; p < CE * S * S; p++) x[p] = sinf(0.37f * (p + 1) * (index + 1)) * 0.8f;
+  for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] * x[p] - 0.3f * x[S * S + p];
+  return 0;
+}
+
+static tsr_model *edge_model(void) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "edges"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", CE, S, S), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", 16, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn0", TSR_LAYER_BATCHNORM, "c0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r0", TSR_LAYER_RELU, "bn0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "r0", 16, 3, 1, 1), TSR_OK);
+  tsr_layer_spec dp = tsr_layer_spec_default(TSR_LAYER_DROPOUT);
+  dp.p = 0;
+  add(m, "drop", &dp, (const char *[]){"c1"}, 1);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "drop", 16, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "t", TSR_LAYER_TANH, "c2"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "t", 1, 1, 1, 0), TSR_OK);
+  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
+  return m;
+}
+
+/* The reorder tasks a step submits, per codelet (forward, backward) and per layer they serve. */
+static atomic_int n_reorder[2], n_reorder_bad_name;
+static const tsr_model *hooked_model;
+
+static void count_reorder(struct starpu_task *task) {
+  const char *cl = task->cl ? task->cl->name : NULL;
+  if (!cl || strncmp(cl, "tsr_reorder_", 12) != 0) return;
+  atomic_fetch_add(&n_reorder[strcmp(cl, "tsr_reorder_bwd") == 0], 1);
+  if (!task->name || _tsr_model_find(hooked_model, task->name) < 0) atomic_fetch_add(&n_reorder_bad_name, 1);
+}
+
+/* One step under the hook: the reorder tasks submitted (fwd, bwd), and the activation reorders the
+ * convolution tasks ran inside themselves. */
+static void one_step(tsr_trainer *t, const tsr_model *m, int nreorder[2], long *conv_act) {
+  hooked_model = m;
+  atomic_store(&n_reorder[0], 0), atomic_store(&n_reorder[1], 0), atomic_store(&n_reorder_bad_name, 0);
+  long before = _tsr_conv_reorders(0);
+  int64_t id;
+  _tsr_submit_set_hook(count_reorder);
+  ck_assert_int_eq(tsr_trainer_step(t, fill_edge, NULL, &id), TSR_OK);
+  _tsr_submit_set_hook(NULL);
+  ck_assert_int_eq(tsr_trainer_sync(t), TSR_OK);
+  *conv_act = _tsr_conv_reorders(0) - before;
+  nreorder[0] = atomic_load(&n_reorder[0]), nreorder[1] = atomic_load(&n_reorder[1]);
+  ck_assert_int_eq(atomic_load(&n_reorder_bad_name), 0);
+}
+
+/* With blocked layouts the convolution tasks reorder no activation (the counter of reorders they run
+ * stays put over a step), and a step submits one reorder task per slice and plain side the plan gave
+ * a blocked copy (forward: inputs and outputs; backward: the outputs' gradients and the inputs'
+ * gradients that are needed), named after the convolution. The switch that turns blocked layouts
+ * off submits none. */
+START_TEST(plain_activations_are_reordered_in_tasks_of_their_own) {
+  tsr_context *ctx = start();
+  tsr_model *m = edge_model();
+  tsr_trainer *t = trainer(ctx, m, NULL);
+  int blk = _tsr_act_block(), fwd = 0, bwd = 0, nr[2];
+  long conv_act;
+  int left = 0;
+  for (int l = 0; l < m->n; l++) {
+    const struct _tsr_lstate *st = &t->ls[l];
+    int own_in = m->layers[l].ninputs ? t->ls[m->layers[l].inputs[0]].blk : 0;
+    ck_assert_msg(!(st->edges & TSR_EDGE_IN) || st->copy_blk[0] != own_in, "%s: a copy of the input in its layout",
+                  m->layers[l].name);
+    ck_assert_msg(!(st->edges & TSR_EDGE_OUT) || st->copy_blk[1] != st->blk, "%s: a copy of the output in its layout",
+                  m->layers[l].name);
+    fwd += !!(st->edges & TSR_EDGE_IN) + !!(st->edges & TSR_EDGE_OUT);
+    bwd += (st->edges & TSR_EDGE_IN && t->ls[m->layers[l].inputs[0]].needs_grad) + !!(st->edges & TSR_EDGE_OUT);
+    left |= st->reorders_left;
+  }
+  one_step(t, m, nr, &conv_act); /* the first step plans the kernels */
+  one_step(t, m, nr, &conv_act);
+  ck_assert_msg(nr[0] == fwd * t->slices && nr[1] == bwd * t->slices,
+                "reorder tasks: %d forward, %d backward; the plan's copies ask for %d, %d", nr[0], nr[1],
+                fwd * t->slices, bwd * t->slices);
+  if (blk) {
+    /* CPUs differ in which layout each pass's kernel takes: the plan says where one layout serves all */
+    ck_assert_msg((conv_act == 0) == (left == 0), "the convolution tasks of a step ran %ld activation reorders; "
+                  "the plan leaves %s", conv_act, left ? "some" : "none");
+    ck_assert_msg(fwd > 0, "no plain side of a convolution got a blocked copy");
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "in")].blk, 0);
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "drop")].blk, 0);
+  }
+  tsr_trainer_destroy(t);
+  _tsr_set_blocked_fused(0);
+  t = trainer(ctx, m, NULL);
+  one_step(t, m, nr, &conv_act);
+  ck_assert_msg(nr[0] == 0 && nr[1] == 0, "%d + %d reorder tasks with plain layouts", nr[0], nr[1]);
+  tsr_trainer_destroy(t);
+  _tsr_set_blocked_fused(1);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
+/* The model whose plain sides are reordered in tasks of their own: the step's loss and gradient with
+ * blocked layouts and copies match the plain step's (every entry, 1e-5 relative to the largest). */
+START_TEST(reordered_edges_give_the_plain_gradient) {
+  tsr_model *m = edge_model();
+  double lp, lb;
+  size_t np, nb;
+  float *gp = gradient_of(m, 0, fill_edge, &lp, &np), *gb = gradient_of(m, 1, fill_edge, &lb, &nb);
+  ck_assert_int_eq(np, nb);
+  ck_assert_msg(fabs(lb - lp) <= 1e-6 * fabs(lp), "loss: blocked %.9g, plain %.9g", lb, lp);
+  float big = 0;
+  for (size_t i = 0; i < np; i++) big = fmaxf(big, fabsf(gp[i]));
+  ck_assert(big > 0);
+  for (size_t i = 0; i < np; i++)
+    ck_assert_msg(fabsf(gb[i] - gp[i]) <= 1e-5f * big, "gradient entry %zu: blocked %.8g, plain %.8g", i, gb[i], gp[i]);
+  free(gp), free(gb);
+  tsr_model_destroy(m);
+}
+END_TEST
+
 static Suite *make_layout_suite(void) {
   Suite *s = suite_create("layout");
   TCase *tc = tcase_create("layout");
@@ -392,6 +525,8 @@ static Suite *make_layout_suite(void) {
   tcase_add_test(tc, blocked_and_fused_training_follows_plain_training);
   tcase_add_test(tc, convolution_and_batchnorm_gradients_are_written_without_zero_fill);
   tcase_add_test(tc, dense_gradients_are_written_by_the_first_slice);
+  tcase_add_test(tc, plain_activations_are_reordered_in_tasks_of_their_own);
+  tcase_add_test(tc, reordered_edges_give_the_plain_gradient);
   suite_add_tcase(s, tc);
   return s;
 }

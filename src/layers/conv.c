@@ -94,6 +94,13 @@ static int conv_backward(const struct _tsr_layer_call *c) {
   return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);
 }
 
+static int conv_reorders(const struct _tsr_layer_view *v, int n, int bwd_data) {
+  struct _tsr_conv_desc d = conv_desc(v, n);
+  int m = _tsr_convlike_reorders(&d, transposed(v->spec), bwd_data);
+  if (m < 0) return -1;
+  return (m & TSR_CONV_REORDERS_SRC ? TSR_EDGE_IN : 0) | (m & TSR_CONV_REORDERS_DST ? TSR_EDGE_OUT : 0);
+}
+
 #define FIELD TSR_LAYER_FIELD
 static const struct _tsr_layer_field conv_fields[] = {
     FIELD("out_channels", TSR_FIELD_COUNT, out_channels, 1), FIELD("kernel", TSR_FIELD_SIZE2, kernel_h, 1),
@@ -110,7 +117,8 @@ static const struct _tsr_layer_field deconv_fields[] = {
 
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
-  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .forward = conv_forward, .backward = conv_backward, \
+  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .reorders = conv_reorders, .forward = conv_forward, \
+  .backward = conv_backward, \
   .private_wgrad = 1, .wgrad_first = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv[] = {

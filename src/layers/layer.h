@@ -51,6 +51,9 @@ enum _tsr_layout_cap {
   TSR_LAYOUT_PRODUCE    /* any input layout; output blocked (convolutions) */
 };
 
+/* The sides of a layer whose layout the trainer changes in tasks of their own (_tsr_layer_ops.reorders). */
+enum { TSR_EDGE_IN = 1, TSR_EDGE_OUT = 2 };
+
 /* How a layer runs on one block of a spatially split sample (tsr_trainer_opts.spatial). */
 enum _tsr_spatial_kind {
   TSR_SPATIAL_WHOLE,     /* needs whole samples: the trainer gathers a split input first (the default) */
@@ -170,6 +173,12 @@ struct _tsr_layer_ops {
   enum _tsr_spatial_kind spatial; /* how it runs on blocks of spatially split samples */
   int layout;                     /* an enum _tsr_layout_cap */
   int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */
+  /* (optional) Which of its activations the entry's tasks for a slice of n samples would reorder
+   * inside themselves, given the layouts in v (TSR_EDGE_IN: input 0 and its gradient, TSR_EDGE_OUT:
+   * the output and its gradient; bwd_data: input 0's gradient is computed), or -1 when that cannot
+   * be planned. Where a plain activation costs such a reorder and the blocked layout would not, the
+   * trainer gives the entry a blocked copy and reorders it in a task of its own (layout.c). */
+  int (*reorders)(const struct _tsr_layer_view *v, int n, int bwd_data);
   /* 1: with several slices, slices after the first compute their weight gradients into buffers of
    * their own (_tsr_layer_wgrad) and add them afterwards: tasks that add into one handle run one at
    * a time, so the slices' weight-gradient convolutions, the first layer's above all, ran serially */

@@ -65,7 +65,7 @@ static uint64_t out_elems(const tsr_trainer *t, const struct _tsr_sp_layer *plan
  * layer's workspace if it keeps one (max pooling: oneDNN's indices, at most 4 bytes per output
  * element); with split samples the halo'd (or gathered) input and its gradient, and the other
  * members' blocks of a gathered one (halo messages, a few planes, are not counted); per layer its
- * state buffers. */
+ * state buffers; the copies of a layer's input or output in another layout. */
 static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan, int parts, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
   uint64_t elems = out_elems(t, plan, l) / (uint64_t)L->c * (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk), sum = 0;
@@ -73,10 +73,16 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   const struct _tsr_sp_layer *P = plan ? &plan[l] : NULL;
   uint64_t in = P && (P->window || P->gather) ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
   uint64_t others = P && P->gather ? (uint64_t)(parts - 1) * out_elems(t, plan, L->inputs[0]) : 0;
+  /* copies of the input (and its gradient) or output (one for it and its gradient) in another layout: layout.c */
+  uint64_t ein = t->ls[l].edges & TSR_EDGE_IN ? _tsr_edge_elems(t, l, TSR_EDGE_IN) : 0;
+  uint64_t eout = t->ls[l].edges & TSR_EDGE_OUT ? _tsr_edge_elems(t, l, TSR_EDGE_OUT) : 0;
+  uint64_t ein_copies = 1 + (uint64_t)(L->ninputs > 0 && t->ls[L->inputs[0]].needs_grad);
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
     vector_fits(b, n, "layer", L->name);
     sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, floats(n)));
+    sum = _tsr_add_sat(sum, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], ein))));
+    sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], eout)));
     sum = _tsr_add_sat(sum, _tsr_mul_sat(2, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], in))));
     sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], others)));
   }

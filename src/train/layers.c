@@ -6,7 +6,8 @@
  * (spatial.c) a layer's input is exchanged with halos or gathered before its forward, and its
  * gradient handed back to the blocks when the entry reports it written. A relu fused into its
  * input's tasks (layout.c) submits nothing; that layer's entry gets the relu's output and gradient
- * handles. */
+ * handles. A layer with a copy of its input or output in another layout (layout.c) gets the copy's
+ * handles, and the reorder tasks between the two are submitted around its own. */
 #include "runtime/rng.h"
 #include "train/trainer.h"
 
@@ -35,8 +36,13 @@ static int grad_fold(void *owner, int k, int s) {
   const struct owner *o = owner;
   tsr_trainer *t = o->t;
   int j = t->model->layers[o->l].inputs[k], first = t->edge_first[o->l * TSR_MAX_CONCAT + k];
+  starpu_data_handle_t target = first ? t->ls[j].g[s] : t->ls[j].tmp[s];
   if (t->sp && k == 0 && (t->sp->l[o->l].window || t->sp->l[o->l].gather)) {
-    int ret = _tsr_spatial_dx(t, o->l, s, first ? t->ls[j].g[s] : t->ls[j].tmp[s], o->step);
+    int ret = _tsr_spatial_dx(t, o->l, s, target, o->step);
+    if (ret) return ret;
+  }
+  if (k == 0 && t->ls[o->l].edges & TSR_EDGE_IN) { /* the copy's gradient into the input's layout */
+    int ret = _tsr_edge_dx(t, o->l, s, target);
     if (ret) return ret;
   }
   if (first) return 0;
@@ -74,6 +80,9 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     for (int a = 0; a < t->sp->nd; a++) c->lo[3 - t->sp->nd + a] = P->lo[a], c->hi[3 - t->sp->nd + a] = P->hi[a];
   }
   if (P && (P->window || P->gather)) c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
+  /* copies in the layout the kernels take, reordered in tasks of their own (layout.c) */
+  if (st->edges & TSR_EDGE_IN) v->in_blk[0] = st->copy_blk[0], c->x[0] = st->ex, c->dx[0] = c->dx[0] ? st->edx : NULL;
+  if (st->edges & TSR_EDGE_OUT) v->out_blk = st->copy_blk[1], c->y = st->ey, c->dy = st->ey;
   for (int i = 0; st->first_tensor >= 0 && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     c->w[i] = pt->hw;
@@ -95,8 +104,13 @@ int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t s
     int ret = _tsr_spatial_before(t, l, s, outputs(t, t->model->layers[l].inputs[0], p)[s], step);
     if (ret) return ret;
   }
+  if (t->ls[l].edges & TSR_EDGE_IN) {
+    int ret = _tsr_edge_before_forward(t, l, s, outputs(t, t->model->layers[l].inputs[0], p)[s]);
+    if (ret) return ret;
+  }
   fill_call(t, l, s, p, train, step, &v, &o, &c);
-  return ops->forward(&c);
+  int ret = ops->forward(&c);
+  return ret ? ret : _tsr_edge_after_forward(t, l, s);
 }
 
 int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step) {
@@ -105,6 +119,8 @@ int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step) {
   struct _tsr_layer_view v;
   struct owner o;
   struct _tsr_layer_call c;
+  int ret = _tsr_edge_before_backward(t, l, s);
+  if (ret) return ret;
   fill_call(t, l, s, p, 1, step, &v, &o, &c);
   return ops->backward(&c);
 }

@@ -2,9 +2,15 @@
  * Activations stay in oneDNN's blocked layout (nChw16c on AVX-512) wherever their producer and
  * every consumer handle it, so convolutions read and write it directly instead of reordering on
  * every call; the model's input and output stay plain NCHW (load, loss and predictions read them).
- * A relu that is the only consumer of an entry with fuse_relu (batchnorm) runs inside its tasks. */
+ * A relu that is the only consumer of an entry with fuse_relu (batchnorm) runs inside its tasks.
+ * Where a convolution's kernels take another layout than its input's or output's (a blocked one
+ * next to the model's input and output or a layer that takes only plain data; a plain one for some
+ * shapes with few channels), the convolution reads and writes a copy in that layout, and reorder
+ * tasks of their own convert between the two (the "edges"), so the convolution tasks reorder no
+ * activation themselves where one layout serves all their passes. */
 #include <stdlib.h>
 
+#include "codelets.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
 #include "train/trainer.h"
@@ -40,6 +46,67 @@ static int only_consumer(const tsr_trainer *t, int l) {
   return found;
 }
 
+/* The sides of layer l that its tasks would reorder with the view v, over every slice size. */
+static tsr_status reorders(const tsr_trainer *t, int l, const struct _tsr_layer_view *v, int *mask) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  int bwd_data = t->ls[L->inputs[0]].needs_grad;
+  *mask = 0;
+  for (int s = 0; s < t->slices; s++) {
+    if (s > 0 && t->slice_n[s] == t->slice_n[s - 1]) continue;
+    int r = L->ops->reorders(v, t->slice_n[s], bwd_data);
+    if (r < 0) {
+      char msg[512] = "";
+      _tsr_kernel_error(msg, sizeof msg);
+      _tsr_kernel_error_clear();
+      return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': no plan for its tasks of %d samples: %s", L->name,
+                        t->slice_n[s], msg);
+    }
+    *mask |= r;
+  }
+  return TSR_OK;
+}
+
+static int bits(int mask) { return (mask & TSR_EDGE_IN ? 1 : 0) + (mask & TSR_EDGE_OUT ? 1 : 0); }
+
+/* Layer l's edges. When its tasks would reorder a side themselves, each combination of layouts (the
+ * activation's, or the other of plain and blocked) for the sides they reorder is tried: the one that
+ * leaves the fewest reorders inside the tasks wins, with the fewest copies on a tie. A kernel that
+ * takes plain data directly (a first convolution of one channel) keeps its plain input; one whose
+ * kernels take blocked data gets a blocked copy of a plain input or output (the model's input and
+ * output); one whose kernels want plain data for few channels gets a plain copy of a blocked one. */
+static tsr_status plan_edges(tsr_trainer *t, int l, int blk) {
+  const struct _tsr_layer *L = &t->model->layers[l];
+  struct _tsr_lstate *st = &t->ls[l];
+  st->edges = st->reorders_left = 0;
+  if (!L->ops->reorders || !st->live || st->fused || !L->ops->forward) return TSR_OK;
+  struct _tsr_layer_view v;
+  _tsr_trainer_view(t, l, &v);
+  int own[2] = {v.in_blk[0], v.out_blk}, best;
+  TSR_TRY(reorders(t, l, &v, &best));
+  int first = best, best_edges = 0;
+  for (int e = 1; e <= (TSR_EDGE_IN | TSR_EDGE_OUT); e++) {
+    if ((e & first) != e) continue; /* only sides the tasks reorder */
+    int left;
+    v.in_blk[0] = e & TSR_EDGE_IN ? (own[0] ? 0 : blk) : own[0];
+    v.out_blk = e & TSR_EDGE_OUT ? (own[1] ? 0 : blk) : own[1];
+    TSR_TRY(reorders(t, l, &v, &left));
+    if (bits(left) < bits(best) || (bits(left) == bits(best) && bits(e) < bits(best_edges)))
+      best = left, best_edges = e;
+  }
+  st->edges = best_edges;
+  st->reorders_left = best;
+  st->copy_blk[0] = own[0] ? 0 : blk;
+  st->copy_blk[1] = own[1] ? 0 : blk;
+  if (st->edges)
+    _tsr_log(2, "layer '%s': %s%s%s reordered in tasks of its own", L->name, st->edges & TSR_EDGE_IN ? "its input" : "",
+             st->edges == (TSR_EDGE_IN | TSR_EDGE_OUT) ? " and " : "", st->edges & TSR_EDGE_OUT ? "its output" : "");
+  if (best)
+    _tsr_log(2, "layer '%s': its tasks still reorder %s%s%s themselves (bf16 conversions, or passes that "
+                "take different layouts)", L->name, best & TSR_EDGE_IN ? "its input" : "",
+             best == (TSR_EDGE_IN | TSR_EDGE_OUT) ? " and " : "", best & TSR_EDGE_OUT ? "its output" : "");
+  return TSR_OK;
+}
+
 tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
   const tsr_model *m = t->model;
   /* CUDA kernels take plain NCHW, and the fused and blocked kernels are CPU ones; the halo exchanges
@@ -47,6 +114,7 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
    * (tests compare). */
   int on = starpu_cuda_worker_get_count() == 0 && !spatial && _tsr_get_blocked_fused();
   int blk = on ? _tsr_act_block() : 0;
+  t->act_blk = blk;
   char *ok = calloc(m->n, 1);
   if (!ok) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int l = 0; l < m->n; l++)
@@ -72,9 +140,52 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
   return TSR_OK;
 }
 
+tsr_status _tsr_trainer_plan_edges(tsr_trainer *t) {
+  /* none without blocked kernels, with CUDA workers or spatial parts */
+  for (int l = 0; t->act_blk && l < t->model->n; l++) TSR_TRY(plan_edges(t, l, t->act_blk));
+  return TSR_OK;
+}
+
 void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v) {
   const struct _tsr_layer *L = &t->model->layers[l];
   _tsr_model_view(t->model, l, v);
   for (int k = 0; k < L->ninputs; k++) v->in_blk[k] = t->ls[L->inputs[k]].blk;
   v->out_blk = t->ls[l].blk;
+}
+
+size_t _tsr_edge_elems(const tsr_trainer *t, int l, int side) {
+  struct _tsr_layer_view v;
+  _tsr_trainer_view(t, l, &v);
+  const struct _tsr_chw *a = side == TSR_EDGE_IN ? &v.in[0] : &v.out;
+  return (size_t)_tsr_blk_channels(a->c, t->ls[l].copy_blk[side == TSR_EDGE_OUT]) * a->h * a->w;
+}
+
+/* A reorder of layer l's side `side` for slice s, between the activation and its copy. */
+static int reorder(tsr_trainer *t, int l, int s, int side, int to_copy, int grad, starpu_data_handle_t from,
+                   starpu_data_handle_t to) {
+  struct _tsr_layer_view v;
+  _tsr_trainer_view(t, l, &v);
+  const struct _tsr_chw *a = side == TSR_EDGE_IN ? &v.in[0] : &v.out;
+  int own = side == TSR_EDGE_IN ? v.in_blk[0] : v.out_blk, copy = t->ls[l].copy_blk[side == TSR_EDGE_OUT];
+  struct _tsr_reorder_desc d = {.n = t->slice_n[s], .c = a->c, .h = a->h, .w = a->w,
+                                .from_blk = to_copy ? own : copy, .to_blk = to_copy ? copy : own};
+  return _tsr_insert_reorder(&d, grad, from, to, t->model->layers[l].name);
+}
+
+int _tsr_edge_before_forward(tsr_trainer *t, int l, int s, starpu_data_handle_t x) {
+  return t->ls[l].edges & TSR_EDGE_IN ? reorder(t, l, s, TSR_EDGE_IN, 1, 0, x, t->ls[l].ex[s]) : 0;
+}
+
+int _tsr_edge_after_forward(tsr_trainer *t, int l, int s) {
+  const struct _tsr_lstate *st = &t->ls[l];
+  return st->edges & TSR_EDGE_OUT ? reorder(t, l, s, TSR_EDGE_OUT, 0, 0, st->ey[s], st->y[s]) : 0;
+}
+
+int _tsr_edge_before_backward(tsr_trainer *t, int l, int s) {
+  const struct _tsr_lstate *st = &t->ls[l];
+  return st->edges & TSR_EDGE_OUT ? reorder(t, l, s, TSR_EDGE_OUT, 1, 1, st->g[s], st->ey[s]) : 0;
+}
+
+int _tsr_edge_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target) {
+  return t->ls[l].edges & TSR_EDGE_IN ? reorder(t, l, s, TSR_EDGE_IN, 0, 1, t->ls[l].edx[s], target) : 0;
 }

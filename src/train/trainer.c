@@ -125,6 +125,35 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
 
 #define ALLOC_SLICES(ptr) ((ptr) = calloc(t->slices, sizeof *(ptr)))
 
+/* n floats per slice (samples times `per`) into h[] and buf[] */
+static tsr_status alloc_copies(tsr_trainer *t, int l, size_t per, starpu_data_handle_t **h, float ***buf) {
+  if (!ALLOC_SLICES(*h) || !ALLOC_SLICES(*buf)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  for (int s = 0; s < t->slices; s++) {
+    size_t n = (size_t)t->slice_n[s] * per;
+    if (!((*buf)[s] = zalloc(n * 4)))
+      return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate copies of %zu floats",
+                        t->model->layers[l].name, n);
+    (*h)[s] = _tsr_register_floats((*buf)[s], n);
+  }
+  return TSR_OK;
+}
+
+/* The copies of the input (and its gradient, when needed) or output (one buffer for it and its
+ * gradient) in the layout the layer's kernels take. */
+static tsr_status alloc_edges(tsr_trainer *t, int l) {
+  struct _tsr_lstate *st = &t->ls[l];
+  if (st->edges & TSR_EDGE_IN) {
+    size_t per = _tsr_edge_elems(t, l, TSR_EDGE_IN);
+    TSR_TRY(alloc_copies(t, l, per, &st->ex, &st->exbuf));
+    if (t->ls[t->model->layers[l].inputs[0]].needs_grad) TSR_TRY(alloc_copies(t, l, per, &st->edx, &st->edxbuf));
+  }
+  if (st->edges & TSR_EDGE_OUT) {
+    size_t per = _tsr_edge_elems(t, l, TSR_EDGE_OUT);
+    TSR_TRY(alloc_copies(t, l, per, &st->ey, &st->eybuf));
+  }
+  return TSR_OK;
+}
+
 static tsr_status alloc_layer(tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
@@ -155,6 +184,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
       starpu_vector_data_register(&st->ws[s], STARPU_MAIN_RAM, (uintptr_t)st->wsbuf[s], (uint32_t)bytes, 1);
     }
   }
+  TSR_TRY(alloc_edges(t, l));
   for (int i = 0; L->ops->private_wgrad && t->slices > 1 && !t->async && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     if (!pt->trainable) continue;
@@ -343,6 +373,8 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);
+  if (st == TSR_OK) st = _tsr_trainer_plan_edges(t);
+  if (st == TSR_OK) st = _tsr_trainer_footprint(t, o); /* with the copies */
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
   if (st == TSR_OK) st = _tsr_async_setup(t);
@@ -379,6 +411,9 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(st->g, (void **)st->gbuf, t->slices);
     unreg_slices(st->tmp, (void **)st->tmpbuf, t->slices);
     unreg_slices(st->ws, st->wsbuf, t->slices);
+    unreg_slices(st->ex, (void **)st->exbuf, st->exbuf ? t->slices : 0);
+    unreg_slices(st->edx, (void **)st->edxbuf, st->edxbuf ? t->slices : 0);
+    unreg_slices(st->ey, (void **)st->eybuf, st->eybuf ? t->slices : 0);
     for (int i = 0; i < TSR_LAYER_MAX_TENSORS; i++)
       unreg_slices(st->wp[i], (void **)st->wpbuf[i], st->wpbuf[i] ? t->slices : 0);
     for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) {

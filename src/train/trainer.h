@@ -34,6 +34,15 @@ struct _tsr_lstate {
   int blk;              /* channel block of its output's layout: 0 plain NCHW (layout.c) */
   int relu;             /* the relu layer whose tasks this layer runs fused, -1 none */
   int fused;            /* a relu run by its input's tasks: submits nothing itself */
+  /* Copies of input 0 (TSR_EDGE_IN in `edges`) or of the output (TSR_EDGE_OUT) in the layout its
+   * kernels take (channel blocks copy_blk[0], [1]; 0 plain) where the activation has another one:
+   * the layer's tasks read and write them and reorder tasks of their own convert (layout.c).
+   * reorders_left: the sides its tasks still reorder themselves (no single layout serves every
+   * pass). ex/edx: input 0 and its gradient; ey: the output, then in backward its gradient (the
+   * forward's copy is dead once reordered), [slices] */
+  int edges, copy_blk[2], reorders_left;
+  starpu_data_handle_t *ex, *edx, *ey;
+  float **exbuf, **edxbuf, **eybuf;
   int dw_first;         /* entries with wgrad_first: a task of the layer's backward writes its
                          * gradients first in each step, so the step does not zero them */
   starpu_data_handle_t *y, *g, *tmp, *ws; /* [slices]; tmp for second and later gradient contributions
@@ -85,6 +94,7 @@ struct tsr_trainer {
   size_t nparams, nstate;
 
   struct _tsr_lstate *ls;
+  int act_blk;          /* channel block of the blocked activation layout here, 0 none (layout.c) */
   char *edge_first;     /* per (layer, input slot): first gradient contribution in backward order */
 
   /* inputs/targets, double-buffered by step parity so loading step t+1 overlaps step t */
@@ -195,8 +205,22 @@ struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t);
 /* layout.c: each activation's layout (ls[].blk) and the fused relus (ls[].relu, ls[].fused); needs
  * ls[].live, before anything is allocated. All plain and unfused when samples are split spatially. */
 tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial);
+/* layout.c: the copies of inputs and outputs in the layout a layer's kernels take (ls[].edges), where
+ * some activation is blocked; after _tsr_trainer_plan and a first footprint check (it plans oneDNN
+ * primitives, which a model that cannot fit must not reach). */
+tsr_status _tsr_trainer_plan_edges(tsr_trainer *t);
 /* Layer l as its entry sees it, with the layouts of its inputs and output. */
 void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v);
+/* Per sample: floats of layer l's copy of its input (side TSR_EDGE_IN) or output (TSR_EDGE_OUT). */
+size_t _tsr_edge_elems(const tsr_trainer *t, int l, int side);
+/* The reorder tasks around layer l's tasks of slice s: before its forward (its input into the
+ * copy), after it (the copy of the output into the activation), before its backward (the
+ * output's gradient into the copy); _tsr_edge_dx: after its backward wrote the copy of input 0's
+ * gradient, into `target`. 0, or the failed submission's code. */
+int _tsr_edge_before_forward(tsr_trainer *t, int l, int s, starpu_data_handle_t x);
+int _tsr_edge_after_forward(tsr_trainer *t, int l, int s);
+int _tsr_edge_before_backward(tsr_trainer *t, int l, int s);
+int _tsr_edge_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target);
 
 /* staleness.c: the extra gradient sets (after _tsr_reduce_setup), their teardown, the set whose
  * handles (tensors[].hg, ctl) the next tasks use, and the refusals of unsupported combinations. */
