@@ -11,25 +11,10 @@
 #include <tessera.h>
 
 #include "testutil.h"
+#include "tiny_mlp.h"
 
-#define NI 3 /* inputs */
-#define NH 4 /* hidden units (tanh) */
-#define NO 2 /* outputs */
-#define B 4  /* batch */
 #define STEPS 8
 #define LR 0.5f
-
-static void sample(int64_t step, int i, float *x, float *y) {
-  int64_t g = step * B + i;
-  for (int c = 0; c < NI; c++) x[c] = sinf(0.7f * (float)(g + 1) * (c + 1) + c) * 0.9f;
-  for (int j = 0; j < NO; j++) y[j] = 0.5f * x[j] * x[j + 1] - 0.3f * x[(j + 2) % NI];
-}
-
-static int fill(void *user, int64_t step, int index, float *x, float *y) {
-  (void)user;
-  sample(step, index, x, y);
-  return 0;
-}
 
 static tsr_context *start(int deterministic) {
   tsr_context_opts o;
@@ -38,60 +23,6 @@ static tsr_context *start(int deterministic) {
   tsr_context *ctx = NULL;
   ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   return ctx;
-}
-
-static tsr_model *model(void) {
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "ssp"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", NI, 1, 1), TSR_OK);
-  tsr_layer_spec d = tsr_layer_spec_default(TSR_LAYER_DENSE);
-  d.out_channels = NH, d.bias = 1;
-  const char *in = "in", *a = "a";
-  ck_assert_int_eq(tsr_model_add(m, "h", &d, &in, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "a", TSR_LAYER_TANH, "h"), TSR_OK);
-  d.out_channels = NO;
-  ck_assert_int_eq(tsr_model_add(m, "out", &d, &a, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
-  return m;
-}
-
-/* The parameters in float64: W1 [NH, NI], b1, W2 [NO, NH], b2. */
-struct params {
-  double w1[NH * NI], b1[NH], w2[NO * NH], b2[NO];
-};
-static const char *const names[4] = {"h.weight", "h.bias", "out.weight", "out.bias"};
-static double *field(struct params *p, int k) { return k == 0 ? p->w1 : k == 1 ? p->b1 : k == 2 ? p->w2 : p->b2; }
-static const int sizes[4] = {NH * NI, NH, NO * NH, NO};
-
-/* Loss of step `step`'s batch at p (MSE: mean over the batch and outputs), and its gradient into g. */
-static double loss_grad(const struct params *p, int64_t step, struct params *g) {
-  memset(g, 0, sizeof *g);
-  double loss = 0;
-  for (int i = 0; i < B; i++) {
-    float xf[NI], yf[NO];
-    sample(step, i, xf, yf);
-    double a[NH], e[NO], da[NH] = {0};
-    for (int h = 0; h < NH; h++) {
-      double s = p->b1[h];
-      for (int c = 0; c < NI; c++) s += p->w1[h * NI + c] * xf[c];
-      a[h] = tanh(s);
-    }
-    for (int o = 0; o < NO; o++) {
-      double s = p->b2[o];
-      for (int h = 0; h < NH; h++) s += p->w2[o * NH + h] * a[h];
-      e[o] = s - yf[o];
-      loss += e[o] * e[o] / (NO * B);
-      double dy = 2.0 * e[o] / (NO * B);
-      g->b2[o] += dy;
-      for (int h = 0; h < NH; h++) g->w2[o * NH + h] += dy * a[h], da[h] += p->w2[o * NH + h] * dy;
-    }
-    for (int h = 0; h < NH; h++) {
-      double dh = da[h] * (1 - a[h] * a[h]);
-      g->b1[h] += dh;
-      for (int c = 0; c < NI; c++) g->w1[h * NI + c] += dh * xf[c];
-    }
-  }
-  return loss;
 }
 
 /* Delayed-gradient SGD (adam: Adam, PyTorch's, lr ADAM_LR) from p0 for STEPS steps with staleness s,
@@ -152,7 +83,7 @@ static void get_params(tsr_trainer *t, float *out[4]) {
 static void run(int s, int set_field, int det, int flush_after, int adam, struct params *p0,
                 float after[4][NH * NI], double *losses) {
   tsr_context *ctx = start(det);
-  tsr_model *m = model();
+  tsr_model *m = model(0);
   tsr_trainer *t = trainer(ctx, m, s, set_field, adam);
   float before[4][NH * NI];
   float *b[4] = {before[0], before[1], before[2], before[3]}, *a[4] = {after[0], after[1], after[2], after[3]};
@@ -224,7 +155,7 @@ END_TEST
 
 static void refused(int deterministic, void (*set)(tsr_trainer_opts *, tsr_optim_spec *), const char *other) {
   tsr_context *ctx = start(deterministic);
-  tsr_model *m = model();
+  tsr_model *m = model(0);
   tsr_optim_spec opt = tsr_optim_spec_default(TSR_OPTIM_SGD);
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);

@@ -99,6 +99,14 @@ def check(d):
         except tessera.Error as e:
             report("missing.json" in str(e), "a missing model file is an error naming it: %s" % e)
 
+        for kw, flag in (({"staleness": 1}, "staleness"), ({"async_slices": True}, "async")):
+            try:
+                tessera.Model(ctx, model_file, batch=BATCH, slices=SLICES, **kw)
+                report(False, "%s reaches the trainer (refused in a deterministic context)" % kw)
+            except tessera.Error as e:
+                report(flag in str(e) and "deterministic" in str(e),
+                       "%s reaches the trainer (refused in a deterministic context): %s" % (kw, e))
+
         try:
             import h5py
         except ImportError:

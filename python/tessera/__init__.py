@@ -89,9 +89,11 @@ def _rows(src, idx):
 class Model:
     """A model file bound to a context: parameters, optimizer state and the task graph of a step.
     batch: samples per step on this rank; slices: micro-batch slices (0: one per worker); lr:
-    overrides the model file's learning rate."""
+    overrides the model file's learning rate; staleness: stale-synchronous steps across ranks
+    (tessera-train --staleness); async_slices: slices update the parameters without waiting for each
+    other (--async-slices). Both are refused in a deterministic context."""
 
-    def __init__(self, ctx, model_file, batch=32, slices=0, lr=None):
+    def __init__(self, ctx, model_file, batch=32, slices=0, lr=None, staleness=0, async_slices=False):
         L = _L()
         self._ctx, self._t, self._m = ctx, ctypes.c_void_p(), ctypes.c_void_p()
         opt = _lib.OptimSpec()
@@ -102,6 +104,7 @@ class Model:
         o = _lib.TrainerOpts()
         L.tsr_trainer_opts_default(ctypes.byref(o))
         o.batch, o.slices, o.window = int(batch), int(slices), 2
+        o.staleness, o.async_slices = int(staleness), int(bool(async_slices))
         o.check_finite = 1  # as tessera-train (it adds check tasks, it changes no value)
         status = L.tsr_trainer_create(ctypes.byref(self._t), ctx._h, self._m, ctypes.byref(opt), ctypes.byref(o))
         if status != 0:
