@@ -160,19 +160,12 @@ static float *gradient_of(tsr_model *m, int blocked, tsr_sample_fn fill_fn, doub
   return g;
 }
 
-static float *gradient(tsr_model *m, int blocked, double *loss, size_t *n) {
-  return gradient_of(m, blocked, fill, loss, n);
-}
-
-/* With relu (fused into batchnorm), finite differences would cross its kinks: the blocked, fused
- * step's gradient is compared with the plain step's of separate tasks (which check_train and
- * check_bn_dropout compare with finite differences), every entry, to float rounding (1e-5 relative
- * to the tensor's largest entry). */
-START_TEST(blocked_fused_gradient_matches_the_plain_one) {
-  tsr_model *m = dense_model(TSR_LAYER_RELU);
+/* The loss (relative 1e-6) and every gradient entry (1e-5 relative to the largest) of m's step with
+ * blocked layouts against the plain step's; m is destroyed. */
+static void assert_blocked_matches_plain(tsr_model *m, tsr_sample_fn fill_fn) {
   double lp, lb;
   size_t np, nb;
-  float *gp = gradient(m, 0, &lp, &np), *gb = gradient(m, 1, &lb, &nb);
+  float *gp = gradient_of(m, 0, fill_fn, &lp, &np), *gb = gradient_of(m, 1, fill_fn, &lb, &nb);
   ck_assert_int_eq(np, nb);
   ck_assert_msg(fabs(lb - lp) <= 1e-6 * fabs(lp), "loss: blocked %.9g, plain %.9g", lb, lp);
   float big = 0;
@@ -182,6 +175,14 @@ START_TEST(blocked_fused_gradient_matches_the_plain_one) {
     ck_assert_msg(fabsf(gb[i] - gp[i]) <= 1e-5f * big, "gradient entry %zu: blocked %.8g, plain %.8g", i, gb[i], gp[i]);
   free(gp), free(gb);
   tsr_model_destroy(m);
+}
+
+/* With relu (fused into batchnorm), finite differences would cross its kinks: the blocked, fused
+ * step's gradient is compared with the plain step's of separate tasks (which check_train and
+ * check_bn_dropout compare with finite differences), every entry, to float rounding (1e-5 relative
+ * to the tensor's largest entry). */
+START_TEST(blocked_fused_gradient_matches_the_plain_one) {
+  assert_blocked_matches_plain(dense_model(TSR_LAYER_RELU), fill);
 }
 END_TEST
 
@@ -499,19 +500,7 @@ END_TEST
 /* The model whose plain sides are reordered in tasks of their own: the step's loss and gradient with
  * blocked layouts and copies match the plain step's (every entry, 1e-5 relative to the largest). */
 START_TEST(reordered_edges_give_the_plain_gradient) {
-  tsr_model *m = edge_model();
-  double lp, lb;
-  size_t np, nb;
-  float *gp = gradient_of(m, 0, fill_edge, &lp, &np), *gb = gradient_of(m, 1, fill_edge, &lb, &nb);
-  ck_assert_int_eq(np, nb);
-  ck_assert_msg(fabs(lb - lp) <= 1e-6 * fabs(lp), "loss: blocked %.9g, plain %.9g", lb, lp);
-  float big = 0;
-  for (size_t i = 0; i < np; i++) big = fmaxf(big, fabsf(gp[i]));
-  ck_assert(big > 0);
-  for (size_t i = 0; i < np; i++)
-    ck_assert_msg(fabsf(gb[i] - gp[i]) <= 1e-5f * big, "gradient entry %zu: blocked %.8g, plain %.8g", i, gb[i], gp[i]);
-  free(gp), free(gb);
-  tsr_model_destroy(m);
+  assert_blocked_matches_plain(edge_model(), fill_edge);
 }
 END_TEST
 
