@@ -15,18 +15,36 @@ static inline unsigned bit_of(float v, uint64_t i, int64_t step) {
   return v != 0 ? v > 0 : _tsr_sign_coin(i, step) < 0;
 }
 
+static const uint32_t bit_k[32] = {
+    1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,  1u << 8,  1u << 9,  1u << 10,
+    1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15, 1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21,
+    1u << 22, 1u << 23, 1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+
+/* 32 values a word: the masks of the positive values and of the zeros in one vectorised pass (each
+ * comparison widened to an all-ones lane, kept where the value's bit is), then coins for the zeros
+ * only (rare: a direction is 0 only where b1 m + (1 - b1) g is); the word goes out a byte at a time,
+ * least significant first, whatever the host's byte order. The last n % 32 values one by one. */
 void _tsr_sign_pack1_cpu(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
-  size_t full = n / 8;
-  for (size_t b = 0; b < full; b++) {
-    const float *v = x + 8 * b;
-    unsigned byte = 0;
-    for (int k = 0; k < 8; k++) byte |= bit_of(v[k], base + 8 * b + k, step) << k;
-    bits[b] = (uint8_t)byte;
+  size_t words = n / 32;
+  for (size_t w = 0; w < words; w++) {
+    const float *v = x + 32 * w;
+    uint32_t pos = 0, zero = 0;
+    TSR_SIMD(omp simd reduction(| : pos, zero))
+    for (int k = 0; k < 32; k++) {
+      uint32_t gt = (uint32_t)-(int32_t)(v[k] > 0), eq = (uint32_t)-(int32_t)(v[k] == 0);
+      pos |= gt & bit_k[k], zero |= eq & bit_k[k];
+    }
+    for (; zero; zero &= zero - 1) {
+      int k = __builtin_ctz(zero);
+      pos |= (uint32_t)(_tsr_sign_coin(base + 32 * w + (uint64_t)k, step) < 0) << k;
+    }
+    for (int j = 0; j < 4; j++) bits[4 * w + (size_t)j] = (uint8_t)(pos >> 8 * j);
   }
-  if (n % 8 == 0) return;
   unsigned byte = 0;
-  for (size_t i = 8 * full; i < n; i++) byte |= bit_of(x[i], base + i, step) << (i % 8);
-  bits[full] = (uint8_t)byte;
+  for (size_t i = 32 * words; i < n; i++) {
+    byte |= bit_of(x[i], base + i, step) << (i % 8);
+    if (i % 8 == 7 || i + 1 == n) bits[i / 8] = (uint8_t)byte, byte = 0;
+  }
 }
 
 static inline int bit_at(const uint8_t *bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1; }
