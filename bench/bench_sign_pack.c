@@ -3,7 +3,9 @@
  *   valgrind --tool=callgrind --toggle-collect=_tsr_sign_pack1_cpu bench/bench_sign_pack --n 1000000
  * and divide the "Collected" count by n. The directions are +1 and -1 from a fixed xorshift stream,
  * with every --zero-every-th one 0 (default 0: none; a 0 costs a coin), so runs are repeatable.
- * Build: make bench/bench_sign_pack. Prints the bytes' checksum, so the pack cannot be skipped. */
+ * Build: make bench/bench_sign_pack. Prints the bytes' checksum, so the pack cannot be skipped (and
+ * two builds of the kernel can be compared). The vote and unpack are counted the same way on
+ * bench/bench_sign_kernels (bench/README.md). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
