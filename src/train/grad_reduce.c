@@ -98,12 +98,11 @@ static int msync_chosen(const tsr_trainer *t, const struct _tsr_ptensor *p) {
   return 0;
 }
 
-/* The momentum_sync keys (Lion's), checked at every number of ranks: layers need a period, and their
- * patterns must name at least one trainable tensor; a period needs a sign reduction, since only there
- * do the ranks' momenta drift apart (a float reduction hands every rank the same averaged gradient,
- * so the momenta are already equal and the averaging would only send bytes). */
+/* The momentum_sync keys, checked at every number of ranks: layers need a period, and their patterns
+ * must name at least one trainable tensor; Lion's period (extra[0]) needs a sign reduction, since only
+ * there do the ranks' momenta drift apart (a float reduction hands every rank the same averaged
+ * gradient, so the momenta are already equal and the averaging would only send bytes). */
 static tsr_status check_msync(const tsr_trainer *t, const tsr_trainer_opts *o) {
-  if (t->opt.kind != TSR_OPTIM_LION) return TSR_OK;
   const char *list = t->opt.momentum_sync_layers;
   float every = t->opt.extra[TSR_HYPER_SYNC_EVERY];
   if (list[0] && every < 1)
@@ -116,7 +115,7 @@ static tsr_status check_msync(const tsr_trainer *t, const tsr_trainer_opts *o) {
                       "model '%s'", list, t->model->name);
   const char *name = _tsr_collective_name(o->grad_reduce);
   const struct _tsr_collective_ops *c = _tsr_collective_select(name, &t->world, NULL);
-  if (every >= 1 && !(c && c->signs))
+  if (t->opt.kind == TSR_OPTIM_LION && every >= 1 && !(c && c->signs))
     return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_every %g needs a sign reduction (grad_reduce, "
                       "--grad-reduce: sign1, signp or signp_mean), got gradient reduction '%s': it averages the "
                       "gradients, so every rank already holds the same momenta", (double)every, name ? name : "?");
