@@ -10,12 +10,6 @@
 #include "codelets.h"
 #include "cuda_util.h"
 
-#ifdef _OPENMP
-#define TSR_SIMD(clause) _Pragma(#clause)
-#else
-#define TSR_SIMD(clause)
-#endif
-
 /* ---- raw kernels ----
  * Plain NCHW runs per (sample, channel) over h*w contiguous values; the blocked layout nChw{B}c
  * per (sample, channel block) over h*w rows of B channels, with per-lane partial sums. Padding

@@ -14,6 +14,13 @@
 #include "runtime/submit.h"
 #include "runtime/switches.h"
 
+/* TSR_SIMD(omp simd ...): an OpenMP SIMD pragma on a CPU kernel's loop (nothing without OpenMP). */
+#ifdef _OPENMP
+#define TSR_SIMD(clause) _Pragma(#clause)
+#else
+#define TSR_SIMD(clause)
+#endif
+
 #ifdef __cplusplus /* the CUDA launchers (*.cu) use these declarations too */
 extern "C" {
 #endif

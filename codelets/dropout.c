@@ -9,12 +9,6 @@
 #include "runtime/error.h"
 #include "runtime/rng.h"
 
-#ifdef _OPENMP
-#define TSR_SIMD(clause) _Pragma(#clause)
-#else
-#define TSR_SIMD(clause)
-#endif
-
 /* Vector 64-bit multiplies need AVX-512DQ; the x86-64 baseline runs the hash loop ~7x slower. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TSR_HASH_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))

@@ -15,41 +15,110 @@ static inline unsigned bit_of(float v, uint64_t i, int64_t step) {
   return v != 0 ? v > 0 : _tsr_sign_coin(i, step) < 0;
 }
 
-void _tsr_sign_pack1_cpu(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
-  size_t full = n / 8;
-  for (size_t b = 0; b < full; b++) {
-    const float *v = x + 8 * b;
-    unsigned byte = 0;
-    for (int k = 0; k < 8; k++) byte |= bit_of(v[k], base + 8 * b + k, step) << k;
-    bits[b] = (uint8_t)byte;
+static const uint32_t bit_k[32] = {
+    1u << 0,  1u << 1,  1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,  1u << 8,  1u << 9,  1u << 10,
+    1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15, 1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21,
+    1u << 22, 1u << 23, 1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+
+/* Words of 32 values, bit k of word w being value 32 w + k: read and written a byte at a time, least
+ * significant first, whatever the host's byte order. */
+static inline uint32_t word_at(const uint8_t *b, size_t w) {
+  const uint8_t *p = b + 4 * w;
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void put_word(uint8_t *b, size_t w, uint32_t x) {
+  for (int j = 0; j < 4; j++) b[4 * w + (size_t)j] = (uint8_t)(x >> 8 * j);
+}
+
+/* The bits of 32 directions v (values base.. of the buffer) as pack1 sends them: the masks of the
+ * positive values and of the zeros in one vectorised pass (each comparison widened to an all-ones
+ * lane, kept where the value's bit is), then coins for the zeros only (rare: a direction is 0 only
+ * where b1 m + (1 - b1) g is). */
+static inline uint32_t pack_word(const float *v, uint64_t base, int64_t step) {
+  uint32_t pos = 0, zero = 0;
+  TSR_SIMD(omp simd reduction(| : pos, zero))
+  for (int k = 0; k < 32; k++) {
+    uint32_t gt = (uint32_t)-(int32_t)(v[k] > 0), eq = (uint32_t)-(int32_t)(v[k] == 0);
+    pos |= gt & bit_k[k], zero |= eq & bit_k[k];
   }
-  if (n % 8 == 0) return;
+  for (; zero; zero &= zero - 1) {
+    int k = __builtin_ctz(zero);
+    pos |= (uint32_t)(_tsr_sign_coin(base + (uint64_t)k, step) < 0) << k;
+  }
+  return pos;
+}
+
+/* The last n % 32 values one by one, from value `from` (a multiple of 32). */
+static void pack_tail(const float *x, size_t from, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
   unsigned byte = 0;
-  for (size_t i = 8 * full; i < n; i++) byte |= bit_of(x[i], base + i, step) << (i % 8);
-  bits[full] = (uint8_t)byte;
+  for (size_t i = from; i < n; i++) {
+    byte |= bit_of(x[i], base + i, step) << (i % 8);
+    if (i % 8 == 7 || i + 1 == n) bits[i / 8] = (uint8_t)byte, byte = 0;
+  }
+}
+
+void _tsr_sign_pack1_cpu(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
+  size_t words = n / 32;
+  for (size_t w = 0; w < words; w++) put_word(bits, w, pack_word(x + 32 * w, base + 32 * w, step));
+  pack_tail(x, 32 * words, n, base, step, bits);
 }
 
 static inline int bit_at(const uint8_t *bits, size_t i) { return (bits[i / 8] >> (i % 8)) & 1; }
 
-void _tsr_sign_unpack1_cpu(const uint8_t *bits, size_t n, float *y) {
-  size_t full = n / 8;
-  for (size_t b = 0; b < full; b++) { /* a byte at a time, its 8 values without branches */
-    unsigned byte = bits[b];
-    float *v = y + 8 * b;
-    for (int k = 0; k < 8; k++) v[k] = (float)(int)(((byte >> k) & 1) * 2) - 1.0f;
-  }
-  for (size_t i = 8 * full; i < n; i++) y[i] = bit_at(bits, i) ? 1.0f : -1.0f;
+/* +1 where word r's bit is set, -1 where clear, in one vectorised pass. */
+static inline void unpack_word(uint32_t r, float *v) {
+  TSR_SIMD(omp simd)
+  for (int k = 0; k < 32; k++) v[k] = r & bit_k[k] ? 1.0f : -1.0f;
 }
 
+void _tsr_sign_unpack1_cpu(const uint8_t *bits, size_t n, float *y) {
+  size_t words = n / 32;
+  for (size_t w = 0; w < words; w++) unpack_word(word_at(bits, w), y + 32 * w);
+  for (size_t i = 32 * words; i < n; i++) y[i] = bit_at(bits, i) ? 1.0f : -1.0f;
+}
+
+/* 32 values a word: the voters' bits are added position by position in bit-sliced counters (c[j]
+ * holds bit j of the 32 counts), the counts compared with half the voters in the same way, and the
+ * coins drawn for the ties only. The last n % 32 values one by one. */
 void _tsr_sign_vote1_cpu(float *x, size_t n, uint64_t base, int64_t step, const uint8_t *const *in, int nin,
                          uint8_t *out) {
-  for (size_t i = 0; i < n; i++) {
+  const int voters = nin + 1, even = voters % 2 == 0;
+  const uint32_t half = (uint32_t)voters / 2; /* +1 where the count is above, a tie where equal and even */
+  int nb = 1;
+  while (nb < 32 && (1u << nb) <= (uint32_t)voters) nb++;
+  size_t words = n / 32;
+  for (size_t w = 0; w < words; w++) {
+    uint32_t c[32] = {0};
+    for (int k = 0; k <= nin; k++) {
+      uint32_t carry = k == nin ? pack_word(x + 32 * w, base + 32 * w, step) : word_at(in[k], w);
+      for (int j = 0; j < nb && carry; j++) {
+        uint32_t t = c[j] & carry;
+        c[j] ^= carry, carry = t;
+      }
+    }
+    uint32_t above = 0, equal = ~0u;
+    for (int j = nb - 1; j >= 0; j--) {
+      if (half >> j & 1) {
+        equal &= c[j];
+      } else {
+        above |= equal & c[j];
+        equal &= ~c[j];
+      }
+    }
+    for (uint32_t tie = even ? equal : 0; tie; tie &= tie - 1) {
+      int k = __builtin_ctz(tie);
+      above |= (uint32_t)(_tsr_sign_coin(base + 32 * w + (uint64_t)k, step) > 0) << k;
+    }
+    unpack_word(above, x + 32 * w);
+    put_word(out, w, above);
+  }
+  for (size_t i = 32 * words; i < n; i++) {
     int set = (int)bit_of(x[i], base + i, step);
     for (int k = 0; k < nin; k++) set += bit_at(in[k], i);
-    int d = 2 * set - (nin + 1); /* set votes minus clear ones */
+    int d = 2 * set - voters; /* set votes minus clear ones */
     x[i] = d > 0 ? 1.0f : d < 0 ? -1.0f : (float)_tsr_sign_coin(base + i, step);
   }
-  _tsr_sign_pack1_cpu(x, n, base, step, out);
+  pack_tail(x, 32 * words, n, base, step, out);
 }
 
 void _tsr_sign_packp_cpu(const float *x, size_t n, int p, int bias, uint8_t *out) {

@@ -354,14 +354,17 @@ START_TEST(changed_hyperparameters_load_and_are_reported) {
 END_TEST
 
 /* Lion's momentum_sync_layers (a string among the numbers) is saved, read back and, when a run gives
- * other layers, reported by name. */
+ * other layers, reported by name (under sign1, which momentum averaging needs). */
 START_TEST(momentum_sync_layers_round_trip_and_are_reported) {
   tsr_context *ctx = start();
   tsr_model *m = model(4);
   tsr_optim_spec lion = tsr_optim_spec_default(TSR_OPTIM_LION);
   lion.extra[0] = 2;
   snprintf(lion.momentum_sync_layers, sizeof lion.momentum_sync_layers, "c*,out.bias");
-  tsr_trainer *a = trainer_with(ctx, m, 9, &lion, NULL);
+  tsr_trainer_opts sign1;
+  tsr_trainer_opts_default(&sign1);
+  ck_assert_int_eq(tsr_reduce_precision_parse("sign1", &sign1.grad_reduce), TSR_OK);
+  tsr_trainer *a = trainer_with(ctx, m, 9, &lion, &sign1);
   double loss[2];
   train(a, 2, loss);
   char path[512], log[4096];
@@ -372,7 +375,7 @@ START_TEST(momentum_sync_layers_round_trip_and_are_reported) {
   ck_assert_str_eq(got.optim.momentum_sync_layers, "c*,out.bias");
   ck_assert(got.optim.extra[0] == 2.0f);
   snprintf(lion.momentum_sync_layers, sizeof lion.momentum_sync_layers, "out");
-  tsr_trainer *b = trainer_with(ctx, m, 9, &lion, NULL);
+  tsr_trainer *b = trainer_with(ctx, m, 9, &lion, &sign1);
   ck_assert_msg(load_logged(b, path, NULL, log, sizeof log) == TSR_OK, "%s", tsr_last_error());
   ck_assert_msg(strstr(log, "momentum_sync_layers 'c*,out.bias' -> 'out'"), "stderr: %s", log);
   tsr_trainer_destroy(a);

@@ -1,11 +1,13 @@
 /* Suite "sign": the wire kernels of the sign reductions (codelets/sign_wire.c) without MPI. 1-bit
  * and p-bit pack/unpack round trips at every length from 1 to 200 (so lengths that are not
- * multiples of 8, 32 or 64, and the bytes after the last value left alone), p-bit partial sums
+ * multiples of 8, 32 or 64, and the bytes after the last value left alone), the 1-bit pack's rule on
+ * any float (+0 and -0 against the coin, NaN clear) in its words and tail, p-bit partial sums
  * added exactly, the 1-bit vote at every length against a count, the 1-bit vote's rule for 0 and ties
  * (every value's coin c from (index, step): a tie gives c, a 0 votes -c) on crafted votes of 2 and 4
  * voters, on every combination of 2 to 5 voters' directions against the rule stated in counts of +1,
  * -1 and 0, and balanced over many tied values and steps; the p-bit vote (0 on a tie), the average,
  * and the member-ordered sum of the control word. Under mpirun: tests/mpi_sign.sh. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +43,29 @@ START_TEST(one_bit_round_trips_at_every_length_and_zero_travels_against_its_coin
     for (size_t i = 0; i < n; i++)
       ck_assert_msg(y[i] == (x[i] != 0 ? x[i] : (float)-_tsr_sign_coin(base + i, 5)), "n %zu, i %zu", n, i);
   }
+}
+END_TEST
+
+/* The 1-bit pack's rule on any float, in the vectorised words of 32 values and in the tail alike: a
+ * set bit for a value > 0, the coin's opposite for +0 and -0, a clear bit otherwise (negative values
+ * and NaN, which a direction never is: Lion's sign of NaN is 0). */
+START_TEST(one_bit_pack_sets_positive_values_and_draws_coins_for_both_zeros) {
+  const float odd[] = {1.0f, -1.0f, 0.0f, -0.0f, 2.5f, -3.0f, 1e-30f, -1e-30f, NAN, -NAN, INFINITY, -INFINITY};
+  const int nodd = (int)(sizeof odd / sizeof odd[0]);
+  float x[MAXN];
+  uint8_t bits[MAXN / 8 + 2];
+  for (size_t n = 60; n <= 100; n += 20) /* 1 word and a 28-value tail; 2 words and 4; 3 and 4 */
+    for (int shift = 0; shift < nodd; shift++) {
+      for (size_t i = 0; i < n; i++) x[i] = odd[(i + (size_t)shift) % (size_t)nodd];
+      memset(bits, 0x5A, sizeof bits);
+      _tsr_sign_pack1_cpu(x, n, 77, 3, bits);
+      ck_assert_int_eq(bits[_tsr_packed_bytes(n, 1)], 0x5A);
+      for (size_t i = 0; i < n; i++) {
+        int want = x[i] > 0 ? 1 : x[i] == 0 ? _tsr_sign_coin(77 + i, 3) < 0 : 0;
+        ck_assert_msg(((bits[i / 8] >> (i % 8)) & 1) == want, "n %zu, shift %d, value %zu (%g)", n, shift, i,
+                      (double)x[i]);
+      }
+    }
 }
 END_TEST
 
@@ -235,6 +260,7 @@ static Suite *make_sign_suite(void) {
   TCase *t = tcase_create("sign");
   tcase_add_test(t, sign_bits_hold_the_sums_of_n_directions);
   tcase_add_test(t, one_bit_round_trips_at_every_length_and_zero_travels_against_its_coin);
+  tcase_add_test(t, one_bit_pack_sets_positive_values_and_draws_coins_for_both_zeros);
   tcase_add_test(t, p_bit_round_trips_and_adds_exactly_at_every_length);
   tcase_add_test(t, the_1_bit_vote_of_2_and_4_voters_gives_the_majority_and_the_coin_on_ties);
   tcase_add_test(t, the_1_bit_vote_follows_its_rule_in_counts_for_every_combination);

@@ -6,7 +6,8 @@
 # its half are exact); with a different share of the batch per rank, every rank still ends with
 # identical parameters (and, as a check of the checks, others than the 1-rank run's), and the
 # control word sums exactly; averaging the momenta of chosen layers only makes those equal across
-# ranks and adds their float32 bytes; Adam with a sign reduction is refused.
+# ranks and adds their float32 bytes; momentum averaging without a sign reduction and Adam with one
+# are refused.
 set -u
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
@@ -91,6 +92,19 @@ grep -q "momentum_sync_layers 'a' needs momentum_sync_every" "$tmp/nop.log" && o
 "$bin" --batch 4 --steps 1 --lion --out "$tmp/nom" --momentum-sync 2 --momentum-sync-layers 'ra,zz*' >"$tmp/nom.log" 2>&1
 grep -q "momentum_sync_layers 'ra,zz\*' matches no layer" "$tmp/nom.log" && ok "patterns naming no tensor with parameters are refused" ||
   { ko "patterns naming no tensor with parameters are refused"; cat "$tmp/nom.log"; }
+# momentum averaging needs a sign reduction (under a float one every rank already holds the same
+# momenta), refused the same at 1 and 2 ranks, naming the key, the option and the reduction
+"$bin" --batch 4 --steps 1 --lion --out "$tmp/nof" --momentum-sync 2 >"$tmp/nof.log" 2>&1
+grep -q "momentum_sync_every 2 needs a sign reduction (grad_reduce, --grad-reduce: sign1, signp or signp_mean), got gradient reduction 'f32'" \
+  "$tmp/nof.log" && ok "1 rank: momentum averaging under f32 is refused" ||
+  { ko "1 rank: momentum averaging under f32 is refused"; cat "$tmp/nof.log"; }
+if run 2 "$tmp/nob" --grad-reduce bf16 --momentum-sync 3 --momentum-sync-layers a; then
+  ko "2 ranks: momentum averaging under bf16 is refused"
+else
+  grep -q "momentum_sync_every 3 needs a sign reduction .*got gradient reduction 'bf16'" "$tmp/nob.log" &&
+    ok "2 ranks: momentum averaging under bf16 is refused" ||
+    { ko "2 ranks: momentum averaging under bf16 is refused"; cat "$tmp/nob.log"; }
+fi
 # a sign reduction needs an optimizer that splits its update
 if timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT "$bin" --batch 4 \
   --steps 2 --out "$tmp/adam" --grad-reduce sign1 >"$tmp/adam.log" 2>&1; then

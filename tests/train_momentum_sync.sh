@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tessera-train's --momentum-sync-every and --momentum-sync-layers (Lion's momentum_sync_every and
 # momentum_sync_layers): refused naming the flag when the optimizer is not Lion, when the layers have
-# no period (none, or --momentum-sync-every 0) and when the patterns match no tensor with parameters;
+# no period (none, or --momentum-sync-every 0), when the patterns match no tensor with parameters and,
+# as the model file's key, without a sign reduction (--grad-reduce sign1, signp or signp_mean);
 # recorded in the effective configuration; under mpirun (2 ranks, sign1, own data per rank) the flags
 # give the model file keys' run bitwise (losses and bytes), and they take effect: averaging every
 # layer's momenta sends more bytes than averaging c1's only, which sends more than none, and
@@ -41,9 +42,17 @@ refused "--momentum-sync-layers 'c1' needs a period" "--momentum-sync-layers wit
 refused "--momentum-sync-layers: optimizer: momentum_sync_layers 'zz\*,bn9' matches no layer" \
   "--momentum-sync-layers matching nothing" --model "$tmp/lion.json" --momentum-sync-every 2 --momentum-sync-layers 'zz*,bn9'
 refused "--momentum-sync-every: -1 is out of range" "--momentum-sync-every -1" --model "$tmp/lion.json" --momentum-sync-every -1
+# averaging needs a sign reduction: under a float one every rank already holds the same momenta
+refused "--momentum-sync-every: optimizer: momentum_sync_every 2 needs a sign reduction (grad_reduce, --grad-reduce: sign1" \
+  "--momentum-sync-every without a sign reduction" --model "$tmp/lion.json" --momentum-sync-every 2
+refused "--momentum-sync-layers: optimizer: momentum_sync_every 3 needs a sign reduction (grad_reduce, --grad-reduce: .*'bf16'" \
+  "--momentum-sync-layers with --grad-reduce bf16" --model "$tmp/lion.json" --momentum-sync-every 3 --momentum-sync-layers c1 \
+  --grad-reduce bf16
+refused "optimizer: momentum_sync_every 2 needs a sign reduction (grad_reduce, --grad-reduce: .*'f32'" \
+  "the model file's momentum_sync_every without a sign reduction" --model "$tmp/lion_keys.json"
 
 # the effective configuration records the flags
-if timeout 300 "$train" "${args[@]}" --epochs 1 --model "$tmp/lion.json" --momentum-sync-every 3 \
+if timeout 300 "$train" "${args[@]}" --epochs 1 --model "$tmp/lion.json" --grad-reduce sign1 --momentum-sync-every 3 \
   --momentum-sync-layers 'c*' --log "$tmp/one.csv" -q >"$tmp/one.out" 2>&1 &&
   grep -q '"momentum_sync_every": 3' "$tmp/one.config.json" && grep -q '"momentum_sync_layers": "c\*"' "$tmp/one.config.json"; then
   ok "1 rank: the flags run and are in the effective configuration"

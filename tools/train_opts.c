@@ -181,7 +181,7 @@ static const struct opt_def defs[] = {
     {"momentum-sync-every", 0, OPT_INT, F(msync_every), "K", NULL,
      "Lion with a sign --grad-reduce: average the momenta over the ranks in float32 every K steps (the model "
      "file's momentum_sync_every; 0 = never, and the model file's momentum_sync_layers are dropped); refused with "
-     "another optimizer", 0, 1 << 30, -1,
+     "another optimizer or without a sign --grad-reduce", 0, 1 << 30, -1,
      "the model file's, else 0"},
     {"momentum-sync-layers", 0, OPT_STR, F(msync_layers), "PATTERNS", NULL,
      "with --momentum-sync-every (or the model file's period): average only the momenta of these layers, "

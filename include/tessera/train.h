@@ -39,9 +39,10 @@ typedef struct tsr_optim_spec {
   int larc;
   float larc_eta;
   int larc_clip;
-  /* Lion under a sign reduction: the layers whose momenta momentum_sync_every (extra[0]) averages,
-   * comma-separated shell patterns (fnmatch) matched against layer and tensor names ("conv*",
-   * "out.weight"); "" (the default): every layer. */
+  /* Lion under a sign reduction (momentum_sync_every >= 1 with a float grad_reduce is refused): the
+   * layers whose momenta momentum_sync_every (extra[0]) averages, comma-separated shell patterns
+   * (fnmatch) matched against layer and tensor names ("conv*", "out.weight"); "" (the default):
+   * every layer. */
   char momentum_sync_layers[TSR_OPTIM_NAMES];
 } tsr_optim_spec;
 

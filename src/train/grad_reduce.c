@@ -99,17 +99,27 @@ static int msync_chosen(const tsr_trainer *t, const struct _tsr_ptensor *p) {
 }
 
 /* The momentum_sync keys, checked at every number of ranks: layers need a period, and their patterns
- * must name at least one trainable tensor. */
-static tsr_status check_msync(const tsr_trainer *t) {
+ * must name at least one trainable tensor; Lion's period (extra[0]) needs a sign reduction, since only
+ * there do the ranks' momenta drift apart (a float reduction hands every rank the same averaged
+ * gradient, so the momenta are already equal and the averaging would only send bytes). */
+static tsr_status check_msync(const tsr_trainer *t, const tsr_trainer_opts *o) {
   const char *list = t->opt.momentum_sync_layers;
-  if (!list[0]) return TSR_OK;
-  if (t->opt.extra[TSR_HYPER_SYNC_EVERY] < 1)
+  float every = t->opt.extra[TSR_HYPER_SYNC_EVERY];
+  if (list[0] && every < 1)
     return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_layers '%s' needs momentum_sync_every >= 1 (the steps "
-                      "between averagings), got %g", list, (double)t->opt.extra[TSR_HYPER_SYNC_EVERY]);
-  for (int i = 0; i < t->ntensors; i++)
-    if (t->tensors[i].trainable && msync_chosen(t, &t->tensors[i])) return TSR_OK;
-  return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_layers '%s' matches no layer or tensor with parameters of "
-                    "model '%s'", list, t->model->name);
+                      "between averagings), got %g", list, (double)every);
+  int chosen = !list[0];
+  for (int i = 0; !chosen && i < t->ntensors; i++) chosen = t->tensors[i].trainable && msync_chosen(t, &t->tensors[i]);
+  if (!chosen)
+    return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_layers '%s' matches no layer or tensor with parameters of "
+                      "model '%s'", list, t->model->name);
+  const char *name = _tsr_collective_name(o->grad_reduce);
+  const struct _tsr_collective_ops *c = _tsr_collective_select(name, &t->world, NULL);
+  if (t->opt.kind == TSR_OPTIM_LION && every >= 1 && !(c && c->signs))
+    return _tsr_error(TSR_ERR_ARG, "optimizer: momentum_sync_every %g needs a sign reduction (grad_reduce, "
+                      "--grad-reduce: sign1, signp or signp_mean), got gradient reduction '%s': it averages the "
+                      "gradients, so every rank already holds the same momenta", (double)every, name ? name : "?");
+  return TSR_OK;
 }
 
 /* Momentum synchronisation under a sign reduction: the first state tensor (the momentum) of every
@@ -118,7 +128,7 @@ static tsr_status check_msync(const tsr_trainer *t) {
  * the sign reduction's) every momentum_sync_every steps. The groups' children replace the chosen
  * tensors' state handles. */
 static tsr_status momentum_sync_setup(tsr_trainer *t, const tsr_trainer_opts *o) {
-  TSR_TRY(check_msync(t));
+  TSR_TRY(check_msync(t, o));
   t->msync_every = (int64_t)t->opt.extra[TSR_HYPER_SYNC_EVERY];
   if (!t->groups.ops || !t->groups.ops->signs || t->msync_every <= 0) return t->msync_every = 0, TSR_OK;
   struct _tsr_grad_tensor *gt = calloc(t->ntensors ? t->ntensors : 1, sizeof *gt);
