@@ -138,6 +138,9 @@ static const struct opt_def defs[] = {
      .deftext = "targets, else potential"},
     {"no-standardize", 0, OPT_FLAG, F(no_standardize), NULL, NULL,
      "feed the inputs as stored (default: per-channel mean 0, std 1)"},
+    {"standardize-targets", 0, OPT_FLAG, F(standardize_targets), NULL, NULL,
+     "train on targets standardised per channel (mean and std of the training targets; not the default); "
+     "predictions, metrics and losses stay in the targets' units"},
     {"simulate", 0, OPT_STR, F(simulate), "FILE", NULL,
      "in-situ training: no --data; samples simulated by the multislice CBED simulator (settings: tessera-cbed's "
      "options as a JSON object) in the training task graph, into a pool, below training's priority"},
