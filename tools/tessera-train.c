@@ -289,8 +289,6 @@ int main(int argc, char **argv) {
   check_shapes(data_name, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   standardize_in_trainer(live.train, live.t);
-  if (o.standardize_targets && o.simulate)
-    fail("--standardize-targets with --simulate: not done (the statistics come from a fixed training set)");
   if (o.standardize_targets) standardize_targets(live.train, ntrain, live.t, live.ctx, !o.quiet && tsr_context_rank(live.ctx) == 0);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 

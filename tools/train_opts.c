@@ -300,6 +300,8 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
     if (!o->reuse) o->reuse = 1;
     if (!o->epoch_steps) o->epoch_steps = (int64_t)o->pool * o->reuse / o->batch;
   }
+  if (o->simulate && o->standardize_targets)
+    cli_usage_error("--standardize-targets with --simulate: not done (the statistics come from a fixed training set)");
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
   if (!o->val && o->val_fraction < 0) o->val_fraction = o->simulate ? 0 : 0.1;
   if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan || o->keep_best))
