@@ -4,7 +4,8 @@
 # equals the validation MSE the metrics compute in float64 from the outputs turned back into
 # target units against the raw targets (relative 1e-5); the exported parameters carry the
 # statistics, so tessera-predict gives the same MSE from raw inputs; a resumed run logs the same
-# steps bitwise; the flag is refused with --simulate, naming it (a cross-entropy model's refusal:
+# steps bitwise; parameters imported with their statistics log in target units without the flag;
+# the flag is refused with --simulate, naming it (a cross-entropy model's refusal:
 # tests/check_target_norm); without the flag the log has no loss_unit column.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
@@ -40,6 +41,12 @@ run --epochs 1 --standardize-targets --checkpoint-dir "$tmp/ck" --step-log "$tmp
 diffs=$(same_as_ref "$tmp/res.csv") && ok "a resumed run logs every step's loss as the uninterrupted one" ||
   { echo "$diffs" | head; ko "a resumed run logs every step's loss as the uninterrupted one"; }
 
+# parameters imported with their statistics, without the flag: the same units
+run --epochs 1 --import-params "$tmp/p.h5" --log "$tmp/imp.csv" >"$tmp/imp.log" 2>&1
+ival=$(col "$tmp/imp.csv" val_loss) imse=$(col "$tmp/imp.csv" val_mse)
+[ "$(col "$tmp/imp.csv" loss_unit)" = target ] && close "$ival" "$imse" &&
+  ok "imported statistics without the flag: validation loss $ival in target units = the metrics' MSE" ||
+  { cat "$tmp/imp.log"; head -3 "$tmp/imp.csv"; ko "imported statistics without the flag: loss_unit target, validation loss = MSE"; }
 run --epochs 1 --log "$tmp/plain.csv" >"$tmp/plain.log" 2>&1 && [ -z "$(head -1 "$tmp/plain.csv" | grep loss_unit)" ] &&
   ok "without the flag the log has no loss_unit column" || { cat "$tmp/plain.log"; ko "without the flag: no loss_unit column"; }
 timeout 300 "$train" --model "$tmp/model.json" --simulate /nonexistent.json --standardize-targets --epochs 1 \

@@ -289,7 +289,8 @@ int main(int argc, char **argv) {
   check_shapes(data_name, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   standardize_in_trainer(live.train, live.t);
-  if (o.standardize_targets) standardize_targets(live.train, ntrain, live.t, live.ctx, !o.quiet && tsr_context_rank(live.ctx) == 0);
+  if (o.standardize_targets)
+    standardize_targets(live.train, ntrain, live.t, live.ctx, !o.quiet && tsr_context_rank(live.ctx) == 0);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 
   if (nranks > 1 && nval == 0 && (o.patience || o.keep_best))
@@ -343,10 +344,13 @@ int main(int argc, char **argv) {
   if (talk && sched.spec.kind != TSR_SCHEDULE_CONSTANT)
     printf("learning-rate schedule: %s per %s\n", tsr_schedule_kind_name(sched.spec.kind),
            sched.spec.per_step ? "step" : "epoch");
-  /* with --standardize-targets the losses go to the log in target units where one factor converts
-   * them exactly (MSE and L1 with one std for all channels), else in standardised units, and say which */
+  /* with target standardisation (--standardize-targets, or imported parameters that carry it) the
+   * losses go to the log in target units where one factor converts them exactly (MSE and L1 with
+   * one std for all channels), else in standardised units, and the log says which */
   double loss_factor = tsr_trainer_target_loss_factor(live.t);
-  const char *loss_unit = !o.standardize_targets ? NULL : isnan(loss_factor) ? "standardised" : "target";
+  const float *tmean, *tstd;
+  tsr_trainer_target_norm(live.t, &tmean, &tstd);
+  const char *loss_unit = !o.standardize_targets && !tmean ? NULL : isnan(loss_factor) ? "standardised" : "target";
   FILE *log = o.log && rank == 0 ? open_log(o.log, loss_unit) : NULL;
   struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2, .ev = metrics ? &ev : NULL, .vfirst = vfirst,
                   .loss_factor = isnan(loss_factor) ? 1.0 : loss_factor};
