@@ -6,7 +6,8 @@
 # statistics, so tessera-predict gives the same MSE from raw inputs; a resumed run logs the same
 # steps bitwise; parameters imported with their statistics log in target units without the flag;
 # the flag is refused with --simulate, naming it (a cross-entropy model's refusal:
-# tests/check_target_norm); without the flag the log has no loss_unit column.
+# tests/check_target_norm); without the flag the log has no loss_unit column; 2 ranks give the
+# validation losses of 1 rank.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 predict=$B/tessera-predict
@@ -53,4 +54,24 @@ timeout 300 "$train" --model "$tmp/model.json" --simulate /nonexistent.json --st
   --workers 2 >"$tmp/e1.log" 2>&1
 [ $? -ne 0 ] && grep -q -- "--standardize-targets" "$tmp/e1.log" && ok "--standardize-targets with --simulate is refused" ||
   { cat "$tmp/e1.log"; ko "--standardize-targets with --simulate is refused, naming the flag"; }
+
+# 2 ranks x batch 4 against 1 rank x batch 8 (the same samples per step; a model without batch norm
+# or dropout, whose statistics and masks are per rank): validation losses within relative 1e-4
+if command -v mpirun >/dev/null; then
+  sed -e '/"bn1"/d' -e '/"d1"/d' "$tmp/model.json" >"$tmp/plain.json"
+  export STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1
+  common=(--model "$tmp/plain.json" --data "$tmp/data.h5" --val "$tmp/val.h5" --deterministic --seed 5 --workers 1
+    --slices 2 --epochs 2 --standardize-targets -q)
+  timeout 300 "$train" "${common[@]}" --batch 8 --log "$tmp/r1.csv" >"$tmp/m1.log" 2>&1
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT -x STARPU_WORKERS_NOBIND \
+    -x STARPU_MPI_NOBIND "$train" "${common[@]}" --batch 4 --log "$tmp/r2.csv" >"$tmp/m2.log" 2>&1
+  if paste -d' ' <(awk -F, 'NR > 1 { print $4 }' "$tmp/r1.csv" 2>/dev/null) <(awk -F, 'NR > 1 { print $4 }' "$tmp/r2.csv" 2>/dev/null) |
+    awk 'NF != 2 { exit 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) exit 1; n++ } END { exit n != 2 }'; then
+    ok "2 ranks x batch 4: validation losses (target units) equal 1 rank x batch 8's: $(awk -F, 'NR > 1 { printf "%s ", $4 }' "$tmp/r2.csv")"
+  else
+    cat "$tmp/m1.log" "$tmp/m2.log" "$tmp/r1.csv" "$tmp/r2.csv" 2>/dev/null; ko "2 ranks x batch 4: validation losses equal 1 rank x batch 8's (relative 1e-4)"
+  fi
+else
+  echo "(no mpirun: the 2-rank case is not run)"
+fi
 fixture_done
