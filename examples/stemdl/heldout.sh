@@ -21,7 +21,7 @@
 #     window over the target side), for every test set; a number in A: that for all
 #   CBED_ARGS: more tessera-cbed options for every set (e.g. "--alpha 15 --defocus 150")
 # The defaults are small (32x32 patterns, 4x4 probes, a 32-pixel grid: not the converged defaults of
-# tessera-cbed, which cost ~8 CPU s per sample) so that the whole run takes under 10 minutes on 2 cores (5.5 measured at load average 11).
+# tessera-cbed, which cost ~8 CPU s per sample) so that the whole run takes minutes on 2 cores (61 s measured at load average 7-9).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
