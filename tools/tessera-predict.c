@@ -228,8 +228,11 @@ int main(int argc, char **argv) {
     printf("model '%s' with %s: %lld samples from %s", tsr_model_name(live.m), o.params ? o.params : o.checkpoint,
            (long long)src.n, o.data);
     if (nranks > 1) printf(" on %d ranks", nranks);
-    if (mean) printf("; input normalisation: channel 0 mean %.6g, std %.6g\n", mean[0], std[0]);
-    else printf("; no input normalisation\n");
+    if (mean) printf("; input normalisation: channel 0 mean %.6g, std %.6g", mean[0], std[0]);
+    else printf("; no input normalisation");
+    tsr_trainer_target_norm(live.t, &mean, &std);
+    if (mean) printf("; outputs turned back into target units: channel 0 mean %.6g, std %.6g\n", mean[0], std[0]);
+    else printf("\n");
   }
 
   if (o.train && nranks > 1) fail("--train: the metrics need one rank (%d here)", nranks);

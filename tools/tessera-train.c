@@ -45,6 +45,7 @@ struct run {
   tsr_metrics val_m;
   int64_t vfirst;
   size_t ye;
+  double loss_factor; /* the trainer's losses times it: in target units (1: as they are) */
 };
 
 
@@ -59,6 +60,7 @@ static void harvest(struct run *r, struct slot *s) {
   if (!s->pending) return;
   double loss;
   check(tsr_trainer_loss(r->t, s->step, &loss));
+  loss *= r->loss_factor;
   s->pending = 0;
   if (s->train) {
     ckpt_step_done(r->ck, r->t, s->step, s->gstep, s->epoch, loss);
@@ -165,7 +167,7 @@ static int epoch_end_best(const struct train_opts *o, struct best *b, int ep, do
   return stop;
 }
 
-static FILE *open_log(const char *path) {
+static FILE *open_log(const char *path, const char *loss_unit) {
   FILE *f = fopen(path, "a");
   if (!f) {
     fail("%s: cannot open the log: %m", path);
@@ -174,6 +176,7 @@ static FILE *open_log(const char *path) {
   if (ftell(f) == 0) {
     fprintf(f, "epoch,step,train_loss,val_loss,samples_per_s,elapsed_s,");
     eval_csv_header(f, "val_");
+    if (loss_unit) fprintf(f, ",loss_unit");
     fprintf(f, "\n");
   }
   return f;
@@ -286,6 +289,8 @@ int main(int argc, char **argv) {
   check_shapes(data_name, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   standardize_in_trainer(live.train, live.t);
+  if (o.standardize_targets)
+    standardize_targets(live.train, ntrain, live.t, live.ctx, !o.quiet && tsr_context_rank(live.ctx) == 0);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 
   if (nranks > 1 && nval == 0 && (o.patience || o.keep_best))
@@ -339,8 +344,16 @@ int main(int argc, char **argv) {
   if (talk && sched.spec.kind != TSR_SCHEDULE_CONSTANT)
     printf("learning-rate schedule: %s per %s\n", tsr_schedule_kind_name(sched.spec.kind),
            sched.spec.per_step ? "step" : "epoch");
-  FILE *log = o.log && rank == 0 ? open_log(o.log) : NULL;
-  struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2, .ev = metrics ? &ev : NULL, .vfirst = vfirst};
+  /* with target standardisation (--standardize-targets, or imported parameters that carry it) the
+   * losses go to the log in target units where one factor converts them exactly (MSE and L1 with
+   * one std for all channels), else in standardised units, and the log says which */
+  double loss_factor = tsr_trainer_target_loss_factor(live.t);
+  const float *tmean, *tstd;
+  tsr_trainer_target_norm(live.t, &tmean, &tstd);
+  const char *loss_unit = !o.standardize_targets && !tmean ? NULL : isnan(loss_factor) ? "standardised" : "target";
+  FILE *log = o.log && rank == 0 ? open_log(o.log, loss_unit) : NULL;
+  struct run r = {.t = live.t, .batch = o.batch, .nslots = WINDOW + 2, .ev = metrics ? &ev : NULL, .vfirst = vfirst,
+                  .loss_factor = isnan(loss_factor) ? 1.0 : loss_factor};
   r.slots = calloc(r.nslots, sizeof *r.slots);
   int64_t *perm = malloc(sizeof *perm * (tsr_loader_shard_size(ntrain, replica, nrep) + 1));
   int tc, th, tw;
@@ -390,6 +403,12 @@ int main(int argc, char **argv) {
     if (!found) check(ckpt_save(ck, live.t, 1, 0, 0, 0, nranks, o.batch, ckpath, sizeof ckpath));
   }
   if (rank == 0) write_config(&o, config);
+  loss_factor = tsr_trainer_target_loss_factor(live.t); /* a checkpoint's statistics replace the run's */
+  r.loss_factor = isnan(loss_factor) ? 1.0 : loss_factor;
+  if (talk && loss_unit)
+    printf("losses (train, val, the log's train_loss and val_loss) in %s\n",
+           isnan(loss_factor) ? "standardised units: no one factor turns this loss into target units"
+                              : "target units: the standardised loss times std^2 (MSE) or std (L1)");
 
   cli_progress line;
   cli_progress_init(&line, !talk);
@@ -502,6 +521,7 @@ restart:
     if (log) {
       fprintf(log, "%d,%lld,%.9g,%.9g,%.6g,%.3f,", ep, (long long)gend, last_train, last_val, sps, elapsed);
       eval_csv_fields(log, &ev, &r.val_m);
+      if (loss_unit) fprintf(log, ",%s", loss_unit);
       fprintf(log, "\n");
       fflush(log);
     }
@@ -534,7 +554,7 @@ restart:
     check(tsr_trace_stop(live.ctx));
     if (talk) printf("trace written to %s (tessera-trace %s; %s/trace.json opens in ui.perfetto.dev)\n", o.trace, o.trace, o.trace);
   }
-  if (talk && !isnan(base)) {
+  if (talk && !isnan(base) && !isnan(loss_factor)) { /* else the model's loss is in other units */
     const char *on = nval > 0 ? "validation" : "training";
     double model_loss = nval > 0 ? last_val : last_train;
     printf("baseline: predicting the mean %s target image (average value %.6g) gives %s MSE %.6g; the "

@@ -14,7 +14,7 @@
 struct train_opts {
   const char *model, *data, *val, *log, *export_path, *import_path;
   const char *input_dataset, *target_dataset, *predict_png; /* data: dataset names; PNG folder */
-  int no_standardize, predict_count;
+  int no_standardize, standardize_targets, predict_count;
   double val_fraction; /* < 0: not given */
   int epochs, batch, slices, workers, deterministic, quiet, verbose;
   int precision;       /* tsr_precision */

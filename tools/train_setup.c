@@ -1,6 +1,7 @@
 /* tessera-train's set-up and per-epoch helpers (train_setup.h): the data's shapes against the
  * model's, the mean-target baseline, input standardisation in the trainer, the optimizer options of
  * the command line, the learning-rate schedule of the run. Errors end the run (run_fail.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,44 @@ void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
   check(tsr_trainer_set_input_norm(t, m, s, c));
   check(tsr_loader_set_stats(train, NULL, NULL, 0)); /* raw reads from now on */
   free(m), free(s);
+}
+
+/* Per-channel mean and std of the training targets (every pixel of the samples the mean-target
+ * baseline averages: all training samples, or BASELINE_MEAN_SAMPLES spread over them), in double,
+ * two passes; the trainer standardises targets with them and turns its outputs back. Every rank
+ * reads the whole training file, so the ranks compute the same values (checked). */
+void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_context *ctx, int talk) {
+  int c, h, w;
+  tsr_loader_target_shape(train, &c, &h, &w);
+  size_t plane = (size_t)h * w;
+  int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
+  float *y = malloc(plane * c * sizeof *y), *m = malloc(sizeof(float) * c), *sd = malloc(sizeof(float) * c);
+  double *sum = calloc(c, sizeof *sum), *sq = calloc(c, sizeof *sq);
+  if (!y || !m || !sd || !sum || !sq) fail("out of memory");
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t i = 0; i < k; i++) {
+      check(tsr_loader_read(train, i * ntrain / k, NULL, y));
+      for (int ch = 0; ch < c; ch++)
+        for (size_t p = 0; p < plane; p++) {
+          double v = y[ch * plane + p];
+          if (pass == 0) sum[ch] += v;
+          else sq[ch] += (v - sum[ch]) * (v - sum[ch]);
+        }
+    }
+    for (int ch = 0; pass == 0 && ch < c; ch++) sum[ch] /= (double)k * plane;
+  }
+  for (int ch = 0; ch < c; ch++) {
+    double var = sq[ch] / ((double)k * plane);
+    if (!(var > 0)) fail("--standardize-targets: target channel %d is constant (%g) over %lld training samples", ch,
+                         sum[ch], (long long)k);
+    m[ch] = (float)sum[ch], sd[ch] = (float)sqrt(var);
+  }
+  check(tsr_context_check_same(ctx, "the target statistics", m, sizeof(float) * c));
+  check(tsr_trainer_set_target_norm(t, m, sd, c));
+  if (talk)
+    printf("targets standardised in the trainer: channel 0 mean %.6g, std %.6g (from %lld training samples); "
+           "predictions and metrics in target units\n", m[0], sd[0], (long long)k);
+  free(y), free(m), free(sd), free(sum), free(sq);
 }
 
 /* An epoch's validation loss goes to the schedule (plateau may lower the rate; ranks must agree). */

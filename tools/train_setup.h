@@ -23,6 +23,9 @@ double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, int64_t 
                     double *mean_out);
 /* Moves the loader's input statistics into the trainer (checkpoints and exports carry them). */
 void standardize_in_trainer(tsr_loader *train, tsr_trainer *t);
+/* --standardize-targets: the per-channel mean and std of the training targets into the trainer
+ * (samples as the mean-target baseline reads them). */
+void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_context *ctx, int talk);
 /* The run's schedule from the model file's spec and the options (--lr-schedule, --warmup-steps,
  * --lr-scaling); `steps` per epoch; plateau needs validation data. */
 void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,

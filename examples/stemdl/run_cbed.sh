@@ -23,5 +23,5 @@ done
   --grid 32 --pattern 32 --target 32 --probes 4 --fov 10
 "$build/tessera-train" --model "$here/fcdensenet_cbed.json" --data "$out/cbed.h5" --val-fraction 0.125 \
   --epochs "$epochs" --batch 16 --workers "$workers" --seed 1 --log "$out/train.csv" \
-  --export-params "$out/params.h5" --predict-png "$out/png" --predict-count 6
+  --export-params "$out/params.h5" --predict-png "$out/png" --predict-count 6 --standardize-targets
 echo "run_cbed.sh: data, log, parameters and PNGs in $out"

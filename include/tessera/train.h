@@ -204,6 +204,25 @@ tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const f
 /* The normalisation ([input channels] each), or NULL in both when there is none. */
 void tsr_trainer_input_norm(const tsr_trainer *t, const float **mean, const float **std);
 
+/* Target standardisation, part of the model too: every target a fill callback or loader writes
+ * (training and evaluation steps) becomes (y - mean[c]) / std[c] per output channel, in float32, in
+ * the step's load task, so the loss and its gradient are computed in standardised units and
+ * tsr_trainer_loss reports the loss in those units (for MSE with one output channel, the loss in
+ * target units is std[0]^2 times it; for L1, std[0] times it). Outputs that leave the trainer
+ * (tsr_trainer_eval_out, tsr_trainer_predict) are turned back into target units, out * std[c] +
+ * mean[c], as they are copied out. Checkpoints and exported parameters carry it. `channels` must be
+ * the output layer's; std finite and > 0. Refused for the softmax cross-entropy loss (its targets are
+ * class probabilities). NULL, or mean 0 and std 1 in every channel: none. Waits for the steps in
+ * flight. */
+tsr_status tsr_trainer_set_target_norm(tsr_trainer *t, const float *mean, const float *std, int channels);
+/* The target standardisation ([output channels] each), or NULL in both when there is none. */
+void tsr_trainer_target_norm(const tsr_trainer *t, const float **mean, const float **std);
+/* What tsr_trainer_loss's values are multiplied by to be in target units: 1 without target
+ * standardisation; with it, std^2 for MSE and std for L1 when every output channel has the same std
+ * (exact: the loss is a mean over channels and positions); NAN where no one factor converts them
+ * (channels with different stds, or the Huber loss, whose delta applies in standardised units). */
+double tsr_trainer_target_loss_factor(const tsr_trainer *t);
+
 /* Parameter access by PyTorch state_dict name ("enc1.weight", "bn1.running_mean"); synchronous. */
 int tsr_trainer_num_tensors(const tsr_trainer *t);
 /* Name, shape (PyTorch layout: OIHW conv, IOHW transposed conv, [out,in] dense) and whether the

@@ -1,6 +1,7 @@
 /* Checkpoint files: one HDF5 file with the run's metadata as root attributes, the optimizer as
  * attributes of /optimizer (kind, the fields of tsr_optim_spec, the names of its state tensors), the
- * input normalisation (/input_norm/mean, std), the tensor layout (/layout/names, /layout/shapes,
+ * input normalisation (/input_norm/mean, std), the target standardisation when the run has one
+ * (/target_norm/mean, std), the tensor layout (/layout/names, /layout/shapes,
  * /layout/trainable, in the trainer's order) and one float32 dataset per tensor under /params and,
  * for trainable ones, under one group per optimizer state tensor (/moment0 and /moment1 for Adam),
  * and the learning-rate schedule when the run has one (/schedule, checkpoint_schedule.c). A 64-bit checksum over all of it is stored as the root attribute "checksum"; the reader recomputes
@@ -30,8 +31,9 @@ void _tsr_ck_free(struct _tsr_ck *ck) {
     free(ck->t[i].w);
     for (int k = 0; k < TSR_CK_MAX_STATE; k++) free(ck->t[i].state[k]);
   }
-  free(ck->t), free(ck->norm_mean), free(ck->norm_std);
+  free(ck->t), free(ck->norm_mean), free(ck->norm_std), free(ck->tnorm_mean), free(ck->tnorm_std);
   ck->t = NULL, ck->n = 0, ck->norm_mean = ck->norm_std = NULL, ck->norm_c = 0;
+  ck->tnorm_mean = ck->tnorm_std = NULL, ck->tnorm_c = 0;
 }
 
 static uint64_t hash_i64(uint64_t h, int64_t v) { return _tsr_ck_hash(h, &v, sizeof v); }
@@ -75,6 +77,11 @@ uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck) {
       for (int k = 0; k < ck->nstate; k++) h = _tsr_ck_hash(h, ck->state[k], strlen(ck->state[k]) + 1);
     }
     if (m->has_schedule) h = _tsr_ck_schedule_hash(h, m); /* absent from files of runs without one */
+    if (ck->tnorm_c > 0) { /* likewise */
+      h = hash_i64(h, ck->tnorm_c);
+      h = _tsr_ck_hash(h, ck->tnorm_mean, sizeof(float) * ck->tnorm_c);
+      h = _tsr_ck_hash(h, ck->tnorm_std, sizeof(float) * ck->tnorm_c);
+    }
   }
   h = hash_i64(h, ck->n);
   for (int i = 0; i < ck->n; i++) {
@@ -144,11 +151,12 @@ static herr_t write_optim(hid_t f, const struct _tsr_ck *ck) {
   return e;
 }
 
-static herr_t write_norm(hid_t f, const struct _tsr_ck *ck) {
-  hid_t g = H5Gcreate2(f, "input_norm", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  hsize_t c[1] = {(hsize_t)ck->norm_c};
-  herr_t e = g < 0 ? -1 : dset_write(g, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, c, ck->norm_mean);
-  if (e >= 0) e = dset_write(g, "std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, c, ck->norm_std);
+/* /input_norm or /target_norm: mean and std, [channels] each. */
+static herr_t write_norm(hid_t f, const char *group, int channels, const float *mean, const float *std) {
+  hid_t g = H5Gcreate2(f, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t c[1] = {(hsize_t)channels};
+  herr_t e = g < 0 ? -1 : dset_write(g, "mean", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, c, mean);
+  if (e >= 0) e = dset_write(g, "std", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, c, std);
   if (g >= 0 && H5Gclose(g) < 0) e = -1;
   return e;
 }
@@ -177,7 +185,8 @@ static herr_t write_meta(hid_t f, const struct _tsr_ck *ck) {
     if (e >= 0) e = _tsr_ck_attr_write(f, "loss_scale_init", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &m->loss_scale_init);
     if (e >= 0) e = _tsr_ck_attr_write(f, "loss_scale_interval", H5T_STD_I32LE, H5T_NATIVE_INT32, &m->loss_scale_interval);
     if (e >= 0) e = write_optim(f, ck);
-    if (e >= 0) e = write_norm(f, ck);
+    if (e >= 0) e = write_norm(f, "input_norm", ck->norm_c, ck->norm_mean, ck->norm_std);
+    if (e >= 0 && ck->tnorm_c > 0) e = write_norm(f, "target_norm", ck->tnorm_c, ck->tnorm_mean, ck->tnorm_std);
     if (e >= 0 && m->has_schedule) e = _tsr_ck_schedule_write(f, m);
   }
   if (e >= 0 && m->run_config) e = _tsr_ck_attr_write_str(f, "run_config", m->run_config);
@@ -523,30 +532,33 @@ static tsr_status read_values(hid_t f, const char *file, struct _tsr_ck *ck, con
   return s;
 }
 
-/* /input_norm/mean and std: float32 [C] each, C >= 1. */
-static tsr_status read_norm(hid_t f, const char *file, struct _tsr_ck *ck) {
-  if (H5Lexists(f, "input_norm", H5P_DEFAULT) <= 0)
-    return _tsr_error(TSR_ERR_FORMAT, "%s: group 'input_norm' is missing", file);
-  hid_t g = H5Gopen2(f, "input_norm", H5P_DEFAULT);
-  if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: 'input_norm' is not a group", file);
+/* /input_norm or /target_norm (`group`)/mean and std: float32 [C] each, C >= 1, into *channels,
+ * *mean and *std. */
+static tsr_status read_norm(hid_t f, const char *file, const char *group, int *channels, float **mean, float **std) {
+  if (H5Lexists(f, group, H5P_DEFAULT) <= 0) return _tsr_error(TSR_ERR_FORMAT, "%s: group '%s' is missing", file, group);
+  hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+  if (g < 0) return _tsr_error(TSR_ERR_FORMAT, "%s: '%s' is not a group", file, group);
   hsize_t c = 0;
   hid_t d;
+  char what[64];
   tsr_status s = dset_open(g, file, "mean", 1, NULL, &c, &d);
   if (s == TSR_OK && (c < 1 || c > CK_MAX_CHANNELS)) {
     H5Dclose(d);
-    s = _tsr_error(TSR_ERR_FORMAT, "%s: input normalisation of %llu channels", file, (unsigned long long)c);
+    s = _tsr_error(TSR_ERR_FORMAT, "%s: %s of %llu channels", file, group, (unsigned long long)c);
   }
   if (s == TSR_OK) {
-    ck->norm_mean = malloc(sizeof(float) * c), ck->norm_std = malloc(sizeof(float) * c);
-    ck->norm_c = (int)c;
-    if (!ck->norm_mean || !ck->norm_std) {
+    *mean = malloc(sizeof(float) * c), *std = malloc(sizeof(float) * c);
+    *channels = (int)c;
+    if (!*mean || !*std) {
       H5Dclose(d);
       s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", file);
     }
   }
-  if (s == TSR_OK) s = dset_read(d, file, "input_norm/mean", H5T_NATIVE_FLOAT, ck->norm_mean);
+  snprintf(what, sizeof what, "%s/mean", group);
+  if (s == TSR_OK) s = dset_read(d, file, what, H5T_NATIVE_FLOAT, *mean);
   if (s == TSR_OK) s = dset_open(g, file, "std", 1, &c, NULL, &d);
-  if (s == TSR_OK) s = dset_read(d, file, "input_norm/std", H5T_NATIVE_FLOAT, ck->norm_std);
+  snprintf(what, sizeof what, "%s/std", group);
+  if (s == TSR_OK) s = dset_read(d, file, what, H5T_NATIVE_FLOAT, *std);
   H5Gclose(g);
   return s;
 }
@@ -563,7 +575,9 @@ tsr_status _tsr_ck_read(struct _tsr_ck *ck, const char *path) {
   tsr_status s = TSR_OK;
   if (f < 0) s = _tsr_error(TSR_ERR_FORMAT, "%s: not a readable HDF5 file, truncated or corrupted (%s)", path, _tsr_hdf5_reason(why));
   if (s == TSR_OK) s = read_meta(f, path, ck);
-  if (s == TSR_OK && ck->version >= 2) s = read_norm(f, path, ck);
+  if (s == TSR_OK && ck->version >= 2) s = read_norm(f, path, "input_norm", &ck->norm_c, &ck->norm_mean, &ck->norm_std);
+  if (s == TSR_OK && ck->version >= 2 && H5Lexists(f, "target_norm", H5P_DEFAULT) > 0)
+    s = read_norm(f, path, "target_norm", &ck->tnorm_c, &ck->tnorm_mean, &ck->tnorm_std);
   if (s == TSR_OK) s = read_layout(f, path, ck);
   if (s == TSR_OK) s = read_values(f, path, ck, "params", -1);
   for (int k = 0; s == TSR_OK && k < ck->nstate; k++) s = read_values(f, path, ck, ck->state[k], k);

@@ -35,6 +35,8 @@ struct _tsr_ck {
   char state[TSR_CK_MAX_STATE][TSR_CK_STATE_NAME];
   int norm_c; /* input normalisation: [norm_c] each (mean 0, std 1: none); version 2 only */
   float *norm_mean, *norm_std;
+  int tnorm_c; /* target standardisation: [tnorm_c] each; 0: none (the file has no /target_norm) */
+  float *tnorm_mean, *tnorm_std;
 };
 
 uint64_t _tsr_ck_checksum(const struct _tsr_ck *ck);

@@ -1,7 +1,8 @@
 /* Parameter import/export by PyTorch state_dict name through the trainer's public tensor API: a
  * folder of <name>.npy files, or one HDF5 file with a float32 dataset per tensor (written to
  * <path>.tmp and renamed), plus the input normalisation as `input_mean` and `input_std` (no tensor
- * name lacks a dot), so an export applied to raw inputs predicts as its trainer did. Import reads and
+ * name lacks a dot) and, when the trainer standardises its targets, `target_mean` and `target_std`,
+ * so an export applied to raw inputs predicts, in target units, as its trainer did. Import reads and
  * checks everything before setting any, so a failed import leaves the trainer unchanged; tensors the
  * trainer does not have are ignored. */
 #include <errno.h>
@@ -86,6 +87,7 @@ static tsr_status h5_write(hid_t f, const char *file, const char *name, const ts
  * the trainer has none (an export always says how its inputs were prepared). */
 enum { NORM_MEAN, NORM_STD };
 static const char *const norm_names[2] = {"input_mean", "input_std"};
+static const char *const target_names[2] = {"target_mean", "target_std"};
 
 static tsr_status get_norm(const tsr_trainer *t, const char *path, float **vals, tsr_shape *shape) {
   int c, h, w;
@@ -114,7 +116,7 @@ static tsr_status get_all(tsr_trainer *t, const char *path, float **vals) {
 }
 
 static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const *vals, float *const *norm,
-                            const tsr_shape *norm_shape) {
+                            const tsr_shape *norm_shape, const float *const *tnorm, const tsr_shape *tnorm_shape) {
   char *tmp = malloc(strlen(path) + 5), why[256];
   if (!tmp) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
   sprintf(tmp, "%s.tmp", path);
@@ -128,6 +130,7 @@ static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const
     if (s == TSR_OK) s = h5_write(f, tmp, name, &shape, vals[i]);
   }
   for (int k = 0; s == TSR_OK && k < 2; k++) s = h5_write(f, tmp, norm_names[k], norm_shape, norm[k]);
+  for (int k = 0; s == TSR_OK && tnorm[0] && k < 2; k++) s = h5_write(f, tmp, target_names[k], tnorm_shape, tnorm[k]);
   if (f >= 0 && H5Fclose(f) < 0 && s == TSR_OK) s = _tsr_error(TSR_ERR_IO, "%s: cannot close HDF5 file", tmp);
   _tsr_hdf5_unlock();
   if (s == TSR_OK && rename(tmp, path) != 0)
@@ -138,15 +141,15 @@ static tsr_status h5_export(const tsr_trainer *t, const char *path, float *const
 }
 
 static tsr_status npy_export(const tsr_trainer *t, const char *path, float *const *vals, float *const *norm,
-                             const tsr_shape *norm_shape) {
+                             const tsr_shape *norm_shape, const float *const *tnorm, const tsr_shape *tnorm_shape) {
   TSR_TRY(make_dirs(path));
   int n = tsr_trainer_num_tensors(t);
-  for (int i = 0; i < n + 2; i++) {
-    const char *name = i >= n ? norm_names[i - n] : NULL;
-    tsr_shape shape = *norm_shape;
+  for (int i = 0; i < n + (tnorm[0] ? 4 : 2); i++) {
+    const char *name = i >= n + 2 ? target_names[i - n - 2] : i >= n ? norm_names[i - n] : NULL;
+    tsr_shape shape = i >= n + 2 ? *tnorm_shape : *norm_shape;
     if (i < n) TSR_TRY(tsr_trainer_tensor_info(t, i, &name, &shape, NULL));
     char *file = join(path, name, ".npy");
-    const float *data = i < n ? vals[i] : norm[i - n];
+    const float *data = i < n ? vals[i] : i < n + 2 ? norm[i - n] : tnorm[i - n - 2];
     tsr_status s = file ? tsr_npy_write(file, &shape, data) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
     free(file);
     TSR_TRY(s);
@@ -158,11 +161,17 @@ tsr_status tsr_params_export(tsr_trainer *t, const char *path) {
   if (!t || !path) return _tsr_error(TSR_ERR_ARG, "tsr_params_export: trainer and path are required");
   int n = tsr_trainer_num_tensors(t);
   float **vals = calloc(n > 0 ? (size_t)n : 1, sizeof *vals), *norm[2] = {NULL, NULL};
-  tsr_shape norm_shape;
+  tsr_shape norm_shape, tnorm_shape;
   tsr_status s = vals ? get_all(t, path, vals) : _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
   if (s == TSR_OK) s = get_norm(t, path, norm, &norm_shape);
+  const float *tnorm[2];
+  int c, h, w;
+  tsr_trainer_target_norm(t, &tnorm[0], &tnorm[1]);
+  tsr_trainer_target_shape(t, &c, &h, &w);
+  tnorm_shape = (tsr_shape){.ndim = 1, .dims = {c}};
   if (s == TSR_OK)
-    s = is_hdf5_path(path) ? h5_export(t, path, vals, norm, &norm_shape) : npy_export(t, path, vals, norm, &norm_shape);
+    s = is_hdf5_path(path) ? h5_export(t, path, vals, norm, &norm_shape, tnorm, &tnorm_shape)
+                           : npy_export(t, path, vals, norm, &norm_shape, tnorm, &tnorm_shape);
   for (int i = 0; vals && i < n; i++) free(vals[i]);
   free(vals), free(norm[0]), free(norm[1]);
   return s;
@@ -218,24 +227,25 @@ static tsr_status npy_read(const char *dir, const char *name, const tsr_shape *w
   return s;
 }
 
-/* input_mean and input_std when the file has them (both or neither), [input channels] each. */
-static tsr_status read_norm(const tsr_trainer *t, const char *path, hid_t f, float **norm, int *found) {
-  int c, h, w, have[2];
-  tsr_trainer_input_shape(t, &c, &h, &w);
+/* names[0] and names[1] (input_mean and input_std, or target_mean and target_std) when the file has
+ * them (both or neither), [c] each; `what` names them in messages. */
+static tsr_status read_norm(const char *const *names, const char *what, int c, const char *path, hid_t f, float **norm,
+                            int *found) {
+  int have[2];
   tsr_shape shape = {.ndim = 1, .dims = {c}};
   for (int k = 0; k < 2; k++) {
-    char *file = f >= 0 ? NULL : join(path, norm_names[k], ".npy");
+    char *file = f >= 0 ? NULL : join(path, names[k], ".npy");
     if (f < 0 && !file) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
-    have[k] = f >= 0 ? H5Lexists(f, norm_names[k], H5P_DEFAULT) > 0 : access(file, F_OK) == 0;
+    have[k] = f >= 0 ? H5Lexists(f, names[k], H5P_DEFAULT) > 0 : access(file, F_OK) == 0;
     free(file);
   }
   if (have[0] != have[1])
-    return _tsr_error(TSR_ERR_FORMAT, "%s: %s without %s (the input normalisation needs both)", path,
-                      norm_names[have[0] ? 0 : 1], norm_names[have[0] ? 1 : 0]);
+    return _tsr_error(TSR_ERR_FORMAT, "%s: %s without %s (the %s needs both)", path, names[have[0] ? 0 : 1],
+                      names[have[0] ? 1 : 0], what);
   *found = have[0];
   for (int k = 0; *found && k < 2; k++) {
     if (!(norm[k] = malloc(sizeof(float) * c))) return _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path);
-    TSR_TRY(f >= 0 ? h5_read(f, path, norm_names[k], &shape, norm[k]) : npy_read(path, norm_names[k], &shape, norm[k]));
+    TSR_TRY(f >= 0 ? h5_read(f, path, names[k], &shape, norm[k]) : npy_read(path, names[k], &shape, norm[k]));
   }
   return TSR_OK;
 }
@@ -271,23 +281,42 @@ tsr_status tsr_params_import(tsr_trainer *t, const char *path) {
     if (!vals[i]) s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory for tensor '%s'", path, name);
     else s = h5 ? h5_read(f, path, name, &shape, vals[i]) : npy_read(path, name, &shape, vals[i]);
   }
-  float *norm[2] = {NULL, NULL};
-  int has_norm = 0;
-  if (s == TSR_OK) s = read_norm(t, path, f, norm, &has_norm);
+  float *norm[2] = {NULL, NULL}, *tnorm[2] = {NULL, NULL};
+  int has_norm = 0, has_tnorm = 0, c, h, w, tc;
+  tsr_trainer_input_shape(t, &c, &h, &w);
+  tsr_trainer_target_shape(t, &tc, &h, &w);
+  if (s == TSR_OK) s = read_norm(norm_names, "input normalisation", c, path, f, norm, &has_norm);
+  if (s == TSR_OK) s = read_norm(target_names, "target standardisation", tc, path, f, tnorm, &has_tnorm);
   if (h5) {
     H5Fclose(f);
     _tsr_hdf5_unlock();
   }
-  if (s == TSR_OK && has_norm) { /* first: it validates the values */
-    int c, h, w;
-    tsr_trainer_input_shape(t, &c, &h, &w);
+  /* first: they validate the values (a trainer whose loss refuses target standardisation refuses
+   * the file); a file without them leaves the trainer's as they are */
+  int read_ok = s == TSR_OK;
+  float *old[2] = {NULL, NULL}; /* the trainer's target standardisation, put back if the input's fails */
+  const float *cur[2];
+  tsr_trainer_target_norm(t, &cur[0], &cur[1]);
+  for (int k = 0; s == TSR_OK && has_tnorm && cur[0] && k < 2; k++)
+    if ((old[k] = malloc(sizeof(float) * tc))) memcpy(old[k], cur[k], sizeof(float) * tc);
+    else s = _tsr_error(TSR_ERR_NOMEM, "%s: out of memory", path), read_ok = 0;
+  if (s == TSR_OK && has_tnorm) s = tsr_trainer_set_target_norm(t, tnorm[NORM_MEAN], tnorm[NORM_STD], tc);
+  if (s == TSR_OK && has_norm) {
     s = tsr_trainer_set_input_norm(t, norm[NORM_MEAN], norm[NORM_STD], c);
+    if (s != TSR_OK && has_tnorm) {
+      char why[1024];
+      snprintf(why, sizeof why, "%s", tsr_last_error());
+      tsr_trainer_set_target_norm(t, old[0], old[1], tc); /* valid: it was the trainer's */
+      s = _tsr_error(s, "%s", why);
+    }
+  }
+  free(old[0]), free(old[1]);
+  if (read_ok && s != TSR_OK) {
     char why[1024];
-    if (s != TSR_OK)
-      snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
+    snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);
   }
   for (int i = 0; s == TSR_OK && i < n; i++) s = tsr_trainer_tensor_set(t, i, vals[i]);
   for (int i = 0; vals && i < n; i++) free(vals[i]);
-  free(vals), free(norm[0]), free(norm[1]);
+  free(vals), free(norm[0]), free(norm[1]), free(tnorm[0]), free(tnorm[1]);
   return s;
 }

@@ -26,8 +26,23 @@ static tsr_status gather_norm(tsr_trainer *t, struct _tsr_ck *ck) {
   return TSR_OK;
 }
 
+/* The trainer's target standardisation, when it has one (else the file has none). */
+static tsr_status gather_target_norm(tsr_trainer *t, struct _tsr_ck *ck) {
+  int c, h, w;
+  const float *mean, *std;
+  tsr_trainer_target_shape(t, &c, &h, &w);
+  tsr_trainer_target_norm(t, &mean, &std);
+  if (!mean) return TSR_OK;
+  ck->tnorm_mean = malloc(sizeof(float) * c), ck->tnorm_std = malloc(sizeof(float) * c);
+  if (!ck->tnorm_mean || !ck->tnorm_std) return _tsr_error(TSR_ERR_NOMEM, "checkpoint: out of memory");
+  ck->tnorm_c = c;
+  memcpy(ck->tnorm_mean, mean, sizeof(float) * c), memcpy(ck->tnorm_std, std, sizeof(float) * c);
+  return TSR_OK;
+}
+
 static tsr_status gather(tsr_trainer *t, struct _tsr_ck *ck) {
   TSR_TRY(gather_norm(t, ck));
+  TSR_TRY(gather_target_norm(t, ck));
   ck->nstate = t->optim->nstate;
   for (int k = 0; k < ck->nstate; k++) snprintf(ck->state[k], sizeof ck->state[k], "%s", t->optim->state[k]);
   int n = tsr_trainer_num_tensors(t);
@@ -198,6 +213,17 @@ static tsr_status compare_record(tsr_trainer *t, const struct _tsr_ck *ck, const
              norm_str(identity ? NULL : ck->norm_mean, ck->norm_std, c, a, sizeof a),
              norm_str(mean, std, c, b, sizeof b));
   }
+  tsr_trainer_target_shape(t, &c, &h, &w);
+  if (ck->tnorm_c && ck->tnorm_c != c)
+    return _tsr_error(TSR_ERR_MISMATCH, "%s: target standardisation of %d channels, the model's output has %d", path,
+                      ck->tnorm_c, c);
+  tsr_trainer_target_norm(t, &mean, &std);
+  same = !mean == !ck->tnorm_c;
+  for (int i = 0; same && mean && i < c; i++) same = mean[i] == ck->tnorm_mean[i] && std[i] == ck->tnorm_std[i];
+  if (talk && !same)
+    _tsr_log(0, "%s: target standardisation: the checkpoint's (%s) replaces this run's (%s)", path,
+             norm_str(ck->tnorm_c ? ck->tnorm_mean : NULL, ck->tnorm_std, c, a, sizeof a),
+             norm_str(mean, std, c, b, sizeof b));
   return TSR_OK;
 }
 
@@ -214,6 +240,8 @@ tsr_status tsr_checkpoint_load(tsr_trainer *t, const char *path, tsr_checkpoint_
   if (s == TSR_OK) s = match_state(t, &ck, path, from);
   if (s == TSR_OK && ck.meta.recorded) { /* first: it validates the values (and syncs) */
     s = tsr_trainer_set_input_norm(t, ck.norm_mean, ck.norm_std, ck.norm_c);
+    if (s == TSR_OK) /* none when the file has none */
+      s = tsr_trainer_set_target_norm(t, ck.tnorm_c ? ck.tnorm_mean : NULL, ck.tnorm_c ? ck.tnorm_std : NULL, ck.tnorm_c);
     char why[1024];
     if (s != TSR_OK)
       snprintf(why, sizeof why, "%s", tsr_last_error()), s = _tsr_error(TSR_ERR_FORMAT, "%s: %s", path, why);

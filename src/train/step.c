@@ -46,6 +46,8 @@ struct load_arg {
   size_t xe, ye;
   int channels;            /* input channels */
   const float *mean, *std; /* input normalisation, NULL: none (tsr_trainer_set_input_norm syncs before freeing) */
+  int tchannels;             /* output channels */
+  const float *tmean, *tstd; /* target standardisation, NULL: none (likewise) */
   size_t whole_xe;         /* spatial parts: values of a whole input sample, cropped to xe by `crop` */
   struct _tsr_box_desc crop;
   int box;                 /* spatial parts from a loader without a pool: read only the crop (a hyperslab) */
@@ -90,6 +92,9 @@ static void load_cpu(void *buffers[], void *cl_arg) {
     size_t plane = a->xe / (size_t)a->channels;
     for (int c = 0; a->mean && c < a->channels; c++)
       for (size_t p = 0; p < plane; p++) xi[c * plane + p] = (xi[c * plane + p] - a->mean[c]) / a->std[c];
+    size_t tplane = a->ye / (size_t)a->tchannels;
+    for (int c = 0; a->tmean && c < a->tchannels; c++)
+      for (size_t p = 0; p < tplane; p++) yi[c * tplane + p] = (yi[c * tplane + p] - a->tmean[c]) / a->tstd[c];
   }
   free(whole);
 }
@@ -252,7 +257,7 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   tsr_status st = a && b ? TSR_OK : _tsr_error(TSR_ERR_NOMEM, "step %lld: out of memory for a load task", (long long)id);
   if (st == TSR_OK) {
     *a = (struct load_arg){t, src->fill, src->user, src->l, stream ? 2 * n : 0, id, first, n, nvalid, xe, ye, in->c,
-                           t->norm_mean, t->norm_std, 0, {0}, 0};
+                           t->norm_mean, t->norm_std, out->c, t->tnorm_mean, t->tnorm_std, 0, {0}, 0};
     if (t->sp) a->whole_xe = (size_t)_tsr_layer_elems(in), a->crop = _tsr_spatial_input_box(t);
     /* a pool holds whole samples; targets of the inputs' spatial shape would come back cut */
     if (t->sp && src->l && !stream && !spatial_targets(src->l)) a->box = 1;
@@ -271,17 +276,31 @@ static tsr_status submit_load(tsr_trainer *t, const struct batch_src *src, int s
   return st;
 }
 
-/* An evaluation step's outputs of slice s (its valid samples) copied to user memory. The task also
+/* An evaluation step's outputs of slice s (its valid samples) copied to user memory, in target
+ * units (out * std + mean per channel) when the trainer standardises its targets. The task also
  * takes the slice's loss handle (unchanged) so that the step's loss sum, which the host waits
  * for, runs after it. */
 struct out_arg {
   float *out;
   size_t bytes;
+  size_t plane;              /* values per channel of one sample */
+  int channels;
+  const float *tmean, *tstd; /* target standardisation, NULL: none */
 };
 
 static void copy_out_cpu(void *buffers[], void *cl_arg) {
   const struct out_arg *a = cl_arg;
-  memcpy(a->out, TSR_BUF(buffers, 0), a->bytes);
+  const float *y = TSR_BUF(buffers, 0);
+  if (!a->tmean) {
+    memcpy(a->out, y, a->bytes);
+    return;
+  }
+  size_t samples = a->bytes / sizeof(float) / (a->plane * (size_t)a->channels);
+  for (size_t i = 0; i < samples; i++)
+    for (int c = 0; c < a->channels; c++) {
+      size_t o = (i * (size_t)a->channels + (size_t)c) * a->plane;
+      for (size_t p = 0; p < a->plane; p++) a->out[o + p] = y[o + p] * a->tstd[c] + a->tmean[c];
+    }
 }
 
 static struct starpu_codelet copy_out_cl = {
@@ -293,7 +312,9 @@ static int submit_copy_out(tsr_trainer *t, float *out, int s, int nvalid, starpu
   int gathered = t->sp && t->sp->y; /* a split output: its whole copy */
   size_t elems = gathered ? (size_t)_tsr_layer_elems(&t->model->layers[t->output_layer]) : o->elems;
   int k = nvalid - t->slice_off[s] < t->slice_n[s] ? nvalid - t->slice_off[s] : t->slice_n[s];
-  struct out_arg a = {out + (size_t)t->slice_off[s] * elems, (size_t)k * elems * sizeof(float)};
+  int c = t->model->layers[t->output_layer].c;
+  struct out_arg a = {out + (size_t)t->slice_off[s] * elems, (size_t)k * elems * sizeof(float), elems / (size_t)c, c,
+                      t->tnorm_mean, t->tnorm_std};
   struct _tsr_buf b[2] = {{gathered ? t->sp->y[s] : o->y[s], STARPU_R}, {loss, STARPU_RW}};
   return _tsr_submit(&copy_out_cl, &a, sizeof a, STARPU_DEFAULT_PRIO, "copy_out", 2, b);
 }

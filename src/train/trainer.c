@@ -439,7 +439,7 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   free(t->params), free(t->grads), free(t->opt_state), free(t->state);
   free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
   free(t->lossbuf), free(t->pending), free(t->history), free(t->flag_history);
-  free(t->norm_mean), free(t->norm_std);
+  free(t->norm_mean), free(t->norm_std), free(t->tnorm_mean), free(t->tnorm_std);
   pthread_mutex_destroy(&t->nonfinite.lock);
   free(t);
 }
@@ -461,42 +461,6 @@ void tsr_trainer_input_shape(const tsr_trainer *t, int *c, int *h, int *w) {
 
 void tsr_trainer_target_shape(const tsr_trainer *t, int *c, int *h, int *w) {
   tsr_model_layer_shape(t->model, t->model->layers[t->output_layer].name, c, h, w);
-}
-
-tsr_status tsr_trainer_set_input_norm(tsr_trainer *t, const float *mean, const float *std, int channels) {
-  if (!t || !mean != !std) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_set_input_norm: trainer, or mean and std both");
-  int c = t->model->layers[t->input_layer].c, identity = 1;
-  if (mean && channels != c)
-    return _tsr_error(TSR_ERR_SHAPE, "input normalisation: %d channels, the model's input '%s' has %d", channels,
-                      t->model->layers[t->input_layer].name, c);
-  for (int i = 0; mean && i < c; i++) {
-    if (!isfinite(mean[i]) || !isfinite(std[i]) || !(std[i] > 0))
-      return _tsr_error(TSR_ERR_ARG, "input normalisation: channel %d has mean %g and std %g (finite, std > 0)", i,
-                        mean[i], std[i]);
-    identity &= mean[i] == 0 && std[i] == 1;
-  }
-  float *m = NULL, *s = NULL;
-  if (mean && !identity) {
-    m = malloc(sizeof(float) * c), s = malloc(sizeof(float) * c);
-    if (!m || !s) {
-      free(m), free(s);
-      return _tsr_error(TSR_ERR_NOMEM, "input normalisation: out of memory");
-    }
-    memcpy(m, mean, sizeof(float) * c), memcpy(s, std, sizeof(float) * c);
-  }
-  tsr_status st = tsr_trainer_sync(t); /* load tasks in flight read the old one */
-  if (st != TSR_OK) {
-    free(m), free(s);
-    return st;
-  }
-  free(t->norm_mean), free(t->norm_std);
-  t->norm_mean = m, t->norm_std = s;
-  return TSR_OK;
-}
-
-void tsr_trainer_input_norm(const tsr_trainer *t, const float **mean, const float **std) {
-  *mean = t ? t->norm_mean : NULL;
-  *std = t ? t->norm_std : NULL;
 }
 
 int tsr_trainer_num_tensors(const tsr_trainer *t) { return t ? t->ntensors : 0; }

@@ -154,6 +154,7 @@ struct tsr_trainer {
   starpu_data_handle_t scaler_h;
   double loss_scale_init;       /* dynamic: the first scale (tsr_trainer_opts.loss_scale_init or its default) */
   float *norm_mean, *norm_std;  /* input normalisation per input channel; NULL: none */
+  float *tnorm_mean, *tnorm_std; /* target standardisation per output channel; NULL: none */
   int check_finite;             /* scan gradients for NaN/Inf (tsr_trainer_check_finite) */
   struct _tsr_finite nonfinite;
   atomic_int load_failed;
