@@ -39,10 +39,10 @@
 struct level {
   starpu_data_handle_t node, kids[2];
   uint32_t len[2];
-  size_t keep[2];          /* leading floats of each half that stay float32 */
-  int mine;                /* the half this member keeps */
-  starpu_data_handle_t in; /* receives the partner's part of my half (float32 or packed); half
-                              formats: also packs my half for the doubling round */
+  size_t keep[2];           /* leading floats of each half that stay float32 */
+  int mine;                 /* the half this member keeps */
+  starpu_data_handle_t in;  /* receives the partner's part of my half (float32 or packed); half
+                               formats: also packs my half for the doubling round */
   starpu_data_handle_t out; /* half formats: packs the half I send; receives the partner's half */
   void *inbuf, *outbuf;
   int planned;
@@ -205,8 +205,11 @@ static int submit(struct _tsr_groups *gs, int g, int64_t step) {
   starpu_data_unpartition_submit(gr->h, gr->nchild, gr->tensors, STARPU_MAIN_RAM);
   int ret = _tsr_halving_sum(gs->comm, gr->priv, g, step);
   starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
-  if (ret) _tsr_error(TSR_ERR_RUNTIME, "gradient group %d, step %lld: posting the halving-doubling allreduce failed "
-                      "(%d)", g, (long long)step, ret);
+  if (ret)
+    _tsr_error(TSR_ERR_RUNTIME,
+               "gradient group %d, step %lld: posting the halving-doubling allreduce failed "
+               "(%d)",
+               g, (long long)step, ret);
   return ret;
 }
 
@@ -217,8 +220,10 @@ static double cost(const struct _tsr_groups *gs, int g) {
 }
 
 #define HALVING(fmt_name, fmt)                                                                                         \
-  {.name = fmt_name, .impl = "rabenseifner", .variant = fmt, .check = _tsr_ring_check, .setup = setup,                 \
-   .teardown = teardown, .submit = submit, .wire_bytes = wire_bytes, .cost = cost}
+  {                                                                                                                    \
+    .name = fmt_name, .impl = "rabenseifner", .variant = fmt, .check = _tsr_ring_check, .setup = setup,                \
+    .teardown = teardown, .submit = submit, .wire_bytes = wire_bytes, .cost = cost                                     \
+  }
 const struct _tsr_collective_ops _tsr_rabenseifner_f32 = HALVING("f32", TSR_WIRE_F32);
 const struct _tsr_collective_ops _tsr_rabenseifner_bf16 = HALVING("bf16", TSR_WIRE_BF16);
 const struct _tsr_collective_ops _tsr_rabenseifner_fp16 = HALVING("fp16", TSR_WIRE_FP16);

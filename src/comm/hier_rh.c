@@ -22,16 +22,18 @@
 #include "runtime/error.h"
 
 struct hier_rh {
-  struct _tsr_ring *ring;        /* inside the node (NULL with one rank per node) */
-  struct _tsr_halving *across;   /* on this member's slice across the nodes (NULL on one node) */
+  struct _tsr_ring *ring;      /* inside the node (NULL with one rank per node) */
+  struct _tsr_halving *across; /* on this member's slice across the nodes (NULL on one node) */
 };
 
 static tsr_status setup(struct _tsr_groups *gs) {
   TSR_TRY(_tsr_net_split(&gs->net, gs->comm));
   const struct _tsr_net *net = &gs->net;
   if (!net->uniform)
-    return _tsr_error(TSR_ERR_ARG, "collective hier-rh: the nodes do not all have the same number of ranks (this "
-                      "rank's node has %d of the %d); use hier or rabenseifner", net->node.size, gs->comm->size);
+    return _tsr_error(TSR_ERR_ARG,
+                      "collective hier-rh: the nodes do not all have the same number of ranks (this "
+                      "rank's node has %d of the %d ranks); use hier or rabenseifner",
+                      net->node.size, gs->comm->size);
   for (int g = 0; g < gs->n; g++) {
     struct _tsr_group *gr = &gs->g[g];
     if (gr->ops != gs->ops) continue;
@@ -76,8 +78,9 @@ static int submit(struct _tsr_groups *gs, int g, int64_t step) {
   if (!ret && h->ring) ret = _tsr_ring_gather(&net->node, h->ring, TSR_WIRE_F32, g, step);
   if (h->ring) _tsr_ring_partition(gr, h->ring, 0);
   starpu_data_partition_submit(gr->h, gr->nchild, gr->tensors);
-  if (ret) _tsr_error(TSR_ERR_RUNTIME, "gradient group %d, step %lld: posting the hier-rh allreduce failed (%d)", g,
-                      (long long)step, ret);
+  if (ret)
+    _tsr_error(TSR_ERR_RUNTIME, "gradient group %d, step %lld: posting the hier-rh allreduce failed (%d)", g,
+               (long long)step, ret);
   return ret;
 }
 
@@ -97,8 +100,10 @@ static double cost(const struct _tsr_groups *gs, int g) {
 }
 
 #define HIER_RH(fmt_name, fmt)                                                                                         \
-  {.name = fmt_name, .impl = "hier-rh", .variant = fmt, .check = _tsr_ring_check, .setup = setup,                      \
-   .teardown = teardown, .submit = submit, .wire_bytes = wire_bytes, .cost = cost}
+  {                                                                                                                    \
+    .name = fmt_name, .impl = "hier-rh", .variant = fmt, .check = _tsr_ring_check, .setup = setup,                     \
+    .teardown = teardown, .submit = submit, .wire_bytes = wire_bytes, .cost = cost                                     \
+  }
 const struct _tsr_collective_ops _tsr_hier_rh_f32 = HIER_RH("f32", TSR_WIRE_F32);
 const struct _tsr_collective_ops _tsr_hier_rh_bf16 = HIER_RH("bf16", TSR_WIRE_BF16);
 const struct _tsr_collective_ops _tsr_hier_rh_fp16 = HIER_RH("fp16", TSR_WIRE_FP16);
