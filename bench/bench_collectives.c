@@ -1,9 +1,10 @@
-/* One gradient reduction of several sizes by each algorithm (ring, rd, tree, hier), run under
+/* One gradient reduction of several sizes by each algorithm (ring, rd, tree, hier, rabenseifner,
+ * hier-rh), run under
  * mpirun: per size, the algorithms alternate round by round (same load for all), each reduction
  * starting after a barrier; rank 0 prints the median time of one reduction, the bytes it sent, and
  * the alpha-beta model's estimate on the links measured at start-up (or TESSERA_LINK), with the
  * algorithm "auto" would pick. Build: make bench/bench_collectives; run (see bench_collectives.sh):
- *   mpirun -np 4 bench/bench_collectives [--sizes 1K,16K,256K,4M] [--reps 15] [--algos ring,rd,tree,hier] */
+ *   mpirun -np 4 bench/bench_collectives [--sizes 1K,16K,256K,4M] [--reps 15] [--algos ring,rd,tree,hier,...] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,13 +54,14 @@ static int parse_algos(char *s, const char **out) {
 int main(int argc, char **argv) {
   long long sizes[MAXS];
   int nsizes = parse_sizes("1K,16K,256K,4M", sizes), reps = 15;
-  char algobuf[256] = "ring,rd,tree,hier";
+  char algobuf[256] = "ring,rd,tree,hier,rabenseifner,hier-rh";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--sizes") && i + 1 < argc) nsizes = parse_sizes(argv[++i], sizes);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--algos") && i + 1 < argc) snprintf(algobuf, sizeof algobuf, "%s", argv[++i]);
     else {
-      printf("usage: mpirun -np N bench_collectives [--sizes 1K,16K,256K,4M] [--reps 15] [--algos ring,rd,tree,hier]\n"
+      printf("usage: mpirun -np N bench_collectives [--sizes 1K,16K,256K,4M] [--reps 15]\n"
+             "         [--algos ring,rd,tree,hier,rabenseifner,hier-rh]\n"
              "One reduction of each size by each algorithm, alternating; rank 0 prints the median of reps.\n");
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
@@ -76,7 +78,7 @@ int main(int argc, char **argv) {
   struct _tsr_comm world;
   if (_tsr_comm_world(&world, rank, size) || size < 2)
     return fprintf(stderr, "bench_collectives: run it under mpirun with 2 ranks or more\n"), 1;
-  if (rank == 0) printf("%d ranks; %-5s %10s %12s %12s %12s %6s\n", size, "algo", "bytes", "median_us", "sent_B", "model_us", "auto");
+  if (rank == 0) printf("%d ranks; %-12s %10s %12s %12s %12s %12s\n", size, "algo", "bytes", "median_us", "sent_B", "model_us", "auto");
   for (int s = 0; s < nsizes; s++) {
     size_t n = (size_t)(sizes[s] / 4 + 15) & ~(size_t)15;
     struct _tsr_groups gs[MAXA];
@@ -111,7 +113,7 @@ int main(int argc, char **argv) {
       double model = -1;
       for (int c = 0; c < probe.ncand; c++)
         if (!strcmp(probe.cand[c]->impl, algos[a])) probe.ops = probe.cand[c], model = probe.ops->cost(&probe, 0);
-      printf("%d ranks; %-5s %10zu %12.1f %12lld %12.1f %6s\n", size, algos[a], n * 4, 1e6 * times[a][reps / 2],
+      printf("%d ranks; %-12s %10zu %12.1f %12lld %12.1f %12s\n", size, algos[a], n * 4, 1e6 * times[a][reps / 2],
              (long long)(gs[a].bytes / (reps + 1)), 1e6 * model, probe.g[0].ops->impl);
     }
     _tsr_groups_destroy(&probe);

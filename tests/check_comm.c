@@ -124,9 +124,10 @@ END_TEST
 
 START_TEST(every_algorithm_is_an_entry_of_every_format) {
   struct _tsr_comm three = {.size = 3, .index = 0};
-  const char *names[] = {"f32", "bf16", "fp16"}, *algos[] = {"ring", "rd", "tree", "hier"};
+  const char *names[] = {"f32", "bf16", "fp16"},
+             *algos[] = {"ring", "rd", "tree", "hier", "rabenseifner", "hier-rh"};
   for (int i = 0; i < 3; i++)
-    for (int a = 0; a < 4; a++) {
+    for (int a = 0; a < 6; a++) {
       const struct _tsr_collective_ops *o[4];
       ck_assert_int_eq(_tsr_collective_usable(names[i], algos[a], &three, "nccl", o, 4), 1);
       ck_assert_str_eq(o[0]->impl, algos[a]);
@@ -135,11 +136,11 @@ START_TEST(every_algorithm_is_an_entry_of_every_format) {
       ck_assert(_tsr_collective_algo_known(algos[a]));
     }
   const struct _tsr_collective_ops *o[8];
-  ck_assert_int_eq(_tsr_collective_usable("f32", NULL, &three, "nccl", o, 8), 4);
+  ck_assert_int_eq(_tsr_collective_usable("f32", NULL, &three, "nccl", o, 8), 6);
   ck_assert_str_eq(o[0]->impl, "ring"); /* the default stays first */
   ck_assert(_tsr_collective_algo_known("auto") && !_tsr_collective_algo_known("ring2"));
-  char buf[128];
-  ck_assert_ptr_nonnull(strstr(_tsr_collective_algos(buf, sizeof buf), "ring, rd, tree, hier, "));
+  char buf[256];
+  ck_assert_ptr_nonnull(strstr(_tsr_collective_algos(buf, sizeof buf), "ring, rd, tree, hier, rabenseifner, hier-rh, "));
   ck_assert_ptr_nonnull(strstr(buf, ", or auto"));
 }
 END_TEST
@@ -152,6 +153,19 @@ START_TEST(the_cost_formulas_follow_the_alpha_beta_model) {
   ck_assert_double_eq_tol(_tsr_cost_rd(3, 1e6, l), 3 * (1e-5 + 1e-3), 1e-12); /* 1 round + hand-over and back */
   ck_assert_double_eq_tol(_tsr_cost_tree(3, 1e6, l), 4 * (1e-5 + 1e-3), 1e-12);
   ck_assert(_tsr_cost_ring(1, 1e6, l) == 0);
+  /* halving-doubling: halves then quarters, each sent twice (halving, doubling) */
+  ck_assert_double_eq_tol(_tsr_cost_rabenseifner(4, 1e6, l), 2 * (1e-5 + 5e-4) + 2 * (1e-5 + 2.5e-4), 1e-12);
+  ck_assert_double_eq_tol(_tsr_cost_rabenseifner(3, 1e6, l), 2 * (1e-5 + 1e-3) + 2 * (1e-5 + 5e-4), 1e-12);
+  ck_assert(_tsr_cost_rabenseifner(1, 1e6, l) == 0);
+  /* hier-rh, 2 nodes x 2 ranks, a group of 4 MB in float32, 2 MB in bf16: the float32 ring inside
+   * (2 messages of 2 MB on a link 10 times faster), then the halving-doubling of each rank's 1 MB
+   * half of the bf16 bytes over 2 nodes (2 messages of 0.5 MB) */
+  struct _tsr_link fast = {1e-6, 1e-10};
+  ck_assert_double_eq_tol(_tsr_cost_hier_rh(2, 2, 4e6, 2e6, fast, l), 2 * (1e-6 + 2e-4) + 2 * (1e-5 + 5e-4), 1e-12);
+  ck_assert_double_eq_tol(_tsr_cost_hier_rh(4, 1, 4e6, 4e6, fast, l), _tsr_cost_ring(4, 4e6, fast), 1e-12);
+  /* the ring's bytes in log2 p rounds: below the ring for p a power of two > 2, equal at 2 */
+  for (int p = 4; p <= 64; p *= 2) ck_assert(_tsr_cost_rabenseifner(p, 1e8, l) < _tsr_cost_ring(p, 1e8, l));
+  ck_assert_double_eq_tol(_tsr_cost_rabenseifner(2, 1e8, l), _tsr_cost_ring(2, 1e8, l), 1e-12);
   /* small groups: recursive doubling's log2 p messages win; large ones: the ring's 2 (p-1)/p bytes */
   for (int p = 4; p <= 64; p *= 2) {
     ck_assert(_tsr_cost_rd(p, 1e3, l) < _tsr_cost_ring(p, 1e3, l));

@@ -193,7 +193,8 @@ static const struct opt_def defs[] = {
      "tensor with parameters matches", .deftext = "the model file's, else every layer"},
     {"collective", 0, OPT_STR, F(collective), "A", NULL,
      "how gradients are summed across ranks: ring, rd (recursive doubling), tree, hier (inside nodes, then a ring "
-     "across them), nccl, or auto (per group, the fastest on links measured at start-up)",
+     "across them), rabenseifner (recursive halving then doubling), hier-rh (a ring inside nodes, halving-doubling "
+     "across them; nodes of equal size), nccl, or auto (per group, the fastest on links measured at start-up)",
      .deftext = "NCCL with CUDA workers, else ring (TESSERA_COLLECTIVE)"},
     {"spatial", 0, OPT_CUSTOM, 0, "N", NULL,
      "spatial parallelism: split every sample into N blocks along its first spatial axis (height of [C, H, W], depth of [C, D, H, W]), "

@@ -6,6 +6,11 @@
 # prediction replays that same trace (rank 0's task durations: the same load as the measured steps)
 # on the link's machine file, measured by tessera-scale --calibrate (+ --from-trace for the sums).
 # Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv)
+# A subset, or other reductions: LINKS="loop 1gbit 10gbit" LAYOUTS="262144 layer 1000000000000"
+# RANKS="1 2 3 4" COLLECTIVES="ring" (tessera-train --collective names, each predicted with the cost
+# model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
+# ranks or TESSERA_NODE_SIZE=k on loopback; the machine file's intra link then comes from a
+# calibration over shared memory, and rank counts that are not a multiple of k are skipped).
 set -u
 B=$(cd "${1:?usage: validate.sh BUILD_DIR [OUT_DIR]}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,51 +18,65 @@ out=${2:-$PWD/validate-out}
 mkdir -p "$out"
 tmp=$(mktemp -d /tmp/tsr-validate-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+k=${RANKS_PER_NODE:-1}
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 TESSERA_GROUP_BYTES=262144
+unset TESSERA_NODE_SIZE # loopback's nodes are set per run (netlab's come from its host names)
 netlab=${TESSERA_NETLAB:-$here/../../scripts/netlab}
 MPI="mpirun --allow-run-as-root --oversubscribe -x STARPU_HOME -x STARPU_SILENT -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x TESSERA_GROUP_BYTES"
 "$B/tessera-datagen" --out "$tmp/data.h5" --samples 224 --size 16 --seed 3 -q || exit 1
 "$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 \
   --workers 1 -q >/dev/null 2>&1 # StarPU's bus and kernel models, once
 csv=$out/validate.csv
-echo "link,ranks,layout,measured_ms,predicted_ms,error,load" >"$csv"
+echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective" >"$csv"
 
-# launch LINK N CMD...: runs CMD on N ranks over the link
+# launch LINK N K CMD...: runs CMD on N ranks over the link, K to a node
 launch() {
-  local link=$1 n=$2
-  shift 2
+  local link=$1 n=$2 per=$3
+  shift 3
   case $link in
-  loop) if [ "$n" = 1 ]; then "$@"; else $MPI -np "$n" "$@"; fi ;;
-  *) "$netlab" run --nodes "$n" --rate "$link" -- $MPI -np "$n" "$@" ;;
+  loop) if [ "$n" = 1 ]; then "$@"; else TESSERA_NODE_SIZE=$per $MPI -x TESSERA_NODE_SIZE -np "$n" "$@"; fi ;;
+  *) "$netlab" run --nodes $((n / per)) --ranks-per-node "$per" --rate "$link" -- $MPI -np "$n" "$@" ;;
   esac
 }
 
-train() { # LINK N LAYOUT TRACE
+train() { # LINK N LAYOUT TRACE COLLECTIVE
   rm -rf "$4"
-  TESSERA_GROUP_BYTES=$3 launch "$1" "$2" "$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" \
-    --val-fraction 0 --epochs 1 --batch $((4 * $2)) --workers 1 -q --trace "$4" >"$tmp/train.log" 2>&1 ||
-    { cat "$tmp/train.log"; return 1; }
+  TESSERA_GROUP_BYTES=$3 launch "$1" "$2" "$k" "$B/tessera-train" --model "$here/validate_model.json" \
+    --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch $((4 * $2)) --workers 1 -q --trace "$4" \
+    --collective "$5" >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; return 1; }
 }
 
 links="loop"
 if [ -x "$netlab" ] && "$netlab" check >/dev/null 2>&1; then links="loop 1gbit 10gbit"; else
   echo "netlab not usable here ($("$netlab" check 2>&1 | tail -1)): loopback only"; fi
+links=${LINKS:-$links}
 for link in $links; do
   mf=$out/machine-$link.json
-  train "$link" 2 262144 "$tmp/cal-trace" || exit 1
+  k=1 train "$link" 2 262144 "$tmp/cal-trace" ring || exit 1
   for try in 1 2 3; do # a loaded machine can drown the small sizes' times in scheduling noise
-    launch "$link" 2 "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 \
-      --from-trace "$tmp/cal-trace" --name "$link" --save "$mf" >"$out/calibrate-$link.log" 2>&1 && break
+    k=1 launch "$link" 2 1 "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 \
+      --from-trace "$tmp/cal-trace" --name "$link" --ranks-per-node "$k" --save "$mf" >"$out/calibrate-$link.log" 2>&1 &&
+      break
     [ $try = 3 ] && { cat "$out/calibrate-$link.log"; exit 1; }
   done
-  for layout in 262144 layer 1000000000000; do
-    for n in 1 2 3 4; do
+  if [ "$k" -gt 1 ]; then # inside a node: shared memory
+    $MPI -np 2 "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra \
+      --machine "$mf" --save "$mf" >>"$out/calibrate-$link.log" 2>&1 || { cat "$out/calibrate-$link.log"; exit 1; }
+  fi
+  for layout in ${LAYOUTS:-262144 layer 1000000000000}; do
+    for n in ${RANKS:-1 2 3 4}; do
       [ "$link" != loop ] && [ "$n" = 1 ] && continue # one rank uses no link
-      train "$link" "$n" "$layout" "$tmp/tr" || exit 1
-      line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --csv | tail -1)
-      load=$(cut -d' ' -f1 /proc/loadavg)
-      echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" \
-        '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld }' | tee -a "$csv"
+      [ $((n % k)) != 0 ] && continue
+      for coll in ${COLLECTIVES:-ring}; do
+        train "$link" "$n" "$layout" "$tmp/tr" "$coll" || exit 1
+        model=$coll && [ "$coll" = ring ] && model=f32
+        line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv |
+          tail -1)
+        load=$(cut -d' ' -f1 /proc/loadavg)
+        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" \
+          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld, c }' |
+          tee -a "$csv"
+      done
     done
   done
 done

@@ -1,8 +1,9 @@
 /* A collective as a small table of functions over gradient groups (groups.h) and a communicator,
  * and the registry that names them (registry.c). An entry is one way of summing the groups across
  * ranks: the StarPU-MPI ring with float32, bf16 or fp16 chunks on the wire (ring.c), recursive
- * doubling and the binomial tree (tree.c), the hierarchical one over nodes (hier.c), NCCL on GPUs
- * (nccl.c); or of combining update directions (Lion Cub's sign reductions, sign.c). Several entries
+ * doubling and the binomial tree (tree.c), the hierarchical one over nodes (hier.c), recursive
+ * halving and doubling (halving.c) and the hierarchical one with it across nodes (hier_rh.c), NCCL
+ * on GPUs (nccl.c); or of combining update directions (Lion Cub's sign reductions, sign.c). Several entries
  * may share a name (the reduction the user asks for); by default the registry picks the first one
  * that can run here, the user may name the implementation (the algorithm), and "auto" picks per
  * group the one of least cost on the measured links. */
@@ -18,7 +19,8 @@ struct _tsr_groups;
 
 struct _tsr_collective_ops {
   const char *name;  /* what users select: "f32", "bf16", "fp16" */
-  const char *impl;  /* how (the algorithm users may select): "ring", "rd", "tree", "hier", "nccl" */
+  const char *impl;  /* how (the algorithm users may select): "ring", "rd", "tree", "hier",
+                        "rabenseifner", "hier-rh", "nccl" */
   int variant;       /* a parameter of the implementation shared by several entries (wire format) */
   int signs;         /* 1: combines update directions, not gradients (sign.c): each rank's optimizer
                         writes its direction into the gradient buffer before, and applies the

@@ -22,11 +22,17 @@ tsr_status _tsr_net_split(struct _tsr_net *n, const struct _tsr_comm *comm) {
   TSR_TRY(_tsr_comm_split_node(comm, &n->node));
   n->split = 1;
   TSR_TRY(_tsr_comm_split(comm, n->node.index == 0 ? 0 : -1, 0, &n->leaders));
+  TSR_TRY(_tsr_comm_split(comm, n->node.index, 0, &n->column));
+  struct _tsr_comm same; /* the members whose node is as large as mine: all of them, on every member, or
+                            fewer on every member */
+  TSR_TRY(_tsr_comm_split(comm, n->node.size, 0, &same));
+  n->uniform = same.size == comm->size;
+  _tsr_comm_free(&same);
   return TSR_OK;
 }
 
 void _tsr_net_free(struct _tsr_net *n) {
-  _tsr_comm_free(&n->node), _tsr_comm_free(&n->leaders);
+  _tsr_comm_free(&n->node), _tsr_comm_free(&n->leaders), _tsr_comm_free(&n->column);
   memset(n, 0, sizeof *n);
 }
 
@@ -157,4 +163,18 @@ double _tsr_cost_tree(int p, double bytes, struct _tsr_link l) {
   int depth = 0;
   while (1 << depth < p) depth++;
   return 2.0 * depth * (l.alpha + bytes * l.beta);
+}
+
+double _tsr_cost_rabenseifner(int p, double bytes, struct _tsr_link l) {
+  if (p < 2) return 0;
+  int p2 = 1;
+  while (p2 * 2 <= p) p2 *= 2;
+  double t = p2 < p ? 2 * (l.alpha + bytes * l.beta) : 0, m = bytes;
+  for (int d = 1; d < p2; d *= 2) m /= 2, t += 2 * (l.alpha + m * l.beta);
+  return t;
+}
+
+double _tsr_cost_hier_rh(int k, int nodes, double f32_bytes, double wire, struct _tsr_link local,
+                         struct _tsr_link remote) {
+  return _tsr_cost_ring(k, f32_bytes, local) + _tsr_cost_rabenseifner(nodes, wire / (k > 0 ? k : 1), remote);
 }

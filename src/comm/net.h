@@ -21,13 +21,17 @@ struct _tsr_net {
   int split;                      /* 1 once node and leaders are made */
   struct _tsr_comm node;          /* the members of this rank's node, by index in the parent */
   struct _tsr_comm leaders;       /* every node's first member (size 0 on the others) */
+  struct _tsr_comm column;        /* the members of the same index in their nodes, one per node that
+                                     has that many (leaders: the column of index 0) */
+  int uniform;                    /* agreed by every rank: 1 when all nodes have the same size */
   int nodes, node_size;           /* agreed by every rank: nodes, and members of the first one */
   int measured;                   /* 1 once the links are known (and agreed) */
   struct _tsr_link local, remote; /* inside a node, between nodes (remote = local on one node) */
 };
 
-/* Splits comm into nodes (runtime/communicator.h, _tsr_comm_split_node) and their leaders, and
- * agrees on the node count; collective over comm. */
+/* Splits comm into nodes (runtime/communicator.h, _tsr_comm_split_node), their leaders and the
+ * columns of equal index in the nodes, and agrees whether the nodes are of one size; collective
+ * over comm. */
 tsr_status _tsr_net_split(struct _tsr_net *n, const struct _tsr_comm *comm);
 /* The links, from TESSERA_LINK when set, else from a short ping-pong of comm's first member with
  * a member of its node and one of another node; the first member's values reach every member, so
@@ -45,5 +49,12 @@ double _tsr_wire_size(const struct _tsr_group *g, int fmt);
 double _tsr_cost_ring(int p, double bytes, struct _tsr_link l); /* 2(p-1) messages of bytes/p */
 double _tsr_cost_rd(int p, double bytes, struct _tsr_link l);   /* log2 rounds, +2 for non-powers of 2 */
 double _tsr_cost_tree(int p, double bytes, struct _tsr_link l); /* binomial reduce + broadcast */
+/* recursive halving then doubling: 2 log2 p' messages of bytes/2, bytes/4..., +2 whole ones when p
+ * is not a power of two */
+double _tsr_cost_rabenseifner(int p, double bytes, struct _tsr_link l);
+/* k members per node (float32 ring inside, `local`), halving-doubling across `nodes` on a k-th of
+ * the group each (`wire` bytes in all, `remote`) */
+double _tsr_cost_hier_rh(int k, int nodes, double f32_bytes, double wire, struct _tsr_link local,
+                         struct _tsr_link remote);
 
 #endif

@@ -11,6 +11,8 @@ extern const struct _tsr_collective_ops _tsr_ring_f32, _tsr_ring_bf16, _tsr_ring
 extern const struct _tsr_collective_ops _tsr_rd_f32, _tsr_rd_bf16, _tsr_rd_fp16;
 extern const struct _tsr_collective_ops _tsr_tree_f32, _tsr_tree_bf16, _tsr_tree_fp16;
 extern const struct _tsr_collective_ops _tsr_hier_f32, _tsr_hier_bf16, _tsr_hier_fp16;
+extern const struct _tsr_collective_ops _tsr_rabenseifner_f32, _tsr_rabenseifner_bf16, _tsr_rabenseifner_fp16;
+extern const struct _tsr_collective_ops _tsr_hier_rh_f32, _tsr_hier_rh_bf16, _tsr_hier_rh_fp16;
 extern const struct _tsr_collective_ops _tsr_sign_1bit, _tsr_sign_pbit, _tsr_sign_pbit_mean;
 
 static const struct _tsr_collective_ops *const entries[] = {
@@ -20,6 +22,8 @@ static const struct _tsr_collective_ops *const entries[] = {
     &_tsr_rd_f32,    &_tsr_rd_bf16,   &_tsr_rd_fp16,
     &_tsr_tree_f32,  &_tsr_tree_bf16, &_tsr_tree_fp16,
     &_tsr_hier_f32,  &_tsr_hier_bf16, &_tsr_hier_fp16,
+    &_tsr_rabenseifner_f32, &_tsr_rabenseifner_bf16, &_tsr_rabenseifner_fp16,
+    &_tsr_hier_rh_f32, &_tsr_hier_rh_bf16, &_tsr_hier_rh_fp16,
     &_tsr_sign_1bit, &_tsr_sign_pbit, &_tsr_sign_pbit_mean,
 };
 #define NENTRIES ((int)(sizeof entries / sizeof entries[0]))

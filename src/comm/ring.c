@@ -128,17 +128,22 @@ static double cost(const struct _tsr_groups *gs, int g) {
   return _tsr_cost_ring(gs->comm->size, _tsr_wire_size(&gs->g[g], gs->ops->variant), gs->net.remote);
 }
 
-/* Float32: chunks travel as they are. */
-static int ring_f32(const struct _tsr_comm *cm, struct _tsr_ring *q, int g, int64_t step) {
+/* Float32: chunks travel as they are. Reduce-scatter: after r-1 rounds this member holds the full
+ * sum of chunk (me + 1) mod r. */
+static int scatter_f32(const struct _tsr_comm *cm, struct _tsr_ring *q, int g, int64_t step) {
   int r = cm->size, me = cm->index, next = mod(me + 1, r), prev = mod(me - 1, r), prio = STARPU_MAX_PRIO, ret = 0;
-  /* Reduce-scatter: after r-1 rounds this member holds the full sum of chunk (me + 1) mod r. */
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = mod(me - k, r), recv = mod(me - k - 1, r);
     ret = _tsr_p2p_send(cm, q->chunks[send], next, _tsr_p2p_tag(cm, step, g, k), step);
     if (!ret) ret = _tsr_p2p_recv(cm, q->tmp[recv], prev, _tsr_p2p_tag(cm, step, g, k), step);
     if (!ret) ret = _tsr_insert_accumulate_prio(q->chunks[recv], q->tmp[recv], "allreduce_sum", prio);
   }
-  /* Allgather: pass the reduced chunks around the ring. */
+  return ret;
+}
+
+/* Allgather: pass the reduced chunks around the ring. */
+static int gather_f32(const struct _tsr_comm *cm, struct _tsr_ring *q, int g, int64_t step) {
+  int r = cm->size, me = cm->index, next = mod(me + 1, r), prev = mod(me - 1, r), ret = 0;
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = mod(me + 1 - k, r), recv = mod(me - k, r);
     int64_t tag = _tsr_p2p_tag(cm, step, g, r - 1 + k);
@@ -151,7 +156,7 @@ static int ring_f32(const struct _tsr_comm *cm, struct _tsr_ring *q, int g, int6
 /* Half formats: packed for each hop, summed in float32 on receipt. In the allgather the owner
  * rounds its reduced chunk as it packs it and the others unpack the same halves, then forward what
  * they received unchanged: every member ends with identical values. */
-static int ring_half(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int g, int64_t step) {
+static int scatter_half(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int g, int64_t step) {
   int r = cm->size, me = cm->index, next = mod(me + 1, r), prev = mod(me - 1, r), prio = STARPU_MAX_PRIO, ret = 0;
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = mod(me - k, r), recv = mod(me - k - 1, r);
@@ -160,6 +165,11 @@ static int ring_half(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, i
     if (!ret) ret = _tsr_p2p_recv(cm, q->tmp[recv], prev, _tsr_p2p_tag(cm, step, g, k), step);
     if (!ret) ret = _tsr_insert_wire_unpack(q->chunks[recv], q->tmp[recv], fmt, q->chunk_keep[recv], 1, prio);
   }
+  return ret;
+}
+
+static int gather_half(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int g, int64_t step) {
+  int r = cm->size, me = cm->index, next = mod(me + 1, r), prev = mod(me - 1, r), prio = STARPU_MAX_PRIO, ret = 0;
   for (int k = 0; !ret && k < r - 1; k++) {
     int send = mod(me + 1 - k, r), recv = mod(me - k, r);
     int64_t tag = _tsr_p2p_tag(cm, step, g, r - 1 + k);
@@ -175,11 +185,32 @@ static int ring_half(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, i
   return ret;
 }
 
+int _tsr_ring_scatter(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int g, int64_t step) {
+  return fmt == TSR_WIRE_F32 ? scatter_f32(cm, q, g, step) : scatter_half(cm, q, fmt, g, step);
+}
+
+int _tsr_ring_gather(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int g, int64_t step) {
+  return fmt == TSR_WIRE_F32 ? gather_f32(cm, q, g, step) : gather_half(cm, q, fmt, g, step);
+}
+
+void _tsr_ring_partition(struct _tsr_group *gr, struct _tsr_ring *q, int on) {
+  if (on) starpu_data_partition_submit(gr->h, q->r, q->chunks);
+  else starpu_data_unpartition_submit(gr->h, q->r, q->chunks, STARPU_MAIN_RAM);
+}
+
+int _tsr_ring_owned(const struct _tsr_ring *q, int me) { return mod(me + 1, q->r); }
+
+starpu_data_handle_t _tsr_ring_chunk(const struct _tsr_ring *q, int c, size_t *n, size_t *keep) {
+  *n = q->chunk_len[c], *keep = q->chunk_keep[c];
+  return q->chunks[c];
+}
+
 int _tsr_ring_sum(const struct _tsr_comm *cm, struct _tsr_group *gr, struct _tsr_ring *q, int fmt, int g,
                   int64_t step) {
-  starpu_data_partition_submit(gr->h, q->r, q->chunks);
-  int ret = fmt == TSR_WIRE_F32 ? ring_f32(cm, q, g, step) : ring_half(cm, q, fmt, g, step);
-  starpu_data_unpartition_submit(gr->h, q->r, q->chunks, STARPU_MAIN_RAM);
+  _tsr_ring_partition(gr, q, 1);
+  int ret = _tsr_ring_scatter(cm, q, fmt, g, step);
+  if (!ret) ret = _tsr_ring_gather(cm, q, fmt, g, step);
+  _tsr_ring_partition(gr, q, 0);
   return ret;
 }
 

@@ -1,9 +1,12 @@
 /* The ring's chunked reduce-scatter + allgather of one group over any communicator, for the ring
- * entries (ring.c) and the hierarchical allreduce, which runs it across node leaders (hier.c). */
+ * entries (ring.c), the hierarchical allreduce, which runs it across node leaders (hier.c), and the
+ * hierarchical halving-doubling one, which runs its two halves inside a node (hier_rh.c). */
 #ifndef TSR_COMM_RING_H
 #define TSR_COMM_RING_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <starpu.h>
 #include <tessera/status.h>
 
 struct _tsr_comm;
@@ -22,6 +25,16 @@ void _tsr_ring_free(struct _tsr_group *g, struct _tsr_ring *q);
 /* Submits the ring sum of g->h (whole, no partition active) over cm, tags from (step, group index
  * gi); g->h is whole again afterwards. 0 or StarPU-MPI's error. */
 int _tsr_ring_sum(const struct _tsr_comm *cm, struct _tsr_group *g, struct _tsr_ring *q, int fmt, int gi, int64_t step);
+/* Makes g->h's chunks the active partition (on) or g->h whole again (off). */
+void _tsr_ring_partition(struct _tsr_group *g, struct _tsr_ring *q, int on);
+/* Its two halves, over g's chunks (partition active): the reduce-scatter, after which member me
+ * holds the full sum of chunk _tsr_ring_owned(q, me), and the allgather, after which every member
+ * holds them all (messages 0 .. 2 (r - 1) - 1 of (step, gi)). The chunk c's handle, its floats and
+ * how many of its leading ones stay float32 in half formats. */
+int _tsr_ring_scatter(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int gi, int64_t step);
+int _tsr_ring_gather(const struct _tsr_comm *cm, struct _tsr_ring *q, int fmt, int gi, int64_t step);
+int _tsr_ring_owned(const struct _tsr_ring *q, int me);
+starpu_data_handle_t _tsr_ring_chunk(const struct _tsr_ring *q, int c, size_t *n, size_t *keep);
 /* Bytes member `me` sends in one _tsr_ring_sum. */
 int64_t _tsr_ring_bytes(const struct _tsr_ring *q, int fmt, int me);
 

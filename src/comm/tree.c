@@ -64,17 +64,14 @@ int _tsr_tree_depth(int p) {
   return d;
 }
 
-/* This member's partial sum to `peer`, as it is (float32) or packed (round_own: x becomes what it
- * sends). */
-static int send_part(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int peer, int64_t tag,
+int _tsr_hops_send(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int peer, int64_t tag,
                      int64_t step, int round_own) {
   if (b->fmt == TSR_WIRE_F32) return _tsr_p2p_send(cm, x, peer, tag, step);
   int ret = _tsr_insert_wire_pack(x, b->wire, b->fmt, b->keep, round_own, PRIO);
   return ret ? ret : _tsr_p2p_send(cm, b->wire, peer, tag, step);
 }
 
-/* x += what `peer` sends, received into buffer r. */
-static int recv_add(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int r, int peer,
+int _tsr_hops_recv_add(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int r, int peer,
                     int64_t tag, int64_t step) {
   int ret = _tsr_p2p_recv(cm, b->tmp[r], peer, tag, step);
   if (ret) return ret;
@@ -82,8 +79,7 @@ static int recv_add(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _
   return _tsr_insert_wire_unpack(x, b->tmp[r], b->fmt, b->keep, 1, PRIO);
 }
 
-/* x = the final values `peer` sends (half formats: through buffer 0, kept packed in it). */
-static int recv_final(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int peer, int64_t tag,
+int _tsr_hops_recv_final(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int peer, int64_t tag,
                       int64_t step) {
   if (b->fmt == TSR_WIRE_F32) return _tsr_p2p_recv(cm, x, peer, tag, step);
   int ret = _tsr_p2p_recv(cm, b->tmp[0], peer, tag, step);
@@ -95,8 +91,8 @@ int _tsr_tree_reduce(const struct _tsr_comm *cm, starpu_data_handle_t x, struct 
   int p = cm->size, me = cm->index, ret = 0;
   for (int k = 0, mask = 1; !ret && mask < p; mask <<= 1, k++) {
     int64_t tag = _tsr_p2p_tag(cm, step, gi, k0 + k);
-    if (me & mask) return send_part(cm, x, b, me - mask, tag, step, 0);
-    if (me + mask < p) ret = recv_add(cm, x, b, k, me + mask, tag, step);
+    if (me & mask) return _tsr_hops_send(cm, x, b, me - mask, tag, step, 0);
+    if (me + mask < p) ret = _tsr_hops_recv_add(cm, x, b, k, me + mask, tag, step);
   }
   return ret;
 }
@@ -110,7 +106,7 @@ int _tsr_tree_bcast(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _
                     int k0) {
   int p = cm->size, me = cm->index, low = low_bit(me, p), ret = 0;
   starpu_data_handle_t out = b->fmt == TSR_WIRE_F32 ? x : me ? b->tmp[0] : b->wire;
-  if (me) ret = recv_final(cm, x, b, me - low, _tsr_p2p_tag(cm, step, gi, k0 + log2i(low)), step);
+  if (me) ret = _tsr_hops_recv_final(cm, x, b, me - low, _tsr_p2p_tag(cm, step, gi, k0 + log2i(low)), step);
   else if (b->fmt != TSR_WIRE_F32) ret = _tsr_insert_wire_pack(x, b->wire, b->fmt, b->keep, 1, PRIO);
   for (int mask = low >> 1; !ret && mask >= 1; mask >>= 1)
     if (me + mask < p) ret = _tsr_p2p_send(cm, out, me + mask, _tsr_p2p_tag(cm, step, gi, k0 + log2i(mask)), step);
@@ -130,14 +126,14 @@ static int rd_sum(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _ts
   int extra = p - p2;
   int64_t first = _tsr_p2p_tag(cm, step, gi, 0), last = _tsr_p2p_tag(cm, step, gi, 2047);
   if (me >= p2) {
-    ret = send_part(cm, x, b, me - p2, first, step, 0);
-    return ret ? ret : recv_final(cm, x, b, me - p2, last, step);
+    ret = _tsr_hops_send(cm, x, b, me - p2, first, step, 0);
+    return ret ? ret : _tsr_hops_recv_final(cm, x, b, me - p2, last, step);
   }
-  if (me < extra) ret = recv_add(cm, x, b, 0, me + p2, first, step);
+  if (me < extra) ret = _tsr_hops_recv_add(cm, x, b, 0, me + p2, first, step);
   for (int k = 1, mask = 1; !ret && mask < p2; mask <<= 1, k++) {
     int64_t tag = _tsr_p2p_tag(cm, step, gi, k);
-    ret = send_part(cm, x, b, me ^ mask, tag, step, 1); /* half formats: both add the same two roundings */
-    if (!ret) ret = recv_add(cm, x, b, k, me ^ mask, tag, step);
+    ret = _tsr_hops_send(cm, x, b, me ^ mask, tag, step, 1); /* half formats: both add the same two roundings */
+    if (!ret) ret = _tsr_hops_recv_add(cm, x, b, k, me ^ mask, tag, step);
   }
   if (ret || !extra) return ret;
   if (b->fmt != TSR_WIRE_F32) { /* every member rounds its result to what the extra members receive */

@@ -23,6 +23,16 @@ struct _tsr_hops {
 /* 0, or -1 when out of memory (_tsr_hops_free also frees a half-made one). */
 int _tsr_hops_init(struct _tsr_hops *b, size_t n, size_t keep, int fmt, int rounds);
 void _tsr_hops_free(struct _tsr_hops *b);
+/* Whole-group messages of x (a group's whole handle) with `peer` of cm: x sent as it is (float32)
+ * or packed (round_own: x becomes what it sends); x += what peer sends, received into buffer r;
+ * x = the final values peer sends (half formats: through buffer 0, kept packed in it). 0 or
+ * StarPU-MPI's error. */
+int _tsr_hops_send(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int peer, int64_t tag,
+                   int64_t step, int round_own);
+int _tsr_hops_recv_add(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int r, int peer,
+                       int64_t tag, int64_t step);
+int _tsr_hops_recv_final(const struct _tsr_comm *cm, starpu_data_handle_t x, struct _tsr_hops *b, int peer,
+                         int64_t tag, int64_t step);
 /* Rounds of a binomial tree over p members: ceil(log2 p). */
 int _tsr_tree_depth(int p);
 /* Submits the sum of x (a group's whole handle) over cm into member 0's x; messages k0 .. k0 +

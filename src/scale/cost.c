@@ -72,7 +72,7 @@ static double hier(const tsr_machine *mc, double n, int p) {
   return t;
 }
 
-/* Recursive halving then doubling (Rabenseifner) over p members `stride` ranks apart (1: neighbours,
+/* Recursive halving then doubling (Rabenseifner, halving.c) over p members `stride` ranks apart (1: neighbours,
  * k: one rank per node): halving rounds send n/2, n/4... to partners at distances 1, 2, 4... members,
  * summing what they receive, and the allgather retraces them. A round whose partners are k or more
  * ranks apart crosses the node link with `flows` messages at once. P not a power of two: fold in and
@@ -91,7 +91,7 @@ static double halving(const tsr_machine *mc, double n, int p, int stride, int fl
 }
 static double rabenseifner(const tsr_machine *mc, double n, int p) { return halving(mc, n, p, 1, per_node(mc, p)); }
 
-/* Hierarchical with halving/doubling across nodes: the ring reduce-scatter inside each node, k
+/* Hierarchical with halving/doubling across nodes (hier_rh.c): the ring reduce-scatter inside each node, k
  * concurrent Rabenseifner reductions across the N nodes (one per slice of n/k), allgather inside. */
 static double hier_rh(const tsr_machine *mc, double n, int p) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
@@ -121,9 +121,9 @@ static const struct _tsr_cost_model models[] = {
     {"rd", "recursive doubling", 1, "recursive doubling, float32: log2(P) rounds of the whole group", recdouble},
     {"tree", "binomial tree", 1, "binomial-tree sum then broadcast, float32: 2 log2(P) rounds", tree},
     {"hier", "hierarchical", 1, "tree inside nodes, float32 ring across node leaders (hier.c)", hier},
-    {"rabenseifner", "halving-doubling", 1, "recursive halving reduce-scatter + doubling allgather, float32",
+    {"rabenseifner", "halving-doubling", 1, "recursive halving reduce-scatter + doubling allgather, float32 (halving.c)",
      rabenseifner},
-    {"hier-rh", "hierarchical", 1, "ring inside nodes, k concurrent halving-doublings across nodes, float32",
+    {"hier-rh", "hierarchical", 1, "ring inside nodes, k concurrent halving-doublings across nodes, float32 (hier_rh.c)",
      hier_rh},
     {"sign1", "sign votes", 0, "1-bit sign votes: reduce-scatter and allgather of packed signs (sign.c)", sign1},
     {"signp", "sign votes", 0, "ring of p-bit partial sums of signs, p = ceil(log2(2P+1)) (sign.c)", signp},
