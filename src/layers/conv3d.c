@@ -144,7 +144,7 @@ static int split_backward(const struct _tsr_layer_call *c, const struct _tsr_con
   int overwrite;
   _tsr_layer_wgrad(c, 1 + whole->has_bias, dw, &overwrite);
   starpu_data_handle_t db = whole->has_bias ? dw[1] : NULL;
-  if (!ret && p.own > 2 * p.lo) {
+  if (!ret) { /* the plan's blocks have more than 2 lo planes (spatial.c, plan_edges) */
     struct _tsr_conv3d_desc d = *whole;
     d.id[p.a] = p.own, d.od[p.a] = p.own - 2 * p.lo, d.axis = p.a, d.in1_full = p.own, d.in1_off = p.lo;
     d.overwrite = overwrite, overwrite = 0;

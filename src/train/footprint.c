@@ -74,7 +74,8 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   const struct _tsr_sp_layer *P = plan ? &plan[l] : NULL;
   /* a halo'd or whole input copy and its gradient; none for a window without halos (direct) or run
    * from edge slabs, which has the slabs and, where a neighbour is, their gradients */
-  uint64_t in = P && ((P->window && !P->direct && !P->edges) || P->gather) ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
+  int copy = P && ((P->window && !P->direct && !P->edges) || P->gather);
+  uint64_t in = copy ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
   uint64_t edge[2] = {0, 0}, dedge[2] = {0, 0};
   for (int side = 0; P && P->edges && side < 2; side++)
     edge[side] = (uint64_t)P->edge_len[side], dedge[side] = (uint64_t)P->dedge_len[side];

@@ -79,9 +79,11 @@ static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *gri
 }
 
 /* How a window layer with halos P->lo / P->hi runs: on the block itself where it has none
- * (direct), from the block and two edge slabs where its entry can (split_edges) and the halos lie
- * along one axis only, of equal widths, with stride 1 there and blocks of at least 2 lo planes, on
- * CPU workers only (the CUDA kernels take whole buffers); else on a halo'd copy. */
+ * (direct); from the block and two edge slabs where its entry can (split_edges), the halos lie
+ * along one axis only, of equal widths, with stride 1 there, on CPU workers only (the CUDA kernels
+ * take whole buffers), and the slabs with their gradients take no more memory than a halo'd copy
+ * and its gradient (3 lo planes each against 2 (own + 2 lo): blocks of more than 2.5 lo planes, so
+ * the interior always has outputs of its own); else on a halo'd copy. */
 static void plan_edges(const struct _tsr_layer *L, int nd, const int *grid, const int *coord, const int *in_own,
                        struct _tsr_sp_layer *P) {
   int axes = 0, a = -1;
@@ -93,16 +95,19 @@ static void plan_edges(const struct _tsr_layer *L, int nd, const int *grid, cons
   }
   int k, st, dil, *pad;
   window(&P->spec, nd, a, &k, &st, &pad, &dil);
-  if (!L->ops->split_edges || axes > 1 || P->lo[a] != P->hi[a] || st != 1 || in_own[a] < 2 * P->lo[a] ||
+  if (!L->ops->split_edges || axes > 1 || P->lo[a] != P->hi[a] || st != 1 ||
       (starpu_is_initialized() && starpu_cuda_worker_get_count() > 0))
     return;
-  P->edges = 1, P->edge_axis = a;
+  int64_t plane = P->in.c, slabs = 0;
+  for (int b = 0; b < nd; b++) plane *= b == a ? 1 : in_own[b];
   for (int side = 0; side < 2; side++) {
-    int64_t n = (int64_t)P->in.c * (3 * P->lo[a]);
-    for (int b = 0; b < nd; b++) n *= b == a ? 1 : in_own[b];
     int c = coord[a] + (side ? 1 : -1);
-    P->edge_len[side] = n, P->dedge_len[side] = c >= 0 && c < grid[a] ? n : 0;
+    P->edge_len[side] = plane * 3 * P->lo[a];
+    P->dedge_len[side] = c >= 0 && c < grid[a] ? P->edge_len[side] : 0;
+    slabs += P->edge_len[side] + P->dedge_len[side];
   }
+  if (slabs <= 2 * plane * (in_own[a] + 2 * P->lo[a])) P->edges = 1, P->edge_axis = a;
+  else memset(P->edge_len, 0, sizeof P->edge_len), memset(P->dedge_len, 0, sizeof P->dedge_len);
 }
 
 /* An upscaling layer (TSR_SPATIAL_UPSCALE) along split axis a: output position o comes from input
@@ -405,7 +410,10 @@ int _tsr_spatial_before(tsr_trainer *t, int l, int s, starpu_data_handle_t x, in
   const struct _tsr_sp_layer *P = &sp->l[l];
   const char *nm = t->model->layers[l].name;
   if (P->direct) return 0;
-  if (P->edges) return _tsr_halo_edges_forward(&P->halo[s], P->edge_axis, x, (starpu_data_handle_t[2]){P->edge[0][s], P->edge[1][s]}, step, nm);
+  if (P->edges) {
+    starpu_data_handle_t edge[2] = {P->edge[0][s], P->edge[1][s]};
+    return _tsr_halo_edges_forward(&P->halo[s], P->edge_axis, x, edge, step, nm);
+  }
   if (P->window) return _tsr_halo_forward(&P->halo[s], x, P->x[s], step, nm);
   if (!P->gather) return 0;
   struct _tsr_box_desc place[sp->parts];
@@ -418,9 +426,10 @@ int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, i
   const struct _tsr_sp_layer *P = &sp->l[l];
   const char *nm = t->model->layers[l].name;
   if (P->direct) return 0;
-  if (P->edges)
-    return _tsr_halo_edges_backward(&P->halo[s], P->edge_axis, (starpu_data_handle_t[2]){P->dedge[0][s], P->dedge[1][s]},
-                                    target, step, nm);
+  if (P->edges) {
+    starpu_data_handle_t dedge[2] = {P->dedge[0][s], P->dedge[1][s]};
+    return _tsr_halo_edges_backward(&P->halo[s], P->edge_axis, dedge, target, step, nm);
+  }
   if (P->window) return _tsr_halo_backward(&P->halo[s], P->dx[s], target, step, nm);
   /* Every member computed the same gradient of the whole map from the loss scaled by 1 / parts
    * (_tsr_spatial_share), so that the layers after the gather, run by each, add up to their
