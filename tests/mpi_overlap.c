@@ -1,6 +1,6 @@
 /* Overlap of halo exchanges, shown by task dependencies (no timing), for tests/mpi_spatial.sh:
  *   mpi_overlap --spatial G [--k5]
- * trains one step of a 3-D model (conv3d 'a' on [2, 8, 8, 4] samples, max pooling, conv3d 'b',
+ * trains one step of a 3-D model (conv3d 'a' on [2, 16, 8, 4] samples, max pooling, conv3d 'b',
  * flatten, dense; kernels 3, or 5 with --k5) with every sample split G (N or NxM along D, H) over the
  * ranks, recording every task the trainer submits (the submit hook). StarPU orders two tasks that
  * touch the same data handle, one of them writing, in submission order; from those implicit
@@ -21,7 +21,7 @@
 
 #include "runtime/submit.h"
 
-enum { MAXT = 20000, MAXB = 8, C = 2, D = 8, H = 8, W = 4 };
+enum { MAXT = 20000, MAXB = 8, C = 2, D = 16, H = 8, W = 4 };
 
 struct rec {
   char name[32], cl[40];

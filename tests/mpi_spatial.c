@@ -4,8 +4,8 @@
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
  * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
- * dense; kernels 3 of the convolutions, 5 with --k5), or with --unet a small 3-D U-Net on them
- * (build_unet; softmax cross-entropy per voxel),
+ * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5), or with --unet a small
+ * 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
  * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
  * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
@@ -46,7 +46,7 @@ struct data {
 };
 
 static int unet; /* --unet: targets are one class of 3 per position (one-hot [3, S * S]) */
-static int kern = 3; /* --k5: the 3-D model's convolutions have kernels 5 (padding 2) */
+static int kern = 3; /* --k5: the 3-D model's convolutions have kernels 5 (padding 2), on [C_IN, 16, 8, 2] */
 
 static void sample(int64_t g, float *x, float *y) {
   for (int c = 0; c < C_IN; c++)
@@ -88,7 +88,8 @@ static void add3(tsr_model *m, const char *name, const char *kind, const char *i
 static tsr_model *build3d(int bn) {
   tsr_model *m;
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
-  in.channels = C_IN, in.depth = 8, in.height = 8, in.width = S * S / 64;
+  int deep = kern == 5 ? 2 : 1; /* kernels 5: twice the depth, so that blocks of 8 planes take edge slabs */
+  in.channels = C_IN, in.depth = 8 * deep, in.height = 8, in.width = S * S / 64 / deep;
   if (tsr_model_create(&m, "spatial3d") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
   add3(m, "a", "conv3d", "in", 4, kern, 1, kern / 2);
   add(m, "bn", bn ? TSR_LAYER_BATCHNORM : TSR_LAYER_TANH, "a", 0, 0, 1, 0);

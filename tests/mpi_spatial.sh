@@ -100,8 +100,8 @@ equal "3-D: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp3" "$tmp
 
 # Convolutions split along one axis run from the block and two edge slabs (no halo'd copy) where the
 # slabs take less memory than the copy (the first conv3d here; the second one's blocks of 2 planes
-# take a copy): the 3-D model split along H only (1x2), and with kernels 5 (halos of 2) along D, D
-# and H (a copy: halos along two axes), and as 2 replicas x 2 blocks.
+# take a copy): the 3-D model split along H only (1x2), and with kernels 5 (halos of 2, samples
+# [2, 16, 8, 2]) along D, D and H (a copy: halos along two axes), and as 2 replicas x 2 blocks.
 for g in 1x2:2; do
   n=${g#*:} g=${g%:*}
   if run "$n" "$tmp/sp3e$g" --batch 4 --3d --spatial "$g"; then ok "3-D: $n ranks, samples split $g, ran"
