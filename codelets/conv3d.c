@@ -189,8 +189,10 @@ static void planes(float *dense, float *buf, size_t nc, const int *ext, int axis
   for (int a = axis + 1; a < 3; a++) inner *= (size_t)ext[a];
   for (size_t i = 0; i < outer; i++) {
     float *far = buf + (i * (size_t)full + (size_t)off) * inner, *near = dense + i * len * inner;
-    if (scatter) memcpy(far, near, len * inner * sizeof(float));
-    else memcpy(near, far, len * inner * sizeof(float));
+    if (scatter)
+      memcpy(far, near, len * inner * sizeof(float));
+    else
+      memcpy(near, far, len * inner * sizeof(float));
   }
 }
 
@@ -205,8 +207,8 @@ static void conv3d_range_body(void *arg) {
   size_t nci = (size_t)d.n * d.ci, nco = (size_t)d.n * d.co, ni = nci, no = nco;
   for (int a = 0; a < 3; a++) ni *= (size_t)d.id[a], no *= (size_t)d.od[a];
   int bwd_data = c->pass == TSR_CONV_BWD_DATA;
-  struct conv3d_call dense = {.d = &d, .pass = c->pass, .in = {c->in[0], c->in[1], c->in[2]},
-                              .out = {c->out[0], c->out[1]}};
+  struct conv3d_call dense = {
+      .d = &d, .pass = c->pass, .in = {c->in[0], c->in[1], c->in[2]}, .out = {c->out[0], c->out[1]}};
   if (r->src_full) { /* x, or dy for bwd_data */
     float *s = _tsr_scratch(3, (bwd_data ? no : ni) * sizeof(float));
     planes(s, (float *)c->in[0], bwd_data ? nco : nci, bwd_data ? d.od : d.id, r->axis, r->src_full, r->src_off, 0);
@@ -303,12 +305,21 @@ static struct starpu_perfmodel range_models[3] = {
     {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_bwd_weights_range"},
 };
 static struct starpu_codelet cl_conv3d_range[3] = {
-    {.cpu_funcs = {conv3d_fwd_cpu}, .cpu_funcs_name = {"conv3d_fwd_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
-     .model = &range_models[0], .name = "tsr_conv3d_fwd_range"},
-    {.cpu_funcs = {conv3d_bwd_data_cpu}, .cpu_funcs_name = {"conv3d_bwd_data_cpu"},
-     .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &range_models[1], .name = "tsr_conv3d_bwd_data_range"},
-    {.cpu_funcs = {conv3d_bwd_weights_cpu}, .cpu_funcs_name = {"conv3d_bwd_weights_cpu"},
-     .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &range_models[2], .name = "tsr_conv3d_bwd_weights_range"},
+    {.cpu_funcs = {conv3d_fwd_cpu},
+     .cpu_funcs_name = {"conv3d_fwd_cpu"},
+     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+     .model = &range_models[0],
+     .name = "tsr_conv3d_fwd_range"},
+    {.cpu_funcs = {conv3d_bwd_data_cpu},
+     .cpu_funcs_name = {"conv3d_bwd_data_cpu"},
+     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+     .model = &range_models[1],
+     .name = "tsr_conv3d_bwd_data_range"},
+    {.cpu_funcs = {conv3d_bwd_weights_cpu},
+     .cpu_funcs_name = {"conv3d_bwd_weights_cpu"},
+     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+     .model = &range_models[2],
+     .name = "tsr_conv3d_bwd_weights_range"},
 };
 
 int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,

@@ -294,11 +294,11 @@ START_TEST(plan_runs_windows_on_blocks_edge_slabs_or_copies) {
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
   in.channels = 2, in.depth = 16, in.height = 8, in.width = 8;
   ck_assert_int_eq(tsr_model_add(m, "in", &in, NULL, 0), TSR_OK);
-  add3(m, "c", "conv3d", "in", 4, 3, 1); /* 1 */
+  add3(m, "c", "conv3d", "in", 4, 3, 1);   /* 1 */
   add3(m, "p", "maxpool3d", "c", 0, 2, 0); /* 2: [4, 8, 4, 4] */
-  add3(m, "d", "conv3d", "p", 4, 3, 1); /* 3 */
+  add3(m, "d", "conv3d", "p", 4, 3, 1);    /* 3 */
   add3(m, "q", "maxpool3d", "d", 0, 2, 0); /* 4: [4, 4, 2, 2] */
-  add3(m, "e", "conv3d", "q", 2, 3, 1); /* 5 */
+  add3(m, "e", "conv3d", "q", 2, 3, 1);    /* 5 */
   int cpu = !(starpu_is_initialized() && starpu_cuda_worker_get_count() > 0);
   struct _tsr_sp_layer plan[6];
   for (int part = 0; part < 2; part++) {

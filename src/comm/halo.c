@@ -149,8 +149,7 @@ int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, st
 static struct _tsr_box_desc planes(const struct _tsr_halo *h, int a, int src_ext, int src_lo, int dst_ext, int dst_lo,
                                    int len) {
   struct _tsr_box_desc d = {.outer = h->outer, .nd = h->nd, .scale = 1.0f};
-  for (int b = 0; b < h->nd; b++)
-    d.src_ext[b] = d.dst_ext[b] = d.len[b] = h->own[b], d.src_lo[b] = d.dst_lo[b] = 0;
+  for (int b = 0; b < h->nd; b++) d.src_ext[b] = d.dst_ext[b] = d.len[b] = h->own[b], d.src_lo[b] = d.dst_lo[b] = 0;
   d.src_ext[a] = src_ext, d.src_lo[a] = src_lo, d.dst_ext[a] = dst_ext, d.dst_lo[a] = dst_lo, d.len[a] = len;
   return d;
 }
@@ -163,8 +162,11 @@ struct edge {
 
 static struct edge edge_of(const struct _tsr_halo *h, int a, int side) {
   int lo = h->lo[a], hi = h->hi[a], w = side ? hi : lo;
-  return (struct edge){.ext = w + lo + hi, .halo = side ? lo + hi : 0, .in_slab = side ? 0 : lo,
-                       .in_block = side ? h->own[a] - lo - hi : 0, .width = w};
+  return (struct edge){.ext = w + lo + hi,
+                       .halo = side ? lo + hi : 0,
+                       .in_slab = side ? 0 : lo,
+                       .in_block = side ? h->own[a] - lo - hi : 0,
+                       .width = w};
 }
 
 int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side) {
@@ -179,8 +181,8 @@ int _tsr_halo_edges_forward(const struct _tsr_halo *h, int a, starpu_data_handle
   for (int s = 0; !ret && s < 2; s++) { /* as exchange_axis: side s's neighbour needs planes next to it */
     if (h->nb[a][s] < 0) continue;
     if (h->in[a][s])
-      ret = failed(_tsr_p2p_recv(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, s), step),
-                   "halo receive", name);
+      ret = failed(_tsr_p2p_recv(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, s), step), "halo receive",
+                   name);
     if (ret || !h->out[a][s]) continue;
     int len = s ? h->lo[a] : h->hi[a];
     struct _tsr_box_desc pack = planes(h, a, own, s ? own - len : 0, len, 0, len);
@@ -207,15 +209,15 @@ int _tsr_halo_edges_backward(const struct _tsr_halo *h, int a, const starpu_data
   for (int s = 0; !ret && s < 2; s++) {
     if (h->nb[a][s] < 0) continue;
     if (h->out[a][s])
-      ret = failed(_tsr_p2p_recv(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, s), step),
-                   "halo receive", name);
+      ret = failed(_tsr_p2p_recv(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, s), step), "halo receive",
+                   name);
     if (ret || !h->in[a][s]) continue;
     struct edge e = edge_of(h, a, s);
     struct _tsr_box_desc pack = planes(h, a, e.ext, e.halo, e.width, 0, e.width);
     ret = _tsr_insert_box_copy(&pack, dedge[s], h->in[a][s], name);
     if (!ret)
-      ret = failed(_tsr_p2p_send(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, 1 - s), step),
-                   "halo send", name);
+      ret = failed(_tsr_p2p_send(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, 1 - s), step), "halo send",
+                   name);
   }
   for (int s = 0; !ret && s < 2; s++) {
     if (h->nb[a][s] < 0 || !h->out[a][s]) continue;

@@ -158,8 +158,9 @@ tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *
   }
   free(plan);
   char ab[48], pb[48];
-  _tsr_log(2, "trainer: rank %d holds %llu bytes (%s) of batch buffers (activations, their gradients, halo'd or "
-              "gathered copies, edge slabs, inputs, targets) and %s in all",
+  _tsr_log(2,
+           "trainer: rank %d holds %llu bytes (%s) of batch buffers (activations, their gradients, halo'd or "
+           "gathered copies, edge slabs, inputs, targets) and %s in all",
            t->rank, (unsigned long long)acts, _tsr_bytes_str(acts, ab), _tsr_bytes_str(total, pb));
   char what[256], detail[512], a[48], c[48], d[48], state[64];
   snprintf(what, sizeof what, "model '%s': training on this process (batch %d in %d slices)", m->name, t->batch,

@@ -106,8 +106,10 @@ static void plan_edges(const struct _tsr_layer *L, int nd, const int *grid, cons
     P->dedge_len[side] = c >= 0 && c < grid[a] ? P->edge_len[side] : 0;
     slabs += P->edge_len[side] + P->dedge_len[side];
   }
-  if (slabs <= 2 * plane * (in_own[a] + 2 * P->lo[a])) P->edges = 1, P->edge_axis = a;
-  else memset(P->edge_len, 0, sizeof P->edge_len), memset(P->dedge_len, 0, sizeof P->dedge_len);
+  if (slabs <= 2 * plane * (in_own[a] + 2 * P->lo[a]))
+    P->edges = 1, P->edge_axis = a;
+  else
+    memset(P->edge_len, 0, sizeof P->edge_len), memset(P->dedge_len, 0, sizeof P->dedge_len);
 }
 
 /* An upscaling layer (TSR_SPATIAL_UPSCALE) along split axis a: output position o comes from input
