@@ -3,9 +3,9 @@
 # samples from tessera-cosmogen): for each layout RANKS:SPATIAL (1:1, 2:2, 4:2x2, and hybrid 4:2 =
 # 2 replicas x 2 blocks; 4:4 along D is refused for this model: pool5's output depth 2 does not
 # split in 4) it trains EPOCHS epochs under mpirun and prints per rank the batch buffers the trainer
-# allocates (its footprint accounting, logged with -v: activations and their gradients, halo'd and
-# gathered copies, inputs, targets; the largest over the ranks, and as a share of the 1-rank run's
-# when 1:1 comes first), the peak resident memory
+# allocates (its footprint accounting, logged with -v: activations and their gradients, halo'd or
+# gathered copies, edge slabs, inputs, targets; the largest over the ranks, and as a share of the
+# 1-rank run's when 1:1 comes first), the peak resident memory
 # (ru_maxrss from /usr/bin/time: activations, parameters, the runtime and the libraries), the time
 # per step of the last epoch (from tessera-train's log) and the halo bytes a
 # spatial group sends per step, computed from the plan's halo widths (each face between blocks of a

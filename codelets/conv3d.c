@@ -181,27 +181,47 @@ static void conv3d_run_body(void *arg) {
   if (db && c->out[1]) _tsr_axpy_cpu(c->out[1], db, 1.0f, (size_t)d->co);
 }
 
-/* A range of D planes: gathered into dense scratch (unless the input is the whole buffer), the dense
- * primitive (strided views would leave oneDNN its reference kernels only), and the output planes
- * copied into place. */
+/* Planes [off, off + len) along `axis` of a buffer [nc, ext...] of `full` planes there: copied into
+ * (scatter 0) or out of (scatter 1) a dense [nc, ext...] of len planes. */
+static void planes(float *dense, float *buf, size_t nc, const int *ext, int axis, int full, int off, int scatter) {
+  size_t outer = nc, inner = 1, len = (size_t)ext[axis];
+  for (int a = 0; a < axis; a++) outer *= (size_t)ext[a];
+  for (int a = axis + 1; a < 3; a++) inner *= (size_t)ext[a];
+  for (size_t i = 0; i < outer; i++) {
+    float *far = buf + (i * (size_t)full + (size_t)off) * inner, *near = dense + i * len * inner;
+    if (scatter)
+      memcpy(far, near, len * inner * sizeof(float));
+    else
+      memcpy(near, far, len * inner * sizeof(float));
+  }
+}
+
+/* Ranges of planes: the read buffers gathered into dense scratch where they are ranges, the dense
+ * primitive (strided views would leave oneDNN its reference kernels only), and a ranged forward
+ * output copied into place. */
 static void conv3d_range_body(void *arg) {
   const struct conv3d_call *c = arg;
-  struct _tsr_conv3d_desc d = *c->d;
-  d.src_full = d.src_off = d.dst_full = d.dst_off = 0;
-  size_t hw = (size_t)d.id[1] * d.id[2], ohw = (size_t)d.od[1] * d.od[2], nci = (size_t)d.n * d.ci;
-  size_t in_block = (size_t)d.id[0] * hw, out_block = (size_t)d.od[0] * ohw, nco = (size_t)d.n * d.co;
-  const float *x = c->in[0];
-  if (c->d->src_off != 0 || c->d->id[0] != c->d->src_full) {
-    float *xs = _tsr_scratch(3, nci * in_block * sizeof(float));
-    for (size_t i = 0; i < nci; i++)
-      memcpy(xs + i * in_block, x + (i * c->d->src_full + c->d->src_off) * hw, in_block * sizeof(float));
-    x = xs;
+  const struct _tsr_conv3d_desc *r = c->d;
+  struct _tsr_conv3d_desc d = *r;
+  d.axis = d.src_full = d.src_off = d.in1_full = d.in1_off = d.dst_full = d.dst_off = 0;
+  size_t nci = (size_t)d.n * d.ci, nco = (size_t)d.n * d.co, ni = nci, no = nco;
+  for (int a = 0; a < 3; a++) ni *= (size_t)d.id[a], no *= (size_t)d.od[a];
+  int bwd_data = c->pass == TSR_CONV_BWD_DATA;
+  struct conv3d_call dense = {
+      .d = &d, .pass = c->pass, .in = {c->in[0], c->in[1], c->in[2]}, .out = {c->out[0], c->out[1]}};
+  if (r->src_full) { /* x, or dy for bwd_data */
+    float *s = _tsr_scratch(3, (bwd_data ? no : ni) * sizeof(float));
+    planes(s, (float *)c->in[0], bwd_data ? nco : nci, bwd_data ? d.od : d.id, r->axis, r->src_full, r->src_off, 0);
+    dense.in[0] = s;
   }
-  float *ys = _tsr_scratch(4, nco * out_block * sizeof(float));
-  struct conv3d_call dense = {.d = &d, .pass = TSR_CONV_FWD, .in = {x, c->in[1], c->in[2]}, .out = {ys, NULL}};
+  if (r->in1_full && c->pass == TSR_CONV_BWD_WEIGHTS) { /* dy */
+    float *s = _tsr_scratch(5, no * sizeof(float));
+    planes(s, (float *)c->in[1], nco, d.od, r->axis, r->in1_full, r->in1_off, 0);
+    dense.in[1] = s;
+  }
+  if (r->dst_full && c->pass == TSR_CONV_FWD) dense.out[0] = _tsr_scratch(4, no * sizeof(float));
   conv3d_run_body(&dense);
-  for (size_t i = 0; i < nco; i++)
-    memcpy(c->out[0] + (i * c->d->dst_full + c->d->dst_off) * ohw, ys + i * out_block, out_block * sizeof(float));
+  if (dense.out[0] != c->out[0]) planes(dense.out[0], c->out[0], nco, d.od, r->axis, r->dst_full, r->dst_off, 1);
 }
 
 static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass) {
@@ -213,8 +233,8 @@ static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pa
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1) {
   struct conv3d_call c = {.d = d, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
-  _tsr_kernel_guard(conv3d_op(d, pass), d->src_full && pass == TSR_CONV_FWD ? conv3d_range_body : conv3d_run_body,
-                    &c);
+  int range = d->src_full || d->in1_full || d->dst_full;
+  _tsr_kernel_guard(conv3d_op(d, pass), range ? conv3d_range_body : conv3d_run_body, &c);
 }
 
 static void conv3d_impl_body(void *arg) {
@@ -279,17 +299,36 @@ static struct starpu_codelet cl_conv3d[3] = {
      .name = "tsr_conv3d_bwd_weights"},
 };
 
-static struct starpu_perfmodel range_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_fwd_range"};
-static struct starpu_codelet cl_conv3d_range = {.cpu_funcs = {conv3d_fwd_cpu}, .cpu_funcs_name = {"conv3d_fwd_cpu"},
-                                                .nbuffers = STARPU_VARIABLE_NBUFFERS, .model = &range_model,
-                                                .name = "tsr_conv3d_fwd_range"};
+static struct starpu_perfmodel range_models[3] = {
+    {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_fwd_range"},
+    {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_bwd_data_range"},
+    {.type = STARPU_HISTORY_BASED, .symbol = "tsr_conv3d_bwd_weights_range"},
+};
+static struct starpu_codelet cl_conv3d_range[3] = {
+    {.cpu_funcs = {conv3d_fwd_cpu},
+     .cpu_funcs_name = {"conv3d_fwd_cpu"},
+     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+     .model = &range_models[0],
+     .name = "tsr_conv3d_fwd_range"},
+    {.cpu_funcs = {conv3d_bwd_data_cpu},
+     .cpu_funcs_name = {"conv3d_bwd_data_cpu"},
+     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+     .model = &range_models[1],
+     .name = "tsr_conv3d_bwd_data_range"},
+    {.cpu_funcs = {conv3d_bwd_weights_cpu},
+     .cpu_funcs_name = {"conv3d_bwd_weights_cpu"},
+     .nbuffers = STARPU_VARIABLE_NBUFFERS,
+     .model = &range_models[2],
+     .name = "tsr_conv3d_bwd_weights_range"},
+};
 
-int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, starpu_data_handle_t x, starpu_data_handle_t w,
-                             starpu_data_handle_t b, starpu_data_handle_t y, const char *name) {
+int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
+                             starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3,
+                             const char *name) {
   struct _tsr_buf bufs[4];
-  int n = _tsr_convlike_bufs(TSR_CONV_FWD, d->has_bias, 0, x, w, b, y, bufs);
-  bufs[n - 1].mode = STARPU_RW; /* the other parts' planes stay */
-  return _tsr_submit(&cl_conv3d_range, d, sizeof *d, 0, name, n, bufs);
+  int n = _tsr_convlike_bufs(pass, d->has_bias, d->overwrite, h0, h1, h2, h3, bufs);
+  if (pass == TSR_CONV_FWD && d->dst_full) bufs[n - 1].mode = STARPU_RW; /* the other pieces' planes stay */
+  return _tsr_submit(&cl_conv3d_range[pass], d, sizeof *d, 0, name, n, bufs);
 }
 
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,

@@ -104,40 +104,84 @@ START_TEST(test_conv3d_fwd_matches_direct_loops) {
 }
 END_TEST
 
-/* A range of D planes (the parts of a spatially split convolution, src_* / dst_*): input planes
+/* The forward on a range of planes along axis ax (0 D, 1 H, 2 W): the input planes
  * [a, a + m + keff - 1) of the whole input give output planes [a, a + m) of the whole output, equal
  * to the float64 reference there, every other output value untouched. Configs 0 and 2 (dilation 2)
- * without padding along D. */
+ * without padding along ax, for each axis. */
 START_TEST(test_conv3d_on_a_range_of_planes) {
-  int c = _i ? 2 : 0;
+  int c = _i % 2 ? 2 : 0, ax = _i / 2;
   struct cfg cf = cfgs[c];
-  cf.p[0] = 0, cf.id[0] = 9;
+  cf.p[ax] = 0, cf.id[ax] = 9;
   struct _tsr_conv3d_desc d = make_desc(&cf);
-  size_t plane_out = (size_t)d.od[1] * d.od[2];
   float *x = malloc(nx(&d) * 4), *w = malloc(nw(&d) * 4), *b = malloc(d.co * 4), *y = malloc(ny(&d) * 4);
   double *ref = malloc(ny(&d) * sizeof *ref);
   tt_fill_uniform(x, nx(&d), 40 + c, -1, 1);
   tt_fill_uniform(w, nw(&d), 50 + c, -1, 1);
   tt_fill_uniform(b, d.co, 60 + c, -1, 1);
   ref_fwd(&d, x, w, d.has_bias ? b : NULL, ref);
-  int keff = (d.k[0] - 1) * d.dil[0] + 1, a = 1, m = d.od[0] - 2;
+  int keff = (d.k[ax] - 1) * d.dil[ax] + 1, a = 1, m = d.od[ax] - 2;
   ck_assert_int_gt(m, 0);
   for (size_t k = 0; k < ny(&d); k++) y[k] = 7.0f;
   struct _tsr_conv3d_desc r = d;
-  r.src_full = d.id[0], r.src_off = a, r.id[0] = m + keff - 1;
-  r.dst_full = d.od[0], r.dst_off = a, r.od[0] = m;
+  r.axis = ax, r.src_full = d.id[ax], r.src_off = a, r.id[ax] = m + keff - 1;
+  r.dst_full = d.od[ax], r.dst_off = a, r.od[ax] = m;
   _tsr_conv3d_run(&r, TSR_CONV_FWD, x, w, d.has_bias ? b : NULL, y, NULL);
-  for (int n = 0; n < d.n; n++)
-    for (int o = 0; o < d.co; o++)
-      for (int q = 0; q < d.od[0]; q++) {
-        size_t off = (((size_t)n * d.co + o) * d.od[0] + q) * plane_out;
-        for (size_t e = 0; e < plane_out; e++) {
-          double want = q >= a && q < a + m ? ref[off + e] : 7.0;
-          ck_assert_msg(fabs(y[off + e] - want) <= FWD_ATOL + FWD_RTOL * fabs(want),
-                        "config %d sample %d channel %d plane %d: %g, want %g", c, n, o, q, y[off + e], want);
-        }
-      }
+  size_t inner = 1;
+  for (int k = ax + 1; k < 3; k++) inner *= (size_t)d.od[k];
+  for (size_t k = 0; k < ny(&d); k++) {
+    int q = (int)(k / inner % (size_t)d.od[ax]);
+    double want = q >= a && q < a + m ? ref[k] : 7.0;
+    ck_assert_msg(fabs(y[k] - want) <= FWD_ATOL + FWD_RTOL * fabs(want),
+                  "config %d axis %d value %zu (plane %d): %g, want %g", c, ax, k, q, y[k], want);
+  }
   free(x), free(w), free(b), free(y), free(ref);
+}
+END_TEST
+
+/* len planes from off along axis ax of [nc, ext...] (ext[ax] planes there) into a new dense buffer. */
+static float *cut(const float *buf, size_t nc, const int *ext, int ax, int off, int len) {
+  size_t outer = nc, inner = 1;
+  for (int k = 0; k < ax; k++) outer *= (size_t)ext[k];
+  for (int k = ax + 1; k < 3; k++) inner *= (size_t)ext[k];
+  float *out = malloc(outer * (size_t)len * inner * sizeof *out);
+  for (size_t i = 0; i < outer; i++)
+    memcpy(out + i * (size_t)len * inner, buf + (i * (size_t)ext[ax] + (size_t)off) * inner,
+           (size_t)len * inner * sizeof *out);
+  return out;
+}
+
+/* The backward passes on ranges along axis ax, as the pieces of a split convolution take them: the
+ * data gradient from output-gradient planes [a, a + m), the weight gradient from input planes
+ * [a, a + m + 2) and output-gradient planes [a, a + m), each equal (exactly: the same kernel on the
+ * same values) to the pass on those planes cut out beforehand, which the gradient tests check
+ * against finite differences. Config 0 without padding along ax. */
+START_TEST(test_conv3d_backward_on_ranges_of_planes) {
+  int ax = _i;
+  struct cfg cf = cfgs[0];
+  cf.p[ax] = 0, cf.id[ax] = 9;
+  struct _tsr_conv3d_desc d = make_desc(&cf), r = d;
+  int a = 2, m = 4;
+  r.id[ax] = m + 2, r.od[ax] = m, r.axis = ax;
+  size_t nxr = nx(&r), nwr = nw(&r);
+  float *x = malloc(nx(&d) * 4), *dy = malloc(ny(&d) * 4), *w = malloc(nw(&d) * 4);
+  tt_fill_uniform(x, nx(&d), 70 + ax, -1, 1);
+  tt_fill_uniform(dy, ny(&d), 80 + ax, -1, 1);
+  tt_fill_uniform(w, nw(&d), 90 + ax, -1, 1);
+  float *xc = cut(x, (size_t)d.n * d.ci, d.id, ax, a, m + 2), *dyc = cut(dy, (size_t)d.n * d.co, d.od, ax, a, m);
+  float *dx = malloc(nxr * 4), *dxc = malloc(nxr * 4), *dw = malloc(nwr * 4), *dwc = malloc(nwr * 4);
+  float *db = malloc(d.co * 4), *dbc = malloc(d.co * 4);
+  struct _tsr_conv3d_desc dense = r;
+  dense.axis = 0, dense.overwrite = r.overwrite = 1;
+  _tsr_conv3d_run(&dense, TSR_CONV_BWD_DATA, dyc, w, NULL, dxc, NULL);
+  _tsr_conv3d_run(&dense, TSR_CONV_BWD_WEIGHTS, xc, dyc, NULL, dwc, dbc);
+  struct _tsr_conv3d_desc rd = r, rw = r;
+  rd.src_full = d.od[ax], rd.src_off = a;
+  _tsr_conv3d_run(&rd, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
+  rw.src_full = d.id[ax], rw.src_off = a, rw.in1_full = d.od[ax], rw.in1_off = a;
+  _tsr_conv3d_run(&rw, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
+  ck_assert_msg(!memcmp(dx, dxc, nxr * 4), "axis %d: data gradient from a range of planes", ax);
+  ck_assert_msg(!memcmp(dw, dwc, nwr * 4) && !memcmp(db, dbc, d.co * 4), "axis %d: weight gradient from ranges", ax);
+  free(x), free(dy), free(w), free(xc), free(dyc), free(dx), free(dxc), free(dw), free(dwc), free(db), free(dbc);
 }
 END_TEST
 
@@ -494,7 +538,8 @@ static Suite *make_layers3d_suite(void) {
   tcase_add_loop_test(k, test_conv3d_fwd_matches_direct_loops, 0, NCFG);
   tcase_add_loop_test(k, test_conv3d_gradients_match_finite_differences, 0, NCFG);
   tcase_add_test(k, test_cosmoflow_shapes_avoid_reference_kernels);
-  tcase_add_loop_test(k, test_conv3d_on_a_range_of_planes, 0, 2);
+  tcase_add_loop_test(k, test_conv3d_on_a_range_of_planes, 0, 6);
+  tcase_add_loop_test(k, test_conv3d_backward_on_ranges_of_planes, 0, 3);
   tcase_add_loop_test(k, test_pool3d_fwd_matches_direct_loops, 0, NPOOL);
   tcase_add_loop_test(k, test_pool3d_bwd_matches_finite_differences, 0, NPOOL);
   tcase_add_test(k, test_upsample3d_fwd_and_bwd);

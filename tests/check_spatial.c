@@ -273,6 +273,51 @@ START_TEST(shapes_that_cannot_be_split_are_refused_naming_the_layer) {
 }
 END_TEST
 
+/* A 3-D layer of kind `kind`: cubic kernel k, padding p, stride 1 (pooling: stride k, no padding). */
+static void add3(tsr_model *m, const char *name, const char *kind, const char *in, int co, int k, int p) {
+  tsr_layer_kind kd;
+  ck_assert_int_eq(tsr_layer_kind_parse(kind, &kd), TSR_OK);
+  tsr_layer_spec sp = tsr_layer_spec_default(kd);
+  int pool = strstr(kind, "pool") != NULL;
+  sp.out_channels = co, sp.kernel_d = sp.kernel_h = sp.kernel_w = k;
+  sp.stride_d = sp.stride_h = sp.stride_w = pool ? k : 1, sp.pad_d = sp.pad_h = sp.pad_w = p;
+  ck_assert_msg(tsr_model_add(m, name, &sp, &in, 1) == TSR_OK, "%s: %s", name, tsr_last_error());
+}
+
+/* How the plan runs window layers: pooling of kernel = stride (no halos) on the block itself; a conv3d
+ * with halos along one axis from edge slabs (3 planes of its input block each; the gradient only
+ * towards a neighbour) where they take less memory than a halo'd copy and its gradient (blocks of 8
+ * and 4 planes with one neighbour: 9 planes of slabs against 20 or 12), a copy for blocks of 2
+ * planes (9 > 8) and for halos along two axes; where CUDA workers exist, copies. */
+START_TEST(plan_runs_windows_on_blocks_edge_slabs_or_copies) {
+  tsr_model *m = model_of("edges");
+  tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
+  in.channels = 2, in.depth = 16, in.height = 8, in.width = 8;
+  ck_assert_int_eq(tsr_model_add(m, "in", &in, NULL, 0), TSR_OK);
+  add3(m, "c", "conv3d", "in", 4, 3, 1);   /* 1 */
+  add3(m, "p", "maxpool3d", "c", 0, 2, 0); /* 2: [4, 8, 4, 4] */
+  add3(m, "d", "conv3d", "p", 4, 3, 1);    /* 3 */
+  add3(m, "q", "maxpool3d", "d", 0, 2, 0); /* 4: [4, 4, 2, 2] */
+  add3(m, "e", "conv3d", "q", 2, 3, 1);    /* 5 */
+  int cpu = !(starpu_is_initialized() && starpu_cuda_worker_get_count() > 0);
+  struct _tsr_sp_layer plan[6];
+  for (int part = 0; part < 2; part++) {
+    ck_assert_msg(_tsr_spatial_plan(m, 3, (int[]){2, 1, 1}, part, plan) == TSR_OK, "%s", tsr_last_error());
+    ck_assert(plan[2].direct && plan[4].direct && !plan[2].edges && !plan[4].edges);
+    ck_assert(plan[1].edges == cpu && plan[3].edges == cpu && !plan[5].edges && !plan[5].direct);
+    if (!cpu) continue;
+    ck_assert(plan[1].edge_axis == 0 && plan[1].edge_len[0] == 2 * 3 * 8 * 8 && plan[1].edge_len[1] == 2 * 3 * 8 * 8);
+    ck_assert(plan[1].dedge_len[part] == 0 && plan[1].dedge_len[1 - part] == 2 * 3 * 8 * 8);
+    ck_assert(plan[3].edge_len[0] == 4 * 3 * 4 * 4 && plan[5].edge_len[0] == 0 && plan[5].dedge_len[1 - part] == 0);
+  }
+  ck_assert_int_eq(_tsr_spatial_plan(m, 3, (int[]){2, 2, 1}, 3, plan), TSR_OK);
+  ck_assert(!plan[1].edges && !plan[1].direct && plan[2].direct); /* halos along D and H */
+  ck_assert_int_eq(_tsr_spatial_plan(m, 3, (int[]){1, 2, 1}, 1, plan), TSR_OK);
+  ck_assert(plan[1].edges == cpu && (!cpu || (plan[1].edge_axis == 1 && plan[1].edge_len[0] == 2 * 16 * 3 * 8)));
+  tsr_model_destroy(m);
+}
+END_TEST
+
 static Suite *make_spatial_suite(void) {
   Suite *s = suite_create("spatial");
   TCase *k = tcase_create("plan");
@@ -282,6 +327,7 @@ static Suite *make_spatial_suite(void) {
   tcase_add_test(k, blocks_of_window_layers_equal_the_whole_layer);
   tcase_add_test(k, plan_gathers_before_the_head_and_sizes_halos);
   tcase_add_test(k, shapes_that_cannot_be_split_are_refused_naming_the_layer);
+  tcase_add_test(k, plan_runs_windows_on_blocks_edge_slabs_or_copies);
   suite_add_tcase(s, k);
   return s;
 }

@@ -604,6 +604,49 @@ START_TEST(the_footprint_of_split_samples_counts_blocks_and_halos) {
 }
 END_TEST
 
+/* A 3-D model split in 2 along D, counted for rank 0 as above: input 'in' [1, 8, 4, 4] -> conv3d 'c'
+ * (2 outputs, 3x3x3, padding 1, bias) -> relu 'r', batch 4 in 2 slices. Parameters (Adam): weight 54
+ * -> 64 floats, bias 2 -> 16: (64 + 16) x 4 x 4 = 1280; the second slice's own weight gradients 216
+ * -> 256 and 8 -> 64 bytes: 320. Inputs: blocks [1, 4, 4, 4], 2 x 2 x 128 floats = 2048. 'c': output
+ * and gradient of [2, 4, 4, 4] blocks, 2 x 2 x 256 floats = 4096; no halo'd copy of its input but
+ * the edge slabs ([1, 3, 4, 4] each, 96 floats a slice): both slabs and, towards the one neighbour
+ * above, one slab's gradient, 2 slices x 3 x 96 floats = 2304 (a halo'd copy [1, 6, 4, 4] and its
+ * gradient would be 3072). 'r' 4096. Targets whole, 2 x 2 x 512 floats = 8192. The output gathered for
+ * the loss: per slice whole output and gradient (2 x 512) and the other block (256): 2 x 1280 floats =
+ * 10240. Sum 32576. Where CUDA workers exist the convolution takes the halo'd copy: 33344. */
+START_TEST(the_footprint_of_split_samples_counts_edge_slabs) {
+  tsr_context *ctx = start(0, 2);
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "tiny3d"), TSR_OK);
+  tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT), c;
+  in.channels = 1, in.depth = 8, in.height = in.width = 4;
+  tsr_layer_kind conv3d;
+  ck_assert_int_eq(tsr_layer_kind_parse("conv3d", &conv3d), TSR_OK);
+  c = tsr_layer_spec_default(conv3d);
+  c.out_channels = 2, c.kernel_d = c.kernel_h = c.kernel_w = 3, c.pad_d = c.pad_h = c.pad_w = 1, c.bias = 1;
+  const char *from = "in";
+  ck_assert_int_eq(tsr_model_add(m, "in", &in, NULL, 0), TSR_OK);
+  ck_assert_msg(tsr_model_add(m, "c", &c, &from, 1) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 4, o.slices = 2, o.spatial[0] = 2;
+  tsr_trainer *t = NULL;
+  long long need = starpu_cuda_worker_get_count() ? 33344 : 32576;
+  char want[64];
+  snprintf(want, sizeof want, "needs %lld bytes", need);
+  ck_assert_int_eq(tsr_memory_set_limit(need - 1), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_NOMEM);
+  ck_assert_msg(strstr(tsr_last_error(), want), "%s", tsr_last_error());
+  ck_assert_int_eq(tsr_memory_set_limit(need), TSR_OK);
+  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_ARG); /* past the footprint */
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(tsr_memory_set_limit(0), TSR_OK);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* Per sample 2^60 floats (2^62 bytes, which the builder accepts); a batch of 32 needs 2^69 bytes: the
  * count must not wrap around to a small number. And a buffer of 2^32 floats is past the 2^32 - 1
  * that a StarPU vector's length holds, however much memory there is. */
@@ -653,6 +696,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(big, a_model_that_cannot_fit_is_refused_naming_its_largest_layer);
   tcase_add_test(big, the_footprint_counts_every_buffer_once);
   tcase_add_test(big, the_footprint_of_split_samples_counts_blocks_and_halos);
+  tcase_add_test(big, the_footprint_of_split_samples_counts_edge_slabs);
   tcase_add_test(big, byte_counts_past_64_bits_or_a_starpu_vector_are_refused);
   suite_add_tcase(s, big);
   return s;

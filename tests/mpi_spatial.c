@@ -1,10 +1,11 @@
 /* Spatial and hybrid parallelism driver for tests/mpi_spatial.sh.
- *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d|--unet] [--deterministic]
+ *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d [--k5]|--unet] [--deterministic]
  *               [--resume-at J]
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
  * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
- * dense), or with --unet a small 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
+ * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5), or with --unet a small
+ * 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
  * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
  * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
@@ -45,6 +46,7 @@ struct data {
 };
 
 static int unet; /* --unet: targets are one class of 3 per position (one-hot [3, S * S]) */
+static int kern = 3; /* --k5: the 3-D model's convolutions have kernels 5 (padding 2), on [C_IN, 16, 8, 2] */
 
 static void sample(int64_t g, float *x, float *y) {
   for (int c = 0; c < C_IN; c++)
@@ -86,15 +88,16 @@ static void add3(tsr_model *m, const char *name, const char *kind, const char *i
 static tsr_model *build3d(int bn) {
   tsr_model *m;
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
-  in.channels = C_IN, in.depth = 8, in.height = 8, in.width = S * S / 64;
+  int deep = kern == 5 ? 2 : 1; /* kernels 5: twice the depth, so that blocks of 8 planes take edge slabs */
+  in.channels = C_IN, in.depth = 8 * deep, in.height = 8, in.width = S * S / 64 / deep;
   if (tsr_model_create(&m, "spatial3d") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
-  add3(m, "a", "conv3d", "in", 4, 3, 1, 1);
+  add3(m, "a", "conv3d", "in", 4, kern, 1, kern / 2);
   add(m, "bn", bn ? TSR_LAYER_BATCHNORM : TSR_LAYER_TANH, "a", 0, 0, 1, 0);
   tsr_layer_spec lr = tsr_layer_spec_default(TSR_LAYER_LEAKY_RELU);
   const char *bnn = "bn";
   if (tsr_model_add(m, "la", &lr, &bnn, 1)) die("la");
   add3(m, "p", "maxpool3d", "la", 0, 2, 2, 0);
-  add3(m, "b", "conv3d", "p", 6, 3, 1, 1);
+  add3(m, "b", "conv3d", "p", 6, kern, 1, kern / 2);
   add3(m, "q", "maxpool3d", "b", 0, 3, 1, 1);
   add3(m, "r", "avgpool3d", "q", 0, 3, 1, 1);
   add(m, "f", TSR_LAYER_FLATTEN, "r", 0, 0, 1, 0);
@@ -202,6 +205,8 @@ static int train(tsr_context *ctx, int argc, char **argv) {
       three = 1;
     else if (!strcmp(argv[i], "--unet"))
       unet = 1;
+    else if (!strcmp(argv[i], "--k5"))
+      kern = 5;
   }
   int rank = tsr_context_rank(ctx), parts = (grid[0] > 1 ? grid[0] : 1) * (grid[1] > 1 ? grid[1] : 1);
   struct data d = {rank / parts, tsr_context_size(ctx) / parts, batch};

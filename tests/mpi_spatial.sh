@@ -7,7 +7,9 @@
 # equal the unsplit ones) after 4 Adam steps equal the 1-rank run within 1e-5 relative (1e-6
 # absolute: float sums in another order); every rank of a run holds the same parameters; a
 # checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
-# split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks; a small 3-D U-Net (split
+# split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks, also along H only, and with
+# kernels 5 (2, 2x2, 2 replicas x 2); that the interior of a conv3d split along one
+# axis does not wait for the halo exchange, by task dependencies (mpi_overlap); a small 3-D U-Net (split
 # output gathered for the loss) split 2, 2x2 and 4 ways; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
 # checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
@@ -95,6 +97,39 @@ done
 run 2 "$tmp/dp3" --batch 4 --3d || ko "3-D: 2-rank data parallelism ran"
 if run 4 "$tmp/hyb3" --batch 4 --3d --spatial 2; then ok "3-D: hybrid 2 x 2 ran"; else ko "3-D: hybrid 2 x 2 ran"; fi
 equal "3-D: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp3" "$tmp/hyb3"
+
+# Convolutions split along one axis run from the block and two edge slabs (no halo'd copy) where the
+# slabs take less memory than the copy (the first conv3d here; the second one's blocks of 2 planes
+# take a copy): the 3-D model split along H only (1x2), and with kernels 5 (halos of 2, samples
+# [2, 16, 8, 2]) along D, D and H (a copy: halos along two axes), and as 2 replicas x 2 blocks.
+for g in 1x2:2; do
+  n=${g#*:} g=${g%:*}
+  if run "$n" "$tmp/sp3e$g" --batch 4 --3d --spatial "$g"; then ok "3-D: $n ranks, samples split $g, ran"
+  else ko "3-D: $n ranks, samples split $g, ran"; fi
+  equal "3-D: samples split $g over $n ranks" "$tmp/ref3" "$tmp/sp3e$g"
+done
+run 1 "$tmp/ref5" --batch 4 --3d --k5 || ko "3-D, kernels 5: 1-rank reference ran"
+for g in 2:2 2x2:4; do
+  n=${g#*:} g=${g%:*}
+  if run "$n" "$tmp/sp5$g" --batch 4 --3d --k5 --spatial "$g"; then ok "3-D, kernels 5: samples split $g, ran"
+  else ko "3-D, kernels 5: samples split $g, ran"; fi
+  equal "3-D, kernels 5: samples split $g over $n ranks" "$tmp/ref5" "$tmp/sp5$g"
+done
+run 2 "$tmp/dp5" --batch 4 --3d --k5 || ko "3-D, kernels 5: 2-rank data parallelism ran"
+if run 4 "$tmp/hyb5" --batch 4 --3d --k5 --spatial 2; then ok "3-D, kernels 5: hybrid 2 x 2 ran"
+else ko "3-D, kernels 5: hybrid 2 x 2 ran"; fi
+equal "3-D, kernels 5: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp5" "$tmp/hyb5"
+
+# Overlap by task dependencies (tests/mpi_overlap.c): the interior forward of a conv3d run from edge
+# slabs depends on none of its layer's halo tasks, its edge tasks do; split along D, H, D with
+# kernels 5, and hybrid 2 replicas x 2 blocks.
+for g in 2:2 1x2:2 "2 --k5:2" 2:4; do
+  n=${g##*:} g=${g%:*}
+  if timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
+    -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "${bin%/*}/mpi_overlap" --spatial $g >"$tmp/overlap.log" 2>&1; then
+    ok "split $g over $n ranks: interior conv3d tasks do not wait for the halo exchange, edge tasks do"
+  else ko "split $g over $n ranks: interior conv3d tasks do not wait for the halo exchange"; cat "$tmp/overlap.log"; fi
+done
 
 # A small 3-D U-Net (conv3d, batch norm, max pooling, conv_transpose3d and upsample3d back up,
 # concatenation with the skip connection, softmax cross-entropy per voxel): every layer stays split

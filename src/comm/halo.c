@@ -144,6 +144,91 @@ int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, st
   return ret ? ret : _tsr_insert_box_copy(&take, dhalo, dblock, name);
 }
 
+/* A box of whole blocks along every axis but a, where it takes len planes from src_lo of a buffer
+ * of src_ext planes to dst_lo of one of dst_ext. */
+static struct _tsr_box_desc planes(const struct _tsr_halo *h, int a, int src_ext, int src_lo, int dst_ext, int dst_lo,
+                                   int len) {
+  struct _tsr_box_desc d = {.outer = h->outer, .nd = h->nd, .scale = 1.0f};
+  for (int b = 0; b < h->nd; b++) d.src_ext[b] = d.dst_ext[b] = d.len[b] = h->own[b], d.src_lo[b] = d.dst_lo[b] = 0;
+  d.src_ext[a] = src_ext, d.src_lo[a] = src_lo, d.dst_ext[a] = dst_ext, d.dst_lo[a] = dst_lo, d.len[a] = len;
+  return d;
+}
+
+/* Along a: the edge slab's extent, where its halo part starts, and where its block part starts in
+ * the slab and in the block. */
+struct edge {
+  int ext, halo, in_slab, in_block, width;
+};
+
+static struct edge edge_of(const struct _tsr_halo *h, int a, int side) {
+  int lo = h->lo[a], hi = h->hi[a], w = side ? hi : lo;
+  return (struct edge){.ext = w + lo + hi,
+                       .halo = side ? lo + hi : 0,
+                       .in_slab = side ? 0 : lo,
+                       .in_block = side ? h->own[a] - lo - hi : 0,
+                       .width = w};
+}
+
+int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side) {
+  int64_t n = h->outer * edge_of(h, a, side).ext;
+  for (int b = 0; b < h->nd; b++) n *= b == a ? 1 : h->own[b];
+  return n;
+}
+
+int _tsr_halo_edges_forward(const struct _tsr_halo *h, int a, starpu_data_handle_t block,
+                            const starpu_data_handle_t edge[2], int64_t step, const char *name) {
+  int own = h->own[a], ret = 0;
+  for (int s = 0; !ret && s < 2; s++) { /* as exchange_axis: side s's neighbour needs planes next to it */
+    if (h->nb[a][s] < 0) continue;
+    if (h->in[a][s])
+      ret = failed(_tsr_p2p_recv(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, s), step), "halo receive",
+                   name);
+    if (ret || !h->out[a][s]) continue;
+    int len = s ? h->lo[a] : h->hi[a];
+    struct _tsr_box_desc pack = planes(h, a, own, s ? own - len : 0, len, 0, len);
+    ret = _tsr_insert_box_copy(&pack, block, h->out[a][s], name);
+    if (!ret)
+      ret = failed(_tsr_p2p_send(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, 1 - s), step),
+                   "halo send", name);
+  }
+  for (int s = 0; !ret && s < 2; s++) {
+    struct edge e = edge_of(h, a, s);
+    struct _tsr_box_desc mine = planes(h, a, own, e.in_block, e.ext, e.in_slab, h->lo[a] + h->hi[a]);
+    ret = _tsr_insert_box_copy(&mine, block, edge[s], name);
+    if (!ret && h->nb[a][s] >= 0 && h->in[a][s]) {
+      struct _tsr_box_desc put = planes(h, a, e.width, 0, e.ext, e.halo, e.width);
+      ret = _tsr_insert_box_copy(&put, h->in[a][s], edge[s], name);
+    }
+  }
+  return ret;
+}
+
+int _tsr_halo_edges_backward(const struct _tsr_halo *h, int a, const starpu_data_handle_t dedge[2],
+                             starpu_data_handle_t dblock, int64_t step, const char *name) {
+  int own = h->own[a], ret = 0;
+  for (int s = 0; !ret && s < 2; s++) {
+    if (h->nb[a][s] < 0) continue;
+    if (h->out[a][s])
+      ret = failed(_tsr_p2p_recv(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, s), step), "halo receive",
+                   name);
+    if (ret || !h->in[a][s]) continue;
+    struct edge e = edge_of(h, a, s);
+    struct _tsr_box_desc pack = planes(h, a, e.ext, e.halo, e.width, 0, e.width);
+    ret = _tsr_insert_box_copy(&pack, dedge[s], h->in[a][s], name);
+    if (!ret)
+      ret = failed(_tsr_p2p_send(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, 1 - s), step), "halo send",
+                   name);
+  }
+  for (int s = 0; !ret && s < 2; s++) {
+    if (h->nb[a][s] < 0 || !h->out[a][s]) continue;
+    int len = s ? h->lo[a] : h->hi[a];
+    struct _tsr_box_desc put = planes(h, a, len, 0, own, s ? own - len : 0, len);
+    put.add = 1;
+    ret = _tsr_insert_box_copy(&put, h->out[a][s], dblock, name);
+  }
+  return ret;
+}
+
 int _tsr_gather_blocks(const struct _tsr_comm *comm, const struct _tsr_box_desc *place, starpu_data_handle_t block,
                        const starpu_data_handle_t *recv, starpu_data_handle_t whole, int layer, int slice, int64_t step,
                        const char *name) {

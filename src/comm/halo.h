@@ -44,6 +44,21 @@ int _tsr_halo_forward(const struct _tsr_halo *h, starpu_data_handle_t block, sta
 int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock, int64_t step,
                        const char *name);
 
+/* Edge slabs of a block with halos along axis a only (every other axis has none): slab `side` holds
+ * along a the halo of that side and the block's lo + hi planes next to it ([halo lo | block planes
+ * 0 .. lo + hi) below, [block planes own - lo - hi .. own | halo hi) above), enough for the output
+ * planes whose windows reach into that halo. Values of slab `side`. */
+int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side);
+/* Forward: the block's boundary slabs go to the neighbours, theirs come into the edge slabs' halo
+ * parts (a side without a neighbour keeps the zeros its buffer was allocated with: padding), and the
+ * block's planes are copied beside them. Nothing reads or writes a halo'd copy of the whole block. */
+int _tsr_halo_edges_forward(const struct _tsr_halo *h, int a, starpu_data_handle_t block,
+                            const starpu_data_handle_t edge[2], int64_t step, const char *name);
+/* Backward: the halo parts of dedge[side] (sides with a neighbour) go back to their owners, and what
+ * the neighbours send back is added to dblock's boundary planes (side 0, then side 1). */
+int _tsr_halo_edges_backward(const struct _tsr_halo *h, int a, const starpu_data_handle_t dedge[2],
+                             starpu_data_handle_t dblock, int64_t step, const char *name);
+
 /* Every member's block into `whole` (the same on every member): block goes to the others, theirs
  * come into recv[q] (q != comm->index), and place[q] puts member q's block into whole. */
 int _tsr_gather_blocks(const struct _tsr_comm *comm, const struct _tsr_box_desc *place, starpu_data_handle_t block,

@@ -88,36 +88,87 @@ static struct _tsr_conv3d_desc conv3d_desc(const struct _tsr_layer_view *v, int 
   return d;
 }
 
-/* A convolution of a block with halos of equal width along D only, stride 1 there, on CPUs: the
- * whole block is convolved with zero padding straight into the output, so this interior does not
- * wait for the halo exchange, and the lo planes at each end, whose windows reach into the halos,
- * are computed again from the halo'd input after it and replace those planes. */
+/* A convolution split along axis a (c->edge: halos lo = hi there only, stride 1, on CPUs) in pieces,
+ * none of which reads a halo'd copy of the whole block: the interior from the block alone (its own
+ * padding lo along a, so it does not wait for the halo exchange), and the lo / hi output planes at
+ * each end whose windows reach into a neighbour's halo from the edge slabs (comm/halo.h). `whole`
+ * describes the halo'd input (id[a] = lo + own + hi, no padding along a). */
+struct split {
+  int a, own, lo;
+  struct _tsr_conv3d_desc inner, edge; /* block with padding lo; edge slab (3 lo planes) to lo planes */
+};
+
+static struct split split_of(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
+  struct split p = {.a = c->edge_axis, .lo = c->lo[c->edge_axis]};
+  p.own = whole->id[p.a] - 2 * p.lo;
+  p.inner = p.edge = *whole;
+  p.inner.id[p.a] = p.own, p.inner.p[p.a] = p.lo;
+  p.edge.id[p.a] = 3 * p.lo, p.edge.od[p.a] = p.lo, p.edge.axis = p.a;
+  return p;
+}
+
+static int edge_at(const struct split *p, int side) { return side ? p->own - p->lo : 0; }
+
 static int split_forward(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
-  int lo = c->lo[0], own = whole->id[0] - 2 * lo, keff = (whole->k[0] - 1) * whole->dil[0] + 1, s = c->s;
+  struct split p = split_of(c, whole);
+  int s = c->s;
   starpu_data_handle_t b = whole->has_bias ? c->w[1] : NULL;
-  struct _tsr_conv3d_desc d = *whole;
-  d.id[0] = own, d.p[0] = lo; /* output planes [0, own) from the block alone */
-  int ret = _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->block[s], c->w[0], b, c->y[s], c->v->name);
-  d.p[0] = 0, d.src_full = whole->id[0], d.dst_full = own, d.id[0] = lo + keff - 1, d.od[0] = lo;
-  for (int side = 0; side < 2 && !ret; side++) { /* planes [0, lo) and [own - lo, own) */
-    d.src_off = d.dst_off = side ? own - lo : 0;
-    ret = _tsr_insert_conv3d_range(&d, c->x[0][s], c->w[0], b, c->y[s], c->v->name);
+  int ret = _tsr_insert_conv3d(&p.inner, TSR_CONV_FWD, c->block[s], c->w[0], b, c->y[s], c->v->name);
+  for (int side = 0; side < 2 && !ret; side++) { /* a side without a neighbour: the interior's padding is right */
+    if (!c->dedge[side]) continue;
+    struct _tsr_conv3d_desc d = p.edge;
+    d.dst_full = p.own, d.dst_off = edge_at(&p, side);
+    ret = _tsr_insert_conv3d_range(&d, TSR_CONV_FWD, c->edge[side][s], c->w[0], b, c->y[s], c->v->name);
   }
   return ret;
 }
 
+/* Data gradient: the interior's covers every plane of the block; the edges' give the halo planes'
+ * parts, which the trainer sends back to the neighbours (dx_done). Weight gradient: the outputs
+ * [lo, own - lo) from the block without padding, then each edge's lo outputs from its slab, added in
+ * this order. */
+static int split_backward(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
+  struct split p = split_of(c, whole);
+  int s = c->s, ret = 0;
+  starpu_data_handle_t dy = c->dy[s];
+  if (c->dx[0]) {
+    ret = _tsr_insert_conv3d(&p.inner, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][s], NULL, c->v->name);
+    for (int side = 0; side < 2 && !ret; side++) {
+      if (!c->dedge[side]) continue;
+      struct _tsr_conv3d_desc d = p.edge;
+      d.src_full = p.own, d.src_off = edge_at(&p, side);
+      ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dedge[side][s], NULL, c->v->name);
+    }
+  }
+  starpu_data_handle_t dw[2];
+  int overwrite;
+  _tsr_layer_wgrad(c, 1 + whole->has_bias, dw, &overwrite);
+  starpu_data_handle_t db = whole->has_bias ? dw[1] : NULL;
+  if (!ret) { /* the plan's blocks have more than 2 lo planes (spatial.c, plan_edges) */
+    struct _tsr_conv3d_desc d = *whole;
+    d.id[p.a] = p.own, d.od[p.a] = p.own - 2 * p.lo, d.axis = p.a, d.in1_full = p.own, d.in1_off = p.lo;
+    d.overwrite = overwrite, overwrite = 0;
+    ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_WEIGHTS, c->block[s], dy, dw[0], db, c->v->name);
+  }
+  for (int side = 0; side < 2 && !ret; side++) {
+    struct _tsr_conv3d_desc d = p.edge;
+    d.in1_full = p.own, d.in1_off = edge_at(&p, side), d.overwrite = overwrite, overwrite = 0;
+    ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_WEIGHTS, c->edge[side][s], dy, dw[0], db, c->v->name);
+  }
+  if (!ret) ret = _tsr_layer_wgrad_done(c, 1 + whole->has_bias);
+  return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);
+}
+
 static int conv3d_forward(const struct _tsr_layer_call *c) {
   struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
-  int lo = c->lo[0], hi = c->hi[0];
-  if (c->block && !d.deconv && d.s[0] == 1 && c->lo[1] + c->hi[1] + c->lo[2] + c->hi[2] == 0 && lo > 0 && lo == hi &&
-      lo + hi == (d.k[0] - 1) * d.dil[0] && d.id[0] - 2 * (lo + hi) > 0 && starpu_cuda_worker_get_count() == 0)
-    return split_forward(c, &d);
+  if (c->edge[0]) return split_forward(c, &d);
   return _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->x[0][c->s], c->w[0], d.has_bias ? c->w[1] : NULL, c->y[c->s],
                             c->v->name);
 }
 
 static int conv3d_backward(const struct _tsr_layer_call *c) {
   struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
+  if (c->edge[0]) return split_backward(c, &d);
   starpu_data_handle_t dy = c->dy[c->s];
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][c->s], NULL, c->v->name);
@@ -157,7 +208,7 @@ static const struct _tsr_layer_field deconv3d_fields[] = {
   .backward = conv3d_backward, .private_wgrad = 1, .wgrad_first = 1
 
 const struct _tsr_layer_ops _tsr_layers_conv3d[] = {
-    {.name = "conv3d", .fields = conv3d_fields, .spatial = TSR_SPATIAL_WINDOW, CONV3D_OPS},
+    {.name = "conv3d", .fields = conv3d_fields, .spatial = TSR_SPATIAL_WINDOW, .split_edges = 1, CONV3D_OPS},
     {.name = "conv_transpose3d", .fields = deconv3d_fields, .spatial = TSR_SPATIAL_UPSCALE, CONV3D_OPS},
     {.name = NULL},
 };

@@ -63,15 +63,22 @@ static uint64_t out_elems(const tsr_trainer *t, const struct _tsr_sp_layer *plan
 
 /* Per slice: output and its gradient, a second gradient where two contributions meet, and the
  * layer's workspace if it keeps one (max pooling: oneDNN's indices, at most 4 bytes per output
- * element); with split samples the halo'd (or gathered) input and its gradient, and the other
- * members' blocks of a gathered one (halo messages, a few planes, are not counted); per layer its
+ * element); with split samples the halo'd (or gathered) input and its gradient, or the edge slabs
+ * and their gradients (spatial.c's alloc_layer), and the other members' blocks of a gathered one
+ * (halo messages, a few planes, are not counted); per layer its
  * state buffers; the copies of a layer's input or output in another layout. */
 static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan, int parts, int l, struct bad *b) {
   const struct _tsr_layer *L = &t->model->layers[l];
   uint64_t elems = out_elems(t, plan, l) / (uint64_t)L->c * (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk), sum = 0;
   uint64_t copies = 2 * (t->ls[l].relu < 0) + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
   const struct _tsr_sp_layer *P = plan ? &plan[l] : NULL;
-  uint64_t in = P && (P->window || P->gather) ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
+  /* a halo'd or whole input copy and its gradient; none for a window without halos (direct) or run
+   * from edge slabs, which has the slabs and, where a neighbour is, their gradients */
+  int copy = P && ((P->window && !P->direct && !P->edges) || P->gather);
+  uint64_t in = copy ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
+  uint64_t edge[2] = {0, 0}, dedge[2] = {0, 0};
+  for (int side = 0; P && P->edges && side < 2; side++)
+    edge[side] = (uint64_t)P->edge_len[side], dedge[side] = (uint64_t)P->dedge_len[side];
   uint64_t others = P && P->gather ? (uint64_t)(parts - 1) * out_elems(t, plan, L->inputs[0]) : 0;
   /* copies of the input (and its gradient) or output (one for it and its gradient) in another layout: layout.c */
   uint64_t ein = t->ls[l].edges & TSR_EDGE_IN ? _tsr_edge_elems(t, l, TSR_EDGE_IN) : 0;
@@ -84,6 +91,10 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
     sum = _tsr_add_sat(sum, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], ein))));
     sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], eout)));
     sum = _tsr_add_sat(sum, _tsr_mul_sat(2, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], in))));
+    for (int side = 0; side < 2; side++) {
+      if (edge[side]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], edge[side])));
+      if (dedge[side]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], dedge[side])));
+    }
     sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], others)));
   }
   struct _tsr_layer_view v;
@@ -147,8 +158,9 @@ tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *
   }
   free(plan);
   char ab[48], pb[48];
-  _tsr_log(2, "trainer: rank %d holds %llu bytes (%s) of batch buffers (activations, their gradients, halo'd and "
-              "gathered copies, inputs, targets) and %s in all",
+  _tsr_log(2,
+           "trainer: rank %d holds %llu bytes (%s) of batch buffers (activations, their gradients, halo'd or "
+           "gathered copies, edge slabs, inputs, targets) and %s in all",
            t->rank, (unsigned long long)acts, _tsr_bytes_str(acts, ab), _tsr_bytes_str(total, pb));
   char what[256], detail[512], a[48], c[48], d[48], state[64];
   snprintf(what, sizeof what, "model '%s': training on this process (batch %d in %d slices)", m->name, t->batch,

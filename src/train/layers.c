@@ -37,7 +37,7 @@ static int grad_fold(void *owner, int k, int s) {
   tsr_trainer *t = o->t;
   int j = t->model->layers[o->l].inputs[k], first = t->edge_first[o->l * TSR_MAX_CONCAT + k];
   starpu_data_handle_t target = first ? t->ls[j].g[s] : t->ls[j].tmp[s];
-  if (t->sp && k == 0 && (t->sp->l[o->l].window || t->sp->l[o->l].gather)) {
+  if (t->sp && k == 0 && ((t->sp->l[o->l].window && !t->sp->l[o->l].direct) || t->sp->l[o->l].gather)) {
     int ret = _tsr_spatial_dx(t, o->l, s, target, o->step);
     if (ret) return ret;
   }
@@ -75,11 +75,16 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     c->x[k] = outputs(t, j, p);
     c->dx[k] = !wants(t, l, k) ? NULL : t->edge_first[l * TSR_MAX_CONCAT + k] ? t->ls[j].g : t->ls[j].tmp;
   }
-  if (P && P->window) {
+  if (P && P->window && !P->direct) {
     c->block = c->x[0];
     for (int a = 0; a < t->sp->nd; a++) c->lo[3 - t->sp->nd + a] = P->lo[a], c->hi[3 - t->sp->nd + a] = P->hi[a];
   }
-  if (P && (P->window || P->gather)) c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
+  if (P && P->edges) { /* x[0] and dx[0] stay the block's own */
+    c->edge_axis = 3 - t->sp->nd + P->edge_axis;
+    for (int side = 0; side < 2; side++)
+      c->edge[side] = P->edge[side], c->dedge[side] = P->dedge_len[side] ? P->dedge[side] : NULL;
+  } else if (P && ((P->window && !P->direct) || P->gather))
+    c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
   /* copies in the layout the kernels take, reordered in tasks of their own (layout.c) */
   if (st->edges & TSR_EDGE_IN) v->in_blk[0] = st->copy_blk[0], c->x[0] = st->ex, c->dx[0] = c->dx[0] ? st->edx : NULL;
   if (st->edges & TSR_EDGE_OUT) v->out_blk = st->copy_blk[1], c->y = st->ey, c->dy = st->ey;

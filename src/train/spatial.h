@@ -27,6 +27,14 @@ struct _tsr_sp_layer {
   struct _tsr_halo *halo;
   starpu_data_handle_t *x, *dx;
   float **xbuf, **dxbuf;
+  /* window with no halos (direct): the layer runs on the block itself, no copy. With edge slabs
+   * (edges, the layer's split_edges; halos along edge_axis only): no halo'd copy, [side][slices] the
+   * slabs (edge_len values per sample) and, on sides with a neighbour (dedge_len > 0), their
+   * gradients */
+  int direct, edges, edge_axis;
+  int64_t edge_len[2], dedge_len[2];
+  starpu_data_handle_t *edge[2], *dedge[2];
+  float **edgebuf[2], **dedgebuf[2];
   starpu_data_handle_t *recv; /* gather: [slice * parts + member] the other members' blocks */
   float **recvbuf;
   starpu_data_handle_t *sum; /* group sums: [member] the others' vectors (registered on first use) */
