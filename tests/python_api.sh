@@ -30,4 +30,8 @@ $py "$src/tests/python_api.py" data "$tmp" || { echo "FAIL: making the .npy data
   --val "$tmp/val_x.npy:$tmp/val_y.npy" --epochs 3 --batch 8 --slices 2 --workers 1 --seed 3 --deterministic \
   --step-log "$tmp/steps.csv" --log "$tmp/log.csv" --export-params "$tmp/params" -q >"$tmp/train.log" 2>&1 ||
   { cat "$tmp/train.log"; echo "FAIL: tessera-train on the .npy data"; exit 1; }
+"$B/tessera-train" --model "$tmp/model.json" --data "$tmp/train_x.npy:$tmp/train_y2.npy" \
+  --val "$tmp/val_x.npy:$tmp/val_y2.npy" --epochs 3 --batch 8 --slices 2 --workers 1 --seed 3 --deterministic \
+  --standardize-targets --step-log "$tmp/steps2.csv" --log "$tmp/log2.csv" -q >"$tmp/train2.log" 2>&1 ||
+  { cat "$tmp/train2.log"; echo "FAIL: tessera-train --standardize-targets on the .npy data"; exit 1; }
 $py "$src/tests/python_api.py" check "$tmp"

@@ -25,6 +25,7 @@ from . import _lib
 __all__ = ["Context", "Model", "Error"]
 
 _STATS_SAMPLES = 256  # tessera-train's loader: the samples its input statistics are taken from
+_TARGET_STATS_SAMPLES = 4096  # tessera-train --standardize-targets: the samples its target statistics use
 
 
 class Error(RuntimeError):
@@ -202,13 +203,51 @@ class Model:
         _check(_L().tsr_trainer_set_input_norm(self._t, m32.ctypes.data_as(fp), s32.ctypes.data_as(fp), c),
                "input normalisation")
 
+    # ---- target standardisation ----
+
+    def target_norm(self):
+        """The target standardisation as (mean, std) float32 arrays [output channels], or None."""
+        mean, std = ctypes.POINTER(ctypes.c_float)(), ctypes.POINTER(ctypes.c_float)()
+        _L().tsr_trainer_target_norm(self._t, ctypes.byref(mean), ctypes.byref(std))
+        if not mean:
+            return None
+        c = self.target_shape[0]
+        return (np.ctypeslib.as_array(mean, (c,)).copy(), np.ctypeslib.as_array(std, (c,)).copy())
+
+    def standardize_targets(self, y):
+        """Sets the per-channel target standardisation from y as tessera-train --standardize-targets
+        does: mean, then standard deviation around it, over every pixel of up to 4096 evenly spaced
+        samples, summed in float64 in the same order. The trainer then computes the loss against
+        (y - mean) / std and returns predictions in y's units; fit and evaluate report losses in y's
+        units where one factor converts them (MSE, L1 with one std for all channels)."""
+        n = len(y)
+        k = min(_TARGET_STATS_SAMPLES, n)
+        rows = _rows(y, [i * n // k for i in range(k)]).astype(np.float64)
+        c = rows.shape[1]
+        per_channel = rows.transpose(1, 0, 2, 3).reshape(c, -1)
+        mean = np.cumsum(per_channel, axis=1)[:, -1] / per_channel.shape[1]
+        var = np.cumsum((per_channel - mean[:, None]) ** 2, axis=1)[:, -1] / per_channel.shape[1]
+        if not np.all(var > 0):
+            ch = int(np.argmin(var > 0))
+            raise ValueError("standardize_targets: target channel %d is constant (%g) over %d samples"
+                             % (ch, mean[ch], k))
+        m32, s32 = mean.astype(np.float32), np.sqrt(var).astype(np.float32)
+        fp = ctypes.POINTER(ctypes.c_float)
+        _check(_L().tsr_trainer_set_target_norm(self._t, m32.ctypes.data_as(fp), s32.ctypes.data_as(fp), c),
+               "target standardisation")
+
+    def _loss_factor(self):
+        f = _L().tsr_trainer_target_loss_factor(self._t)
+        return 1.0 if f != f else f  # NaN: no one factor converts the loss; it stays standardised
+
     # ---- training, evaluation, prediction ----
 
-    def fit(self, x, y, epochs=1, val=None, standardize=None, verbose=False):
+    def fit(self, x, y, epochs=1, val=None, standardize=None, standardize_targets=False, verbose=False):
         """Trains for `epochs` more epochs on samples x[i] -> y[i] (numpy arrays, h5py data sets, or
         anything with len() and [i]); the last partial batch of each epoch is dropped. standardize:
         None sets the input normalisation from x unless the model has one (loaded parameters carry
-        theirs), True always, False never. val=(xv, yv): evaluated after every epoch. Returns a dict
+        theirs), True always, False never. standardize_targets: True sets the target standardisation
+        from y first (standardize_targets()). val=(xv, yv): evaluated after every epoch. Returns a dict
         with the per-step training losses ("loss"), their mean per epoch ("epoch_loss") and the
         validation losses ("val_loss")."""
         self._check_source(x, y, "fit")
@@ -216,6 +255,9 @@ class Model:
             self._check_source(val[0], val[1], "fit(val=...)")
         if standardize or (standardize is None and not self.has_input_norm()):
             self.standardize(x)
+        if standardize_targets:
+            self.standardize_targets(y)
+        factor = self._loss_factor()
         L, ctx = _L(), self._ctx
         n = len(x)
         steps = n // (self.batch * ctx.size)
@@ -229,7 +271,7 @@ class Model:
                                               order.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))), "epoch order")
             pending = [self._submit(True, x, y, order[s * self.batch:(s + 1) * self.batch].copy(), self.batch)
                        for s in range(steps)]  # the trainer blocks while 2 steps are in flight
-            losses = [self._loss(k, sid) for k, sid in pending]
+            losses = [self._loss(k, sid) * factor for k, sid in pending]
             history["loss"] += losses
             history["epoch_loss"].append(sum(losses) / len(losses))
             if val is not None:
@@ -240,15 +282,17 @@ class Model:
         return history
 
     def evaluate(self, x, y):
-        """Mean loss over all samples of (x, y), in eval mode (as tessera-train's validation)."""
+        """Mean loss over all samples of (x, y), in eval mode (as tessera-train's validation); in the
+        targets' units under target standardisation where one factor converts it."""
         self._check_source(x, y, "evaluate")
         n, total, pending = len(x), 0.0, []
         for b in range(0, n, self.batch):
             nvalid = min(self.batch, n - b)
             idx = np.array([b + (i if i < nvalid else 0) for i in range(self.batch)], dtype=np.int64)
             pending.append((self._submit(False, x, y, idx, nvalid), nvalid))
+        factor = self._loss_factor()
         for (key, sid), nvalid in pending:
-            total += self._loss(key, sid) * nvalid
+            total += self._loss(key, sid) * factor * nvalid
         return total / n
 
     def predict(self, x):
@@ -269,11 +313,11 @@ class Model:
     # ---- parameters ----
 
     def load_params(self, path):
-        """Parameters (and their input normalisation) from an .h5 file or a folder of .npy files, in
+        """Parameters (and their input and target standardisation) from an .h5 file or a folder of .npy files, in
         PyTorch's names and layouts (tessera-train --export-params, or a converted state_dict)."""
         _check(_L().tsr_params_import(self._t, str(path).encode()), "load_params")
 
     def save_params(self, path):
-        """Writes the parameters and the input normalisation (.h5 file or folder of .npy files)."""
+        """Writes the parameters and the input and target standardisation (.h5 file or folder of .npy files)."""
         _check(_L().tsr_params_export(self._t, str(path).encode()), "save_params")
 
