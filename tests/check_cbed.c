@@ -375,6 +375,95 @@ START_TEST(writer_records_the_real_cell) {
 }
 END_TEST
 
+/* Random crystals at heldout.sh's small settings (a 10 A field of view, zones [001] and [110]):
+ * about one in ten first draws has no orthogonal box along the zone within the size limit. Such a
+ * sample is drawn again from its own redraw streams: every sample of the range simulates, some were
+ * redrawn (the record says how often), a sample and its redraw count come out bitwise the same when
+ * computed again and when written by StarPU tasks on two workers. */
+static tsr_cbed_opts heldout_crystals(void) {
+  tsr_cbed_opts o;
+  tsr_cbed_opts_default(&o);
+  o.grid = 32, o.pattern = 32, o.target = 32, o.probes = 4, o.fov = 10, o.seed = 1;
+  o.structures = 1u << TSR_CBED_CRYSTAL, o.zones = 3;
+  return o;
+}
+
+static hid_t redraws_view_type(void) {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(int));
+  ck_assert(t >= 0 && H5Tinsert(t, "crystal_redraws", 0, H5T_NATIVE_INT) >= 0);
+  return t;
+}
+
+START_TEST(random_crystals_without_a_box_are_redrawn) {
+  tsr_cbed_opts o = heldout_crystals();
+  enum { N = 16, XE = 16 * 32 * 32, VE = 32 * 32 };
+  float *x = malloc(sizeof(float) * N * XE), *v = malloc(sizeof(float) * N * VE), *x2 = malloc(sizeof(float) * XE),
+        v2[VE];
+  int redraws[N], redrawn = 0;
+  struct cbed_work w;
+  ck_assert_int_eq(_tsr_cbed_work_init(&w, o.grid), 0);
+  for (int i = 0; i < N; i++) {
+    struct cbed_meta m;
+    ck_assert_msg(_tsr_cbed_sample_with(&o, &w, i, x + (size_t)i * XE, v + (size_t)i * VE, &m) == TSR_OK,
+                  "sample %d: %s", i, tsr_last_error());
+    ck_assert(m.atoms > 0 && m.strain <= 0.02 && !strcmp(m.source, "generated") && m.crystal_redraws >= 0);
+    redraws[i] = m.crystal_redraws, redrawn += m.crystal_redraws > 0;
+  }
+  ck_assert_msg(redrawn >= 1 && redrawn <= N / 2, "%d of %d samples redrawn", redrawn, N);
+  for (int i = 0; i < N; i++) { /* again, in a fresh work space */
+    struct cbed_work w2 = {0};
+    struct cbed_meta m;
+    ck_assert_int_eq(_tsr_cbed_sample_with(&o, &w2, i, x2, v2, &m), TSR_OK);
+    ck_assert_msg(m.crystal_redraws == redraws[i] && !memcmp(x2, x + (size_t)i * XE, sizeof(float) * XE) &&
+                  !memcmp(v2, v + (size_t)i * VE, sizeof v2), "sample %d differs when computed again", i);
+    _tsr_cbed_work_free(&w2);
+  }
+  _tsr_cbed_work_free(&w);
+
+  tt_starpu_home();
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  char *p;
+  ck_assert(asprintf(&p, "%s/redraws.h5", tt_tmpdir()) > 0);
+  ck_assert_msg(tsr_cbed_write(ctx, &o, 0, N, 0, p, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_context_destroy(ctx);
+  hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT), dm = H5Dopen2(f, "meta", H5P_DEFAULT),
+        dx = H5Dopen2(f, "cbed", H5P_DEFAULT), dv = H5Dopen2(f, "potential", H5P_DEFAULT), t = redraws_view_type();
+  int version = 0, stored[N];
+  hid_t at = H5Aopen(f, "generator_version", H5P_DEFAULT);
+  ck_assert(at >= 0 && H5Aread(at, H5T_NATIVE_INT, &version) >= 0 && version == 3);
+  H5Aclose(at);
+  float *xf = malloc(sizeof(float) * N * XE), *vf = malloc(sizeof(float) * N * VE);
+  ck_assert(H5Dread(dm, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, stored) >= 0);
+  ck_assert(H5Dread(dx, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, xf) >= 0);
+  ck_assert(H5Dread(dv, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vf) >= 0);
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(stored[i] == redraws[i], "sample %d: file records %d redraws, computed %d", i, stored[i], redraws[i]);
+  ck_assert_msg(!memcmp(xf, x, sizeof(float) * N * XE) && !memcmp(vf, v, sizeof(float) * N * VE),
+                "the file written on two workers differs from the samples computed one by one");
+  H5Tclose(t), H5Dclose(dm), H5Dclose(dx), H5Dclose(dv), H5Fclose(f);
+  free(x), free(v), free(x2), free(xf), free(vf), free(p);
+}
+END_TEST
+
+/* When no random crystal can be made (here: atoms 5 A apart cannot reach 0.2 atoms/A^3), the error
+ * names the sample, the number of draws, the zone and the settings to change. */
+START_TEST(impossible_random_crystals_name_sample_and_settings) {
+  tsr_cbed_opts o = heldout_crystals();
+  o.min_distance = 5, o.density_min = 0.2, o.density_max = 0.3;
+  ck_assert_msg(tsr_cbed_opts_check(&o) == TSR_OK, "%s", tsr_last_error());
+  float *x = malloc(sizeof(float) * 16 * 32 * 32), v[32 * 32];
+  ck_assert_int_eq(tsr_cbed_sample(&o, 3, x, v), TSR_ERR_ARG);
+  const char *e = tsr_last_error();
+  ck_assert_msg(strstr(e, "sample 3:") && strstr(e, "none of 64 random crystals") && strstr(e, "--min-distance") &&
+                strstr(e, "--density 0.2:0.3") && (strstr(e, "along [0 0 1]") || strstr(e, "along [1 1 0]")), "%s", e);
+  free(x);
+}
+END_TEST
+
 static Suite *make_cbed_suite(void) {
   Suite *s = suite_create("cbed");
   TCase *p = tcase_create("physics");
@@ -391,6 +480,8 @@ static Suite *make_cbed_suite(void) {
   tcase_add_test(d, target_is_the_potential_in_volt_angstrom);
   tcase_add_test(d, writer_records_the_real_cell);
   tcase_add_test(d, writer_round_trip_float32_and_float16);
+  tcase_add_test(d, random_crystals_without_a_box_are_redrawn);
+  tcase_add_test(d, impossible_random_crystals_name_sample_and_settings);
   suite_add_tcase(s, d);
   return s;
 }

@@ -13,6 +13,12 @@
 #     and reports predictions, metrics and losses in V A)
 #   TRAIN_CIF [Si,MgO,GaAs,Al2O3_corundum]  TRAIN_ZONES [001,110]  TRAIN_KV ["100 200 300"]
 #   TRAIN_THICKNESS [20:150]                TRAIN_SAMPLES [256 per voltage]
+#   TRAIN_RANDOM [0]: this many more training samples per voltage of tessera-cbed's random crystals
+#     (--structures crystal, along TRAIN_ZONES, same thicknesses), drawn with
+#     RANDOM_ELEMENTS [8:56] (Z from O to Ba: the elements of both the trained and the held-out
+#     structures, nothing lighter or heavier), RANDOM_DENSITY [0.04:0.12] atoms/A^3 (GaAs 0.044 ...
+#     corundum 0.117; the held-out SrTiO3 0.084, Cu 0.085, rutile 0.096), RANDOM_SITES [8] atoms per
+#     cell at most (SrTiO3 5, rutile 6), RANDOM_ARGS: more options for them (e.g. "--min-distance 1.9")
 #   TEST_CIF [SrTiO3,Cu,TiO2_rutile]        TEST_ZONES [001,110]   TEST_KV ["100 300"]
 #   TEST_THICKNESS ["20:60 100:150"]        TEST_SAMPLES [32 per set]
 #   FOV [10] A: the supercell (whole cells near it); GRID [32]: pixels per side of the simulation
@@ -57,6 +63,19 @@ for kv in $train_kv; do
     --structures "" --cif "$(cifs "$train_structures")" --zones "$train_zones"
   train_files+=("$f")
 done
+train_random=${TRAIN_RANDOM:-0} s=20
+if [ "$train_random" -gt 0 ]; then
+  random_opts=(--elements "${RANDOM_ELEMENTS:-8:56}" --density "${RANDOM_DENSITY:-0.04:0.12}" --sites "${RANDOM_SITES:-8}")
+  for kv in $train_kv; do
+    extra=${RANDOM_ARGS:-} extra=${extra//[^A-Za-z0-9.:-]/}
+    f=train_$(tag "crystal_Z${random_opts[1]}_rho${random_opts[3]}_sites${random_opts[5]}$extra" "$kv" "$train_thickness" "$train_random").h5
+    s=$((s + 1))
+    # shellcheck disable=SC2086 # RANDOM_ARGS is a list of options
+    [ -f "$f" ] || cbed --out "$f" --samples "$train_random" --seed "$s" --kv "$kv" --thickness "$train_thickness" \
+      --structures crystal --zones "$train_zones" "${random_opts[@]}" ${RANDOM_ARGS:-}
+    train_files+=("$f")
+  done
+fi
 train=$(IFS=,; echo "${train_files[*]}")
 
 # test sets: the held-out structures at every voltage and thickness; the seen ones at the middle

@@ -108,6 +108,7 @@ struct cbed_meta {
   double origin_A[2];    /* in-plane shift of the crystal */
   double thickness_A;    /* simulated thickness: periods x lz */
   int periods, atoms;    /* atoms in one period of the box */
+  int crystal_redraws;   /* random crystals drawn and rejected before this one (no usable box or motif) */
   /* the rest is filled by _tsr_cbed_simulate (cbed_scan.c): the optics drawn for this sample */
   double kv, alpha_mrad, defocus_A, cs_mm, a1_A, a1_angle_deg, b2_A, b2_angle_deg, source_rms_A, dose_electrons;
   /* sampling: slice_A is the slice simulated, band_limit_mrad the angle the grid reaches */

@@ -32,7 +32,7 @@ static hid_t meta_type(void) {
   int ok = STR(structure) && STR(formula) && STR(source) && ONE(spacegroup, i) && ARR(cell, d, 6) && ARR(zone, i, 3) &&
            ARR(edge_x, i, 3) && ARR(edge_y, i, 3) && ARR(tiles, i, 2) && ARR(supercell, d, 3) && ONE(strain, d) &&
            ONE(rotation_deg, d) && ARR(tilt_mrad, d, 2) && ARR(origin_A, d, 2) && ONE(thickness_A, d) &&
-           ONE(periods, i) && ONE(atoms, i) && ONE(kv, d) && ONE(alpha_mrad, d) && ONE(defocus_A, d) && ONE(cs_mm, d) &&
+           ONE(periods, i) && ONE(atoms, i) && ONE(crystal_redraws, i) && ONE(kv, d) && ONE(alpha_mrad, d) && ONE(defocus_A, d) && ONE(cs_mm, d) &&
            ONE(a1_A, d) && ONE(a1_angle_deg, d) && ONE(b2_A, d) && ONE(b2_angle_deg, d) && ONE(source_rms_A, d) &&
            ONE(dose_electrons, d) && ONE(grid, i) && ONE(slices_per_period, i) && ONE(slice_A, d) &&
            ONE(band_limit_mrad, d) && ARR(sim_pixel_mrad, d, 2) && ONE(detector_pixel_mrad, d) &&

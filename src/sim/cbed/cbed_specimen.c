@@ -1,8 +1,9 @@
 /* The specimen of one sample, drawn from the sample's own random stream: the structure (a built-in
  * crystal, a CIF file, a random crystal or random atoms), the zone axis, the thickness, the in-plane
  * origin, then (only when asked for, so older settings draw as before) a random low-index zone, a
- * rotation and a tilt; and the record of what was drawn. CIF files are read once per process and
- * kept (read-only) in a table shared by the workers. */
+ * rotation and a tilt; and the record of what was drawn. A random crystal that cannot be simulated
+ * along the zone is drawn again from streams of (seed, index, redraw), at most CRYSTAL_DRAWS times.
+ * CIF files are read once per process and kept (read-only) in a table shared by the workers. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -117,6 +118,28 @@ static void record(const tsr_cbed_opts *o, const struct cbed_crystal *c, const s
   m->origin_A[0] = sx * z->len[0], m->origin_A[1] = sy * z->len[1];
 }
 
+/* Random crystals drawn for one sample before giving up: the first from the sample's stream, the
+ * others from redraw streams (redraw_stream). */
+#define CRYSTAL_DRAWS 64
+#define SALT_REDRAW 0x510E527FADE682D1ull
+
+/* Redraw k >= 1 of sample `index`'s random crystal: a stream of (seed, index, k) only, so the
+ * redrawn crystal does not depend on the workers or on other samples. */
+static struct _tsr_rng redraw_stream(const tsr_cbed_opts *o, int64_t index, int k) {
+  struct _tsr_rng r = _tsr_rng_stream(o->seed, (uint64_t)index + SALT_REDRAW);
+  r.key = _tsr_mix64(r.key ^ (uint64_t)k);
+  return r;
+}
+
+/* c's box along uvw tiled to about fov into a (built afresh); 0, or -1 when c has no orthogonal cell
+ * along uvw or a low-index zone within the size limit (*lmax) or the box could not be built. */
+static int specimen_box(const tsr_cbed_opts *o, const struct cbed_crystal *c, int uvw[3], double rot, double sx,
+                        double sy, struct cbed_zone *z, struct cbed_atoms *a, double *lmax) {
+  *lmax = fmax(o->fov, 2.5 * fmax(c->cell[0], fmax(c->cell[1], c->cell[2])));
+  int rc = zone_cell(c, uvw, rot, *lmax, z);
+  return rc == 0 ? _tsr_cbed_build_supercell(a, c, z, o->fov, sx, sy) : rc;
+}
+
 tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr_rng *r, struct cbed_atoms *a,
                               int *periods, struct cbed_meta *m) {
   *a = (struct cbed_atoms){0};
@@ -139,19 +162,16 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
   const struct cbed_crystal *c = &own;
   char path[1024];
   tsr_status st = TSR_OK;
+  int drawn = 0; /* random crystals only: 0 drawn, -1 out of memory, -2 no motif in the constraints */
   if (s == TSR_CBED_NSTRUCT) {
     list_item(o->cif, pick - nbuiltin, path, sizeof path);
     st = cif_crystal(path, &c);
   } else if (s == TSR_CBED_CRYSTAL) {
-    int rc = _tsr_cbed_crystal_random(&own, o, uniform, r);
-    if (rc != 0)
-      st = rc == -1 ? _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index)
-                    : _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: no random crystal with atoms %.2f A apart at %g..%g "
-                                              "atoms/A^3 in 50 attempts", (long long)index, o->min_distance,
-                                 o->density_min, o->density_max);
+    drawn = _tsr_cbed_crystal_random(&own, o, uniform, r);
   } else if (_tsr_cbed_crystal_builtin(s, &own) != 0) {
     st = _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
   }
+  if (drawn == -1) st = _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
   if (st != TSR_OK) {
     _tsr_cbed_crystal_free(&own);
     return st;
@@ -159,26 +179,54 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
   int uvw[3];
   memcpy(uvw, mask_zones[zone_bit < 3 ? zone_bit : 0], sizeof uvw);
   if (o->zone_index > 0) random_zone(o->zone_index, r, uvw);
-  double rot = o->rotation_deg > 0 ? uniform(r) * o->rotation_deg : 0;
+  double rot = o->rotation_deg > 0 ? uniform(r) * o->rotation_deg : 0, tilt[2] = {0, 0};
   if (o->tilt_mrad > 0) {
     double t = uniform(r) * o->tilt_mrad * 1e-3, phi = 2 * M_PI * uniform(r);
-    a->tilt[0] = t * cos(phi), a->tilt[1] = t * sin(phi);
+    tilt[0] = t * cos(phi), tilt[1] = t * sin(phi);
   }
-  double longest = fmax(c->cell[0], fmax(c->cell[1], c->cell[2])), tilt[2] = {a->tilt[0], a->tilt[1]};
+  /* A random crystal without a usable box along the zone, or without a motif that keeps the minimum
+   * distance, is drawn again (the zone, thickness, origin, rotation and tilt stay): the sample is
+   * the first usable one of its draws, `redraws` says how many came before it. */
   struct cbed_zone z;
-  int rc = zone_cell(c, uvw, rot, fmax(o->fov, 2.5 * longest), &z);
-  if (rc == 0) rc = _tsr_cbed_build_supercell(a, c, &z, o->fov, sx, sy);
-  a->tilt[0] = tilt[0], a->tilt[1] = tilt[1];
-  if (rc != 0) {
-    _tsr_cbed_crystal_free(&own);
+  double lmax = 0, lmax_lo = INFINITY, lmax_hi = 0;
+  int redraws = 0, no_box = 0, no_motif = 0, rc;
+  for (;;) {
+    rc = drawn == 0 ? specimen_box(o, c, uvw, rot, sx, sy, &z, a, &lmax) : -1;
+    if (rc == 0) break;
+    if (drawn == 0) no_box++, lmax_lo = fmin(lmax_lo, lmax), lmax_hi = fmax(lmax_hi, lmax);
+    else no_motif++;
     _tsr_cbed_atoms_free(a);
-    return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: %s (%s) has no orthogonal cell along [%d %d %d] or a low-index "
-                      "zone within %g A", (long long)index, c->name, c->source, uvw[0], uvw[1], uvw[2],
-                      fmax(o->fov, 2.5 * longest));
+    if (s != TSR_CBED_CRYSTAL) {
+      _tsr_cbed_crystal_free(&own);
+      return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: %s (%s) has no orthogonal cell along [%d %d %d] or a "
+                        "low-index zone within %g A", (long long)index, c->name, c->source, uvw[0], uvw[1], uvw[2],
+                        lmax);
+    }
+    _tsr_cbed_crystal_free(&own);
+    if (++redraws == CRYSTAL_DRAWS) {
+      char box[320] = "", motif[320] = "";
+      if (no_box)
+        snprintf(box, sizeof box, "; %d had no orthogonal cell along [%d %d %d] or a low-index zone with edges up to "
+                 "max(--fov %g, 2.5 x the longest cell edge) = %.3g..%.3g A (raise --fov above that)", no_box, uvw[0],
+                 uvw[1], uvw[2], o->fov, lmax_lo, lmax_hi);
+      if (no_motif)
+        snprintf(motif, sizeof motif, "; %d found no motif of up to --sites %d atoms %g A apart (--min-distance) at "
+                 "--density %g:%g atoms/A^3 (lower the distance or the density)", no_motif, o->sites, o->min_distance,
+                 o->density_min, o->density_max);
+      return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: none of %d random crystals could be simulated along [%d %d %d]%s%s",
+                        (long long)index, CRYSTAL_DRAWS, uvw[0], uvw[1], uvw[2], box, motif);
+    }
+    struct _tsr_rng rr = redraw_stream(o, index, redraws);
+    drawn = _tsr_cbed_crystal_random(&own, o, uniform, &rr);
+    if (drawn == -1) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
   }
+  a->tilt[0] = tilt[0], a->tilt[1] = tilt[1];
   *periods = (int)lround(thick / a->lz);
   *periods = *periods < 1 ? 1 : *periods;
-  if (m) record(o, c, &z, a, *periods, sx, sy, m);
+  if (m) {
+    record(o, c, &z, a, *periods, sx, sy, m);
+    m->crystal_redraws = redraws;
+  }
   _tsr_cbed_crystal_free(&own);
   return TSR_OK;
 }

@@ -19,7 +19,7 @@
 #include "runtime/error.h"
 
 #define GEN_NAME "tessera-cbed multislice"
-#define GEN_VERSION 2
+#define GEN_VERSION 3
 
 struct shared {
   const tsr_cbed_opts *o;
