@@ -9,7 +9,7 @@
 # checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
 # split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks, also along H only, and with
 # kernels 5 (2, 2x2, 2 replicas x 2); that the interior of a conv3d split along one
-# axis does not wait for the halo exchange, by task dependencies (mpi_overlap); a small 3-D U-Net (split
+# axis does not wait for the halo exchange, forward and backward, by task dependencies (mpi_overlap); a small 3-D U-Net (split
 # output gathered for the loss) split 2, 2x2 and 4 ways; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
 # checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
@@ -121,8 +121,10 @@ else ko "3-D, kernels 5: hybrid 2 x 2 ran"; fi
 equal "3-D, kernels 5: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp5" "$tmp/hyb5"
 
 # Overlap by task dependencies (tests/mpi_overlap.c): the interior forward of a conv3d run from edge
-# slabs depends on none of its layer's halo tasks, its edge tasks do; split along D, H, D with
-# kernels 5, and hybrid 2 replicas x 2 blocks.
+# slabs depends on none of its layer's halo tasks, its edge tasks do; backward, its interior data-
+# and weight-gradient tasks wait for no task of its backward exchange, whose packings wait for the
+# edge data-gradient tasks and not for the interior; split along D, H, D with kernels 5, and hybrid
+# 2 replicas x 2 blocks.
 for g in 2:2 1x2:2 "2 --k5:2" 2:4; do
   n=${g##*:} g=${g%:*}
   if timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \

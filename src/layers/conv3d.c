@@ -115,7 +115,7 @@ static int split_forward(const struct _tsr_layer_call *c, const struct _tsr_conv
   starpu_data_handle_t b = whole->has_bias ? c->w[1] : NULL;
   int ret = _tsr_insert_conv3d(&p.inner, TSR_CONV_FWD, c->block[s], c->w[0], b, c->y[s], c->v->name);
   for (int side = 0; side < 2 && !ret; side++) { /* a side without a neighbour: the interior's padding is right */
-    if (!c->dedge[side]) continue;
+    if (!c->edge_nb[side]) continue;
     struct _tsr_conv3d_desc d = p.edge;
     d.dst_full = p.own, d.dst_off = edge_at(&p, side);
     ret = _tsr_insert_conv3d_range(&d, TSR_CONV_FWD, c->edge[side][s], c->w[0], b, c->y[s], c->v->name);

@@ -121,9 +121,10 @@ struct _tsr_layer_call {
    * block itself (no halo'd copy) and the trainer fills edge[side][slice], the edge slabs of
    * comm/halo.h (_tsr_halo_edges_forward), before the forward; dedge[side][slice] is where the
    * gradient of edge slab `side` goes, which the trainer sends back to that neighbour after dx_done
-   * (NULL on a side without a neighbour: there the halo is padding). NULL otherwise. */
+   * (NULL on a side without a neighbour, where the halo is padding, and where dx[0] is NULL). NULL
+   * otherwise. edge_nb[side]: a neighbour on that side (else the interior's padding is the halo). */
   starpu_data_handle_t *edge[2], *dedge[2];
-  int edge_axis;
+  int edge_axis, edge_nb[2];
   starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
   starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */

@@ -73,7 +73,8 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   uint64_t copies = 2 * (t->ls[l].relu < 0) + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
   const struct _tsr_sp_layer *P = plan ? &plan[l] : NULL;
   /* a halo'd or whole input copy and its gradient; none for a window without halos (direct) or run
-   * from edge slabs, which has the slabs and, where a neighbour is, their gradients */
+   * from edge slabs, which has the slabs and, where a neighbour is and the input needs a gradient,
+   * their gradients */
   int copy = P && ((P->window && !P->direct && !P->edges) || P->gather);
   uint64_t in = copy ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
   uint64_t edge[2] = {0, 0}, dedge[2] = {0, 0};

@@ -82,7 +82,8 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
   if (P && P->edges) { /* x[0] and dx[0] stay the block's own */
     c->edge_axis = 3 - t->sp->nd + P->edge_axis;
     for (int side = 0; side < 2; side++)
-      c->edge[side] = P->edge[side], c->dedge[side] = P->dedge_len[side] ? P->dedge[side] : NULL;
+      c->edge[side] = P->edge[side], c->dedge[side] = P->dedge_len[side] ? P->dedge[side] : NULL,
+      c->edge_nb[side] = P->edge_nb[side];
   } else if (P && ((P->window && !P->direct) || P->gather))
     c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
   /* copies in the layout the kernels take, reordered in tasks of their own (layout.c) */

@@ -103,13 +103,15 @@ static void plan_edges(const struct _tsr_layer *L, int nd, const int *grid, cons
   for (int side = 0; side < 2; side++) {
     int c = coord[a] + (side ? 1 : -1);
     P->edge_len[side] = plane * 3 * P->lo[a];
-    P->dedge_len[side] = c >= 0 && c < grid[a] ? P->edge_len[side] : 0;
+    P->edge_nb[side] = c >= 0 && c < grid[a];
+    P->dedge_len[side] = P->edge_nb[side] ? P->edge_len[side] : 0;
     slabs += P->edge_len[side] + P->dedge_len[side];
   }
   if (slabs <= 2 * plane * (in_own[a] + 2 * P->lo[a]))
     P->edges = 1, P->edge_axis = a;
   else
-    memset(P->edge_len, 0, sizeof P->edge_len), memset(P->dedge_len, 0, sizeof P->dedge_len);
+    memset(P->edge_len, 0, sizeof P->edge_len), memset(P->dedge_len, 0, sizeof P->dedge_len),
+        memset(P->edge_nb, 0, sizeof P->edge_nb);
 }
 
 /* An upscaling layer (TSR_SPATIAL_UPSCALE) along split axis a: output position o comes from input
@@ -300,6 +302,11 @@ tsr_status _tsr_spatial_blocks(const tsr_trainer *t, const tsr_trainer_opts *o, 
   if (!ALLOC(*plan, t->model->n)) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   tsr_status st = _tsr_spatial_plan(t->model, nd, grid, t->rank % *parts, *plan);
   if (st != TSR_OK) free(*plan), *plan = NULL;
+  /* the edge slabs' gradients go back to the neighbours' input gradients: none where the input
+   * needs no gradient (a first convolution), whose backward computes no data gradient */
+  for (int l = 0; st == TSR_OK && l < t->model->n; l++)
+    if ((*plan)[l].edges && !t->ls[t->model->layers[l].inputs[0]].needs_grad)
+      memset((*plan)[l].dedge_len, 0, sizeof (*plan)[l].dedge_len);
   return st;
 }
 

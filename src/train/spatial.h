@@ -29,9 +29,10 @@ struct _tsr_sp_layer {
   float **xbuf, **dxbuf;
   /* window with no halos (direct): the layer runs on the block itself, no copy. With edge slabs
    * (edges, the layer's split_edges; halos along edge_axis only): no halo'd copy, [side][slices] the
-   * slabs (edge_len values per sample) and, on sides with a neighbour (dedge_len > 0), their
-   * gradients */
-  int direct, edges, edge_axis;
+   * slabs (edge_len values per sample) and, on sides with a neighbour (edge_nb) where the input's
+   * gradient is needed (dedge_len > 0: the plan sets it on every side with a neighbour,
+   * _tsr_spatial_blocks clears it where the input needs no gradient), their gradients */
+  int direct, edges, edge_axis, edge_nb[2];
   int64_t edge_len[2], dedge_len[2];
   starpu_data_handle_t *edge[2], *dedge[2];
   float **edgebuf[2], **dedgebuf[2];
