@@ -192,6 +192,17 @@ START_TEST(tilt_is_a_shear_of_the_slices) {
 }
 END_TEST
 
+/* A context of two CPU workers, no MPI, quiet, in a fresh STARPU_HOME (the writer's tests). */
+static tsr_context *two_worker_context(void) {
+  tt_starpu_home();
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
+  tsr_context *ctx;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  return ctx;
+}
+
 static tsr_cbed_opts small(void) {
   tsr_cbed_opts o;
   tsr_cbed_opts_default(&o);
@@ -250,12 +261,7 @@ END_TEST
 /* The writer (StarPU tasks, two workers) stores exactly what tsr_cbed_sample computes; float16 within
  * half precision (relative 2^-11, plus the smallest normal). */
 START_TEST(writer_round_trip_float32_and_float16) {
-  tt_starpu_home();
-  tsr_context_opts co;
-  tsr_context_opts_default(&co);
-  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
-  tsr_context *ctx;
-  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_context *ctx = two_worker_context();
   tsr_cbed_opts o = small();
   const int n = 11, first = 5;
   size_t xe = 4 * 24 * 24, ve = 256;
@@ -329,12 +335,7 @@ static double fourier(const float *v, int n, int h, int k) {
  * Si's (220), sits at frequency (2 lx / a, 2 ly / a) computed from the recorded cell (from the
  * requested field of view it would fall between pixels). */
 START_TEST(writer_records_the_real_cell) {
-  tt_starpu_home();
-  tsr_context_opts co;
-  tsr_context_opts_default(&co);
-  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
-  tsr_context *ctx;
-  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_context *ctx = two_worker_context();
   tsr_cbed_opts o = small();
   o.structures = 1u << TSR_CBED_SI, o.zones = 1, o.target = o.grid;
   const int n = 3, g = o.grid;
@@ -420,12 +421,7 @@ START_TEST(random_crystals_without_a_box_are_redrawn) {
   }
   _tsr_cbed_work_free(&w);
 
-  tt_starpu_home();
-  tsr_context_opts co;
-  tsr_context_opts_default(&co);
-  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
-  tsr_context *ctx;
-  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_context *ctx = two_worker_context();
   char *p;
   ck_assert(asprintf(&p, "%s/redraws.h5", tt_tmpdir()) > 0);
   ck_assert_msg(tsr_cbed_write(ctx, &o, 0, N, 0, p, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
