@@ -4,7 +4,16 @@
  * submits every slice's normalisation (forward) or data gradient (backward); with spatially split
  * samples the closing call first sums the accumulation over the spatial group. With c->relu, a
  * following relu runs in the same tasks (y and dy are the relu's). State: the forward
- * and backward sums (double [2c]) and the batch's mean and inverse std (float [2c]). */
+ * and backward sums (double [2c]) and the batch's mean and inverse std (float [2c]).
+ *
+ * With c->slice_stats (asynchronous slices: no join between slices) each slice is a batch of its
+ * own ("ghost" batch norm, as data-parallel replicas without synchronised batch norm): the same
+ * tasks on the slice's own state, statistics over its n_s samples instead of the batch's B, the
+ * backward of that per-slice normalisation, gamma and beta gradients written into the slice's own
+ * buffers. Each slice's finalize task applies the momentum update of the running statistics with
+ * its own mean and unbiased variance (n_s samples), in whichever order the slices' tasks run: S
+ * updates per step with S slices, not bitwise reproducible. With one slice it is the whole-batch
+ * path, task for task. */
 #include <stddef.h>
 #include <string.h>
 
@@ -48,9 +57,22 @@ static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size
 static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
   const struct _tsr_layer_view *v = c->v;
   struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h * _tsr_chw_depth(&v->out), .w = v->out.w,
-                          .total = (int64_t)c->batch * c->parts, .eps = v->spec->eps, .momentum = v->spec->momentum,
+                          .total = (int64_t)(c->slice_stats ? c->slice_n[s] : c->batch) * c->parts, .eps = v->spec->eps, .momentum = v->spec->momentum,
                           .blk = v->out_blk, .relu = c->relu};
   return d;
+}
+
+/* The statistics of slice c->s alone, in its own state (c->slice_stats; never spatially split:
+ * asynchronous slices refuse --spatial, and group_sum tells sums apart by step, not slice). */
+static int slice_forward(const struct _tsr_layer_call *c, struct _tsr_bn_desc *d) {
+  const starpu_data_handle_t *st = c->state, *w = c->w;
+  const char *nm = c->v->name;
+  d->overwrite = 1;
+  int ret = _tsr_insert_bn_stats(d, c->x[0][c->s], st[ACC_F], nm);
+  d->overwrite = 0;
+  if (!ret) ret = _tsr_insert_bn_finalize(d, st[ACC_F], st[STAT], w[RUNNING_MEAN], w[RUNNING_VAR], nm);
+  if (!ret) ret = _tsr_insert_bn_fwd(d, c->x[0][c->s], st[STAT], w[GAMMA], w[BETA], c->y[c->s], nm);
+  return ret;
 }
 
 static int bn_forward(const struct _tsr_layer_call *c) {
@@ -60,6 +82,7 @@ static int bn_forward(const struct _tsr_layer_call *c) {
   if (!c->train)
     return _tsr_insert_bn_fwd_eval(&d, c->x[0][c->s], w[RUNNING_MEAN], w[RUNNING_VAR], w[GAMMA], w[BETA],
                                    c->y[c->s], nm);
+  if (c->slice_stats) return slice_forward(c, &d);
   d.overwrite = c->s == 0; /* slice 0's sums are written, the later slices' added */
   int ret = _tsr_insert_bn_stats(&d, c->x[0][c->s], st[ACC_F], nm);
   d.overwrite = 0;
@@ -76,10 +99,27 @@ static int bn_forward(const struct _tsr_layer_call *c) {
 /* The fused relu's output (its backward's mask), or NULL. */
 static starpu_data_handle_t relu_y(const struct _tsr_layer_call *c, int s) { return c->relu ? c->y[s] : NULL; }
 
+/* The backward of slice c->s's own normalisation (c->slice_stats); dw are the slice's own. */
+static int slice_backward(const struct _tsr_layer_call *c, struct _tsr_bn_desc *d) {
+  const starpu_data_handle_t *st = c->state;
+  const char *nm = c->v->name;
+  const int s = c->s;
+  d->overwrite = 1;
+  int ret = _tsr_insert_bn_bwd_stats(d, c->x[0][s], st[STAT], c->dy[s], relu_y(c, s), st[ACC_B], nm);
+  d->overwrite = c->dw_first;
+  if (!ret) ret = _tsr_insert_bn_bwd_params(d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
+  if (!ret && c->dx[0])
+    ret = _tsr_insert_bn_bwd_data(d, c->x[0][s], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[s], relu_y(c, s),
+                                  c->dx[0][s], nm);
+  if (!ret) ret = _tsr_layer_dx_done(c, 0, s);
+  return ret;
+}
+
 static int bn_backward(const struct _tsr_layer_call *c) {
   struct _tsr_bn_desc d = bn_desc(c, c->s);
   const starpu_data_handle_t *st = c->state;
   const char *nm = c->v->name;
+  if (c->slice_stats) return slice_backward(c, &d);
   d.overwrite = c->s == 0; /* slice 0's sums are written, the later slices' added */
   int ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], relu_y(c, c->s), st[ACC_B], nm);
   if (ret || c->s != c->slices - 1) return ret;

@@ -138,6 +138,9 @@ struct _tsr_layer_call {
   /* 1: dw is this slice's own (asynchronous slices): no other slice's task touches it, so the slice's
    * first task that puts gradients into it writes them as slice 0's does, whatever c->s */
   int dw_own;
+  /* 1: batch statistics over this slice's samples alone (asynchronous slices, no join between
+   * slices); state[] is then the slice's own. 0: over the whole batch, state[] shared by the slices. */
+  int slice_stats;
   starpu_data_handle_t state[TSR_LAYER_MAX_STATE];
   /* Entries with fuse_relu: 1 when the layer's only consumer is a relu whose tasks this entry runs
    * fused (y and dy are then the relu's output and its gradient). */
@@ -173,8 +176,8 @@ struct _tsr_layer_ops {
   double (*flops)(const struct _tsr_layer_view *v);
   /* Bytes of the workspace a slice of n samples keeps from forward to backward (optional: none). */
   tsr_status (*workspace)(const struct _tsr_layer_view *v, int n, size_t *bytes);
-  /* Per-layer state buffers shared by the slices' tasks (optional: none): count, then buffer i's
-   * element count and element size. */
+  /* Per-layer state buffers shared by the slices' tasks, or one set per slice when the call's
+   * slice_stats is set (optional: none): count, then buffer i's element count and element size. */
   int (*num_state)(const struct _tsr_layer_view *v);
   void (*state)(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize);
   int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size */

@@ -10,10 +10,10 @@
  *    slices (k counts from 1), on the one optimizer state of W that every slice shares. With plain
  *    SGD the S updates of a step add up to lr g, the synchronous step's, when they all see the same W;
  *    with one slice the update is the synchronous one exactly;
- *  - W and its optimizer state have StarPU's sequential consistency switched off, so no implicit
- *    dependency goes through them: a read of W (a forward or a data gradient of any slice) does not
- *    wait for the updates submitted before it, and the updates of different slices do not wait for
- *    each other. StarPU still never runs a task that writes a handle at the same time as another task
+ *  - W, its optimizer state and the layers' running statistics have StarPU's sequential
+ *    consistency switched off, so no implicit dependency goes through them: a read of W (a
+ *    forward or a data gradient of any slice) does not wait for the updates submitted before it,
+ *    and the updates of different slices do not wait for each other. StarPU still never runs a task that writes a handle at the same time as another task
  *    that reads or writes it, so an update is applied whole and a forward reads W whole (no torn
  *    values); only the order is free;
  *  - the one explicit ordering: slice s's forward of layer l in step k + 1 starts after slice s's own
@@ -24,6 +24,15 @@
  * So slice s computes step k + 1 of layer l with W after its own updates of steps <= k and after
  * whichever updates of the other slices have run by then. The host still bounds the steps in
  * flight (the window waits for the loss of step k - window, which sums every slice's loss).
+ *
+ * Batch normalisation: a join of the slices in synchronous training (statistics over the batch's
+ * B samples); here each slice normalises with the statistics of its own n_s samples (the layer
+ * call's slice_stats, each slice with its own state buffers: "ghost" batch norm, as data-parallel
+ * replicas without synchronised batch norm), backpropagates through that, and updates gamma and
+ * beta like any weight. The running mean and variance (evaluation's statistics) take the momentum
+ * update of every slice's statistics, in whichever order the slices' forward tasks run (their
+ * sequential consistency is off as W's: S updates per step, not bitwise reproducible). So
+ * training normalises over n_s = B / S samples, a noisier estimate than the synchronous one's.
  *
  * Anything that must see every update first waits on the host (_tsr_async_quiesce): a sync, an
  * evaluation step, a read or write of tensors (checkpoints), and the first training step after an
@@ -50,10 +59,6 @@ tsr_status _tsr_async_check_opts(const tsr_trainer *t, const tsr_trainer_opts *o
     return _tsr_error(TSR_ERR_ARG, "%s loss scaling (--loss-scale): use --loss-scale off", pre);
   for (int a = 0; a < TSR_SPATIAL_MAX_AXES; a++)
     if (o->spatial[a] > 1) return _tsr_error(TSR_ERR_ARG, "%s spatial parallelism (--spatial)", pre);
-  for (int l = 0; l < t->model->n; l++)
-    if (t->model->layers[l].ops->num_state)
-      return _tsr_error(TSR_ERR_ARG, "%s layer '%s' (%s): its statistics span every slice of the batch", pre,
-                        t->model->layers[l].name, t->model->layers[l].ops->name);
   return TSR_OK;
 }
 
@@ -85,8 +90,8 @@ tsr_status _tsr_async_setup(tsr_trainer *t) {
   }
   for (int i = 0; i < t->ntensors; i++) {
     struct _tsr_ptensor *p = &t->tensors[i];
+    starpu_data_set_sequential_consistency_flag(p->hw, 0); /* running statistics too */
     if (!p->trainable) continue;
-    starpu_data_set_sequential_consistency_flag(p->hw, 0);
     for (int k = 0; k < t->optim->nstate; k++) starpu_data_set_sequential_consistency_flag(p->hst[k], 0);
   }
   return TSR_OK;
@@ -130,6 +135,8 @@ int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step) {
   b[nb++] = (struct _tsr_buf){out->y[s], STARPU_RW};
   return _tsr_submit(&gate_cl, NULL, 0, STARPU_DEFAULT_PRIO, "async_gate", nb, b);
 }
+
+int _tsr_state_sets(const tsr_trainer *t) { return t->async ? t->slices : 1; }
 
 tsr_status _tsr_async_quiesce(tsr_trainer *t) {
   if (!t->async) return TSR_OK;

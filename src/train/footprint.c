@@ -103,7 +103,7 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   for (int i = 0; L->ops->num_state && i < L->ops->num_state(&v); i++) {
     size_t count, size;
     L->ops->state(&v, i, &count, &size);
-    sum = _tsr_add_sat(sum, _tsr_mul_sat(count, size));
+    sum = _tsr_add_sat(sum, _tsr_mul_sat(_tsr_mul_sat(count, size), (uint64_t)_tsr_state_sets(t)));
   }
   return sum;
 }

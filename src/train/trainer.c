@@ -199,8 +199,14 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   for (int i = 0; L->ops->num_state && i < L->ops->num_state(&v); i++) {
     size_t count, size;
     L->ops->state(&v, i, &count, &size);
-    if (!(st->statebuf[i] = zalloc(count * size))) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
-    starpu_vector_data_register(&st->state[i], STARPU_MAIN_RAM, (uintptr_t)st->statebuf[i], (uint32_t)count, size);
+    if (!ALLOC_SLICES(st->state[i]) || !ALLOC_SLICES(st->statebuf[i]))
+      return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+    for (int k = 0; k < _tsr_state_sets(t); k++) {
+      if (!(st->statebuf[i][k] = zalloc(count * size)))
+        return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
+      starpu_vector_data_register(&st->state[i][k], STARPU_MAIN_RAM, (uintptr_t)st->statebuf[i][k], (uint32_t)count,
+                                  size);
+    }
   }
   return TSR_OK;
 }
@@ -416,10 +422,8 @@ void tsr_trainer_destroy(tsr_trainer *t) {
     unreg_slices(st->ey, (void **)st->eybuf, st->eybuf ? t->slices : 0);
     for (int i = 0; i < TSR_LAYER_MAX_TENSORS; i++)
       unreg_slices(st->wp[i], (void **)st->wpbuf[i], st->wpbuf[i] ? t->slices : 0);
-    for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) {
-      if (st->state[i]) starpu_data_unregister(st->state[i]);
-      free(st->statebuf[i]);
-    }
+    for (int i = 0; i < TSR_LAYER_MAX_STATE; i++)
+      unreg_slices(st->state[i], st->statebuf[i], st->statebuf[i] ? _tsr_state_sets(t) : 0);
   }
   for (int p = 0; p < 2; p++) {
     unreg_slices(t->x[p], (void **)t->xbuf[p], t->slices);

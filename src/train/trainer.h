@@ -53,8 +53,10 @@ struct _tsr_lstate {
    * slices' own weight gradients (entry 0 unused; trainable tensors only) */
   starpu_data_handle_t *wp[TSR_LAYER_MAX_TENSORS];
   float **wpbuf[TSR_LAYER_MAX_TENSORS];
-  starpu_data_handle_t state[TSR_LAYER_MAX_STATE]; /* the entry's per-layer state (batchnorm's sums) */
-  void *statebuf[TSR_LAYER_MAX_STATE];
+  /* the entry's state (batchnorm's sums): [_tsr_state_sets] sets, one shared by the slices, or each
+   * slice's own with asynchronous slices (whose batch statistics are the slice's own) */
+  starpu_data_handle_t *state[TSR_LAYER_MAX_STATE];
+  void **statebuf[TSR_LAYER_MAX_STATE];
 };
 
 struct _tsr_pending {
@@ -242,6 +244,8 @@ tsr_status _tsr_async_setup(tsr_trainer *t);
 void _tsr_async_teardown(tsr_trainer *t);
 int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step);
 tsr_status _tsr_async_quiesce(tsr_trainer *t);
+/* Sets of each layer's state buffers: one per slice with asynchronous slices, else one. */
+int _tsr_state_sets(const tsr_trainer *t);
 
 /* slow_rank.c: TESSERA_SLOW_RANK (a benchmark aid), and the sleep task of a training step on a
  * slice's input of parity p. */
