@@ -209,7 +209,8 @@ static const struct opt_def defs[] = {
     {"async-slices", 0, OPT_FLAG, F(async_slices), NULL, NULL,
      "asynchronous updates inside the rank: each slice updates the shared parameters right after its own "
      "backward, without waiting for the other slices (Hogwild style; one rank only; not with --deterministic, "
-     "--loss-scale, --staleness > 0, --spatial or batchnorm layers)"},
+     "--loss-scale, --staleness > 0 or --spatial); batchnorm layers then normalise each slice with its own "
+     "statistics (batch / slices samples, not the batch's)"},
     {"loss-scale", 0, OPT_CUSTOM, 0, "S", NULL,
      "off, dynamic (halve and skip the step on overflow, double after 2000 good steps) or a fixed scale",
      .deftext = "dynamic with fp16, else off", .parse = parse_loss_scale, .text = text_loss_scale},

@@ -125,10 +125,12 @@ typedef struct tsr_trainer_opts {
                           (batch / its samples), one optimizer step per slice update (shared optimizer
                           state); slice s's next forward of a layer waits only for slice s's own
                           update of that layer, and updates of different slices run in any order,
-                          one at a time per tensor. 0 = synchronous (default). One rank only;
-                          refused with deterministic contexts, loss scaling, staleness > 0, spatial
-                          parallelism and batch normalisation. tsr_trainer_sync, an evaluation step
-                          and every read or write of tensors first wait for every update. */
+                          one at a time per tensor. Batch normalisation then normalises each
+                          slice with its own statistics (not the batch's) and every slice updates
+                          the running statistics, in any order. 0 = synchronous (default). One
+                          rank only; refused with deterministic contexts, loss scaling,
+                          staleness > 0 and spatial parallelism. tsr_trainer_sync, an evaluation
+                          step and every read or write of tensors first wait for every update. */
 } tsr_trainer_opts;
 
 /* Largest tsr_trainer_opts.staleness (each step in flight holds its own gradient buffer). */

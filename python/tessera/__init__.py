@@ -92,7 +92,8 @@ class Model:
     batch: samples per step on this rank; slices: micro-batch slices (0: one per worker); lr:
     overrides the model file's learning rate; staleness: stale-synchronous steps across ranks
     (tessera-train --staleness); async_slices: slices update the parameters without waiting for each
-    other (--async-slices). Both are refused in a deterministic context."""
+    other (--async-slices; batch norm then normalises each slice with its own statistics). Both are
+    refused in a deterministic context."""
 
     def __init__(self, ctx, model_file, batch=32, slices=0, lr=None, staleness=0, async_slices=False):
         L = _L()

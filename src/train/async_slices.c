@@ -16,11 +16,16 @@
  *    and the updates of different slices do not wait for each other. StarPU still never runs a task that writes a handle at the same time as another task
  *    that reads or writes it, so an update is applied whole and a forward reads W whole (no torn
  *    values); only the order is free;
- *  - the one explicit ordering: slice s's forward of layer l in step k + 1 starts after slice s's own
- *    update of l in step k. A task with no computation (STARPU_NOWHERE) right after that update
- *    takes the slice's gradient buffers of l in RW (so it follows the update, which reads them) and
- *    layer l's output handle of slice s in RW (so the forward, which writes it, follows the task).
- *    Both handles are slice s's own: nothing ties slice s to another slice.
+ *  - slice s's updates of layer l in step k start after the tasks of its own backward of l that
+ *    read W (the data gradients; without this, an update could overtake them, and one slice would
+ *    not repeat the synchronous step): a task that runs nowhere reads the input gradients those
+ *    tasks write and takes the slice's gradient buffers of l, which the updates read, in RW;
+ *  - the one explicit ordering between steps: slice s's forward of layer l in step k + 1 starts
+ *    after slice s's own update of l in step k. A task with no computation (STARPU_NOWHERE) right
+ *    after that update takes the slice's gradient buffers of l in RW (so it follows the update,
+ *    which reads them) and layer l's output handle of slice s in RW (so the forward, which writes
+ *    it, follows the task). All these handles are slice s's own: nothing ties slice s to another
+ *    slice.
  * So slice s computes step k + 1 of layer l with W after its own updates of steps <= k and after
  * whichever updates of the other slices have run by then. The host still bounds the steps in
  * flight (the window waits for the loss of step k - window, which sums every slice's loss).
@@ -112,10 +117,27 @@ void _tsr_async_teardown(tsr_trainer *t) {
 static struct starpu_codelet gate_cl = {.where = STARPU_NOWHERE, .nbuffers = STARPU_VARIABLE_NBUFFERS,
                                         .name = "tsr_async_gate"};
 
+/* Slice s's updates of layer l wait for the tasks of slice s's backward of l that read the
+ * parameters (the data gradients, which write the input gradients): a task that runs nowhere reads
+ * those and takes the slice's gradient buffers, which the updates read, in RW. */
+static int order_after_reads(tsr_trainer *t, int l, int s) {
+  const struct _tsr_lstate *st = &t->ls[l];
+  struct _tsr_buf b[TSR_MAX_INPUTS + TSR_LAYER_MAX_TENSORS];
+  starpu_data_handle_t dx[TSR_MAX_INPUTS];
+  int n = _tsr_layer_dx_handles(t, l, s, dx), nb = 0;
+  if (!n) return 0;
+  for (int k = 0; k < n; k++) b[nb++] = (struct _tsr_buf){dx[k], STARPU_R};
+  for (int i = st->first_tensor; i < st->first_tensor + _tsr_layer_num_tensors(&t->model->layers[l]); i++)
+    if (t->tensors[i].trainable) b[nb++] = (struct _tsr_buf){_tsr_async_grad(t, i, s), STARPU_RW};
+  return nb > n ? _tsr_submit(&gate_cl, NULL, 0, STARPU_DEFAULT_PRIO, "async_order", nb, b) : 0;
+}
+
 int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step) {
   const struct _tsr_lstate *st = &t->ls[l];
   const struct _tsr_layer *L = &t->model->layers[l];
   if (st->first_tensor < 0) return 0;
+  int ret = order_after_reads(t, l, s);
+  if (ret) return ret;
   struct _tsr_buf b[TSR_LAYER_MAX_TENSORS + 1];
   int nb = 0;
   for (int i = st->first_tensor; i < st->first_tensor + _tsr_layer_num_tensors(L); i++) {

@@ -120,6 +120,21 @@ int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t s
   return ret ? ret : _tsr_edge_after_forward(t, l, s);
 }
 
+int _tsr_layer_dx_handles(tsr_trainer *t, int l, int s, starpu_data_handle_t *h) {
+  struct _tsr_layer_view v;
+  struct owner o;
+  struct _tsr_layer_call c;
+  fill_call(t, l, s, 0, 1, 0, &v, &o, &c);
+  int n = 0;
+  for (int k = 0; k < t->model->layers[l].ninputs; k++) {
+    if (!c.dx[k]) continue;
+    int seen = 0;
+    for (int i = 0; i < n; i++) seen |= h[i] == c.dx[k][s];
+    if (!seen) h[n++] = c.dx[k][s];
+  }
+  return n;
+}
+
 int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step) {
   const struct _tsr_layer_ops *ops = t->model->layers[l].ops;
   if (!ops->backward || t->ls[l].fused) return 0;

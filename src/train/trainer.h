@@ -264,5 +264,8 @@ tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step);
  * layer's registry entry. */
 int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t step);
 int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step);
+/* The distinct handles layer l's backward of slice s writes its inputs' gradients into (at most
+ * TSR_MAX_INPUTS): the tasks that write them read the layer's parameters. */
+int _tsr_layer_dx_handles(tsr_trainer *t, int l, int s, starpu_data_handle_t *h);
 
 #endif
