@@ -16,7 +16,7 @@
 #include "testutil.h"
 #include "tiny_mlp.h"
 
-enum { NB = 6 };            /* the batch */
+enum { NB = 6 };                           /* the batch */
 static const double EPS = 1e-5, MOM = 0.1; /* batchnorm's defaults */
 
 /* Sample `index` of step `step` (or of step *user: held-out steps from 100000 on); batches of more
@@ -84,7 +84,8 @@ START_TEST(one_slice_is_the_synchronous_trainer_bitwise) {
       tsr_context *ctx = start();
       tsr_model *m = model(1);
       tsr_trainer *t = trainer(ctx, m, NB, 1, async, adam, adam ? 0.02f : 0.5f);
-      for (int k = 0; k < 8; k++) ck_assert_msg(tsr_trainer_step(t, fill_step, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+      for (int k = 0; k < 8; k++)
+        ck_assert_msg(tsr_trainer_step(t, fill_step, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
       for (int k = 0; k < 8; k++) ck_assert_int_eq(tsr_trainer_loss(t, k, &losses[async][k]), TSR_OK);
       get_all(t, &w[async]);
       tsr_trainer_destroy(t);
@@ -92,8 +93,10 @@ START_TEST(one_slice_is_the_synchronous_trainer_bitwise) {
       tsr_context_destroy(ctx);
     }
     for (int i = 0; i < w[0].n; i++)
-      ck_assert_msg(memcmp(w[0].v[i], w[1].v[i], sizeof w[0].v[i]) == 0, "%s, one slice: %s differs from the "
-                    "synchronous trainer's", adam ? "Adam" : "SGD", w[0].name[i]);
+      ck_assert_msg(memcmp(w[0].v[i], w[1].v[i], sizeof w[0].v[i]) == 0,
+                    "%s, one slice: %s differs from the "
+                    "synchronous trainer's",
+                    adam ? "Adam" : "SGD", w[0].name[i]);
     ck_assert_msg(memcmp(losses[0], losses[1], sizeof losses[0]) == 0, "%s, one slice: losses differ",
                   adam ? "Adam" : "SGD");
   }
@@ -185,16 +188,22 @@ START_TEST(two_slices_normalise_each_slice_with_its_own_statistics) {
   ck_assert_msg((close_to(grm, rm[0], NH, 1e-6) && close_to(grv, rv[0], NH, 1e-6)) ||
                     (close_to(grm, rm[1], NH, 1e-6) && close_to(grv, rv[1], NH, 1e-6)),
                 "running mean %g %g .. / var %g %g .. after one step: neither slice 0's then slice 1's momentum "
-                "update (%g %g .. / %g %g ..) nor the other order (%g %g .. / %g %g ..)", grm[0], grm[1], grv[0],
-                grv[1], rm[0][0], rm[0][1], rv[0][0], rv[0][1], rm[1][0], rm[1][1], rv[1][0], rv[1][1]);
-  for (int k = 1; k < 4; k++) ck_assert_msg(tsr_trainer_step(t, fill_step, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+                "update (%g %g .. / %g %g ..) nor the other order (%g %g .. / %g %g ..)",
+                grm[0], grm[1], grv[0], grv[1], rm[0][0], rm[0][1], rv[0][0], rv[0][1], rm[1][0], rm[1][1], rv[1][0],
+                rv[1][1]);
+  for (int k = 1; k < 4; k++)
+    ck_assert_msg(tsr_trainer_step(t, fill_step, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   for (int k = 0; k < 4; k++) {
     double got, want = ref_loss(&w, k, 3), whole = ref_loss(&w, k, NB);
     ck_assert_int_eq(tsr_trainer_loss(t, k, &got), TSR_OK);
-    ck_assert_msg(fabs(got - want) <= 1e-5 * want, "step %d: loss %.9g, float64 with per-slice statistics %.9g "
-                  "(whole-batch statistics %.9g)", k, got, want, whole);
-    ck_assert_msg(fabs(whole - want) > 1e-3 * want, "step %d: the whole batch's statistics give the same loss "
-                  "(%.9g): the check cannot tell them apart", k, whole);
+    ck_assert_msg(fabs(got - want) <= 1e-5 * want,
+                  "step %d: loss %.9g, float64 with per-slice statistics %.9g "
+                  "(whole-batch statistics %.9g)",
+                  k, got, want, whole);
+    ck_assert_msg(fabs(whole - want) > 1e-3 * want,
+                  "step %d: the whole batch's statistics give the same loss "
+                  "(%.9g): the check cannot tell them apart",
+                  k, whole);
   }
   /* prediction: the running statistics (read back), not the samples' own */
   get_all(t, &after);
@@ -251,7 +260,8 @@ static double train_held_out(int slices, int async, double *initial) {
   tsr_trainer *t = trainer(ctx, m, TB, slices, async, 0, 0.5f);
   double h0 = held_out(t); /* every run evaluates first, so all train on the same batches */
   if (initial) *initial = h0;
-  for (int k = 0; k < STEPS; k++) ck_assert_msg(tsr_trainer_step(t, fill_step, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  for (int k = 0; k < STEPS; k++)
+    ck_assert_msg(tsr_trainer_step(t, fill_step, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   for (int k = 0; k < STEPS; k++) {
     double l;
     ck_assert_int_eq(tsr_trainer_loss(t, k, &l), TSR_OK);
@@ -268,8 +278,10 @@ START_TEST(several_slices_train) {
   double l0, ls = train_held_out(2, 0, &l0);
   for (int slices = 2; slices <= 3; slices++) {
     double la = train_held_out(slices, 1, NULL);
-    ck_assert_msg(la < BOUND * l0 && la < WITHIN * ls, "%d asynchronous slices with batch norm: held-out loss %.4g "
-                  "from %.4g (synchronous %.4g)", slices, la, l0, ls);
+    ck_assert_msg(la < BOUND * l0 && la < WITHIN * ls,
+                  "%d asynchronous slices with batch norm: held-out loss %.4g "
+                  "from %.4g (synchronous %.4g)",
+                  slices, la, l0, ls);
   }
 }
 END_TEST

@@ -70,8 +70,10 @@ static void ref_bwd(const float *x, const float *gamma, const float *beta, int r
           for (int k = 0; k < HW; k++) {
             size_t j = off_of(s) + (size_t)(i * C + c) * HW + k;
             double g = relu && !(y[j] > 0) ? 0 : dy[j], xhat = (x[j] - mean[c]) / sigma;
-            if (pass == 0) sg += g, sgx += g * xhat;
-            else dx[j] = gamma[c] / sigma * (g - sg / (n * HW) - xhat * sgx / (n * HW));
+            if (pass == 0)
+              sg += g, sgx += g * xhat;
+            else
+              dx[j] = gamma[c] / sigma * (g - sg / (n * HW) - xhat * sgx / (n * HW));
           }
       dgamma[s][c] = sgx, dbeta[s][c] = sg;
     }
@@ -126,9 +128,20 @@ static void run_entry(struct bn_run *r, int relu) {
   const int slice_n[S] = {SIZES[0], SIZES[1]};
   for (int pass = 0; pass < 2; pass++)
     for (int s = 0; s < S; s++) {
-      struct _tsr_layer_call c = {.v = &v, .s = s, .slices = S, .slice_n = slice_n, .batch = N, .train = 1,
-                                  .parts = 1, .y = hy, .dy = hdy, .relu = relu, .dx_done = no_fold,
-                                  .dw_first = 1, .dw_own = 1, .slice_stats = 1};
+      struct _tsr_layer_call c = {.v = &v,
+                                  .s = s,
+                                  .slices = S,
+                                  .slice_n = slice_n,
+                                  .batch = N,
+                                  .train = 1,
+                                  .parts = 1,
+                                  .y = hy,
+                                  .dy = hdy,
+                                  .relu = relu,
+                                  .dx_done = no_fold,
+                                  .dw_first = 1,
+                                  .dw_own = 1,
+                                  .slice_stats = 1};
       c.x[0] = hx, c.dx[0] = hdx;
       for (int i = 0; i < 4; i++) c.w[i] = hw[i];
       c.dw[0] = hdg[s], c.dw[1] = hdb[s];

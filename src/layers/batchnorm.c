@@ -57,8 +57,8 @@ static void bn_state(const struct _tsr_layer_view *v, int i, size_t *count, size
 static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
   const struct _tsr_layer_view *v = c->v;
   struct _tsr_bn_desc d = {.n = c->slice_n[s], .c = v->out.c, .h = v->out.h * _tsr_chw_depth(&v->out), .w = v->out.w,
-                          .total = (int64_t)(c->slice_stats ? c->slice_n[s] : c->batch) * c->parts, .eps = v->spec->eps, .momentum = v->spec->momentum,
-                          .blk = v->out_blk, .relu = c->relu};
+                          .total = (int64_t)(c->slice_stats ? c->slice_n[s] : c->batch) * c->parts,
+                          .eps = v->spec->eps, .momentum = v->spec->momentum, .blk = v->out_blk, .relu = c->relu};
   return d;
 }
 

@@ -13,9 +13,9 @@
  *  - W, its optimizer state and the layers' running statistics have StarPU's sequential
  *    consistency switched off, so no implicit dependency goes through them: a read of W (a
  *    forward or a data gradient of any slice) does not wait for the updates submitted before it,
- *    and the updates of different slices do not wait for each other. StarPU still never runs a task that writes a handle at the same time as another task
- *    that reads or writes it, so an update is applied whole and a forward reads W whole (no torn
- *    values); only the order is free;
+ *    and the updates of different slices do not wait for each other. StarPU still never runs a
+ *    task that writes a handle at the same time as another task that reads or writes it, so an
+ *    update is applied whole and a forward reads W whole (no torn values); only the order is free;
  *  - slice s's updates of layer l in step k start after the tasks of its own backward of l that
  *    read W (the data gradients; without this, an update could overtake them, and one slice would
  *    not repeat the synchronous step): a task that runs nowhere reads the input gradients those

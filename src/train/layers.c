@@ -98,7 +98,8 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
   c->dw_first = st->dw_first;
   c->dw_own = t->async;
   c->slice_stats = t->async;
-  for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) c->state[i] = st->state[i] ? st->state[i][t->async ? s : 0] : NULL;
+  for (int i = 0; i < TSR_LAYER_MAX_STATE; i++) /* each slice's own set with asynchronous slices */
+    c->state[i] = st->state[i] ? st->state[i][t->async ? s : 0] : NULL;
 }
 
 int _tsr_layer_forward(tsr_trainer *t, int l, int s, int p, int train, int64_t step) {
