@@ -4,7 +4,7 @@
 # slices it trains with validation and checkpoints (which wait for every update), writes
 # "async_slices": true into the effective configuration; a run file's async_slices with
 # --deterministic is refused naming both; with batch normalisation one slice repeats the synchronous
-# step log bitwise and two slices train.
+# step log bitwise and two slices train with validation and checkpoints.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 fixture_setup async 48
@@ -50,21 +50,27 @@ if [ $rc != 0 ] && grep -q -- "--async-slices) do not work with deterministic mo
 else cat "$tmp/det.log"; ko "a run file's async_slices with --deterministic is refused naming both (status $rc)"; fi
 
 # batch normalisation (fused with its relu): one slice repeats the synchronous step log bitwise, two
-# slices (each normalised with its own statistics) train with validation
+# slices (each normalised with its own statistics) train with validation and checkpoints
 bn=(--model "$tmp/bn.json" --step-log "$tmp/ref.csv")
 rm -f "$tmp/ref.csv" # a step log is appended to
-timeout 300 "$train" "${args[@]}" "${bn[@]}" --slices 1 >"$tmp/bnref.log" 2>&1 || { cat "$tmp/bnref.log"; ko "the batchnorm reference run"; }
+timeout 300 "$train" "${args[@]}" "${bn[@]}" --slices 1 >"$tmp/bnref.log" 2>&1 ||
+  { cat "$tmp/bnref.log"; ko "the batchnorm reference run"; }
 bn[3]=$tmp/bn1.csv
 timeout 300 "$train" "${args[@]}" "${bn[@]}" --slices 1 --async-slices >"$tmp/bn1.log" 2>&1 ||
   { cat "$tmp/bn1.log"; ko "--async-slices with batchnorm, one slice, ran"; }
-if same_as_ref "$tmp/bn1.csv"; then ok "--async-slices with a batchnorm layer and one slice repeats the synchronous step log bitwise"
-else ko "--async-slices with a batchnorm layer and one slice repeats the synchronous step log bitwise"; fi
+what="--async-slices with a batchnorm layer and one slice repeats the synchronous step log bitwise"
+if same_as_ref "$tmp/bn1.csv"; then ok "$what"; else ko "$what"; fi
 bn[3]=$tmp/bn2.csv
-timeout 300 "$train" "${args[@]}" "${bn[@]}" --slices 2 --async-slices >"$tmp/bn2.log" 2>&1
+timeout 300 "$train" "${args[@]}" "${bn[@]}" --slices 2 --async-slices --checkpoint-dir "$tmp/ckbn" \
+  --checkpoint-every 3 >"$tmp/bn2.log" 2>&1
 rc=$?
 rows=$(($(wc -l <"$tmp/bn2.csv") - 1))
 if [ $rc = 0 ] && [ "$rows" = "$(($(wc -l <"$tmp/ref.csv") - 1))" ] &&
-  awk -F, 'NR > 1 && !($3 + 0 == $3 + 0 && $3 < 1e30) { exit 1 }' "$tmp/bn2.csv"; then
-  ok "--async-slices with a batchnorm layer and 2 slices trains with validation ($rows steps)"
-else cat "$tmp/bn2.log"; ko "--async-slices with a batchnorm layer and 2 slices trains with validation (status $rc, $rows steps)"; fi
+  awk -F, 'NR > 1 && !($3 + 0 == $3 + 0 && $3 < 1e30) { exit 1 }' "$tmp/bn2.csv" &&
+  [ -f "$tmp/ckbn/ckpt-000000000018.h5" ]; then
+  ok "--async-slices with a batchnorm layer and 2 slices trains with validation and checkpoints ($rows steps)"
+else
+  cat "$tmp/bn2.log"
+  ko "--async-slices with a batchnorm layer and 2 slices trains with validation and checkpoints (status $rc, $rows steps)"
+fi
 fixture_done
