@@ -67,6 +67,17 @@ START_TEST(other_models_by_hand) {
   /* halving-doubling, 4 ranks: halves of 2000 (2 x (10 + 2) + a sum of 2), quarters of 1000
    * (2 x 11 + 1) */
   ck_assert_double_eq_tol(cost(&m, "rabenseifner", 4000, 4), 26 + 23.0, eps);
+  /* 2 per node, 4 ranks (halving.c pairs ranks 0-1 and 2-3 first: inside the nodes), halves of 2000
+   * inside (2 x (1 + 0.16) + a sum of 2), then quarters of 1000 across with both ranks of a node on
+   * its link at once (2 x (10 + 2 x 1) + a sum of 1) */
+  ck_assert_double_eq_tol(cost(&m2, "rabenseifner", 4000, 4), 4.32 + 25, 1e-9);
+  /* 2 per node, 3 ranks: rank 2 alone (node 1) hands its 4000 bytes to rank 0 and gets the result
+   * back, one flow on the link (2 x (10 + 4) + a sum of 4), then ranks 0 and 1 inside node 0 (4.32) */
+  ck_assert_double_eq_tol(cost(&m2, "rabenseifner", 4000, 3), 32 + 4.32, 1e-9);
+  /* hier-rh, 3 nodes of 2: the ring inside on halves of 2000 (4.32); across, each half's halving over
+   * 3 nodes: the third node's two members hand over at once (2 x (10 + 2 x 2) + a sum of 2), then
+   * quarters across with 2 flows (2 x 12 + 1) */
+  ck_assert_double_eq_tol(cost(&m2, "hier-rh", 4000, 6), 4.32 + 30 + 25, 1e-9);
   /* best: the cheapest exact model (here recursive doubling, 36 < 69) */
   ck_assert_double_eq_tol(cost(&m, "best", 4000, 4), 36, eps);
   double us;
@@ -216,6 +227,35 @@ START_TEST(replay_by_hand) {
 }
 END_TEST
 
+/* The dispatch time per task from a trace: one worker runs a [0,10], b [15,25] (waited 5 after a),
+ * the group's sum x [300,320] and update u [525,530], which waited for the reduction's messages (275
+ * and 205 us after their task dependencies: communication, which the replay models, so not counted),
+ * and the next step's c [532,542] (waited 2). Mean over a, b, c: 7/3 us. */
+START_TEST(dispatch_from_trace) {
+  struct _tsr_tl *tl = _tsr_tl_new(1, 1);
+  const char *names[] = {"a", "b", "allreduce_sum", "b.weight", "c"};
+  const char *ops[] = {"conv_fwd", "conv_bwd", "accumulate", "opt_update", "conv_fwd"};
+  const double start[] = {0, 15, 300, 525, 532}, dur[] = {10, 10, 20, 5, 10};
+  for (int i = 0; i < 5; i++) {
+    struct _tsr_tev e = {.seq = i, .step = i < 4 ? 1 : 2, .worker = 0, .submit = 0, .start = start[i],
+                         .end = start[i] + dur[i], .bytes = 4};
+    snprintf(e.name, sizeof e.name, "%s", names[i]);
+    snprintf(e.op, sizeof e.op, "%s", ops[i]);
+    int dep = i - 1;
+    ck_assert_int_ge(_tsr_tl_add_task(tl, &e, &dep, i > 0), 0);
+  }
+  _tsr_tl_finish(tl);
+  const char *dir = tt_tmpdir();
+  ck_assert_int_eq(_tsr_tl_write_raw(tl, dir), TSR_OK);
+  _tsr_tl_free(tl);
+  tsr_machine m;
+  tsr_machine_default(&m);
+  ck_assert_msg(tsr_machine_from_trace(dir, &m) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_double_eq_tol(m.task_overhead_us, 7.0 / 3, 1e-6);
+  ck_assert_int_eq(m.workers_per_rank, 1);
+}
+END_TEST
+
 static Suite *make_scale_suite(void) {
   Suite *s = suite_create("scale");
   TCase *tc = tcase_create("scale");
@@ -223,6 +263,7 @@ static Suite *make_scale_suite(void) {
   tcase_add_test(tc, other_models_by_hand);
   tcase_add_test(tc, machine_files);
   tcase_add_test(tc, replay_by_hand);
+  tcase_add_test(tc, dispatch_from_trace);
   suite_add_tcase(s, tc);
   return s;
 }

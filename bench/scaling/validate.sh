@@ -2,7 +2,8 @@
 # Measured against predicted step times (docs/scaling.md): for each link (loopback: Open MPI's shared
 # memory; netlab at 1 and 10 Gbit/s when it can run here), each group layout (TESSERA_GROUP_BYTES:
 # the default 256 KiB, one group per layer, one group for all) and 1..4 ranks, one traced
-# tessera-train run of validate_model.json (4 samples per rank per step, 1 worker per rank); the
+# tessera-train run of validate_model.json (4 samples per rank per step: --batch is per rank; 14 steps
+# at 4 ranks, 13 of them timed; 1 worker per rank); the
 # prediction replays that same trace (rank 0's task durations: the same load as the measured steps)
 # on the link's machine file, measured by tessera-scale --calibrate (+ --from-trace for the sums).
 # Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv)
@@ -42,7 +43,7 @@ launch() {
 train() { # LINK N LAYOUT TRACE COLLECTIVE
   rm -rf "$4"
   TESSERA_GROUP_BYTES=$3 launch "$1" "$2" "$k" "$B/tessera-train" --model "$here/validate_model.json" \
-    --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch $((4 * $2)) --workers 1 -q --trace "$4" \
+    --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 --workers 1 -q --trace "$4" \
     --collective "$5" >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; return 1; }
 }
 

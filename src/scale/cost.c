@@ -75,13 +75,14 @@ static double hier(const tsr_machine *mc, double n, int p) {
 /* Recursive halving then doubling (Rabenseifner, halving.c) over p members `stride` ranks apart (1: neighbours,
  * k: one rank per node): halving rounds send n/2, n/4... to partners at distances 1, 2, 4... members,
  * summing what they receive, and the allgather retraces them. A round whose partners are k or more
- * ranks apart crosses the node link with `flows` messages at once. P not a power of two: fold in and
- * out as recursive doubling does. */
-static double halving(const tsr_machine *mc, double n, int p, int stride, int flows) {
+ * ranks apart crosses the node link with `flows` messages at once. P not a power of two: the P - P'
+ * members beyond P' first hand their whole vector to member index - P' and get the result back;
+ * `fold` of those messages cross a node link at once. */
+static double halving(const tsr_machine *mc, double n, int p, int stride, int flows, int fold) {
   int k = per_node(mc, p * stride), p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
   double t = 0, m = n;
-  if (p2 < p) t += 2 * hop(p * stride > k ? &mc->inter : &mc->intra, n, flows) + sum_us(mc, n);
+  if (p2 < p) t += 2 * hop(p * stride > k ? &mc->inter : &mc->intra, n, fold) + sum_us(mc, n);
   for (int d = 1; d < p2; d *= 2) {
     m /= 2;
     double h = d * stride < k ? hop(&mc->intra, m, 1) : hop(&mc->inter, m, flows);
@@ -89,14 +90,21 @@ static double halving(const tsr_machine *mc, double n, int p, int stride, int fl
   }
   return t;
 }
-static double rabenseifner(const tsr_machine *mc, double n, int p) { return halving(mc, n, p, 1, per_node(mc, p)); }
+/* Over all ranks: in a round between nodes every rank of a node sends across at once (k flows); the
+ * hand-over is made by the P - P' last ranks only, at most k of them on one node. */
+static double rabenseifner(const tsr_machine *mc, double n, int p) {
+  int k = per_node(mc, p), p2 = 1;
+  while (p2 * 2 <= p) p2 *= 2;
+  return halving(mc, n, p, 1, k, p - p2 < k ? p - p2 : k);
+}
 
 /* Hierarchical with halving/doubling across nodes (hier_rh.c): the ring reduce-scatter inside each node, k
- * concurrent Rabenseifner reductions across the N nodes (one per slice of n/k), allgather inside. */
+ * concurrent Rabenseifner reductions across the N nodes (one per slice of n/k), allgather inside; every
+ * slice's reduction hands over at once when N is not a power of two (k flows). */
 static double hier_rh(const tsr_machine *mc, double n, int p) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
   double s = n / k, t = (k - 1) * (2 * hop(&mc->intra, s, 1) + sum_us(mc, s));
-  return t + (nodes > 1 ? halving(mc, s, nodes, k, k) : 0);
+  return t + (nodes > 1 ? halving(mc, s, nodes, k, k, k) : 0);
 }
 
 /* 1-bit sign votes (sign.c, "sign1"): a reduce-scatter and an allgather of packed signs, one bit

@@ -165,22 +165,27 @@ static int cmp_worker_start(const void *a, const void *b) {
 
 /* Rank r's tasks: the sum of their durations (*busy), and the time per task a worker waited while
  * the task could have run (*wait): from the latest of its previous task's end, its dependencies'
- * ends and its submission, to its start. */
+ * ends and its submission, to its start. The trace lists no dependency on received data, so the
+ * tasks that wait for a transfer (a reduction's own tasks and its group's consumers) would count the
+ * time their messages took as dispatch time, and the replay, which models that time, would count it
+ * twice: their waits are left out of the mean. */
 static tsr_status rank_load(const struct _tsr_tl *tl, int r, double *busy, double *wait) {
   const struct _tsr_tev **v = malloc((tl->ntasks + 1) * sizeof *v);
   if (!v) return _tsr_error(TSR_ERR_NOMEM, "trace: out of memory");
-  int n = 0;
+  int n = 0, counted = 0;
   *busy = *wait = 0;
   for (int i = 0; i < tl->ntasks; i++)
     if (tl->tasks[i].rank == r) v[n++] = &tl->tasks[i], *busy += tl->tasks[i].end - tl->tasks[i].start;
   qsort(v, n, sizeof *v, cmp_worker_start);
-  for (int i = 1; i < n; i++) {
-    if (v[i]->worker != v[i - 1]->worker) continue;
+  for (int i = 0; i < n; i++) {
+    if (_tsr_reduction_task(v[i]) || _tsr_group_consumer(v[i])) continue;
+    counted++;
+    if (i == 0 || v[i]->worker != v[i - 1]->worker) continue;
     double ready = fmax(v[i - 1]->end, v[i]->submit);
     for (int k = 0; k < v[i]->ndeps; k++) ready = fmax(ready, tl->tasks[v[i]->deps[k]].end);
     if (v[i]->start > ready) *wait += v[i]->start - ready;
   }
-  *wait = n ? *wait / n : 0;
+  *wait = counted ? *wait / counted : 0;
   free(v);
   return TSR_OK;
 }

@@ -23,12 +23,10 @@ void tsr_scale_result_free(tsr_scale_result *r) {
   if (r) free(r->groups), r->groups = NULL, r->ngroups = 0;
 }
 
-/* Tasks a reduction submits in a multi-rank trace: replaced by the modelled reduction. */
-static int reduction_task(const struct _tsr_tev *e) {
+int _tsr_reduction_task(const struct _tsr_tev *e) {
   return !strcmp(e->name, "allreduce_sum") || !strncmp(e->op, "wire_", 5);
 }
-/* Tasks that wait for their group's reduction. */
-static int group_consumer(const struct _tsr_tev *e) {
+int _tsr_group_consumer(const struct _tsr_tev *e) {
   return !strncmp(e->op, "opt_update", 10) || !strcmp(e->op, "check_finite");
 }
 
@@ -107,11 +105,11 @@ tsr_status _tsr_rgraph_build(struct _tsr_rgraph *g, const struct _tsr_tl *tl, in
       if (map[d] >= 0) oom = push_dep(&deps, &nd, map[d]);
       for (int j = 0; j < nsplice[d] && !oom; j++) oom = push_dep(&deps, &nd, splice[d][j]);
     }
-    if (!oom && reduction_task(e)) { /* its dependents inherit its dependencies */
+    if (!oom && _tsr_reduction_task(e)) { /* its dependents inherit its dependencies */
       splice[i] = deps, nsplice[i] = nd;
       continue;
     }
-    int mk = !oom && group_consumer(e) ? mark_of(g, e) : -1;
+    int mk = !oom && _tsr_group_consumer(e) ? mark_of(g, e) : -1;
     if (mk >= 0) oom = push_dep(&deps, &nd, redn[mk]);
     struct _tsr_rnode n = {.task = i,
                            .group = -1,

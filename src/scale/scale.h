@@ -22,6 +22,12 @@ tsr_status _tsr_cost_check(const char *algo);
 /* One reduction's time; *used: the entry it used (the cheapest exact one for "best"). 0 on one rank. */
 double _tsr_cost_us(const tsr_machine *m, const char *algo, double bytes, int ranks, const char **used);
 
+/* Tasks a reduction submits in a multi-rank trace (sums, wire packs): replaced by the modelled
+ * reduction in the replay. */
+int _tsr_reduction_task(const struct _tsr_tev *e);
+/* Tasks that wait for their group's reduction (updates, finiteness checks). */
+int _tsr_group_consumer(const struct _tsr_tev *e);
+
 /* The rank whose workers were occupied longest (task time plus dispatch waits): in synchronous data
  * parallelism it sets everyone's pace. *wait: its dispatch time per task (machine.c). */
 tsr_status _tsr_scale_slowest_rank(const struct _tsr_tl *tl, int *rank, double *wait);
