@@ -33,6 +33,8 @@ def reach(a, b, target, now):
     x = (target - a) / b
     if x <= now:
         return "already reached"
+    if x > 64:
+        return "not at any reachable scale (the line gives 2^%.0f samples)" % x
     return "at 2^%.1f = %.3g samples (%.3g times the largest run)" % (x, 2 ** x, 2 ** x / 2 ** now)
 
 
@@ -42,19 +44,23 @@ def main():
     for r in csv.DictReader(open(path)):
         runs.setdefault(r["run"], []).append(r)
     print("| run | training samples | steps | growth | time s (load) | network - NN dB (per set) | mean | "
-          "network - mean image dB (mean) | columns found: network | NN | mean image |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "network - mean image dB (mean) | NN - mean image dB (mean) | columns found: network | NN | mean image |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     base = []
+    summary = {}  # (samples, steps, growth) -> (gap, over_mean, columns)
     for name, rows in runs.items():
         f = lambda k: [float(r[k]) for r in rows]
         gap = [a - b for a, b in zip(f("net_psnr_db"), f("nn_psnr_db"))]
         over_mean = [a - b for a, b in zip(f("net_psnr_db"), f("mean_psnr_db"))]
         avg = lambda v: sum(v) / len(v)
         r0 = rows[0]
-        print("| %s | %s | %s | %s | %s (%s) | %s | %+.2f | %+.2f | %.1f%% | %.1f%% | %.1f%% |" % (
+        nn_over_mean = [a - b for a, b in zip(f("nn_psnr_db"), f("mean_psnr_db"))]
+        print("| %s | %s | %s | %s | %s (%s) | %s | %+.2f | %+.2f | %+.2f | %.1f%% | %.1f%% | %.1f%% |" % (
             name, r0["samples"], r0["steps"], r0["growth"], r0["seconds"], r0["load"],
-            ", ".join("%+.2f" % g for g in gap), avg(gap), avg(over_mean), 100 * avg(f("net_columns")),
+            ", ".join("%+.2f" % g for g in gap), avg(gap), avg(over_mean), avg(nn_over_mean), 100 * avg(f("net_columns")),
             100 * avg(f("nn_columns")), 100 * avg(f("mean_columns"))))
+        summary[(int(r0["samples"]), int(r0["steps"]), int(r0["growth"]))] = (avg(gap), avg(over_mean),
+                                                                               avg(f("net_columns")))
         if int(r0["steps"]) == steps and r0["growth"] == "8":
             base.append((math.log2(int(r0["samples"])), avg(gap), avg(over_mean), avg(f("net_columns"))))
     print()
@@ -70,6 +76,19 @@ def main():
         if target is not None:
             text += "; reaches %g: %s" % (target, reach(a, b, target, now))
         print("- " + text)
+    # the other two axes, each from one pair of runs: more steps at one size, a wider model at one size
+    for (n, st, g), v in sorted(summary.items()):
+        if st != steps and g == 8 and (n, steps, 8) in summary:
+            u = summary[(n, steps, 8)]
+            k = math.log2(st / steps)
+            print("- steps at %d samples: %d -> %d (x%g): network - NN %+.2f dB, network - mean %+.2f dB, columns %+.1f "
+                  "points (per doubling of steps: %+.2f dB, %+.2f dB, %+.1f points)" % (
+                      n, steps, st, st / steps, v[0] - u[0], v[1] - u[1], 100 * (v[2] - u[2]), (v[0] - u[0]) / k,
+                      (v[1] - u[1]) / k, 100 * (v[2] - u[2]) / k))
+        if st == steps and g != 8 and (n, steps, 8) in summary:
+            u = summary[(n, steps, 8)]
+            print("- growth at %d samples, %d steps: 8 -> %d: network - NN %+.2f dB, network - mean %+.2f dB, columns "
+                  "%+.1f points" % (n, steps, g, v[0] - u[0], v[1] - u[1], 100 * (v[2] - u[2])))
 
 
 main()
