@@ -460,6 +460,25 @@ START_TEST(impossible_random_crystals_name_sample_and_settings) {
 }
 END_TEST
 
+/* A sample that cannot be simulated (a scan window wider than Si's two 5.431 A cells along [001])
+ * is named once, by the sampler, whether it is drawn alone or by the writer's tasks. */
+START_TEST(failed_sample_is_named_once) {
+  tsr_context *ctx = two_worker_context();
+  tsr_cbed_opts o = small();
+  o.structures = 1u << TSR_CBED_SI, o.zones = 1, o.scan_A = 50;
+  const char *want = "cbed: sample 4: the scan window of 50 A is larger than its 10.86 x 10.86 A cell";
+  float *x = malloc(sizeof(float) * 4 * 24 * 24), v[256];
+  ck_assert_int_eq(tsr_cbed_sample(&o, 4, x, v), TSR_ERR_ARG);
+  ck_assert_str_eq(tsr_last_error(), want);
+  char *p;
+  ck_assert(asprintf(&p, "%s/failed.h5", tt_tmpdir()) > 0);
+  ck_assert_int_ne(tsr_cbed_write(ctx, &o, 4, 1, 0, p, NULL, NULL), TSR_OK);
+  ck_assert_str_eq(tsr_last_error(), want);
+  tsr_context_destroy(ctx);
+  free(x), free(p);
+}
+END_TEST
+
 static Suite *make_cbed_suite(void) {
   Suite *s = suite_create("cbed");
   TCase *p = tcase_create("physics");
@@ -478,6 +497,7 @@ static Suite *make_cbed_suite(void) {
   tcase_add_test(d, writer_round_trip_float32_and_float16);
   tcase_add_test(d, random_crystals_without_a_box_are_redrawn);
   tcase_add_test(d, impossible_random_crystals_name_sample_and_settings);
+  tcase_add_test(d, failed_sample_is_named_once);
   suite_add_tcase(s, d);
   return s;
 }

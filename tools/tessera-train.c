@@ -95,9 +95,10 @@ static void harvest_all(struct run *r) {
 /* ---- in-situ training (--simulate) ---- */
 
 /* The training loader: a pool of samples simulated in the task graph, each rank its own. */
-static void open_simulation(const struct train_opts *o, int rank, int nranks) {
+static void open_simulation(const struct train_opts *o, int rank, int nranks, tsr_cbed_opts *sim) {
   tsr_cbed_opts co;
   check(tsr_cbed_opts_load_json(o->simulate, &co));
+  *sim = co;
   tsr_sample_producer prod;
   check(tsr_cbed_producer(&co, &prod));
   tsr_pool_opts po;
@@ -264,7 +265,8 @@ int main(int argc, char **argv) {
   /* The data is split over the replicas: with --spatial P, ranks [r P, r P + P) share replica r's
    * samples (the trainer checks that P divides the ranks). */
   int parts = train_spatial_parts(&o), replica = rank / parts, nrep = nranks / parts > 0 ? nranks / parts : 1;
-  if (o.simulate) open_simulation(&o, replica, nrep);
+  tsr_cbed_opts sim; /* the simulator's settings, with --simulate */
+  if (o.simulate) open_simulation(&o, replica, nrep, &sim);
 
   tsr_trainer_opts topts;
   tsr_trainer_opts_default(&topts);
@@ -289,8 +291,8 @@ int main(int argc, char **argv) {
   check_shapes(data_name, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
   standardize_in_trainer(live.train, live.t);
-  if (o.standardize_targets)
-    standardize_targets(live.train, ntrain, live.t, live.ctx, !o.quiet && tsr_context_rank(live.ctx) == 0);
+  if (o.standardize_targets && o.simulate) standardize_simulated_targets(&sim, o.target_stats, live.t, live.ctx, talk);
+  else if (o.standardize_targets) standardize_targets(live.train, ntrain, live.t, live.ctx, talk);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 
   if (nranks > 1 && nval == 0 && (o.patience || o.keep_best))

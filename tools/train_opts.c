@@ -139,8 +139,8 @@ static const struct opt_def defs[] = {
     {"no-standardize", 0, OPT_FLAG, F(no_standardize), NULL, NULL,
      "feed the inputs as stored (default: per-channel mean 0, std 1)"},
     {"standardize-targets", 0, OPT_FLAG, F(standardize_targets), NULL, NULL,
-     "train on targets standardised per channel (mean and std of the training targets; not the default); "
-     "predictions, metrics and losses stay in the targets' units"},
+     "train on targets standardised per channel (mean and std of the training targets; with --simulate, of "
+     "--target-stats simulated samples; not the default); predictions, metrics and losses stay in the targets' units"},
     {"simulate", 0, OPT_STR, F(simulate), "FILE", NULL,
      "in-situ training: no --data; samples simulated by the multislice CBED simulator (settings: tessera-cbed's "
      "options as a JSON object) in the training task graph, into a pool, below training's priority"},
@@ -150,6 +150,9 @@ static const struct opt_def defs[] = {
      1, 1 << 24, 0, "1"},
     {"epoch-steps", 0, OPT_INT64, F(epoch_steps), "N", NULL, "with --simulate: steps per epoch", 1,
      (double)(INT64_C(1) << 40), 0, "pool x reuse / batch"},
+    {"target-stats", 0, OPT_INT, F(target_stats), "N", "64",
+     "with --simulate and --standardize-targets: the target statistics come from the simulator's samples 0..N-1 "
+     "(the same on every rank), simulated at start-up on one core of each rank", 1, 1 << 20},
     {"spill", 0, OPT_STR, F(spill), "FILE", NULL,
      "with --simulate: also write every simulated sample to FILE (HDF5, inputs/targets/index; FILE.rankR.h5 per "
      "rank under mpirun)"},
@@ -302,8 +305,6 @@ void train_opts_parse(int argc, char **argv, struct train_opts *o) {
     if (!o->reuse) o->reuse = 1;
     if (!o->epoch_steps) o->epoch_steps = (int64_t)o->pool * o->reuse / o->batch;
   }
-  if (o->simulate && o->standardize_targets)
-    cli_usage_error("--standardize-targets with --simulate: not done (the statistics come from a fixed training set)");
   if (o->val && o->val_fraction >= 0) cli_usage_error("--val and --val-fraction exclude each other");
   if (!o->val && o->val_fraction < 0) o->val_fraction = o->simulate ? 0 : 0.1;
   if (!o->ck.dir && (o->ck.resume || o->ck.every || o->ck.skip_nan || o->keep_best))

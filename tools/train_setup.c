@@ -74,21 +74,22 @@ void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
   free(m), free(s);
 }
 
-/* Per-channel mean and std of the training targets (every pixel of the samples the mean-target
- * baseline averages: all training samples, or BASELINE_MEAN_SAMPLES spread over them), in double,
- * two passes; the trainer standardises targets with them and turns its outputs back. Every rank
- * reads the whole training file, so the ranks compute the same values (checked). */
-void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_context *ctx, int talk) {
-  int c, h, w;
-  tsr_loader_target_shape(train, &c, &h, &w);
+/* Reads training target i of k into y ([c, h, w]). */
+typedef void (*target_read_fn)(void *user, int64_t i, int64_t k, float *y);
+
+/* Per-channel mean and std of k targets read by `read`, in double, two passes (each target is read
+ * twice: simulated ones are simulated twice rather than held); the trainer standardises targets with
+ * them and turns its outputs back. The ranks must compute the same values (checked). `from` says
+ * where the targets came from, for the log. */
+static void target_norm(target_read_fn read, void *user, int64_t k, int c, int h, int w, const char *from,
+                        tsr_trainer *t, tsr_context *ctx, int talk) {
   size_t plane = (size_t)h * w;
-  int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
   float *y = malloc(plane * c * sizeof *y), *m = malloc(sizeof(float) * c), *sd = malloc(sizeof(float) * c);
   double *sum = calloc(c, sizeof *sum), *sq = calloc(c, sizeof *sq);
   if (!y || !m || !sd || !sum || !sq) fail("out of memory");
   for (int pass = 0; pass < 2; pass++) {
     for (int64_t i = 0; i < k; i++) {
-      check(tsr_loader_read(train, i * ntrain / k, NULL, y));
+      read(user, i, k, y);
       for (int ch = 0; ch < c; ch++)
         for (size_t p = 0; p < plane; p++) {
           double v = y[ch * plane + p];
@@ -100,16 +101,57 @@ void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_
   }
   for (int ch = 0; ch < c; ch++) {
     double var = sq[ch] / ((double)k * plane);
-    if (!(var > 0)) fail("--standardize-targets: target channel %d is constant (%g) over %lld training samples", ch,
-                         sum[ch], (long long)k);
+    if (!(var > 0)) fail("--standardize-targets: target channel %d is constant (%g) over %lld %s", ch, sum[ch],
+                         (long long)k, from);
     m[ch] = (float)sum[ch], sd[ch] = (float)sqrt(var);
   }
   check(tsr_context_check_same(ctx, "the target statistics", m, sizeof(float) * c));
   check(tsr_trainer_set_target_norm(t, m, sd, c));
   if (talk)
-    printf("targets standardised in the trainer: channel 0 mean %.6g, std %.6g (from %lld training samples); "
-           "predictions and metrics in target units\n", m[0], sd[0], (long long)k);
+    printf("targets standardised in the trainer: channel 0 mean %.6g, std %.6g (from %lld %s); "
+           "predictions and metrics in target units\n", m[0], sd[0], (long long)k, from);
   free(y), free(m), free(sd), free(sum), free(sq);
+}
+
+struct file_targets {
+  tsr_loader *train;
+  int64_t ntrain;
+};
+
+static void read_file_target(void *user, int64_t i, int64_t k, float *y) {
+  struct file_targets *f = user;
+  check(tsr_loader_read(f->train, i * f->ntrain / k, NULL, y));
+}
+
+/* The samples the mean-target baseline averages: all training samples, or BASELINE_MEAN_SAMPLES
+ * spread over them. Every rank reads the whole training file. */
+void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_context *ctx, int talk) {
+  int c, h, w;
+  tsr_loader_target_shape(train, &c, &h, &w);
+  struct file_targets f = {train, ntrain};
+  int64_t k = ntrain < BASELINE_MEAN_SAMPLES ? ntrain : BASELINE_MEAN_SAMPLES;
+  target_norm(read_file_target, &f, k, c, h, w, "training samples", t, ctx, talk);
+}
+
+struct sim_targets {
+  const tsr_cbed_opts *co;
+  float *x; /* the sample's patterns, not used */
+};
+
+static void read_sim_target(void *user, int64_t i, int64_t k, float *y) {
+  struct sim_targets *s = user;
+  if (tsr_cbed_sample(s->co, i, s->x, y) != TSR_OK) fail("--standardize-targets: %s", tsr_last_error());
+}
+
+/* Samples 0..n-1 by index, not by a rank's stream position: the same on every rank and for any
+ * number of ranks, so a run on N ranks standardises as one on 1 rank does. */
+void standardize_simulated_targets(const tsr_cbed_opts *co, int64_t n, tsr_trainer *t, tsr_context *ctx, int talk) {
+  struct sim_targets s = {co, malloc(sizeof(float) * co->probes * co->probes * co->pattern * co->pattern)};
+  if (!s.x) fail("out of memory");
+  char from[64];
+  snprintf(from, sizeof from, "simulated samples, indices 0..%lld", (long long)n - 1);
+  target_norm(read_sim_target, &s, n, 1, co->target, co->target, from, t, ctx, talk);
+  free(s.x);
 }
 
 /* An epoch's validation loss goes to the schedule (plateau may lower the rate; ranks must agree). */

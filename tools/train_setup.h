@@ -26,6 +26,9 @@ void standardize_in_trainer(tsr_loader *train, tsr_trainer *t);
 /* --standardize-targets: the per-channel mean and std of the training targets into the trainer
  * (samples as the mean-target baseline reads them). */
 void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_context *ctx, int talk);
+/* --standardize-targets with --simulate: the same from the simulator's samples 0..n-1 (`co`, the
+ * in-situ run's settings), simulated here; every rank simulates the same samples. */
+void standardize_simulated_targets(const tsr_cbed_opts *co, int64_t n, tsr_trainer *t, tsr_context *ctx, int talk);
 /* The run's schedule from the model file's spec and the options (--lr-schedule, --warmup-steps,
  * --lr-scaling); `steps` per epoch; plateau needs validation data. */
 void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,

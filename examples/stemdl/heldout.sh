@@ -26,6 +26,13 @@
 #   PIXEL_SIZE [data]: "data": each sample's own target pixel (tessera-cbed's meta.pixel_A, the scan
 #     window over the target side), for every test set; a number in A: that for all
 #   CBED_ARGS: more tessera-cbed options for every set (e.g. "--alpha 15 --defocus 150")
+#   STEPS [unset]: train this many optimizer steps instead of EPOCHS epochs: the epochs are
+#     STEPS / (training samples / BATCH), rounded to the nearest whole epoch (at least 1), so runs with
+#     different amounts of data can be compared at the same training length (learning_curve.sh)
+#   MODEL [fcdensenet_cbed.json]: the model file (e.g. one of make_model.py with another --growth)
+#   DATA_DIR [OUT_DIR]: where the simulated data files are kept; a file is simulated only if it is not
+#     there yet. Its name holds the structures, voltage, thickness, sample count and a checksum of the
+#     simulation settings (GRID, PROBES, FOV, CBED_ARGS), so changed settings never reuse stale files
 # The defaults are small (32x32 patterns, 4x4 probes, a 32-pixel grid: not the converged defaults of
 # tessera-cbed, which cost ~8 CPU s per sample) so that the whole run takes minutes on 2 cores (61 s measured at load average 7-9).
 set -euo pipefail
@@ -39,6 +46,9 @@ train_kv=${TRAIN_KV:-100 200 300} train_thickness=${TRAIN_THICKNESS:-20:150} tra
 test_structures=${TEST_CIF:-SrTiO3,Cu,TiO2_rutile} test_zones=${TEST_ZONES:-001,110}
 test_kv=${TEST_KV:-100 300} test_thickness=${TEST_THICKNESS:-20:60 100:150} test_samples=${TEST_SAMPLES:-32}
 fov=${FOV:-10} grid=${GRID:-32} probes=${PROBES:-4} pixel=${PIXEL_SIZE:-data}
+model=${MODEL:-$here/fcdensenet_cbed.json} steps=${STEPS:-}
+[ -f "$model" ] || { echo "heldout.sh: model file $model not found" >&2; exit 1; }
+model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
 cifs() { local n out=; for n in ${1//,/ }; do
   [ -f "$here/structures/$n.cif" ] || { echo "heldout.sh: $here/structures/$n.cif not found" >&2; exit 1; }
   out=$out${out:+,}$here/structures/$n.cif; done; echo "$out"; }
@@ -46,18 +56,21 @@ cifs "$train_structures" >/dev/null && cifs "$test_structures" >/dev/null
 for p in tessera-cbed tessera-train tessera-predict; do
   [ -x "$build/$p" ] || { echo "heldout.sh: $build/$p not found (build first, or set BUILD=)" >&2; exit 1; }
 done
-mkdir -p "$out"
+mkdir -p "$out" "${DATA_DIR:-$out}"
+data=$(cd "${DATA_DIR:-$out}" && pwd)
 cd "$out"
 rm -f metrics.csv
 # shellcheck disable=SC2086 # CBED_ARGS is a list of options
 cbed() { "$build/tessera-cbed" --grid "$grid" --pattern "$grid" --target "$grid" --probes "$probes" --fov "$fov" \
   --workers "$workers" ${CBED_ARGS:-} -q "$@"; }
-tag() { echo "$1_$2kV_$3A_$4" | tr ',:' '+-'; } # a file name: structures, voltage, thickness, samples
+# the settings every set shares, as a checksum in each data file's name
+settings=$(printf '%s\n' "grid=$grid probes=$probes fov=$fov cbed_args=${CBED_ARGS:-}" | cksum | cut -d' ' -f1)
+tag() { echo "$1_$2kV_$3A_$4_s$settings" | tr ',:' '+-'; } # a file name: structures, voltage, thickness, samples, settings
 
 # training data: one file per voltage, the thickness drawn per sample
 train_files=() s=10
 for kv in $train_kv; do
-  f=train_$(tag "$train_structures" "$kv" "$train_thickness" "$train_samples").h5
+  f=$data/train_$(tag "$train_structures" "$kv" "$train_thickness" "$train_samples").h5
   s=$((s + 1))
   [ -f "$f" ] || cbed --out "$f" --samples "$train_samples" --seed "$s" --kv "$kv" --thickness "$train_thickness" \
     --structures "" --cif "$(cifs "$train_structures")" --zones "$train_zones"
@@ -68,7 +81,7 @@ if [ "$train_random" -gt 0 ]; then
   random_opts=(--elements "${RANDOM_ELEMENTS:-8:56}" --density "${RANDOM_DENSITY:-0.04:0.12}" --sites "${RANDOM_SITES:-8}")
   for kv in $train_kv; do
     extra=${RANDOM_ARGS:-} extra=${extra//[^A-Za-z0-9.:-]/}
-    f=train_$(tag "crystal_Z${random_opts[1]}_rho${random_opts[3]}_sites${random_opts[5]}$extra" "$kv" "$train_thickness" "$train_random").h5
+    f=$data/train_$(tag "crystal_Z${random_opts[1]}_rho${random_opts[3]}_sites${random_opts[5]}$extra" "$kv" "$train_thickness" "$train_random").h5
     s=$((s + 1))
     # shellcheck disable=SC2086 # RANDOM_ARGS is a list of options
     [ -f "$f" ] || cbed --out "$f" --samples "$train_random" --seed "$s" --kv "$kv" --thickness "$train_thickness" \
@@ -83,7 +96,7 @@ train=$(IFS=,; echo "${train_files[*]}")
 tests=() labels=() s=100
 add_test() { # structures zones kv thickness label
   local f
-  f=test_$(tag "$1" "$3" "$4" "$test_samples").h5
+  f=$data/test_$(tag "$1" "$3" "$4" "$test_samples").h5
   s=$((s + 1))
   [ -f "$f" ] || cbed --out "$f" --samples "$test_samples" --seed "$s" --kv "$3" --thickness "$4" --structures "" \
     --cif "$(cifs "$1")" --zones "$2"
@@ -99,14 +112,21 @@ add_test "$train_structures" "$train_zones" "$kv_mid" "$t_mid" "seen $(name "$tr
 
 px_args=()
 case $pixel in data) ;; *) px_args=(--pixel-size "$pixel") ;; esac
+if [ -n "$steps" ]; then # epochs from the step budget: the trainer drops the last partial batch
+  n_train=$(( $(wc -w <<<"$train_kv") * (train_samples + train_random) ))
+  per_epoch=$(( n_train / batch ))
+  [ "$per_epoch" -gt 0 ] || { echo "heldout.sh: $n_train training samples make no batch of $batch" >&2; exit 1; }
+  epochs=$(( (steps + per_epoch / 2) / per_epoch )) && [ "$epochs" -ge 1 ] || epochs=1
+  echo "heldout.sh: STEPS=$steps: $n_train training samples, $per_epoch steps per epoch, $epochs epochs ($((epochs * per_epoch)) steps)"
+fi
 echo "heldout.sh: training on $train ($epochs epochs); per-epoch validation on $held_val (held out: no choice is made from it)"
-"$build/tessera-train" --model "$here/fcdensenet_cbed.json" --data "$train" --val "$held_val" "${px_args[@]}" \
+"$build/tessera-train" --model "$model" --data "$train" --val "$held_val" "${px_args[@]}" \
   --epochs "$epochs" --lr "$lr" --batch "$batch" --workers "$workers" --seed "$seed" --log train.csv --export-params params.h5 \
   --standardize-targets
 
 for i in "${!tests[@]}"; do
-  f=${tests[$i]} png=png_${f%.h5}
-  "$build/tessera-predict" --model "$here/fcdensenet_cbed.json" --params params.h5 --data "$f" --out "pred_$f" \
+  f=${tests[$i]} b=$(basename "${tests[$i]}") png=png_${b%.h5}
+  "$build/tessera-predict" --model "$model" --params params.h5 --data "$f" --out "pred_$b" \
     --train "$train" "${px_args[@]}" --metrics metrics.csv --label "${labels[$i]}" --png "$png" --png-count 3 \
     --workers "$workers" -q
 done

@@ -82,10 +82,14 @@ tsr_status _tsr_cbed_sample_with(const tsr_cbed_opts *o, struct cbed_work *w, in
   struct _tsr_rng r = _tsr_rng_stream(o->seed, (uint64_t)index + 0x3C6EF372FE94F82Bull);
   struct cbed_atoms a;
   int periods;
-  TSR_TRY(_tsr_cbed_specimen(o, index, &r, &a, &periods, meta));
-  tsr_status st = _tsr_cbed_simulate(o, w, &a, periods, index, x, v, meta);
+  tsr_status st = _tsr_cbed_specimen(o, index, &r, &a, &periods, meta);
+  if (st == TSR_OK) st = _tsr_cbed_simulate(o, w, &a, periods, index, x, v, meta);
   _tsr_cbed_atoms_free(&a);
-  return st;
+  if (st == TSR_OK) return st;
+  /* the one place that names the sample: the messages below it say what failed, not where */
+  char why[900];
+  snprintf(why, sizeof why, "%s", tsr_last_error());
+  return _tsr_error(st, "cbed: sample %lld: %s", (long long)index, why);
 }
 
 tsr_status tsr_cbed_sample(const tsr_cbed_opts *o, int64_t index, float *x, float *v) {

@@ -86,7 +86,7 @@ static tsr_status target(const tsr_cbed_opts *o, struct cbed_work *w, double x0,
                          double *buf, float *v, struct cbed_meta *m) {
   size_t mm = (size_t)o->target * o->target;
   if (_tsr_cbed_window_potential(w, o->target, x0, y0, sx, sy, o->blur, buf) != 0)
-    return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a %d x %d target", o->target, o->target);
+    return _tsr_error(TSR_ERR_NOMEM, "out of memory for a %d x %d target", o->target, o->target);
   double mean = 0, var = 0;
   for (size_t p = 0; p < mm; p++) mean += buf[p] / mm;
   for (size_t p = 0; p < mm; p++) var += (buf[p] - mean) * (buf[p] - mean) / mm;
@@ -109,26 +109,26 @@ tsr_status _tsr_cbed_simulate(const tsr_cbed_opts *o, struct cbed_work *w, const
   int P = o->pattern, K = o->probes, det = o->det_mrad > 0;
   int n = o->grid ? o->grid : _tsr_cbed_grid_for(a->lx, a->ly, lambda, o->max_angle_mrad, det ? 8 : P);
   if (n > 4096)
-    return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld needs a %d x %d grid for a %.1f x %.1f A cell up to %g mrad "
-                      "(at most 4096: lower max_angle or fov)", (long long)index, n, n, a->lx, a->ly, o->max_angle_mrad);
+    return _tsr_error(TSR_ERR_ARG, "needs a %d x %d grid for a %.1f x %.1f A cell up to %g mrad "
+                      "(at most 4096: lower max_angle or fov)", n, n, a->lx, a->ly, o->max_angle_mrad);
   size_t pp = (size_t)P * P, mm = (size_t)o->target * o->target, scratch = (size_t)n * P;
   scratch = scratch > pp ? scratch : pp, scratch = scratch > mm ? scratch : mm;
   size_t need = (size_t)K * K * pp + scratch;
-  if (_tsr_cbed_work_resize(w, n) != 0) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for a %d x %d grid", n, n);
+  if (_tsr_cbed_work_resize(w, n) != 0) return _tsr_error(TSR_ERR_NOMEM, "out of memory for a %d x %d grid", n, n);
   if (w->cap_acc < need) {
     free(w->acc);
     w->acc = malloc(sizeof(double) * need);
     w->cap_acc = w->acc ? need : 0;
-    if (!w->acc) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for %d patterns of %d x %d", K * K, P, P);
+    if (!w->acc) return _tsr_error(TSR_ERR_NOMEM, "out of memory for %d patterns of %d x %d", K * K, P, P);
   }
   double *acc = w->acc, *buf = w->acc + (size_t)K * K * pp;
   double band = lambda * n / (3 * fmax(a->lx, a->ly)) * 1e3;
   double dz = o->slice > 0 ? o->slice : _tsr_cbed_slice_for(lambda, band);
-  if (_tsr_cbed_prepare(w, a, kv, dz) != 0) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory preparing sample %lld", (long long)index);
+  if (_tsr_cbed_prepare(w, a, kv, dz) != 0) return _tsr_error(TSR_ERR_NOMEM, "out of memory preparing the slices");
   int nsl = w->nslices, total = nsl * periods;
   if (o->scan_A > fmin(a->lx, a->ly))
-    return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: the scan window of %g A is larger than its %.2f x %.2f A cell",
-                      (long long)index, o->scan_A, a->lx, a->ly);
+    return _tsr_error(TSR_ERR_ARG, "the scan window of %g A is larger than its %.2f x %.2f A cell",
+                      o->scan_A, a->lx, a->ly);
   double sx = o->scan_A > 0 ? o->scan_A : a->lx, sy = o->scan_A > 0 ? o->scan_A : a->ly;
   double x0 = (a->lx - sx) / 2, y0 = (a->ly - sy) / 2;
   TSR_TRY(target(o, w, x0, y0, sx, sy, buf, v, &m));
@@ -146,7 +146,7 @@ tsr_status _tsr_cbed_simulate(const tsr_cbed_opts *o, struct cbed_work *w, const
       int rc = _tsr_cbed_displaced(&d, a, (int)copies, o, uniform, &rp);
       if (rc == 0) rc = _tsr_cbed_prepare(w, &d, kv, a->lz / nsl);
       _tsr_cbed_atoms_free(&d);
-      if (rc != 0) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for phonon configuration %d", c);
+      if (rc != 0) return _tsr_error(TSR_ERR_NOMEM, "out of memory for phonon configuration %d", c);
     }
     for (int pj = 0; pj < K; pj++)
       for (int pi = 0; pi < K; pi++)

@@ -32,8 +32,8 @@ static tsr_status cif_crystal(const char *path, const struct cbed_crystal **out)
   int i = 0;
   while (i < ncifs && strcmp(cifs[i].path, path) != 0) i++;
   if (i == ncifs) {
-    if (ncifs == MAX_CIFS) st = _tsr_error(TSR_ERR_ARG, "cbed: more than %d CIF files (%s)", MAX_CIFS, path);
-    else if (strlen(path) >= sizeof cifs[i].path) st = _tsr_error(TSR_ERR_ARG, "cbed: CIF path too long: %s", path);
+    if (ncifs == MAX_CIFS) st = _tsr_error(TSR_ERR_ARG, "more than %d CIF files (%s)", MAX_CIFS, path);
+    else if (strlen(path) >= sizeof cifs[i].path) st = _tsr_error(TSR_ERR_ARG, "CIF path too long: %s", path);
     else if ((st = _tsr_cbed_crystal_read_cif(path, &cifs[i].c)) == TSR_OK) snprintf(cifs[ncifs++].path, 256, "%s", path);
   }
   if (st == TSR_OK) *out = &cifs[i].c;
@@ -154,7 +154,7 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
   if (s == TSR_CBED_RANDOM) {
     int count = o->random_atoms_min + (int)(uniform(r) * (o->random_atoms_max - o->random_atoms_min + 1));
     if (_tsr_cbed_build_random(a, count, o->fov, thick, 1.5, uniform, r) != 0)
-      return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
+      return _tsr_error(TSR_ERR_NOMEM, "out of memory for its atoms");
     if (m) record(o, NULL, NULL, a, 1, 0, 0, m);
     return TSR_OK;
   }
@@ -169,9 +169,9 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
   } else if (s == TSR_CBED_CRYSTAL) {
     drawn = _tsr_cbed_crystal_random(&own, o, uniform, r);
   } else if (_tsr_cbed_crystal_builtin(s, &own) != 0) {
-    st = _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
+    st = _tsr_error(TSR_ERR_NOMEM, "out of memory for its atoms");
   }
-  if (drawn == -1) st = _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
+  if (drawn == -1) st = _tsr_error(TSR_ERR_NOMEM, "out of memory for its atoms");
   if (st != TSR_OK) {
     _tsr_cbed_crystal_free(&own);
     return st;
@@ -198,8 +198,8 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
     _tsr_cbed_atoms_free(a);
     if (s != TSR_CBED_CRYSTAL) {
       _tsr_cbed_crystal_free(&own);
-      return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: %s (%s) has no orthogonal cell along [%d %d %d] or a "
-                        "low-index zone within %g A", (long long)index, c->name, c->source, uvw[0], uvw[1], uvw[2],
+      return _tsr_error(TSR_ERR_ARG, "%s (%s) has no orthogonal cell along [%d %d %d] or a "
+                        "low-index zone within %g A", c->name, c->source, uvw[0], uvw[1], uvw[2],
                         lmax);
     }
     _tsr_cbed_crystal_free(&own);
@@ -213,12 +213,12 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
         snprintf(motif, sizeof motif, "; %d found no motif of up to --sites %d atoms %g A apart (--min-distance) at "
                  "--density %g:%g atoms/A^3 (lower the distance or the density)", no_motif, o->sites, o->min_distance,
                  o->density_min, o->density_max);
-      return _tsr_error(TSR_ERR_ARG, "cbed: sample %lld: none of %d random crystals could be simulated along [%d %d %d]%s%s",
-                        (long long)index, CRYSTAL_DRAWS, uvw[0], uvw[1], uvw[2], box, motif);
+      return _tsr_error(TSR_ERR_ARG, "none of %d random crystals could be simulated along [%d %d %d]%s%s",
+                        CRYSTAL_DRAWS, uvw[0], uvw[1], uvw[2], box, motif);
     }
     struct _tsr_rng rr = redraw_stream(o, index, redraws);
     drawn = _tsr_cbed_crystal_random(&own, o, uniform, &rr);
-    if (drawn == -1) return _tsr_error(TSR_ERR_NOMEM, "cbed: out of memory for sample %lld", (long long)index);
+    if (drawn == -1) return _tsr_error(TSR_ERR_NOMEM, "out of memory for its atoms");
   }
   a->tilt[0] = tilt[0], a->tilt[1] = tilt[1];
   *periods = (int)lround(thick / a->lz);

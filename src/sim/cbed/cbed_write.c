@@ -42,7 +42,7 @@ static void sample_cpu(void *buffers[], void *cl_arg) {
                                         TSR_BUF(buffers, 1), a->meta);
   int expected = 0;
   if (st != TSR_OK && atomic_compare_exchange_strong(&sh->failed, &expected, 1))
-    snprintf(sh->error, sizeof sh->error, "sample %lld: %s", (long long)a->index, tsr_last_error());
+    snprintf(sh->error, sizeof sh->error, "%s", tsr_last_error()); /* names the sample */
 }
 
 static struct starpu_perfmodel sample_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_cbed_sample"};
