@@ -4,8 +4,8 @@
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
  * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
- * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5; --wide: [2, 16, 16, 4], or
- * [2, 32, 32, 2] with kernels 5), or with --unet a small
+ * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5; --wide: [2, 32, 32, 2], or
+ * [2, 64, 64, 2] with kernels 5), or with --unet a small
  * 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
  * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
@@ -48,10 +48,11 @@ struct data {
 
 static int unet; /* --unet: targets are one class of 3 per position (one-hot [3, S * S]) */
 static int kern = 3; /* --k5: the 3-D model's convolutions have kernels 5 (padding 2), on [C_IN, 16, 8, 2] */
-/* --wide: the 3-D model on [C_IN, 16, 16, 4] (kernels 5: [C_IN, 32, 32, 2]), so that its first conv3d
- * split 2x2 runs from edge slabs along D and H (blocks of 8 x 8, or 16 x 16 with halos of 2) */
+/* --wide: the 3-D model on [C_IN, 32, 32, 2] (kernels 5: [C_IN, 64, 64, 2]), so that both its conv3d
+ * split 2x2 run from edge slabs along D and H (blocks of 16 x 16 and 8 x 8 after the pooling, twice
+ * that with halos of 2), the second one with an input gradient (diagonal neighbours' parts sent back) */
 static int wide;
-enum { NPOS_MAX = 2048 };
+enum { NPOS_MAX = 8192 };
 static int npos = S * S; /* input values per channel of a sample */
 
 static void sample(int64_t g, float *x, float *y) {
@@ -96,7 +97,7 @@ static tsr_model *build3d(int bn) {
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
   int deep = kern == 5 ? 2 : 1; /* kernels 5: twice the depth, so that blocks of 8 planes take edge slabs */
   in.channels = C_IN, in.depth = 8 * deep, in.height = 8, in.width = S * S / 64 / deep;
-  if (wide) in.depth = in.height = 16 * deep, in.width = 4 / deep;
+  if (wide) in.depth = in.height = 32 * deep, in.width = 2;
   npos = in.depth * in.height * in.width;
   if (tsr_model_create(&m, "spatial3d") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
   add3(m, "a", "conv3d", "in", 4, kern, 1, kern / 2);

@@ -123,9 +123,10 @@ equal "3-D, kernels 5: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp
 
 # Convolutions split along two axes run from the block and edge slabs along D and H (corners from
 # the diagonal neighbours through the two-phase exchange, their gradients routed back the same way)
-# where the slabs take less memory than the copy: the 3-D model on wider samples (--wide: [2, 16,
-# 16, 4], the first conv3d's blocks 8 x 8; with kernels 5 [2, 32, 32, 2], blocks 16 x 16 with halos
-# of 2) split 2x2, and as 2 replicas x 2x2 blocks (8 ranks, against 2 ranks of data parallelism).
+# where the slabs take less memory than the copy: the 3-D model on wider samples (--wide: [2, 32,
+# 32, 2], the conv3d's blocks 16 x 16 and 8 x 8, the second one with an input gradient; with kernels
+# 5 [2, 64, 64, 2], blocks twice that with halos of 2) split 2x2, and as 2 replicas x 2x2 blocks (8
+# ranks, against 2 ranks of data parallelism).
 run 1 "$tmp/refw" --batch 4 --3d --wide || ko "3-D, wide: 1-rank reference ran"
 run 1 "$tmp/refw5" --batch 4 --3d --wide --k5 || ko "3-D, wide, kernels 5: 1-rank reference ran"
 for g in "2x2:4:" "2x2:4:--k5"; do
