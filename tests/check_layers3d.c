@@ -191,7 +191,9 @@ static float *cut_box(const float *buf, size_t nc, const int *ext, const int *lo
   for (size_t i = 0; i < nc; i++)
     for (int z = 0; z < len[0]; z++)
       for (int y = 0; y < len[1]; y++, o += len[2])
-        memcpy(o, buf + ((i * (size_t)ext[0] + (size_t)(lo[0] + z)) * (size_t)ext[1] + (size_t)(lo[1] + y)) * ext[2] + lo[2],
+        memcpy(o,
+               buf + ((i * (size_t)ext[0] + (size_t)(lo[0] + z)) * (size_t)ext[1] + (size_t)(lo[1] + y)) * ext[2] +
+                   lo[2],
                (size_t)len[2] * sizeof *o);
   return out;
 }

@@ -309,7 +309,8 @@ START_TEST(plan_runs_windows_on_blocks_edge_slabs_or_copies) {
     ck_assert(plan[1].edge_len[0][0] == 2 * 3 * 8 * 8 && plan[1].edge_len[0][1] == 2 * 3 * 8 * 8);
     ck_assert(!plan[1].edge_len[1][0] && !plan[1].edge_len[2][0]);
     ck_assert(plan[1].dedge_len[0][part] == 0 && plan[1].dedge_len[0][1 - part] == 2 * 3 * 8 * 8);
-    ck_assert(plan[3].edge_len[0][0] == 4 * 3 * 4 * 4 && plan[5].edge_len[0][0] == 0 && plan[5].dedge_len[0][1 - part] == 0);
+    ck_assert(plan[3].edge_len[0][0] == 4 * 3 * 4 * 4 && plan[5].edge_len[0][0] == 0 &&
+              plan[5].dedge_len[0][1 - part] == 0);
   }
   ck_assert_int_eq(_tsr_spatial_plan(m, 3, (int[]){2, 2, 1}, 3, plan), TSR_OK);
   ck_assert(!plan[1].edges && !plan[1].direct && plan[2].direct); /* 2016 values of slabs > 1920 */

@@ -32,7 +32,8 @@
  * one reads its whole output gradient, whose boundary planes the next convolution's backward exchange
  * completes, so it waits for that exchange (StarPU orders by whole handles). Split along H (1x2),
  * 'c' has blocks of 2 planes and takes a halo'd copy: its backward is not checked there. Layers
- * without a neighbour on either side along the split (none here) are skipped. Prints PASS or FAIL lines per rank; exit 1 on a failure. */
+ * without a neighbour on either side along the split (none here) are skipped. Prints PASS or FAIL lines per rank; exit
+ * 1 on a failure. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -235,8 +235,8 @@ int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side) {
   return n;
 }
 
-int _tsr_halo_edges_forward(const struct _tsr_halo *h, starpu_data_handle_t block,
-                            const starpu_data_handle_t edge[][2], int64_t step, const char *name) {
+int _tsr_halo_edges_forward(const struct _tsr_halo *h, starpu_data_handle_t block, const starpu_data_handle_t edge[][2],
+                            int64_t step, const char *name) {
   int ret = 0;
   for (int a = 0; !ret && a < h->nd; a++) {
     if (!edge_axis(h, a)) continue;

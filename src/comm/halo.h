@@ -57,8 +57,8 @@ int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side);
  * was allocated with: padding), and the block's planes (with earlier axes' halos) are copied beside
  * them. Nothing reads or writes a halo'd copy of the whole block. edge[a] is unused along axes
  * without halos. */
-int _tsr_halo_edges_forward(const struct _tsr_halo *h, starpu_data_handle_t block,
-                            const starpu_data_handle_t edge[][2], int64_t step, const char *name);
+int _tsr_halo_edges_forward(const struct _tsr_halo *h, starpu_data_handle_t block, const starpu_data_handle_t edge[][2],
+                            int64_t step, const char *name);
 /* Backward, axis by axis in decreasing order: the halo parts of dedge[a][side] (sides with a
  * neighbour) go back to their owners, and what the neighbours send back is added to dblock's
  * boundary planes (side 0, then side 1) and, where it lies in the halos of earlier axes (a diagonal
