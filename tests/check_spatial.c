@@ -288,7 +288,8 @@ static void add3(tsr_model *m, const char *name, const char *kind, const char *i
  * with halos along one axis from edge slabs (3 planes of its input block each; the gradient only
  * towards a neighbour) where they take less memory than a halo'd copy and its gradient (blocks of 8
  * and 4 planes with one neighbour: 9 planes of slabs against 20 or 12), a copy for blocks of 2
- * planes (9 > 8) and for halos along two axes; where CUDA workers exist, copies. */
+ * planes (9 > 8) and for halos along two axes where the blocks are small (8 x 4: 2016 values of slabs
+ * against 1920), slabs along both axes for blocks of 8 x 8; where CUDA workers exist, copies. */
 START_TEST(plan_runs_windows_on_blocks_edge_slabs_or_copies) {
   tsr_model *m = model_of("edges");
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
