@@ -111,12 +111,12 @@ struct _tsr_conv3d_desc {
   int op[3];            /* transposed only: output padding */
   int has_bias, deconv;
   int overwrite; /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
-  /* A range of planes along spatial axis `axis` (0 D, 1 H, 2 W; _tsr_insert_conv3d_range, CPU): the
-   * first buffer read (x, or dy for bwd_data) is planes [src_off, src_off + its extent) of a buffer
-   * of src_full planes, the second (bwd_weights: dy) planes [in1_off, ...) of one of in1_full, and
-   * the forward's output planes [dst_off, dst_off + od[axis]) of one of dst_full; 0: the whole
-   * buffer. The other axes are whole. */
-  int axis, src_full, src_off, in1_full, in1_off, dst_full, dst_off;
+  /* Ranges of planes (_tsr_insert_conv3d_range, CPU): along each axis a (0 D, 1 H, 2 W) with
+   * src_full[a] > 0 the first buffer read (x, or dy for bwd_data) is planes [src_off[a], src_off[a] +
+   * its extent) of a buffer of src_full[a] planes there; likewise the second one (bwd_weights: dy)
+   * with in1_*, and the forward's output (planes [dst_off[a], dst_off[a] + od[a]) of dst_full[a]);
+   * 0: the buffer is whole along a. */
+  int src_full[3], src_off[3], in1_full[3], in1_off[3], dst_full[3], dst_off[3];
 };
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1);
@@ -126,8 +126,8 @@ const char *_tsr_conv3d_impl(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pa
  * bwd_weights: h2 dw and h3 db (when there is a bias), accumulated (written with d->overwrite). */
 int _tsr_insert_conv3d(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                        starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3, const char *name);
-/* A pass on ranges of planes (the desc's axis, src_*, in1_* and dst_* fields), buffers as
- * _tsr_insert_conv3d's: the pieces of a convolution split along one axis (interior, edge slabs).
+/* A pass on boxes of its buffers (the desc's src_*, in1_* and dst_* fields), buffers as
+ * _tsr_insert_conv3d's: the pieces of a convolution split along one or more axes (interior, edge slabs).
  * The forward's output keeps its other planes (read-write). CPU only. */
 int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, starpu_data_handle_t h0,
                              starpu_data_handle_t h1, starpu_data_handle_t h2, starpu_data_handle_t h3,

@@ -181,47 +181,54 @@ static void conv3d_run_body(void *arg) {
   if (db && c->out[1]) _tsr_axpy_cpu(c->out[1], db, 1.0f, (size_t)d->co);
 }
 
-/* Planes [off, off + len) along `axis` of a buffer [nc, ext...] of `full` planes there: copied into
- * (scatter 0) or out of (scatter 1) a dense [nc, ext...] of len planes. */
-static void planes(float *dense, float *buf, size_t nc, const int *ext, int axis, int full, int off, int scatter) {
-  size_t outer = nc, inner = 1, len = (size_t)ext[axis];
-  for (int a = 0; a < axis; a++) outer *= (size_t)ext[a];
-  for (int a = axis + 1; a < 3; a++) inner *= (size_t)ext[a];
-  for (size_t i = 0; i < outer; i++) {
-    float *far = buf + (i * (size_t)full + (size_t)off) * inner, *near = dense + i * len * inner;
-    if (scatter)
-      memcpy(far, near, len * inner * sizeof(float));
-    else
-      memcpy(near, far, len * inner * sizeof(float));
-  }
+/* A box of a buffer [nc, full...] (full[a] = 0: ext[a], whole along a) starting at off: copied into
+ * (scatter 0) or out of (scatter 1) a dense [nc, ext...], row by row along the last axis. */
+static void box(float *dense, float *buf, size_t nc, const int *ext, const int *full, const int *off, int scatter) {
+  size_t f[3], o[3];
+  for (int a = 0; a < 3; a++) f[a] = (size_t)(full[a] ? full[a] : ext[a]), o[a] = full[a] ? (size_t)off[a] : 0;
+  size_t row = (size_t)ext[2] * sizeof(float);
+  for (size_t i = 0; i < nc; i++)
+    for (size_t z = 0; z < (size_t)ext[0]; z++)
+      for (size_t y = 0; y < (size_t)ext[1]; y++) {
+        float *far = buf + ((i * f[0] + o[0] + z) * f[1] + o[1] + y) * f[2] + o[2];
+        float *near = dense + ((i * (size_t)ext[0] + z) * (size_t)ext[1] + y) * (size_t)ext[2];
+        if (scatter)
+          memcpy(far, near, row);
+        else
+          memcpy(near, far, row);
+      }
 }
 
-/* Ranges of planes: the read buffers gathered into dense scratch where they are ranges, the dense
- * primitive (strided views would leave oneDNN its reference kernels only), and a ranged forward
- * output copied into place. */
+static int any(const int *full) { return full[0] || full[1] || full[2]; }
+
+/* Boxes: the read buffers gathered into dense scratch where they are boxes, the dense primitive
+ * (strided views would leave oneDNN its reference kernels only), and a forward output box copied
+ * into place. */
 static void conv3d_range_body(void *arg) {
   const struct conv3d_call *c = arg;
   const struct _tsr_conv3d_desc *r = c->d;
   struct _tsr_conv3d_desc d = *r;
-  d.axis = d.src_full = d.src_off = d.in1_full = d.in1_off = d.dst_full = d.dst_off = 0;
+  memset(d.src_full, 0, sizeof d.src_full), memset(d.src_off, 0, sizeof d.src_off);
+  memset(d.in1_full, 0, sizeof d.in1_full), memset(d.in1_off, 0, sizeof d.in1_off);
+  memset(d.dst_full, 0, sizeof d.dst_full), memset(d.dst_off, 0, sizeof d.dst_off);
   size_t nci = (size_t)d.n * d.ci, nco = (size_t)d.n * d.co, ni = nci, no = nco;
   for (int a = 0; a < 3; a++) ni *= (size_t)d.id[a], no *= (size_t)d.od[a];
   int bwd_data = c->pass == TSR_CONV_BWD_DATA;
   struct conv3d_call dense = {
       .d = &d, .pass = c->pass, .in = {c->in[0], c->in[1], c->in[2]}, .out = {c->out[0], c->out[1]}};
-  if (r->src_full) { /* x, or dy for bwd_data */
+  if (any(r->src_full)) { /* x, or dy for bwd_data */
     float *s = _tsr_scratch(3, (bwd_data ? no : ni) * sizeof(float));
-    planes(s, (float *)c->in[0], bwd_data ? nco : nci, bwd_data ? d.od : d.id, r->axis, r->src_full, r->src_off, 0);
+    box(s, (float *)c->in[0], bwd_data ? nco : nci, bwd_data ? d.od : d.id, r->src_full, r->src_off, 0);
     dense.in[0] = s;
   }
-  if (r->in1_full && c->pass == TSR_CONV_BWD_WEIGHTS) { /* dy */
+  if (any(r->in1_full) && c->pass == TSR_CONV_BWD_WEIGHTS) { /* dy */
     float *s = _tsr_scratch(5, no * sizeof(float));
-    planes(s, (float *)c->in[1], nco, d.od, r->axis, r->in1_full, r->in1_off, 0);
+    box(s, (float *)c->in[1], nco, d.od, r->in1_full, r->in1_off, 0);
     dense.in[1] = s;
   }
-  if (r->dst_full && c->pass == TSR_CONV_FWD) dense.out[0] = _tsr_scratch(4, no * sizeof(float));
+  if (any(r->dst_full) && c->pass == TSR_CONV_FWD) dense.out[0] = _tsr_scratch(4, no * sizeof(float));
   conv3d_run_body(&dense);
-  if (dense.out[0] != c->out[0]) planes(dense.out[0], c->out[0], nco, d.od, r->axis, r->dst_full, r->dst_off, 1);
+  if (dense.out[0] != c->out[0]) box(dense.out[0], c->out[0], nco, d.od, r->dst_full, r->dst_off, 1);
 }
 
 static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass) {
@@ -233,7 +240,7 @@ static const char *conv3d_op(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pa
 void _tsr_conv3d_run(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pass pass, const float *in0, const float *in1,
                      const float *in2, float *out0, float *out1) {
   struct conv3d_call c = {.d = d, .pass = pass, .in = {in0, in1, in2}, .out = {out0, out1}};
-  int range = d->src_full || d->in1_full || d->dst_full;
+  int range = any(d->src_full) || any(d->in1_full) || any(d->dst_full);
   _tsr_kernel_guard(conv3d_op(d, pass), range ? conv3d_range_body : conv3d_run_body, &c);
 }
 
@@ -327,7 +334,7 @@ int _tsr_insert_conv3d_range(const struct _tsr_conv3d_desc *d, enum _tsr_conv_pa
                              const char *name) {
   struct _tsr_buf bufs[4];
   int n = _tsr_convlike_bufs(pass, d->has_bias, d->overwrite, h0, h1, h2, h3, bufs);
-  if (pass == TSR_CONV_FWD && d->dst_full) bufs[n - 1].mode = STARPU_RW; /* the other pieces' planes stay */
+  if (pass == TSR_CONV_FWD && any(d->dst_full)) bufs[n - 1].mode = STARPU_RW; /* the other pieces' planes stay */
   return _tsr_submit(&cl_conv3d_range[pass], d, sizeof *d, 0, name, n, bufs);
 }
 

@@ -123,8 +123,8 @@ START_TEST(test_conv3d_on_a_range_of_planes) {
   ck_assert_int_gt(m, 0);
   for (size_t k = 0; k < ny(&d); k++) y[k] = 7.0f;
   struct _tsr_conv3d_desc r = d;
-  r.axis = ax, r.src_full = d.id[ax], r.src_off = a, r.id[ax] = m + keff - 1;
-  r.dst_full = d.od[ax], r.dst_off = a, r.od[ax] = m;
+  r.src_full[ax] = d.id[ax], r.src_off[ax] = a, r.id[ax] = m + keff - 1;
+  r.dst_full[ax] = d.od[ax], r.dst_off[ax] = a, r.od[ax] = m;
   _tsr_conv3d_run(&r, TSR_CONV_FWD, x, w, d.has_bias ? b : NULL, y, NULL);
   size_t inner = 1;
   for (int k = ax + 1; k < 3; k++) inner *= (size_t)d.od[k];
@@ -161,7 +161,7 @@ START_TEST(test_conv3d_backward_on_ranges_of_planes) {
   cf.p[ax] = 0, cf.id[ax] = 9;
   struct _tsr_conv3d_desc d = make_desc(&cf), r = d;
   int a = 2, m = 4;
-  r.id[ax] = m + 2, r.od[ax] = m, r.axis = ax;
+  r.id[ax] = m + 2, r.od[ax] = m;
   size_t nxr = nx(&r), nwr = nw(&r);
   float *x = malloc(nx(&d) * 4), *dy = malloc(ny(&d) * 4), *w = malloc(nw(&d) * 4);
   tt_fill_uniform(x, nx(&d), 70 + ax, -1, 1);
@@ -171,17 +171,86 @@ START_TEST(test_conv3d_backward_on_ranges_of_planes) {
   float *dx = malloc(nxr * 4), *dxc = malloc(nxr * 4), *dw = malloc(nwr * 4), *dwc = malloc(nwr * 4);
   float *db = malloc(d.co * 4), *dbc = malloc(d.co * 4);
   struct _tsr_conv3d_desc dense = r;
-  dense.axis = 0, dense.overwrite = r.overwrite = 1;
+  dense.overwrite = r.overwrite = 1;
   _tsr_conv3d_run(&dense, TSR_CONV_BWD_DATA, dyc, w, NULL, dxc, NULL);
   _tsr_conv3d_run(&dense, TSR_CONV_BWD_WEIGHTS, xc, dyc, NULL, dwc, dbc);
   struct _tsr_conv3d_desc rd = r, rw = r;
-  rd.src_full = d.od[ax], rd.src_off = a;
+  rd.src_full[ax] = d.od[ax], rd.src_off[ax] = a;
   _tsr_conv3d_run(&rd, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
-  rw.src_full = d.id[ax], rw.src_off = a, rw.in1_full = d.od[ax], rw.in1_off = a;
+  rw.src_full[ax] = d.id[ax], rw.src_off[ax] = a, rw.in1_full[ax] = d.od[ax], rw.in1_off[ax] = a;
   _tsr_conv3d_run(&rw, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
   ck_assert_msg(!memcmp(dx, dxc, nxr * 4), "axis %d: data gradient from a range of planes", ax);
   ck_assert_msg(!memcmp(dw, dwc, nwr * 4) && !memcmp(db, dbc, d.co * 4), "axis %d: weight gradient from ranges", ax);
   free(x), free(dy), free(w), free(xc), free(dyc), free(dx), free(dxc), free(dw), free(dwc), free(db), free(dbc);
+}
+END_TEST
+
+/* A box [lo, lo + len) of [nc, ext...] into a new dense buffer. */
+static float *cut_box(const float *buf, size_t nc, const int *ext, const int *lo, const int *len) {
+  float *out = malloc(nc * (size_t)len[0] * len[1] * len[2] * sizeof *out), *o = out;
+  for (size_t i = 0; i < nc; i++)
+    for (int z = 0; z < len[0]; z++)
+      for (int y = 0; y < len[1]; y++, o += len[2])
+        memcpy(o,
+               buf + ((i * (size_t)ext[0] + (size_t)(lo[0] + z)) * (size_t)ext[1] + (size_t)(lo[1] + y)) * ext[2] +
+                   lo[2],
+               (size_t)len[2] * sizeof *o);
+  return out;
+}
+
+/* The three passes on boxes along two axes (D and H, H and W, D and W), as the pieces of a
+ * convolution split along two axes take them: forward from input box [a, a + m + 2) to output box
+ * [a, a + m) of the whole output (every other output value untouched), the data gradient from an
+ * output-gradient box, the weight gradient from an input box and an output-gradient box, each equal
+ * (exactly: the same kernel on the same values) to the pass on the boxes cut out beforehand. Config
+ * 0 (kernel 3) without padding along the two axes. */
+START_TEST(test_conv3d_on_boxes_along_two_axes) {
+  int ax[2] = {_i == 1 ? 1 : 0, _i == 0 ? 1 : 2};
+  struct cfg cf = cfgs[0];
+  for (int i = 0; i < 2; i++) cf.p[ax[i]] = 0, cf.id[ax[i]] = 9;
+  struct _tsr_conv3d_desc d = make_desc(&cf), r = d;
+  int a = 2, m = 4, ilo[3] = {0, 0, 0}, ilen[3], olo[3] = {0, 0, 0}, olen[3];
+  for (int k = 0; k < 3; k++) ilen[k] = d.id[k], olen[k] = d.od[k];
+  for (int i = 0; i < 2; i++) {
+    int k = ax[i];
+    ck_assert_int_eq(d.k[k], 3);
+    r.id[k] = m + 2, r.od[k] = m, ilo[k] = olo[k] = a, ilen[k] = m + 2, olen[k] = m;
+  }
+  size_t nxr = nx(&r), nyr = ny(&r), nwr = nw(&r), nc_o = (size_t)d.n * d.co;
+  float *x = malloc(nx(&d) * 4), *dy = malloc(ny(&d) * 4), *w = malloc(nw(&d) * 4), *b = malloc(d.co * 4);
+  tt_fill_uniform(x, nx(&d), 71 + _i, -1, 1);
+  tt_fill_uniform(dy, ny(&d), 81 + _i, -1, 1);
+  tt_fill_uniform(w, nw(&d), 91 + _i, -1, 1);
+  tt_fill_uniform(b, d.co, 61 + _i, -1, 1);
+  float *xc = cut_box(x, (size_t)d.n * d.ci, d.id, ilo, ilen), *dyc = cut_box(dy, nc_o, d.od, olo, olen);
+  float *yc = malloc(nyr * 4), *y = malloc(ny(&d) * 4), *dx = malloc(nxr * 4), *dxc = malloc(nxr * 4);
+  float *dw = malloc(nwr * 4), *dwc = malloc(nwr * 4), *db = malloc(d.co * 4), *dbc = malloc(d.co * 4);
+  struct _tsr_conv3d_desc dense = r, rf = r, rd = r, rw = r;
+  dense.overwrite = rw.overwrite = 1;
+  _tsr_conv3d_run(&dense, TSR_CONV_FWD, xc, w, d.has_bias ? b : NULL, yc, NULL);
+  _tsr_conv3d_run(&dense, TSR_CONV_BWD_DATA, dyc, w, NULL, dxc, NULL);
+  _tsr_conv3d_run(&dense, TSR_CONV_BWD_WEIGHTS, xc, dyc, NULL, dwc, dbc);
+  for (size_t k = 0; k < ny(&d); k++) y[k] = 7.0f;
+  for (int i = 0; i < 2; i++) {
+    int k = ax[i];
+    rf.src_full[k] = d.id[k], rf.src_off[k] = a, rf.dst_full[k] = d.od[k], rf.dst_off[k] = a;
+    rd.src_full[k] = d.od[k], rd.src_off[k] = a;
+    rw.src_full[k] = d.id[k], rw.src_off[k] = a, rw.in1_full[k] = d.od[k], rw.in1_off[k] = a;
+  }
+  _tsr_conv3d_run(&rf, TSR_CONV_FWD, x, w, d.has_bias ? b : NULL, y, NULL);
+  _tsr_conv3d_run(&rd, TSR_CONV_BWD_DATA, dy, w, NULL, dx, NULL);
+  _tsr_conv3d_run(&rw, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dw, db);
+  float *ybox = cut_box(y, nc_o, d.od, olo, olen);
+  ck_assert_msg(!memcmp(ybox, yc, nyr * 4), "axes %d, %d: forward into an output box", ax[0], ax[1]);
+  size_t outside = 0;
+  for (size_t k = 0; k < ny(&d); k++) outside += y[k] == 7.0f;
+  ck_assert_msg(outside == ny(&d) - nyr, "axes %d, %d: %zu values outside the output box kept, want %zu", ax[0], ax[1],
+                outside, ny(&d) - nyr);
+  ck_assert_msg(!memcmp(dx, dxc, nxr * 4), "axes %d, %d: data gradient from a box", ax[0], ax[1]);
+  ck_assert_msg(!memcmp(dw, dwc, nwr * 4) && !memcmp(db, dbc, d.co * 4), "axes %d, %d: weight gradient from boxes",
+                ax[0], ax[1]);
+  free(x), free(dy), free(w), free(b), free(xc), free(dyc), free(yc), free(y), free(dx), free(dxc), free(dw);
+  free(dwc), free(db), free(dbc), free(ybox);
 }
 END_TEST
 
@@ -540,6 +609,7 @@ static Suite *make_layers3d_suite(void) {
   tcase_add_test(k, test_cosmoflow_shapes_avoid_reference_kernels);
   tcase_add_loop_test(k, test_conv3d_on_a_range_of_planes, 0, 6);
   tcase_add_loop_test(k, test_conv3d_backward_on_ranges_of_planes, 0, 3);
+  tcase_add_loop_test(k, test_conv3d_on_boxes_along_two_axes, 0, 3);
   tcase_add_loop_test(k, test_pool3d_fwd_matches_direct_loops, 0, NPOOL);
   tcase_add_loop_test(k, test_pool3d_bwd_matches_finite_differences, 0, NPOOL);
   tcase_add_test(k, test_upsample3d_fwd_and_bwd);

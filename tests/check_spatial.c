@@ -288,7 +288,8 @@ static void add3(tsr_model *m, const char *name, const char *kind, const char *i
  * with halos along one axis from edge slabs (3 planes of its input block each; the gradient only
  * towards a neighbour) where they take less memory than a halo'd copy and its gradient (blocks of 8
  * and 4 planes with one neighbour: 9 planes of slabs against 20 or 12), a copy for blocks of 2
- * planes (9 > 8) and for halos along two axes; where CUDA workers exist, copies. */
+ * planes (9 > 8) and for halos along two axes where the blocks are small (8 x 4: 2016 values of slabs
+ * against 1920), slabs along both axes for blocks of 8 x 8; where CUDA workers exist, copies. */
 START_TEST(plan_runs_windows_on_blocks_edge_slabs_or_copies) {
   tsr_model *m = model_of("edges");
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
@@ -306,14 +307,32 @@ START_TEST(plan_runs_windows_on_blocks_edge_slabs_or_copies) {
     ck_assert(plan[2].direct && plan[4].direct && !plan[2].edges && !plan[4].edges);
     ck_assert(plan[1].edges == cpu && plan[3].edges == cpu && !plan[5].edges && !plan[5].direct);
     if (!cpu) continue;
-    ck_assert(plan[1].edge_axis == 0 && plan[1].edge_len[0] == 2 * 3 * 8 * 8 && plan[1].edge_len[1] == 2 * 3 * 8 * 8);
-    ck_assert(plan[1].dedge_len[part] == 0 && plan[1].dedge_len[1 - part] == 2 * 3 * 8 * 8);
-    ck_assert(plan[3].edge_len[0] == 4 * 3 * 4 * 4 && plan[5].edge_len[0] == 0 && plan[5].dedge_len[1 - part] == 0);
+    ck_assert(plan[1].edge_len[0][0] == 2 * 3 * 8 * 8 && plan[1].edge_len[0][1] == 2 * 3 * 8 * 8);
+    ck_assert(!plan[1].edge_len[1][0] && !plan[1].edge_len[2][0]);
+    ck_assert(plan[1].dedge_len[0][part] == 0 && plan[1].dedge_len[0][1 - part] == 2 * 3 * 8 * 8);
+    ck_assert(plan[3].edge_len[0][0] == 4 * 3 * 4 * 4 && plan[5].edge_len[0][0] == 0 &&
+              plan[5].dedge_len[0][1 - part] == 0);
   }
   ck_assert_int_eq(_tsr_spatial_plan(m, 3, (int[]){2, 2, 1}, 3, plan), TSR_OK);
-  ck_assert(!plan[1].edges && !plan[1].direct && plan[2].direct); /* halos along D and H */
+  ck_assert(!plan[1].edges && !plan[1].direct && plan[2].direct); /* 2016 values of slabs > 1920 */
   ck_assert_int_eq(_tsr_spatial_plan(m, 3, (int[]){1, 2, 1}, 1, plan), TSR_OK);
-  ck_assert(plan[1].edges == cpu && (!cpu || (plan[1].edge_axis == 1 && plan[1].edge_len[0] == 2 * 16 * 3 * 8)));
+  ck_assert(plan[1].edges == cpu && (!cpu || (plan[1].edge_len[1][0] == 2 * 16 * 3 * 8 && !plan[1].edge_len[0][0])));
+  tsr_model_destroy(m);
+  /* halos along D and H, blocks of 8 x 8: slabs of 3 D planes of the 8 x 4 block (2 + 1 with a
+   * gradient), then of 3 H planes spanning D's halos (10 x 4): 1296 values against 1600; the edge
+   * along D has no neighbour's gradient below for member 0, the one along H none above for member 1 */
+  m = model_of("edges2");
+  in.height = 16, in.width = 4;
+  ck_assert_int_eq(tsr_model_add(m, "in", &in, NULL, 0), TSR_OK);
+  add3(m, "c", "conv3d", "in", 4, 3, 1);
+  ck_assert_int_eq(_tsr_spatial_plan(m, 3, (int[]){2, 2, 1}, 1, plan), TSR_OK);
+  ck_assert(plan[1].edges == cpu);
+  if (cpu) {
+    ck_assert(plan[1].edge_len[0][0] == 2 * 3 * 8 * 4 && plan[1].edge_len[0][1] == 2 * 3 * 8 * 4);
+    ck_assert(plan[1].edge_len[1][0] == 2 * 10 * 3 * 4 && plan[1].edge_len[1][1] == 2 * 10 * 3 * 4);
+    ck_assert(plan[1].dedge_len[0][0] == 0 && plan[1].dedge_len[0][1] == 2 * 3 * 8 * 4);
+    ck_assert(plan[1].dedge_len[1][0] == 2 * 10 * 3 * 4 && plan[1].dedge_len[1][1] == 0 && !plan[1].edge_len[2][0]);
+  }
   tsr_model_destroy(m);
 }
 END_TEST

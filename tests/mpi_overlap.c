@@ -1,7 +1,7 @@
 /* Overlap of halo exchanges, shown by task dependencies (no timing), for tests/mpi_spatial.sh:
- *   mpi_overlap --spatial G [--k5]
- * trains one step of a 3-D model (conv3d 'a' on [2, 16, 8, 4] samples, max pooling, conv3d 'c',
- * flatten, dense; 'a' of kernels 3, or 5 with --k5) with every
+ *   mpi_overlap --spatial G [--k5] [--wide]
+ * trains one step of a 3-D model (conv3d 'a' on [2, 16, 8, 4] samples, or [2, 32, 32, 2] with
+ * --wide, max pooling, conv3d 'c', flatten, dense; 'a' of kernels 3, or 5 with --k5) with every
  * sample split G (N or NxM along D, H) over the ranks, recording every task the trainer submits (the
  * submit hook). StarPU orders two tasks that touch the same data handle, one of them writing, in
  * submission order; from those implicit dependencies it checks, on every rank, for each conv3d layer
@@ -15,7 +15,10 @@
  *    after its first backward task, which pack the halo parts of the edge slabs' gradients (written
  *    by the edge data-gradient tasks, tsr_conv3d_bwd_data_range) into the messages back to the
  *    neighbours, and add what the neighbours send back into the input gradient's boundary planes
- *    (the copies that write the interior data gradient's output). The interior data-gradient task
+ *    (the copies that write the interior data gradient's output); split along two axes, it also adds
+ *    the diagonal neighbours' parts received along the second axis into the first axis's slab
+ *    gradients before they are packed (counted with the packings: they too must wait for an edge
+ *    data-gradient task and for neither interior task). The interior data-gradient task
  *    (tsr_conv3d_bwd_data) and the interior weight-gradient task (tsr_conv3d_bwd_weights_range
  *    reading the block) wait for no task of that exchange; each packing waits for an edge
  *    data-gradient task and for neither interior task, so the halo gradients travel while the
@@ -24,11 +27,13 @@
  * first check; edge tasks not ordered after the exchange the second; an exchange submitted before
  * the interior that adds into the gradient the interior writes the third; an interior writing what
  * the edge data-gradient tasks write (the slab gradients) the fourth.
+ * Split 2x2 with --wide, both layers run from edge slabs along D and H (corners included).
  * Not checked, and not true: the interior data gradient of a convolution followed by another split
  * one reads its whole output gradient, whose boundary planes the next convolution's backward exchange
  * completes, so it waits for that exchange (StarPU orders by whole handles). Split along H (1x2),
  * 'c' has blocks of 2 planes and takes a halo'd copy: its backward is not checked there. Layers
- * without a neighbour on either side along the split (none here) are skipped. Prints PASS or FAIL lines per rank; exit 1 on a failure. */
+ * without a neighbour on either side along the split (none here) are skipped. Prints PASS or FAIL lines per rank; exit
+ * 1 on a failure. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +42,8 @@
 
 #include "runtime/submit.h"
 
-enum { MAXT = 20000, MAXB = 8, C = 2, D = 16, H = 8, W = 4 };
+enum { MAXT = 20000, MAXB = 8, C = 2 };
+static int D = 16, H = 8, W = 4; /* --wide: 32, 32, 2 */
 
 struct rec {
   char name[32], cl[40];
@@ -214,6 +220,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--spatial") && i + 1 < argc && sscanf(argv[++i], "%dx%d", &grid[0], &grid[1]) < 1)
       grid[0] = 1;
     if (!strcmp(argv[i], "--k5")) k = 5;
+    if (!strcmp(argv[i], "--wide")) D = H = 32, W = 2;
   }
   tsr_model *m;
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);

@@ -1,12 +1,13 @@
 /* Spatial and hybrid parallelism driver for tests/mpi_spatial.sh.
- *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d [--k5]|--unet] [--deterministic]
+ *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d [--k5] [--wide|--cube]|--unet] [--deterministic]
  *               [--resume-at J]
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
  * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
- * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5), or with --unet a small
+ * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5; --wide: [2, 32, 32, 2], or
+ * [2, 64, 64, 2] with kernels 5; --cube: [2, 32, 32, 32]), or with --unet a small
  * 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
- * with every sample split into G blocks (N or NxM along the first axes, (D,) H, as
+ * with every sample split into G blocks (N, NxM or NxMxK along the first axes, (D,) H (, W), as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
  * every step's global batch. It writes PREFIX.rankR.params (every tensor, running statistics
  * included), .losses and .pred (the outputs of a fixed batch after training). --resume-at J saves a
@@ -38,7 +39,7 @@ static void die(const char *what) {
 
 static void parse_grid(const char *s, int *g) {
   g[0] = g[1] = g[2] = 0;
-  if (sscanf(s, "%dx%d", &g[0], &g[1]) < 1) g[0] = 1;
+  if (sscanf(s, "%dx%dx%d", &g[0], &g[1], &g[2]) < 1) g[0] = 1;
 }
 
 struct data {
@@ -47,12 +48,21 @@ struct data {
 
 static int unet; /* --unet: targets are one class of 3 per position (one-hot [3, S * S]) */
 static int kern = 3; /* --k5: the 3-D model's convolutions have kernels 5 (padding 2), on [C_IN, 16, 8, 2] */
+/* --wide: the 3-D model on [C_IN, 32, 32, 2] (kernels 5: [C_IN, 64, 64, 2]), so that both its conv3d
+ * split 2x2 run from edge slabs along D and H (blocks of 16 x 16 and 8 x 8 after the pooling, twice
+ * that with halos of 2), the second one with an input gradient (diagonal neighbours' parts sent back) */
+static int wide;
+/* --cube: the 3-D model on [C_IN, 32, 32, 32], so that its first conv3d split 2x2x2 runs from edge
+ * slabs along D, H and W (blocks of 16^3) */
+static int cube;
+enum { NPOS_MAX = 32768 };
+static int npos = S * S; /* input values per channel of a sample */
 
 static void sample(int64_t g, float *x, float *y) {
   for (int c = 0; c < C_IN; c++)
-    for (int p = 0; p < S * S; p++) x[c * S * S + p] = sinf(0.37f * (p + 1) * (float)(g % 97 + 1) + c) * 0.8f;
+    for (int p = 0; p < npos; p++) x[c * npos + p] = sinf(0.37f * (p + 1) * (float)(g % 97 + 1) + c) * 0.8f;
   if (!unet)
-    for (int k = 0; k < 3; k++) y[k] = 0.3f * x[k * 37] - 0.2f * x[S * S + k * 11] + 0.1f * k;
+    for (int k = 0; k < 3; k++) y[k] = 0.3f * x[k * 37] - 0.2f * x[npos + k * 11] + 0.1f * k;
   for (int p = 0; unet && p < S * S; p++) {
     float v = x[p] + 0.5f * x[S * S + (p + 5) % (S * S)];
     for (int k = 0; k < 3; k++) y[k * S * S + p] = (float)(k == (v > 0.4f ? 1 : v < -0.4f ? 2 : 0));
@@ -90,6 +100,9 @@ static tsr_model *build3d(int bn) {
   tsr_layer_spec in = tsr_layer_spec_default(TSR_LAYER_INPUT);
   int deep = kern == 5 ? 2 : 1; /* kernels 5: twice the depth, so that blocks of 8 planes take edge slabs */
   in.channels = C_IN, in.depth = 8 * deep, in.height = 8, in.width = S * S / 64 / deep;
+  if (wide) in.depth = in.height = 32 * deep, in.width = 2;
+  if (cube) in.depth = in.height = in.width = 32;
+  npos = in.depth * in.height * in.width;
   if (tsr_model_create(&m, "spatial3d") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
   add3(m, "a", "conv3d", "in", 4, kern, 1, kern / 2);
   add(m, "bn", bn ? TSR_LAYER_BATCHNORM : TSR_LAYER_TANH, "a", 0, 0, 1, 0);
@@ -207,8 +220,13 @@ static int train(tsr_context *ctx, int argc, char **argv) {
       unet = 1;
     else if (!strcmp(argv[i], "--k5"))
       kern = 5;
+    else if (!strcmp(argv[i], "--wide"))
+      wide = 1;
+    else if (!strcmp(argv[i], "--cube"))
+      cube = 1;
   }
-  int rank = tsr_context_rank(ctx), parts = (grid[0] > 1 ? grid[0] : 1) * (grid[1] > 1 ? grid[1] : 1);
+  int rank = tsr_context_rank(ctx), parts = 1;
+  for (int a = 0; a < 3; a++) parts *= grid[a] > 1 ? grid[a] : 1;
   struct data d = {rank / parts, tsr_context_size(ctx) / parts, batch};
   tsr_model *m = unet ? build_unet(bn) : three ? build3d(bn) : build(bn);
   tsr_trainer *t = trainer(ctx, m, batch, grid);
@@ -236,8 +254,8 @@ static int train(tsr_context *ctx, int argc, char **argv) {
   }
   enum { YE = 3 * S * S };
   int ye = unet ? YE : 3;
-  static float xs[4 * C_IN * S * S], ys[4 * YE], pred[4 * YE];
-  for (int k = 0; k < 4; k++) sample(1000 + k, xs + k * C_IN * S * S, ys + k * ye);
+  static float xs[4 * C_IN * NPOS_MAX], ys[4 * YE], pred[4 * YE];
+  for (int k = 0; k < 4; k++) sample(1000 + k, xs + k * C_IN * npos, ys + k * ye);
   if (tsr_trainer_sync(t) || tsr_trainer_predict(t, xs, 4 < batch ? 4 : batch, pred)) die("predict");
   for (int k = resume_at > 0 ? resume_at : 0; k < steps; k++) {
     double l;

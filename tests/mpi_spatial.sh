@@ -8,8 +8,9 @@
 # absolute: float sums in another order); every rank of a run holds the same parameters; a
 # checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
 # split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks, also along H only, and with
-# kernels 5 (2, 2x2, 2 replicas x 2); that the interior of a conv3d split along one
-# axis does not wait for the halo exchange, forward and backward, by task dependencies (mpi_overlap); a small 3-D U-Net (split
+# kernels 5 (2, 2x2, 2 replicas x 2), on wider samples split 2x2 (kernels 3 and 5; edge slabs
+# along two axes) and as 2 replicas x 2x2 blocks; that the interior of a conv3d split along one or two
+# axes does not wait for the halo exchange, forward and backward, by task dependencies (mpi_overlap); a small 3-D U-Net (split
 # output gathered for the loss) split 2, 2x2 and 4 ways; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
 # checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
@@ -120,12 +121,34 @@ if run 4 "$tmp/hyb5" --batch 4 --3d --k5 --spatial 2; then ok "3-D, kernels 5: h
 else ko "3-D, kernels 5: hybrid 2 x 2 ran"; fi
 equal "3-D, kernels 5: hybrid 2 x 2 (against 2 ranks of data parallelism)" "$tmp/dp5" "$tmp/hyb5"
 
+# Convolutions split along two axes run from the block and edge slabs along D and H (corners from
+# the diagonal neighbours through the two-phase exchange, their gradients routed back the same way)
+# where the slabs take less memory than the copy: the 3-D model on wider samples (--wide: [2, 32,
+# 32, 2], the conv3d's blocks 16 x 16 and 8 x 8, the second one with an input gradient; with kernels
+# 5 [2, 64, 64, 2], blocks twice that with halos of 2) split 2x2, and as 2 replicas x 2x2 blocks (8
+# ranks, against 2 ranks of data parallelism).
+run 1 "$tmp/refw" --batch 4 --3d --wide || ko "3-D, wide: 1-rank reference ran"
+run 1 "$tmp/refw5" --batch 4 --3d --wide --k5 || ko "3-D, wide, kernels 5: 1-rank reference ran"
+for g in "2x2:4:" "2x2:4:--k5"; do
+  n=${g#*:} g=${g%%:*} k=${n#*:} n=${n%%:*}
+  w="3-D, wide${k:+, kernels 5}"
+  if run "$n" "$tmp/spw$g$k" --batch 4 --3d --wide $k --spatial "$g"; then ok "$w: samples split $g, ran"
+  else ko "$w: samples split $g, ran"; fi
+  equal "$w: samples split $g over $n ranks (edge slabs along D and H)" "$tmp/refw${k:+5}" "$tmp/spw$g$k"
+  if same_ranks "$tmp/spw$g$k" "$n"; then ok "$w, split $g: every rank holds the same parameters"
+  else ko "$w, split $g: every rank holds the same parameters"; fi
+done
+run 2 "$tmp/dpw" --batch 4 --3d --wide || ko "3-D, wide: 2-rank data parallelism ran"
+if run 8 "$tmp/hybw" --batch 4 --3d --wide --spatial 2x2; then ok "3-D, wide: hybrid 2 x 2x2 ran"
+else ko "3-D, wide: hybrid 2 x 2x2 ran"; fi
+equal "3-D, wide: hybrid 2 replicas x 2x2 blocks (against 2 ranks of data parallelism)" "$tmp/dpw" "$tmp/hybw"
+
 # Overlap by task dependencies (tests/mpi_overlap.c): the interior forward of a conv3d run from edge
 # slabs depends on none of its layer's halo tasks, its edge tasks do; backward, its interior data-
 # and weight-gradient tasks wait for no task of its backward exchange, whose packings wait for the
-# edge data-gradient tasks and not for the interior; split along D, H, D with kernels 5, and hybrid
-# 2 replicas x 2 blocks.
-for g in 2:2 1x2:2 "2 --k5:2" 2:4; do
+# edge data-gradient tasks and not for the interior; split along D, H, D with kernels 5, hybrid
+# 2 replicas x 2 blocks, and along D and H (2x2, wider samples: edge slabs along both axes).
+for g in 2:2 1x2:2 "2 --k5:2" 2:4 "2x2 --wide:4"; do
   n=${g##*:} g=${g%:*}
   if timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
     -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "${bin%/*}/mpi_overlap" --spatial $g >"$tmp/overlap.log" 2>&1; then

@@ -144,87 +144,148 @@ int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, st
   return ret ? ret : _tsr_insert_box_copy(&take, dhalo, dblock, name);
 }
 
-/* A box of whole blocks along every axis but a, where it takes len planes from src_lo of a buffer
- * of src_ext planes to dst_lo of one of dst_ext. */
-static struct _tsr_box_desc planes(const struct _tsr_halo *h, int a, int src_ext, int src_lo, int dst_ext, int dst_lo,
-                                   int len) {
-  struct _tsr_box_desc d = {.outer = h->outer, .nd = h->nd, .scale = 1.0f};
-  for (int b = 0; b < h->nd; b++) d.src_ext[b] = d.dst_ext[b] = d.len[b] = h->own[b], d.src_lo[b] = d.dst_lo[b] = 0;
-  d.src_ext[a] = src_ext, d.src_lo[a] = src_lo, d.dst_ext[a] = dst_ext, d.dst_lo[a] = dst_lo, d.len[a] = len;
-  return d;
-}
-
-/* Along a: the edge slab's extent, where its halo part starts, and where its block part starts in
- * the slab and in the block. */
-struct edge {
-  int ext, halo, in_slab, in_block, width;
+/* Edge slabs. Regions are boxes in block coordinates: the block is [0, own) along each axis, its
+ * halos [-lo, 0) and [own, own + hi). An edge axis has halos; the plan gives them equal widths. */
+struct region {
+  int lo[TSR_BOX_AXES], len[TSR_BOX_AXES];
 };
 
-static struct edge edge_of(const struct _tsr_halo *h, int a, int side) {
-  int lo = h->lo[a], hi = h->hi[a], w = side ? hi : lo;
-  return (struct edge){.ext = w + lo + hi,
-                       .halo = side ? lo + hi : 0,
-                       .in_slab = side ? 0 : lo,
-                       .in_block = side ? h->own[a] - lo - hi : 0,
-                       .width = w};
+static int edge_axis(const struct _tsr_halo *h, int a) { return h->lo[a] > 0 || h->hi[a] > 0; }
+
+/* Along axis b: the block, or with its halos where `span`. */
+static void along(const struct _tsr_halo *h, struct region *r, int b, int span) {
+  r->lo[b] = span ? -h->lo[b] : 0, r->len[b] = span ? (int)ext(h, b) : h->own[b];
+}
+
+/* The block, and edge slab (a, side): along a its halo and the lo + hi block planes next to it, along
+ * earlier edge axes their halos too, along the others the block. */
+static struct region block_region(const struct _tsr_halo *h) {
+  struct region r;
+  for (int b = 0; b < h->nd; b++) along(h, &r, b, 0);
+  return r;
+}
+
+static struct region edge_region(const struct _tsr_halo *h, int a, int side) {
+  struct region r;
+  for (int b = 0; b < h->nd; b++) along(h, &r, b, b < a && edge_axis(h, b));
+  int lo = h->lo[a], hi = h->hi[a];
+  r.lo[a] = side ? h->own[a] - lo - hi : -lo, r.len[a] = (side ? hi : lo) + lo + hi;
+  return r;
+}
+
+/* The message of axis a to or from neighbour `side`: the block's planes it needs (send) or the halo
+ * it fills (receive), spanning the halos of earlier axes (as slab() does). */
+static struct region msg_region(const struct _tsr_halo *h, int a, int side, int send) {
+  struct region r;
+  for (int b = 0; b < h->nd; b++) along(h, &r, b, b < a && edge_axis(h, b));
+  if (send)
+    r.lo[a] = side ? h->own[a] - h->lo[a] : 0, r.len[a] = side ? h->lo[a] : h->hi[a];
+  else
+    r.lo[a] = side ? h->own[a] : -h->lo[a], r.len[a] = side ? h->hi[a] : h->lo[a];
+  return r;
+}
+
+/* Box r from a buffer holding region `from` into one holding region `to` (added where `add`). */
+static int xfer(const struct _tsr_halo *h, struct region r, struct region from, starpu_data_handle_t src,
+                struct region to, starpu_data_handle_t dst, int add, const char *name) {
+  struct _tsr_box_desc d = {.outer = h->outer, .nd = h->nd, .scale = 1.0f, .add = add};
+  for (int b = 0; b < h->nd; b++) {
+    d.src_ext[b] = from.len[b], d.src_lo[b] = r.lo[b] - from.lo[b];
+    d.dst_ext[b] = to.len[b], d.dst_lo[b] = r.lo[b] - to.lo[b];
+    d.len[b] = r.len[b];
+  }
+  return _tsr_insert_box_copy(&d, src, dst, name);
+}
+
+/* Region r (block along axes >= a, possibly halos along earlier edge axes) between buffer `buf`
+ * (holding region br) and where its parts live: the block, or for a part in the halos of some
+ * earlier axes the edge slab of the last of them on that side (which spans the halos before it).
+ * gather: the parts into buf; else buf's parts added to them, skipping parts that no buffer holds
+ * (the gradient of padding). */
+static int route(const struct _tsr_halo *h, int a, struct region r, starpu_data_handle_t buf, struct region br,
+                 starpu_data_handle_t block, const starpu_data_handle_t e[][2], int gather, const char *name) {
+  int axes[TSR_BOX_AXES], k = 0, combos = 1, ret = 0;
+  for (int b = 0; b < a; b++)
+    if (edge_axis(h, b)) axes[k++] = b, combos *= 3;
+  for (int c = 0; c < combos && !ret; c++) {
+    struct region p = r;
+    int top = -1, top_side = 0, code = c, empty = 0;
+    for (int i = 0; i < k; i++, code /= 3) { /* part 0: below the block, 1: in it, 2: above */
+      int b = axes[i], part = code % 3;
+      int plo = part == 0 ? -h->lo[b] : part == 1 ? 0 : h->own[b];
+      int phi = part == 0 ? 0 : part == 1 ? h->own[b] : h->own[b] + h->hi[b];
+      int lo = r.lo[b] > plo ? r.lo[b] : plo, hi = r.lo[b] + r.len[b] < phi ? r.lo[b] + r.len[b] : phi;
+      if (hi <= lo) empty = 1;
+      p.lo[b] = lo, p.len[b] = hi - lo;
+      if (part != 1) top = b, top_side = part == 2;
+    }
+    if (empty) continue;
+    starpu_data_handle_t place = top < 0 ? block : e[top][top_side];
+    struct region pr = top < 0 ? block_region(h) : edge_region(h, top, top_side);
+    if (!place) continue;
+    ret = gather ? xfer(h, p, pr, place, br, buf, 0, name) : xfer(h, p, br, buf, pr, place, 1, name);
+  }
+  return ret;
 }
 
 int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side) {
-  int64_t n = h->outer * edge_of(h, a, side).ext;
-  for (int b = 0; b < h->nd; b++) n *= b == a ? 1 : h->own[b];
+  struct region r = edge_region(h, a, side);
+  int64_t n = h->outer;
+  for (int b = 0; b < h->nd; b++) n *= r.len[b];
   return n;
 }
 
-int _tsr_halo_edges_forward(const struct _tsr_halo *h, int a, starpu_data_handle_t block,
-                            const starpu_data_handle_t edge[2], int64_t step, const char *name) {
-  int own = h->own[a], ret = 0;
-  for (int s = 0; !ret && s < 2; s++) { /* as exchange_axis: side s's neighbour needs planes next to it */
-    if (h->nb[a][s] < 0) continue;
-    if (h->in[a][s])
-      ret = failed(_tsr_p2p_recv(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, s), step), "halo receive",
-                   name);
-    if (ret || !h->out[a][s]) continue;
-    int len = s ? h->lo[a] : h->hi[a];
-    struct _tsr_box_desc pack = planes(h, a, own, s ? own - len : 0, len, 0, len);
-    ret = _tsr_insert_box_copy(&pack, block, h->out[a][s], name);
-    if (!ret)
-      ret = failed(_tsr_p2p_send(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, 1 - s), step),
-                   "halo send", name);
-  }
-  for (int s = 0; !ret && s < 2; s++) {
-    struct edge e = edge_of(h, a, s);
-    struct _tsr_box_desc mine = planes(h, a, own, e.in_block, e.ext, e.in_slab, h->lo[a] + h->hi[a]);
-    ret = _tsr_insert_box_copy(&mine, block, edge[s], name);
-    if (!ret && h->nb[a][s] >= 0 && h->in[a][s]) {
-      struct _tsr_box_desc put = planes(h, a, e.width, 0, e.ext, e.halo, e.width);
-      ret = _tsr_insert_box_copy(&put, h->in[a][s], edge[s], name);
+int _tsr_halo_edges_forward(const struct _tsr_halo *h, starpu_data_handle_t block, const starpu_data_handle_t edge[][2],
+                            int64_t step, const char *name) {
+  int ret = 0;
+  for (int a = 0; !ret && a < h->nd; a++) {
+    if (!edge_axis(h, a)) continue;
+    for (int s = 0; !ret && s < 2; s++) { /* as exchange_axis: side s's neighbour needs planes next to it */
+      if (h->nb[a][s] < 0) continue;
+      if (h->in[a][s])
+        ret = failed(_tsr_p2p_recv(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, s), step),
+                     "halo receive", name);
+      if (ret || !h->out[a][s]) continue;
+      struct region m = msg_region(h, a, s, 1);
+      ret = route(h, a, m, h->out[a][s], m, block, edge, 1, name);
+      if (!ret)
+        ret = failed(_tsr_p2p_send(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_FWD, a, 1 - s), step),
+                     "halo send", name);
+    }
+    for (int s = 0; !ret && s < 2; s++) {
+      struct region e = edge_region(h, a, s), mine = e;
+      int w = s ? h->hi[a] : h->lo[a];
+      mine.lo[a] = s ? e.lo[a] : 0, mine.len[a] = e.len[a] - w; /* the block's planes in the slab */
+      ret = route(h, a, mine, edge[a][s], e, block, edge, 1, name);
+      if (!ret && h->nb[a][s] >= 0 && h->in[a][s])
+        ret = xfer(h, msg_region(h, a, s, 0), msg_region(h, a, s, 0), h->in[a][s], e, edge[a][s], 0, name);
     }
   }
   return ret;
 }
 
-int _tsr_halo_edges_backward(const struct _tsr_halo *h, int a, const starpu_data_handle_t dedge[2],
+int _tsr_halo_edges_backward(const struct _tsr_halo *h, const starpu_data_handle_t dedge[][2],
                              starpu_data_handle_t dblock, int64_t step, const char *name) {
-  int own = h->own[a], ret = 0;
-  for (int s = 0; !ret && s < 2; s++) {
-    if (h->nb[a][s] < 0) continue;
-    if (h->out[a][s])
-      ret = failed(_tsr_p2p_recv(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, s), step), "halo receive",
-                   name);
-    if (ret || !h->in[a][s]) continue;
-    struct edge e = edge_of(h, a, s);
-    struct _tsr_box_desc pack = planes(h, a, e.ext, e.halo, e.width, 0, e.width);
-    ret = _tsr_insert_box_copy(&pack, dedge[s], h->in[a][s], name);
-    if (!ret)
-      ret = failed(_tsr_p2p_send(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, 1 - s), step), "halo send",
-                   name);
-  }
-  for (int s = 0; !ret && s < 2; s++) {
-    if (h->nb[a][s] < 0 || !h->out[a][s]) continue;
-    int len = s ? h->lo[a] : h->hi[a];
-    struct _tsr_box_desc put = planes(h, a, len, 0, own, s ? own - len : 0, len);
-    put.add = 1;
-    ret = _tsr_insert_box_copy(&put, h->out[a][s], dblock, name);
+  int ret = 0;
+  for (int a = h->nd - 1; !ret && a >= 0; a--) {
+    if (!edge_axis(h, a)) continue;
+    for (int s = 0; !ret && s < 2; s++) {
+      if (h->nb[a][s] < 0) continue;
+      if (h->out[a][s])
+        ret = failed(_tsr_p2p_recv(h->comm, h->out[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, s), step),
+                     "halo receive", name);
+      if (ret || !h->in[a][s]) continue;
+      struct region m = msg_region(h, a, s, 0);
+      ret = xfer(h, m, edge_region(h, a, s), dedge[a][s], m, h->in[a][s], 0, name);
+      if (!ret)
+        ret = failed(_tsr_p2p_send(h->comm, h->in[a][s], h->nb[a][s], tag(h, step, MSG_BWD, a, 1 - s), step),
+                     "halo send", name);
+    }
+    for (int s = 0; !ret && s < 2; s++) {
+      if (h->nb[a][s] < 0 || !h->out[a][s]) continue;
+      struct region m = msg_region(h, a, s, 1);
+      ret = route(h, a, m, h->out[a][s], m, dblock, dedge, 0, name);
+    }
   }
   return ret;
 }

@@ -44,19 +44,26 @@ int _tsr_halo_forward(const struct _tsr_halo *h, starpu_data_handle_t block, sta
 int _tsr_halo_backward(const struct _tsr_halo *h, starpu_data_handle_t dhalo, starpu_data_handle_t dblock, int64_t step,
                        const char *name);
 
-/* Edge slabs of a block with halos along axis a only (every other axis has none): slab `side` holds
- * along a the halo of that side and the block's lo + hi planes next to it ([halo lo | block planes
- * 0 .. lo + hi) below, [block planes own - lo - hi .. own | halo hi) above), enough for the output
- * planes whose windows reach into that halo. Values of slab `side`. */
+/* Edge slabs of a block whose halos have equal widths lo = hi along each axis that has them (the
+ * edge axes; none elsewhere): slab (a, side) holds along a the halo of that side and the block's
+ * lo + hi planes next to it ([halo lo | block planes 0 .. lo + hi) below, [block planes own - lo - hi
+ * .. own | halo hi] above), along the edge axes before a the block with its halos, along the later
+ * axes the block only: enough for the output planes whose windows reach into that halo, corners
+ * where the halos of two axes meet included. Values of slab (a, side). */
 int64_t _tsr_halo_edge_count(const struct _tsr_halo *h, int a, int side);
-/* Forward: the block's boundary slabs go to the neighbours, theirs come into the edge slabs' halo
- * parts (a side without a neighbour keeps the zeros its buffer was allocated with: padding), and the
- * block's planes are copied beside them. Nothing reads or writes a halo'd copy of the whole block. */
-int _tsr_halo_edges_forward(const struct _tsr_halo *h, int a, starpu_data_handle_t block,
-                            const starpu_data_handle_t edge[2], int64_t step, const char *name);
-/* Backward: the halo parts of dedge[side] (sides with a neighbour) go back to their owners, and what
- * the neighbours send back is added to dblock's boundary planes (side 0, then side 1). */
-int _tsr_halo_edges_backward(const struct _tsr_halo *h, int a, const starpu_data_handle_t dedge[2],
+/* Forward, axis by axis in increasing order: the block's boundary slabs (with the halos of earlier
+ * axes, from their edge slabs: the diagonal neighbours' corners come that way) go to the neighbours,
+ * theirs come into the edge slabs' halo parts (a side without a neighbour keeps the zeros its buffer
+ * was allocated with: padding), and the block's planes (with earlier axes' halos) are copied beside
+ * them. Nothing reads or writes a halo'd copy of the whole block. edge[a] is unused along axes
+ * without halos. */
+int _tsr_halo_edges_forward(const struct _tsr_halo *h, starpu_data_handle_t block, const starpu_data_handle_t edge[][2],
+                            int64_t step, const char *name);
+/* Backward, axis by axis in decreasing order: the halo parts of dedge[a][side] (sides with a
+ * neighbour) go back to their owners, and what the neighbours send back is added to dblock's
+ * boundary planes (side 0, then side 1) and, where it lies in the halos of earlier axes (a diagonal
+ * neighbour's values), to those axes' dedge halo parts, which go on to their owners next. */
+int _tsr_halo_edges_backward(const struct _tsr_halo *h, const starpu_data_handle_t dedge[][2],
                              starpu_data_handle_t dblock, int64_t step, const char *name);
 
 /* Every member's block into `whole` (the same on every member): block goes to the others, theirs

@@ -88,87 +88,117 @@ static struct _tsr_conv3d_desc conv3d_desc(const struct _tsr_layer_view *v, int 
   return d;
 }
 
-/* A convolution split along axis a (c->edge: halos lo = hi there only, stride 1, on CPUs) in pieces,
- * none of which reads a halo'd copy of the whole block: the interior from the block alone (its own
- * padding lo along a, so it does not wait for the halo exchange), and the lo / hi output planes at
- * each end whose windows reach into a neighbour's halo from the edge slabs (comm/halo.h). `whole`
- * describes the halo'd input (id[a] = lo + own + hi, no padding along a). */
+/* A convolution split along the axes with edge slabs (c->edge[a]: halos lo = hi there, stride 1,
+ * on CPUs), in pieces none of which reads a halo'd copy of the whole block: the interior from the
+ * block alone (its own padding lo along each such axis, so it does not wait for the halo exchange),
+ * and along each such axis j (in increasing order) the lo output planes at each end whose windows
+ * reach into a neighbour's halo from edge slab (j, side) (comm/halo.h), which spans the halos of the
+ * axes before j and along later ones only the block (padding lo there). A later axis's edge covers
+ * the corners an earlier one computed with padding, so the forward writes them last and right.
+ * `whole` describes the halo'd input (id[a] = lo + own + hi, no padding along split axes). */
 struct split {
-  int a, own, lo;
-  struct _tsr_conv3d_desc inner, edge; /* block with padding lo; edge slab (3 lo planes) to lo planes */
+  int n, ax[3], own[3], lo[3]; /* the axes with edge slabs, increasing; per axis of D, H, W */
+  struct _tsr_conv3d_desc whole, inner;
 };
 
 static struct split split_of(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
-  struct split p = {.a = c->edge_axis, .lo = c->lo[c->edge_axis]};
-  p.own = whole->id[p.a] - 2 * p.lo;
-  p.inner = p.edge = *whole;
-  p.inner.id[p.a] = p.own, p.inner.p[p.a] = p.lo;
-  p.edge.id[p.a] = 3 * p.lo, p.edge.od[p.a] = p.lo, p.edge.axis = p.a;
+  struct split p = {.whole = *whole, .inner = *whole};
+  for (int a = 0; a < 3; a++) {
+    if (!c->edge[a][0]) continue;
+    p.ax[p.n++] = a, p.lo[a] = c->lo[a], p.own[a] = whole->id[a] - 2 * c->lo[a];
+    p.inner.id[a] = p.own[a], p.inner.p[a] = p.lo[a];
+  }
   return p;
 }
 
-static int edge_at(const struct split *p, int side) { return side ? p->own - p->lo : 0; }
+static int edge_at(const struct split *p, int a, int side) { return side ? p->own[a] - p->lo[a] : 0; }
+
+/* Edge slab j's convolution: 3 lo planes to lo along ax[j], the halos spanned before it, the block
+ * with padding after it. */
+static struct _tsr_conv3d_desc edge_desc(const struct split *p, int j) {
+  struct _tsr_conv3d_desc d = p->whole;
+  int a = p->ax[j];
+  d.id[a] = 3 * p->lo[a], d.od[a] = p->lo[a];
+  for (int i = j + 1; i < p->n; i++) d.id[p->ax[i]] = p->own[p->ax[i]], d.p[p->ax[i]] = p->lo[p->ax[i]];
+  return d;
+}
 
 static int split_forward(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
   struct split p = split_of(c, whole);
   int s = c->s;
   starpu_data_handle_t b = whole->has_bias ? c->w[1] : NULL;
   int ret = _tsr_insert_conv3d(&p.inner, TSR_CONV_FWD, c->block[s], c->w[0], b, c->y[s], c->v->name);
-  for (int side = 0; side < 2 && !ret; side++) { /* a side without a neighbour: the interior's padding is right */
-    if (!c->edge_nb[side]) continue;
-    struct _tsr_conv3d_desc d = p.edge;
-    d.dst_full = p.own, d.dst_off = edge_at(&p, side);
-    ret = _tsr_insert_conv3d_range(&d, TSR_CONV_FWD, c->edge[side][s], c->w[0], b, c->y[s], c->v->name);
-  }
+  for (int j = 0; j < p.n && !ret; j++)
+    for (int side = 0; side < 2 && !ret; side++) { /* no neighbour: the interior's padding is right */
+      int a = p.ax[j];
+      if (!c->edge_nb[a][side]) continue;
+      struct _tsr_conv3d_desc d = edge_desc(&p, j);
+      d.dst_full[a] = p.own[a], d.dst_off[a] = edge_at(&p, a, side);
+      ret = _tsr_insert_conv3d_range(&d, TSR_CONV_FWD, c->edge[a][side][s], c->w[0], b, c->y[s], c->v->name);
+    }
   return ret;
 }
 
-/* Data gradient: the interior's covers every plane of the block; the edges' give the halo planes'
- * parts, which the trainer sends back to the neighbours (dx_done). Weight gradient: the outputs
- * [lo, own - lo) from the block without padding, then each edge's lo outputs from its slab, added in
- * this order. */
+/* Data gradient: the interior's covers every plane of the block; the edges' give the halo parts,
+ * which the trainer sends back to the neighbours (dx_done). Weight gradient: the outputs at least lo
+ * from every split end from the block without padding, then along each axis j in order each edge's
+ * lo output planes (all of them along earlier axes, those at least lo from the ends along later
+ * ones) from its slab, added in this order. */
 static int split_backward(const struct _tsr_layer_call *c, const struct _tsr_conv3d_desc *whole) {
   struct split p = split_of(c, whole);
   int s = c->s, ret = 0;
   starpu_data_handle_t dy = c->dy[s];
   if (c->dx[0]) {
     ret = _tsr_insert_conv3d(&p.inner, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][s], NULL, c->v->name);
-    for (int side = 0; side < 2 && !ret; side++) {
-      if (!c->dedge[side]) continue;
-      struct _tsr_conv3d_desc d = p.edge;
-      d.src_full = p.own, d.src_off = edge_at(&p, side);
-      ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dedge[side][s], NULL, c->v->name);
-    }
+    for (int j = 0; j < p.n && !ret; j++)
+      for (int side = 0; side < 2 && !ret; side++) {
+        int a = p.ax[j];
+        if (!c->dedge[a][side]) continue;
+        struct _tsr_conv3d_desc d = edge_desc(&p, j);
+        d.src_full[a] = p.own[a], d.src_off[a] = edge_at(&p, a, side);
+        ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dedge[a][side][s], NULL, c->v->name);
+      }
   }
   starpu_data_handle_t dw[2];
   int overwrite;
   _tsr_layer_wgrad(c, 1 + whole->has_bias, dw, &overwrite);
   starpu_data_handle_t db = whole->has_bias ? dw[1] : NULL;
-  if (!ret) { /* the plan's blocks have more than 2 lo planes (spatial.c, plan_edges) */
+  if (!ret) { /* the plan's blocks have more than 2 lo planes along each split axis (spatial.c, plan_edges) */
     struct _tsr_conv3d_desc d = *whole;
-    d.id[p.a] = p.own, d.od[p.a] = p.own - 2 * p.lo, d.axis = p.a, d.in1_full = p.own, d.in1_off = p.lo;
+    for (int j = 0; j < p.n; j++) {
+      int a = p.ax[j];
+      d.id[a] = p.own[a], d.od[a] = p.own[a] - 2 * p.lo[a], d.in1_full[a] = p.own[a], d.in1_off[a] = p.lo[a];
+    }
     d.overwrite = overwrite, overwrite = 0;
     ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_WEIGHTS, c->block[s], dy, dw[0], db, c->v->name);
   }
-  for (int side = 0; side < 2 && !ret; side++) {
-    struct _tsr_conv3d_desc d = p.edge;
-    d.in1_full = p.own, d.in1_off = edge_at(&p, side), d.overwrite = overwrite, overwrite = 0;
-    ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_WEIGHTS, c->edge[side][s], dy, dw[0], db, c->v->name);
-  }
+  for (int j = 0; j < p.n && !ret; j++)
+    for (int side = 0; side < 2 && !ret; side++) {
+      int a = p.ax[j];
+      struct _tsr_conv3d_desc d = edge_desc(&p, j);
+      for (int i = j + 1; i < p.n; i++) {
+        int b = p.ax[i];
+        d.p[b] = 0, d.od[b] = p.own[b] - 2 * p.lo[b], d.in1_full[b] = p.own[b], d.in1_off[b] = p.lo[b];
+      }
+      d.in1_full[a] = p.own[a], d.in1_off[a] = edge_at(&p, a, side), d.overwrite = overwrite, overwrite = 0;
+      ret = _tsr_insert_conv3d_range(&d, TSR_CONV_BWD_WEIGHTS, c->edge[a][side][s], dy, dw[0], db, c->v->name);
+    }
   if (!ret) ret = _tsr_layer_wgrad_done(c, 1 + whole->has_bias);
   return ret ? ret : _tsr_layer_dx_done(c, 0, c->s);
 }
 
+static int has_edges(const struct _tsr_layer_call *c) { return c->edge[0][0] || c->edge[1][0] || c->edge[2][0]; }
+
 static int conv3d_forward(const struct _tsr_layer_call *c) {
   struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
-  if (c->edge[0]) return split_forward(c, &d);
+  if (has_edges(c)) return split_forward(c, &d);
   return _tsr_insert_conv3d(&d, TSR_CONV_FWD, c->x[0][c->s], c->w[0], d.has_bias ? c->w[1] : NULL, c->y[c->s],
                             c->v->name);
 }
 
 static int conv3d_backward(const struct _tsr_layer_call *c) {
   struct _tsr_conv3d_desc d = conv3d_desc(c->v, c->slice_n[c->s]);
-  if (c->edge[0]) return split_backward(c, &d);
+  if (has_edges(c)) return split_backward(c, &d);
   starpu_data_handle_t dy = c->dy[c->s];
   int ret = 0;
   if (c->dx[0]) ret = _tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, dy, c->w[0], c->dx[0][c->s], NULL, c->v->name);

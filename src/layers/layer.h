@@ -117,14 +117,15 @@ struct _tsr_layer_call {
    * along the (D,) H, W axes of x[0]; NULL otherwise. */
   starpu_data_handle_t *block;
   int lo[3], hi[3];
-  /* Entries with split_edges whose halos lie along one axis (edge_axis, of D, H, W) only: x[0] is the
-   * block itself (no halo'd copy) and the trainer fills edge[side][slice], the edge slabs of
-   * comm/halo.h (_tsr_halo_edges_forward), before the forward; dedge[side][slice] is where the
-   * gradient of edge slab `side` goes, which the trainer sends back to that neighbour after dx_done
-   * (NULL on a side without a neighbour, where the halo is padding, and where dx[0] is NULL). NULL
-   * otherwise. edge_nb[side]: a neighbour on that side (else the interior's padding is the halo). */
-  starpu_data_handle_t *edge[2], *dedge[2];
-  int edge_axis, edge_nb[2];
+  /* Entries with split_edges whose halos lie along one or more axes a (of D, H, W; equal widths,
+   * stride 1): x[0] is the block itself (no halo'd copy) and the trainer fills edge[a][side][slice],
+   * the edge slabs of comm/halo.h (_tsr_halo_edges_forward), before the forward; dedge[a][side]
+   * [slice] is where the gradient of that slab goes, which the trainer sends back to that neighbour
+   * after dx_done (NULL on a side without a neighbour, where the halo is padding, and where dx[0] is
+   * NULL). edge[a] NULL along axes without halos, and everywhere otherwise. edge_nb[a][side]: a
+   * neighbour on that side (else the interior's padding is the halo). */
+  starpu_data_handle_t *edge[3][2], *dedge[3][2];
+  int edge_nb[3][2];
   starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
   starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */
@@ -182,8 +183,9 @@ struct _tsr_layer_ops {
   void (*state)(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize);
   int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size */
   enum _tsr_spatial_kind spatial; /* how it runs on blocks of spatially split samples */
-  /* 1: a window layer whose blocks with halos along one axis (equal widths, stride 1 there) it runs
-   * from the block and two thin edge slabs instead of a halo'd copy (_tsr_layer_call.edge), on CPUs */
+  /* 1: a window layer whose blocks with halos (equal widths, stride 1 along each axis that has them)
+   * it runs from the block and two thin edge slabs per such axis instead of a halo'd copy
+   * (_tsr_layer_call.edge), on CPUs */
   int split_edges;
   int layout;                     /* an enum _tsr_layout_cap */
   int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */

@@ -77,9 +77,9 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
    * their gradients */
   int copy = P && ((P->window && !P->direct && !P->edges) || P->gather);
   uint64_t in = copy ? (uint64_t)_tsr_spatial_block_elems(&P->in) : 0;
-  uint64_t edge[2] = {0, 0}, dedge[2] = {0, 0};
-  for (int side = 0; P && P->edges && side < 2; side++)
-    edge[side] = (uint64_t)P->edge_len[side], dedge[side] = (uint64_t)P->dedge_len[side];
+  uint64_t edge[2 * TSR_BOX_AXES] = {0}, dedge[2 * TSR_BOX_AXES] = {0};
+  for (int i = 0; P && P->edges && i < 2 * TSR_BOX_AXES; i++)
+    edge[i] = (uint64_t)P->edge_len[i / 2][i % 2], dedge[i] = (uint64_t)P->dedge_len[i / 2][i % 2];
   uint64_t others = P && P->gather ? (uint64_t)(parts - 1) * out_elems(t, plan, L->inputs[0]) : 0;
   /* copies of the input (and its gradient) or output (one for it and its gradient) in another layout: layout.c */
   uint64_t ein = t->ls[l].edges & TSR_EDGE_IN ? _tsr_edge_elems(t, l, TSR_EDGE_IN) : 0;
@@ -92,9 +92,9 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
     sum = _tsr_add_sat(sum, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], ein))));
     sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], eout)));
     sum = _tsr_add_sat(sum, _tsr_mul_sat(2, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], in))));
-    for (int side = 0; side < 2; side++) {
-      if (edge[side]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], edge[side])));
-      if (dedge[side]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], dedge[side])));
+    for (int i = 0; i < 2 * TSR_BOX_AXES; i++) {
+      if (edge[i]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], edge[i])));
+      if (dedge[i]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], dedge[i])));
     }
     sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], others)));
   }

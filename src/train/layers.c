@@ -80,10 +80,10 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     for (int a = 0; a < t->sp->nd; a++) c->lo[3 - t->sp->nd + a] = P->lo[a], c->hi[3 - t->sp->nd + a] = P->hi[a];
   }
   if (P && P->edges) { /* x[0] and dx[0] stay the block's own */
-    c->edge_axis = 3 - t->sp->nd + P->edge_axis;
-    for (int side = 0; side < 2; side++)
-      c->edge[side] = P->edge[side], c->dedge[side] = P->dedge_len[side] ? P->dedge[side] : NULL,
-      c->edge_nb[side] = P->edge_nb[side];
+    for (int a = 0; a < t->sp->nd; a++)
+      for (int side = 0, ca = 3 - t->sp->nd + a; side < 2 && P->edge_len[a][0]; side++)
+        c->edge[ca][side] = P->edge[a][side], c->dedge[ca][side] = P->dedge_len[a][side] ? P->dedge[a][side] : NULL,
+        c->edge_nb[ca][side] = P->edge_nb[a][side];
   } else if (P && ((P->window && !P->direct) || P->gather))
     c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
   /* copies in the layout the kernels take, reordered in tasks of their own (layout.c) */

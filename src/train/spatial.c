@@ -79,36 +79,43 @@ static tsr_status plan_window(const struct _tsr_layer *L, int nd, const int *gri
 }
 
 /* How a window layer with halos P->lo / P->hi runs: on the block itself where it has none
- * (direct); from the block and two edge slabs where its entry can (split_edges), the halos lie
- * along one axis only, of equal widths, with stride 1 there, on CPU workers only (the CUDA kernels
- * take whole buffers), and the slabs with their gradients take no more memory than a halo'd copy
- * and its gradient (3 lo planes each against 2 (own + 2 lo): blocks of more than 2.5 lo planes, so
- * the interior always has outputs of its own); else on a halo'd copy. */
+ * (direct); from the block and two edge slabs per axis with halos where its entry can
+ * (split_edges), the halos have equal widths with stride 1 along each such axis, the blocks there
+ * have more than 2 lo planes (so the interior has outputs of its own), on CPU workers only (the CUDA
+ * kernels take whole buffers), and the slabs with their gradients take no more memory than a halo'd
+ * copy and its gradient; else on a halo'd copy. Slab (a, side) has 3 lo planes along a, the block
+ * and its halos along earlier axes with halos, the block along the others (comm/halo.h). */
 static void plan_edges(const struct _tsr_layer *L, int nd, const int *grid, const int *coord, const int *in_own,
                        struct _tsr_sp_layer *P) {
-  int axes = 0, a = -1;
-  for (int b = 0; b < nd; b++)
-    if (P->lo[b] || P->hi[b]) axes++, a = b;
+  int axes = 0, ok = L->ops->split_edges && !(starpu_is_initialized() && starpu_cuda_worker_get_count() > 0);
+  int64_t copy = 2 * (int64_t)P->in.c, slabs = 0;
+  for (int a = 0; a < nd; a++) {
+    copy *= P->lo[a] + in_own[a] + P->hi[a];
+    if (!P->lo[a] && !P->hi[a]) continue;
+    int k, st, dil, *pad;
+    window(&P->spec, nd, a, &k, &st, &pad, &dil);
+    axes++, ok = ok && P->lo[a] == P->hi[a] && st == 1 && in_own[a] > 2 * P->lo[a];
+  }
   if (axes == 0) {
     P->direct = 1;
     return;
   }
-  int k, st, dil, *pad;
-  window(&P->spec, nd, a, &k, &st, &pad, &dil);
-  if (!L->ops->split_edges || axes > 1 || P->lo[a] != P->hi[a] || st != 1 ||
-      (starpu_is_initialized() && starpu_cuda_worker_get_count() > 0))
-    return;
-  int64_t plane = P->in.c, slabs = 0;
-  for (int b = 0; b < nd; b++) plane *= b == a ? 1 : in_own[b];
-  for (int side = 0; side < 2; side++) {
-    int c = coord[a] + (side ? 1 : -1);
-    P->edge_len[side] = plane * 3 * P->lo[a];
-    P->edge_nb[side] = c >= 0 && c < grid[a];
-    P->dedge_len[side] = P->edge_nb[side] ? P->edge_len[side] : 0;
-    slabs += P->edge_len[side] + P->dedge_len[side];
+  if (!ok) return;
+  for (int a = 0; a < nd; a++) {
+    if (!P->lo[a]) continue;
+    int64_t plane = P->in.c;
+    for (int b = 0; b < nd; b++)
+      if (b != a) plane *= b < a && P->lo[b] ? in_own[b] + 2 * P->lo[b] : in_own[b];
+    for (int side = 0; side < 2; side++) {
+      int c = coord[a] + (side ? 1 : -1);
+      P->edge_len[a][side] = plane * 3 * P->lo[a];
+      P->edge_nb[a][side] = c >= 0 && c < grid[a];
+      P->dedge_len[a][side] = P->edge_nb[a][side] ? P->edge_len[a][side] : 0;
+      slabs += P->edge_len[a][side] + P->dedge_len[a][side];
+    }
   }
-  if (slabs <= 2 * plane * (in_own[a] + 2 * P->lo[a]))
-    P->edges = 1, P->edge_axis = a;
+  if (slabs <= copy)
+    P->edges = 1;
   else
     memset(P->edge_len, 0, sizeof P->edge_len), memset(P->dedge_len, 0, sizeof P->dedge_len),
         memset(P->edge_nb, 0, sizeof P->edge_nb);
@@ -184,14 +191,15 @@ tsr_status _tsr_spatial_plan(const tsr_model *m, int nd, const int *grid, int pa
 static float *zfloats(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 
 /* Slice s's edge slabs (zeros: padding where no neighbour sends a halo) and their gradients. */
-static tsr_status edge_buffers(struct _tsr_sp_layer *P, int s, int n, const char *name) {
-  for (int side = 0; side < 2; side++) {
-    int64_t e = n * P->edge_len[side], de = n * P->dedge_len[side];
-    if (!(P->edgebuf[side][s] = zfloats(e)) || (de && !(P->dedgebuf[side][s] = zfloats(de))))
-      return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for its edge slabs", name);
-    P->edge[side][s] = _tsr_register_floats(P->edgebuf[side][s], (size_t)e);
-    if (de) P->dedge[side][s] = _tsr_register_floats(P->dedgebuf[side][s], (size_t)de);
-  }
+static tsr_status edge_buffers(struct _tsr_sp_layer *P, int nd, int s, int n, const char *name) {
+  for (int a = 0; a < nd; a++)
+    for (int side = 0; side < 2 && P->edge_len[a][0]; side++) {
+      int64_t e = n * P->edge_len[a][side], de = n * P->dedge_len[a][side];
+      if (!(P->edgebuf[a][side][s] = zfloats(e)) || (de && !(P->dedgebuf[a][side][s] = zfloats(de))))
+        return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for its edge slabs", name);
+      P->edge[a][side][s] = _tsr_register_floats(P->edgebuf[a][side][s], (size_t)e);
+      if (de) P->dedge[a][side][s] = _tsr_register_floats(P->dedgebuf[a][side][s], (size_t)de);
+    }
   return TSR_OK;
 }
 
@@ -203,10 +211,10 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
   if ((!P->window && !P->gather) || P->direct) return TSR_OK;
   int S = t->slices, me = sp->comm.index;
-  if (P->edges)
-    for (int side = 0; side < 2; side++)
-      if (!ALLOC(P->edge[side], S) || !ALLOC(P->edgebuf[side], S) || !ALLOC(P->dedge[side], S) ||
-          !ALLOC(P->dedgebuf[side], S))
+  for (int a = 0; P->edges && a < sp->nd; a++)
+    for (int side = 0; side < 2 && P->edge_len[a][0]; side++)
+      if (!ALLOC(P->edge[a][side], S) || !ALLOC(P->edgebuf[a][side], S) || !ALLOC(P->dedge[a][side], S) ||
+          !ALLOC(P->dedgebuf[a][side], S))
         return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory for spatial buffers", L->name);
   if (!ALLOC(P->x, S) || !ALLOC(P->dx, S) || !ALLOC(P->xbuf, S) || !ALLOC(P->dxbuf, S) ||
       (P->window && !ALLOC(P->halo, S)) ||
@@ -232,7 +240,7 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
       n = _tsr_halo_count(h);
     }
     if (P->edges) {
-      TSR_TRY(edge_buffers(P, s, t->slice_n[s], L->name));
+      TSR_TRY(edge_buffers(P, sp->nd, s, t->slice_n[s], L->name));
       continue; /* no halo'd copy */
     }
     for (int q = 0; P->gather && q < sp->parts; q++) {
@@ -358,10 +366,11 @@ void _tsr_spatial_teardown(tsr_trainer *t) {
     struct _tsr_sp_layer *P = &sp->l[l];
     for (int s = 0; P->halo && s < sp->slices; s++) _tsr_halo_free(&P->halo[s]);
     free(P->halo);
-    for (int side = 0; side < 2; side++) {
-      unreg(P->edge[side], (void **)P->edgebuf[side], sp->slices);
-      unreg(P->dedge[side], (void **)P->dedgebuf[side], sp->slices);
-    }
+    for (int a = 0; a < TSR_BOX_AXES; a++)
+      for (int side = 0; side < 2; side++) {
+        unreg(P->edge[a][side], (void **)P->edgebuf[a][side], sp->slices);
+        unreg(P->dedge[a][side], (void **)P->dedgebuf[a][side], sp->slices);
+      }
     unreg(P->x, (void **)P->xbuf, sp->slices);
     unreg(P->dx, (void **)P->dxbuf, sp->slices);
     unreg(P->recv, (void **)P->recvbuf, sp->slices * sp->parts);
@@ -420,8 +429,10 @@ int _tsr_spatial_before(tsr_trainer *t, int l, int s, starpu_data_handle_t x, in
   const char *nm = t->model->layers[l].name;
   if (P->direct) return 0;
   if (P->edges) {
-    starpu_data_handle_t edge[2] = {P->edge[0][s], P->edge[1][s]};
-    return _tsr_halo_edges_forward(&P->halo[s], P->edge_axis, x, edge, step, nm);
+    starpu_data_handle_t edge[TSR_BOX_AXES][2] = {{NULL}};
+    for (int a = 0; a < sp->nd; a++)
+      for (int side = 0; side < 2 && P->edge[a][side]; side++) edge[a][side] = P->edge[a][side][s];
+    return _tsr_halo_edges_forward(&P->halo[s], x, (const starpu_data_handle_t(*)[2])edge, step, nm);
   }
   if (P->window) return _tsr_halo_forward(&P->halo[s], x, P->x[s], step, nm);
   if (!P->gather) return 0;
@@ -436,8 +447,11 @@ int _tsr_spatial_dx(tsr_trainer *t, int l, int s, starpu_data_handle_t target, i
   const char *nm = t->model->layers[l].name;
   if (P->direct) return 0;
   if (P->edges) {
-    starpu_data_handle_t dedge[2] = {P->dedge[0][s], P->dedge[1][s]};
-    return _tsr_halo_edges_backward(&P->halo[s], P->edge_axis, dedge, target, step, nm);
+    starpu_data_handle_t dedge[TSR_BOX_AXES][2] = {{NULL}};
+    for (int a = 0; a < sp->nd; a++)
+      for (int side = 0; side < 2; side++)
+        if (P->dedge_len[a][side]) dedge[a][side] = P->dedge[a][side][s];
+    return _tsr_halo_edges_backward(&P->halo[s], (const starpu_data_handle_t(*)[2])dedge, target, step, nm);
   }
   if (P->window) return _tsr_halo_backward(&P->halo[s], P->dx[s], target, step, nm);
   /* Every member computed the same gradient of the whole map from the loss scaled by 1 / parts

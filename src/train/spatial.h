@@ -28,14 +28,15 @@ struct _tsr_sp_layer {
   starpu_data_handle_t *x, *dx;
   float **xbuf, **dxbuf;
   /* window with no halos (direct): the layer runs on the block itself, no copy. With edge slabs
-   * (edges, the layer's split_edges; halos along edge_axis only): no halo'd copy, [side][slices] the
-   * slabs (edge_len values per sample) and, on sides with a neighbour (edge_nb) where the input's
-   * gradient is needed (dedge_len > 0: the plan sets it on every side with a neighbour,
-   * _tsr_spatial_blocks clears it where the input needs no gradient), their gradients */
-  int direct, edges, edge_axis, edge_nb[2];
-  int64_t edge_len[2], dedge_len[2];
-  starpu_data_handle_t *edge[2], *dedge[2];
-  float **edgebuf[2], **dedgebuf[2];
+   * (edges, the layer's split_edges): no halo'd copy; along each axis a with halos, [a][side][slices]
+   * the slabs (edge_len values per sample, 0 along axes without halos) and, on sides with a
+   * neighbour (edge_nb) where the input's gradient is needed (dedge_len > 0: the plan sets it on
+   * every side with a neighbour, _tsr_spatial_blocks clears it where the input needs no gradient),
+   * their gradients */
+  int direct, edges, edge_nb[TSR_BOX_AXES][2];
+  int64_t edge_len[TSR_BOX_AXES][2], dedge_len[TSR_BOX_AXES][2];
+  starpu_data_handle_t *edge[TSR_BOX_AXES][2], *dedge[TSR_BOX_AXES][2];
+  float **edgebuf[TSR_BOX_AXES][2], **dedgebuf[TSR_BOX_AXES][2];
   starpu_data_handle_t *recv; /* gather: [slice * parts + member] the other members' blocks */
   float **recvbuf;
   starpu_data_handle_t *sum; /* group sums: [member] the others' vectors (registered on first use) */
