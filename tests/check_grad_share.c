@@ -125,9 +125,10 @@ END_TEST
 
 /* Positions: c3 4 - 4 = 0, cat 1, c2 2, c1 3. c3's gradient [-1, 0]; cat's [0, 1] (c3 writes it,
  * cat reads it); c2's [1, 2]; c1's from cat's contribution (1, the first in backward order) to its
- * own backward (3), with c2's contribution added at 2: [1, 3]. c3 opens A, cat B, c2 takes A (free
- * after 0), c1 overlaps both (A until 2, B until 1) and opens C: it shares with nobody, although
- * c2's gradient and the second contribution to its own are live at once. */
+ * own backward (3); c2's contribution to c1's gradient goes into a buffer of its own, added at 2:
+ * [2, 2]. By first write (ties: the higher id first, c2 before c1): c3 opens A, cat B, c2 takes A
+ * (free after 0), c1 overlaps both (A until 2, B until 1) and opens C, and the contribution takes B
+ * (free after 1; A is read at 2). c1's gradient shares with nobody. */
 START_TEST(a_gradient_with_two_contributions_stays_live_until_its_layer) {
   tsr_context *ctx = start(0);
   tsr_model *m = concat();
@@ -135,17 +136,25 @@ START_TEST(a_gradient_with_two_contributions_stays_live_until_its_layer) {
   int c1 = _tsr_model_find(m, "c1"), c2 = _tsr_model_find(m, "c2"), cat = _tsr_model_find(m, "cat"),
       c3 = _tsr_model_find(m, "c3");
   ck_assert_int_eq(t->gs_n, 3);
+  ck_assert_int_eq(t->gs_nc, 1);
+  int contrib = m->n + t->gs_cidx[c2 * TSR_MAX_CONCAT + 0];
+  ck_assert_int_eq(contrib, m->n);
+  ck_assert_int_eq(t->gs_cidx[cat * TSR_MAX_CONCAT + 0], -1); /* cat writes c1's gradient itself */
   ck_assert_int_eq(t->gs_buf[c3], t->gs_buf[c2]);
+  ck_assert_int_eq(t->gs_buf[contrib], t->gs_buf[cat]);
   ck_assert_int_ne(t->gs_buf[cat], t->gs_buf[c3]);
   ck_assert_int_ne(t->gs_buf[c1], t->gs_buf[c3]);
   ck_assert_int_ne(t->gs_buf[c1], t->gs_buf[cat]);
   ck_assert_int_eq(t->gs_start[c1], 1);
   ck_assert_int_eq(t->gs_start[c2], 1);
   ck_assert_int_eq(t->gs_start[cat], 0);
+  ck_assert_int_eq(t->gs_start[contrib], 2);
   ck_assert_int_eq(t->gs_prev[c1], -1);
-  ck_assert_int_eq(t->gs_prev[cat], -1);
+  ck_assert_int_eq(t->gs_prev[contrib], cat);
+  ck_assert_int_eq(t->gs_prev[cat], contrib);
   ck_assert_int_eq(t->gs_prev[c2], c3);
   ck_assert_int_eq(t->gs_prev[c3], c2);
+  ck_assert_int_eq(_tsr_layer_needs_tmp(t, c1), 0); /* no second buffer of its own */
   tsr_trainer_destroy(t);
   tsr_model_destroy(m);
   tsr_context_destroy(ctx);

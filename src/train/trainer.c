@@ -121,7 +121,9 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
     if (!t->ls[m->layers[j].inputs[k]].needs_grad) return 1;
   for (int l = 0; l < m->n; l++)
     for (int k = 0; k < m->layers[l].ninputs; k++)
-      if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k]) return 1;
+      if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k] &&
+          !(t->gs_cidx && t->gs_cidx[l * TSR_MAX_CONCAT + k] >= 0)) /* else in a shared buffer (grad_share.c) */
+        return 1;
   return 0;
 }
 
@@ -394,6 +396,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
   if (st == TSR_OK) st = _tsr_async_setup(t);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
+  if (st == TSR_OK) st = _tsr_grad_share_alloc(t);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
     tsr_trainer_destroy(t);
