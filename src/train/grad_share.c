@@ -113,8 +113,8 @@ tsr_status _tsr_grad_share_plan(tsr_trainer *t, const tsr_trainer_opts *o, int s
   int *end = calloc((size_t)nm, sizeof *end), *last = calloc((size_t)nm, sizeof *last);
   int *first = calloc((size_t)nm, sizeof *first), *order = calloc((size_t)nm, sizeof *order);
   size_t *need = calloc((size_t)nm, sizeof *need);
-  if (!t->gs_buf || !t->gs_prev || !t->gs_start || !t->gs_elems || !t->gs_cl || !t->gs_ck || !end || !last ||
-      !first || !order || !need) {
+  if (!t->gs_buf || !t->gs_prev || !t->gs_start || !t->gs_elems || !t->gs_cl || !t->gs_ck || !end || !last || !first ||
+      !order || !need) {
     free(end), free(last), free(first), free(order), free(need);
     return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   }
@@ -177,7 +177,8 @@ float *_tsr_grad_share_mem(tsr_trainer *t, int id, int s) {
 
 tsr_status _tsr_grad_share_alloc(tsr_trainer *t) {
   if (!t->gs_nc) return TSR_OK;
-  if (!(t->gs_ch = calloc((size_t)t->gs_nc, sizeof *t->gs_ch))) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  if (!(t->gs_ch = calloc((size_t)t->gs_nc, sizeof *t->gs_ch)))
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int i = 0; i < t->gs_nc; i++) {
     const struct _tsr_layer *C = &t->model->layers[t->gs_cl[i]];
     int j = C->inputs[t->gs_ck[i]];
@@ -216,8 +217,8 @@ void _tsr_grad_share_free(tsr_trainer *t) {
   t->gs_cidx = NULL, t->gs_cl = NULL, t->gs_ck = NULL, t->gs_n = 0, t->gs_nc = 0;
 }
 
-static struct starpu_codelet gate_cl = {.where = STARPU_NOWHERE, .nbuffers = STARPU_VARIABLE_NBUFFERS,
-                                        .name = "tsr_grad_share_gate"};
+static struct starpu_codelet gate_cl = {
+    .where = STARPU_NOWHERE, .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_grad_share_gate"};
 
 int _tsr_grad_share_gates(tsr_trainer *t, int at) {
   for (int id = 0; t->gs_buf && id < t->model->n + t->gs_nc; id++) {
