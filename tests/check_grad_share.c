@@ -1,8 +1,9 @@
-/* Activation gradients that share memory (src/train/grad_share.c): the plan of two small graphs
+/* Activation gradients that share memory (src/train/grad_share.c): the plan of three small graphs
  * worked out by hand (which gradients share a buffer, in which order, and the bytes it saves), and
  * training with shared gradients against every gradient in its own buffer, bitwise, in
  * deterministic mode, on a model with branches, a concatenation, an addition and batch
- * normalisation, with 1 and 2 slices. */
+ * normalisation, with 1 and 2 slices. CPU workers only (STARPU_NCUDA=0): with CUDA workers the
+ * gradients do not share. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,9 @@ static int fill(void *user, int64_t step, int index, float *x, float *y) {
   return 0;
 }
 
+/* CPU workers only, also where a GPU is: with CUDA workers every gradient keeps its own buffer. */
 static tsr_context *start(int deterministic) {
+  setenv("STARPU_NCUDA", "0", 1);
   tsr_context_opts o;
   tsr_context_opts_default(&o);
   o.ncpus = 2, o.use_mpi = 0, o.deterministic = deterministic, o.verbose = 0;
