@@ -549,7 +549,10 @@ static tsr_model *tiny_conv_relu(void) {
  * 64 bytes: 72 -> 128 and 8 -> 64 = 192. Sum 4544. Where the CPU's convolution kernels write a
  * blocked layout, 'c' also writes a blocked copy of its output (src/train/layout.c), one per slice of
  * 2 samples x 16 pixels x the channels padded to the block (16: 512 floats, 2048 bytes): 8640 then.
- * Accepted at a limit of the sum, refused one byte below. */
+ * Activation gradients that share memory (grad_share.c) change nothing here: 'r''s gradient lives
+ * from the loss to r's backward and 'c''s from r's backward to c's, so they overlap and take two
+ * buffers of their own sizes (one, 'r''s, where c runs the relu fused). Accepted at a limit of the
+ * sum, refused one byte below. */
 START_TEST(the_footprint_counts_every_buffer_once) {
   tsr_context *ctx = start(0, 2);
   tsr_model *m = tiny_conv_relu();

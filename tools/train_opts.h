@@ -25,6 +25,7 @@ struct train_opts {
   int spatial[TSR_SPATIAL_MAX_AXES]; /* --spatial: parts per spatial axis (0: not split) */
   int staleness;       /* --staleness: stale-synchronous parallel (0: synchronous) */
   int async_slices;    /* --async-slices: slices update the shared parameters without waiting for each other */
+  int separate_grads;  /* --separate-grads: no activation gradients share memory */
   double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */
   float lr;            /* < 0: the model file's */
   int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */

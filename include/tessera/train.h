@@ -131,6 +131,10 @@ typedef struct tsr_trainer_opts {
                           rank only; refused with deterministic contexts, loss scaling,
                           staleness > 0 and spatial parallelism. tsr_trainer_sync, an evaluation
                           step and every read or write of tensors first wait for every update. */
+  int separate_grads;  /* 1 = every activation gradient in a buffer of its own; 0 (default) =
+                          gradients whose lifetimes in a step do not overlap share memory (same
+                          results, less memory). Always separate with spatial parallelism,
+                          asynchronous slices and CUDA workers. */
 } tsr_trainer_opts;
 
 /* Largest tsr_trainer_opts.staleness (each step in flight holds its own gradient buffer). */

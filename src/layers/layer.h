@@ -181,7 +181,8 @@ struct _tsr_layer_ops {
    * slice_stats is set (optional: none): count, then buffer i's element count and element size. */
   int (*num_state)(const struct _tsr_layer_view *v);
   void (*state)(const struct _tsr_layer_view *v, int i, size_t *count, size_t *elemsize);
-  int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size */
+  int scratch; /* 1: backward needs a per-slice scratch buffer of the output's size where some input
+               * needs no gradient (the trainer allocates it only then) */
   enum _tsr_spatial_kind spatial; /* how it runs on blocks of spatially split samples */
   /* 1: a window layer whose blocks with halos (equal widths, stride 1 along each axis that has them)
    * it runs from the block and two thin edge slabs per such axis instead of a halo'd copy

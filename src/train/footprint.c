@@ -1,7 +1,8 @@
 /* The bytes a trainer will allocate on this process (its workers share them), layer by layer, added
  * up before anything large is allocated: a model that cannot fit is refused naming its largest layer
  * instead of zero-filling buffers until the machine swaps. Mirrors layout_tensors, alloc_layer and
- * alloc_io in trainer.c and the reduction buffers of comm/ring.c. */
+ * alloc_io in trainer.c, the gradients' shared buffers of grad_share.c and the reduction buffers of
+ * comm/ring.c. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,6 +16,11 @@ static uint64_t floats(uint64_t n) { return _tsr_add_sat(_tsr_mul_sat(n, sizeof(
 struct part {
   uint64_t params, acts;
 };
+
+/* The kinds of batch buffers, for the log: outputs (kept for backward), their gradients in buffers
+ * of their own, second gradients and scratch, workspaces, copies in another layout, spatial
+ * copies and slabs, layer state, inputs and targets, the buffers gradients share. */
+enum { K_OUT, K_GRAD, K_TMP, K_WS, K_LAYOUT, K_SPATIAL, K_STATE, K_IO, K_SHARED, NK };
 
 struct bad {
   tsr_status s; /* the first StarPU vector that cannot hold its elements */
@@ -61,16 +67,21 @@ static uint64_t out_elems(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   return (uint64_t)_tsr_layer_elems(L);
 }
 
-/* Per slice: output and its gradient, a second gradient where two contributions meet, and the
+/* Per slice: output and its gradient (unless it lies in a shared buffer), a second gradient where
+ * two contributions meet (or the entry's scratch, where an input needs no gradient), and the
  * layer's workspace if it keeps one (max pooling: oneDNN's indices, at most 4 bytes per output
  * element); with split samples the halo'd (or gathered) input and its gradient, or the edge slabs
  * and their gradients (spatial.c's alloc_layer), and the other members' blocks of a gathered one
  * (halo messages, a few planes, are not counted); per layer its
  * state buffers; the copies of a layer's input or output in another layout. */
-static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan, int parts, int l, struct bad *b) {
+static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan, int parts, int l, struct bad *b,
+                          uint64_t *kind) {
   const struct _tsr_layer *L = &t->model->layers[l];
   uint64_t elems = out_elems(t, plan, l) / (uint64_t)L->c * (uint64_t)_tsr_blk_channels(L->c, t->ls[l].blk), sum = 0;
-  uint64_t copies = 2 * (t->ls[l].relu < 0) + (uint64_t)_tsr_layer_needs_tmp(t, l) + (L->ops->workspace != NULL);
+  /* a gradient in a shared buffer is counted with the buffer (shared_bytes) */
+  int own_grad = !(t->gs_buf && t->gs_buf[l] >= 0), act = t->ls[l].relu < 0;
+  const uint64_t per[] = {[K_OUT] = act, [K_GRAD] = act && own_grad, [K_TMP] = _tsr_layer_needs_tmp(t, l),
+                          [K_WS] = L->ops->workspace != NULL};
   const struct _tsr_sp_layer *P = plan ? &plan[l] : NULL;
   /* a halo'd or whole input copy and its gradient; none for a window without halos (direct) or run
    * from edge slabs, which has the slabs and, where a neighbour is and the input needs a gradient,
@@ -85,26 +96,41 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   uint64_t ein = t->ls[l].edges & TSR_EDGE_IN ? _tsr_edge_elems(t, l, TSR_EDGE_IN) : 0;
   uint64_t eout = t->ls[l].edges & TSR_EDGE_OUT ? _tsr_edge_elems(t, l, TSR_EDGE_OUT) : 0;
   uint64_t ein_copies = 1 + (uint64_t)(L->ninputs > 0 && t->ls[L->inputs[0]].needs_grad);
+#define ADD(k, bytes)                                                                                                 \
+  do {                                                                                                               \
+    uint64_t add_ = (bytes);                                                                                         \
+    sum = _tsr_add_sat(sum, add_), kind[k] = _tsr_add_sat(kind[k], add_);                                            \
+  } while (0)
   for (int s = 0; s < t->slices; s++) {
-    uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems);
+    uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems), sn = (uint64_t)t->slice_n[s];
     vector_fits(b, n, "layer", L->name);
-    sum = _tsr_add_sat(sum, _tsr_mul_sat(copies, floats(n)));
-    sum = _tsr_add_sat(sum, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], ein))));
-    sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], eout)));
-    sum = _tsr_add_sat(sum, _tsr_mul_sat(2, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], in))));
+    for (int k = K_OUT; k <= K_WS; k++) ADD(k, _tsr_mul_sat(per[k], floats(n)));
+    ADD(K_LAYOUT, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat(sn, ein))));
+    ADD(K_LAYOUT, floats(_tsr_mul_sat(sn, eout)));
+    ADD(K_SPATIAL, _tsr_mul_sat(2, floats(_tsr_mul_sat(sn, in))));
     for (int i = 0; i < 2 * TSR_BOX_AXES; i++) {
-      if (edge[i]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], edge[i])));
-      if (dedge[i]) sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], dedge[i])));
+      if (edge[i]) ADD(K_SPATIAL, floats(_tsr_mul_sat(sn, edge[i])));
+      if (dedge[i]) ADD(K_SPATIAL, floats(_tsr_mul_sat(sn, dedge[i])));
     }
-    sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], others)));
+    ADD(K_SPATIAL, floats(_tsr_mul_sat(sn, others)));
   }
   struct _tsr_layer_view v;
   _tsr_trainer_view(t, l, &v);
   for (int i = 0; L->ops->num_state && i < L->ops->num_state(&v); i++) {
     size_t count, size;
     L->ops->state(&v, i, &count, &size);
-    sum = _tsr_add_sat(sum, _tsr_mul_sat(_tsr_mul_sat(count, size), (uint64_t)_tsr_state_sets(t)));
+    ADD(K_STATE, _tsr_mul_sat(_tsr_mul_sat(count, size), (uint64_t)_tsr_state_sets(t)));
   }
+#undef ADD
+  return sum;
+}
+
+/* The buffers that activation gradients share (grad_share.c), per slice. */
+static uint64_t shared_bytes(const tsr_trainer *t) {
+  uint64_t sum = 0;
+  for (int b = 0; b < t->gs_n; b++)
+    for (int s = 0; s < t->slices; s++)
+      sum = _tsr_add_sat(sum, floats(_tsr_mul_sat((uint64_t)t->slice_n[s], t->gs_elems[b])));
   return sum;
 }
 
@@ -133,7 +159,7 @@ static const char *state_str(const tsr_trainer *t, char *buf, size_t cap) {
 tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *o) {
   const tsr_model *m = t->model;
   struct bad b = {TSR_OK};
-  uint64_t total = 0, top_bytes = 0, acts = 0;
+  uint64_t total = 0, top_bytes = 0, acts = 0, kind[NK] = {0};
   struct part top = {0, 0};
   int top_layer = -1, parts;
   struct _tsr_sp_layer *plan;
@@ -141,28 +167,40 @@ tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *
   for (int l = 0; l < m->n; l++) {
     if (!t->ls[l].live) continue;
     struct part p = {param_bytes(t, l, &b), 0};
-    if (m->layers[l].spec.kind == TSR_LAYER_INPUT)
+    if (m->layers[l].spec.kind == TSR_LAYER_INPUT) {
       p.acts = io_bytes(t, l, out_elems(t, plan, l), "inputs of", &b);
-    else
-      p.acts = act_bytes(t, plan, parts, l, &b);
+      kind[K_IO] = _tsr_add_sat(kind[K_IO], p.acts);
+    } else
+      p.acts = act_bytes(t, plan, parts, l, &b, kind);
     if (l == t->output_layer) {
-      uint64_t whole = (uint64_t)_tsr_layer_elems(&m->layers[l]);
-      p.acts = _tsr_add_sat(p.acts, io_bytes(t, l, whole, "targets of", &b));
-      if (plan && plan[l].split) /* gathered for the loss: whole output and its gradient, the others' blocks */
-        for (int s = 0; s < t->slices; s++)
-          p.acts = _tsr_add_sat(p.acts, floats(_tsr_mul_sat((uint64_t)t->slice_n[s],
-                                                            2 * whole + (uint64_t)(parts - 1) * out_elems(t, plan, l))));
+      uint64_t whole = (uint64_t)_tsr_layer_elems(&m->layers[l]), io = io_bytes(t, l, whole, "targets of", &b);
+      p.acts = _tsr_add_sat(p.acts, io), kind[K_IO] = _tsr_add_sat(kind[K_IO], io);
+      for (int s = 0; plan && plan[l].split && s < t->slices; s++) {
+        /* gathered for the loss: whole output and its gradient, the others' blocks */
+        uint64_t g = floats(
+            _tsr_mul_sat((uint64_t)t->slice_n[s], 2 * whole + (uint64_t)(parts - 1) * out_elems(t, plan, l)));
+        p.acts = _tsr_add_sat(p.acts, g), kind[K_SPATIAL] = _tsr_add_sat(kind[K_SPATIAL], g);
+      }
     }
     uint64_t sum = _tsr_add_sat(p.params, p.acts);
     total = _tsr_add_sat(total, sum), acts = _tsr_add_sat(acts, p.acts);
     if (top_layer < 0 || sum > top_bytes) top_layer = l, top_bytes = sum, top = p;
   }
   free(plan);
-  char ab[48], pb[48];
+  kind[K_SHARED] = shared_bytes(t);
+  total = _tsr_add_sat(total, kind[K_SHARED]), acts = _tsr_add_sat(acts, kind[K_SHARED]);
+  char ab[48], pb[48], kb[NK][48];
   _tsr_log(2,
            "trainer: rank %d holds %llu bytes (%s) of batch buffers (activations, their gradients, halo'd or "
            "gathered copies, edge slabs, inputs, targets) and %s in all",
            t->rank, (unsigned long long)acts, _tsr_bytes_str(acts, ab), _tsr_bytes_str(total, pb));
+  for (int k = 0; k < NK; k++) _tsr_bytes_str(kind[k], kb[k]);
+  _tsr_log(2,
+           "trainer: rank %d's batch buffers: outputs %s, gradients in buffers of their own %s, %d buffers the "
+           "other gradients share %s, second gradients and scratch %s, workspaces %s, copies in another layout "
+           "%s, spatial copies and slabs %s, layer state %s, inputs and targets %s",
+           t->rank, kb[K_OUT], kb[K_GRAD], t->gs_n, kb[K_SHARED], kb[K_TMP], kb[K_WS], kb[K_LAYOUT], kb[K_SPATIAL],
+           kb[K_STATE], kb[K_IO]);
   char what[256], detail[512], a[48], c[48], d[48], state[64];
   snprintf(what, sizeof what, "model '%s': training on this process (batch %d in %d slices)", m->name, t->batch,
            t->slices);

@@ -2,7 +2,8 @@
  * entry (src/layers), which submits the tasks; the trainer only fills the entry's call with
  * handles. Gradients of a layer's output that has several consumers are summed in a fixed order:
  * the first consumer in backward order writes the gradient buffer, later ones write a temporary
- * that is added when the entry reports it written (grad_fold). With spatially split samples
+ * (the input's tmp, or a contribution buffer in memory that gradients share: grad_share.c) that is
+ * added when the entry reports it written (grad_fold). With spatially split samples
  * (spatial.c) a layer's input is exchanged with halos or gathered before its forward, and its
  * gradient handed back to the blocks when the entry reports it written. A relu fused into its
  * input's tasks (layout.c) submits nothing; that layer's entry gets the relu's output and gradient
@@ -36,7 +37,8 @@ static int grad_fold(void *owner, int k, int s) {
   const struct owner *o = owner;
   tsr_trainer *t = o->t;
   int j = t->model->layers[o->l].inputs[k], first = t->edge_first[o->l * TSR_MAX_CONCAT + k];
-  starpu_data_handle_t target = first ? t->ls[j].g[s] : t->ls[j].tmp[s];
+  starpu_data_handle_t *contrib = _tsr_grad_share_contribution(t, o->l, k);
+  starpu_data_handle_t target = first ? t->ls[j].g[s] : contrib ? contrib[s] : t->ls[j].tmp[s];
   if (t->sp && k == 0 && ((t->sp->l[o->l].window && !t->sp->l[o->l].direct) || t->sp->l[o->l].gather)) {
     int ret = _tsr_spatial_dx(t, o->l, s, target, o->step);
     if (ret) return ret;
@@ -46,7 +48,7 @@ static int grad_fold(void *owner, int k, int s) {
     if (ret) return ret;
   }
   if (first) return 0;
-  return _tsr_insert_accumulate(t->ls[j].g[s], t->ls[j].tmp[s], t->model->layers[o->l].name);
+  return _tsr_insert_accumulate(t->ls[j].g[s], target, t->model->layers[o->l].name);
 }
 
 static int group_sum(void *owner, starpu_data_handle_t acc, int kind) {
@@ -73,7 +75,11 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
   for (int k = 0; k < L->ninputs; k++) {
     int j = L->inputs[k];
     c->x[k] = outputs(t, j, p);
-    c->dx[k] = !wants(t, l, k) ? NULL : t->edge_first[l * TSR_MAX_CONCAT + k] ? t->ls[j].g : t->ls[j].tmp;
+    starpu_data_handle_t *contrib = _tsr_grad_share_contribution(t, l, k); /* in a shared buffer */
+    c->dx[k] = !wants(t, l, k)                         ? NULL
+               : t->edge_first[l * TSR_MAX_CONCAT + k] ? t->ls[j].g
+               : contrib                               ? contrib
+                                                       : t->ls[j].tmp;
   }
   if (P && P->window && !P->direct) {
     c->block = c->x[0];

@@ -361,6 +361,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   }
   for (int l = 0; l < m->n; l++)
     for (int s = 0; t->ls[l].live && s < t->slices; s++) SUBMIT(_tsr_layer_forward(t, l, s, p, train, id));
+  SUBMIT(_tsr_grad_share_gates(t, -1)); /* the loss writes the output's gradient (grad_share.c) */
   for (int s = 0; s < t->slices; s++) {
     struct _tsr_loss_desc d = loss_desc(t, s, nvalid);
     starpu_data_handle_t y = t->ls[t->output_layer].y[s], dy = t->ls[t->output_layer].g[s];
@@ -384,6 +385,8 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
   int g = 0;
   for (int l = m->n - 1; l >= 0; l--) {
     if (!t->ls[l].live || !t->ls[l].needs_grad) continue;
+    /* every slice's gates first: batch normalisation's last slice writes the others' gradients */
+    SUBMIT(_tsr_grad_share_gates(t, m->n - 1 - l));
     for (int s = 0; s < t->slices; s++) {
       SUBMIT(_tsr_layer_backward(t, l, s, p, id));
       if (t->async) SUBMIT(_tsr_async_update(t, l, s, id)); /* its own update, no reduction (async_slices.c) */

@@ -116,10 +116,14 @@ static tsr_status analyse(tsr_trainer *t) {
 
 int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
   const tsr_model *m = t->model;
-  if (m->layers[j].ops->scratch) return 1;
+  /* the entry's scratch takes the gradients of the inputs that need none (merge.c) */
+  for (int k = 0; m->layers[j].ops->scratch && k < m->layers[j].ninputs; k++)
+    if (!t->ls[m->layers[j].inputs[k]].needs_grad) return 1;
   for (int l = 0; l < m->n; l++)
     for (int k = 0; k < m->layers[l].ninputs; k++)
-      if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k]) return 1;
+      if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k] &&
+          !(t->gs_cidx && t->gs_cidx[l * TSR_MAX_CONCAT + k] >= 0)) /* else in a shared buffer (grad_share.c) */
+        return 1;
   return 0;
 }
 
@@ -169,7 +173,13 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
   for (int s = 0; s < t->slices; s++) {
     size_t n = (size_t)t->slice_n[s] * st->elems;
     /* with a fused relu, the relu's output and gradient are this layer's */
-    if (st->relu < 0 && (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = zalloc(n * 4))))
+    /* a gradient that shares memory with others whose lifetimes do not overlap (grad_share.c) */
+    int shared = t->gs_buf && t->gs_buf[l] >= 0;
+    if (shared && st->elems > t->gs_elems[t->gs_buf[l]])
+      return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %zu floats per sample in a shared gradient buffer of %zu",
+                        L->name, st->elems, t->gs_elems[t->gs_buf[l]]);
+    if (st->relu < 0 &&
+        (!(st->ybuf[s] = zalloc(n * 4)) || !(st->gbuf[s] = shared ? _tsr_grad_share_mem(t, l, s) : zalloc(n * 4))))
       return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu floats", L->name, n);
     if (st->relu < 0) st->y[s] = _tsr_register_floats(st->ybuf[s], n);
     if (st->relu < 0) st->g[s] = _tsr_register_floats(st->gbuf[s], n);
@@ -378,6 +388,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
+  if (st == TSR_OK) st = _tsr_grad_share_plan(t, o, spatial_split(o));
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);
   if (st == TSR_OK) st = _tsr_trainer_plan_edges(t);
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o); /* with the copies */
@@ -385,6 +396,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
   if (st == TSR_OK) st = _tsr_async_setup(t);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
+  if (st == TSR_OK) st = _tsr_grad_share_alloc(t);
   if (st == TSR_OK) st = alloc_io(t);
   if (st != TSR_OK) {
     tsr_trainer_destroy(t);
@@ -414,7 +426,11 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   for (int l = 0; t->ls && l < t->model->n; l++) {
     struct _tsr_lstate *st = &t->ls[l];
     unreg_slices(st->y, (void **)st->ybuf, t->slices);
-    unreg_slices(st->g, (void **)st->gbuf, t->slices);
+    if (t->gs_buf && t->gs_buf[l] >= 0) { /* the memory is the shared buffer's */
+      unreg_slices(st->g, NULL, t->slices);
+      free(st->gbuf);
+    } else
+      unreg_slices(st->g, (void **)st->gbuf, t->slices);
     unreg_slices(st->tmp, (void **)st->tmpbuf, t->slices);
     unreg_slices(st->ws, st->wsbuf, t->slices);
     unreg_slices(st->ex, (void **)st->exbuf, st->exbuf ? t->slices : 0);
@@ -441,6 +457,7 @@ void tsr_trainer_destroy(tsr_trainer *t) {
       if (p->hst[k]) starpu_data_unregister(p->hst[k]);
   }
   free(t->params), free(t->grads), free(t->opt_state), free(t->state);
+  _tsr_grad_share_free(t);
   free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
   free(t->lossbuf), free(t->pending), free(t->history), free(t->flag_history);
   free(t->norm_mean), free(t->norm_std), free(t->tnorm_mean), free(t->tnorm_std);

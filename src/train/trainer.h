@@ -98,6 +98,16 @@ struct tsr_trainer {
   struct _tsr_lstate *ls;
   int act_blk;          /* channel block of the blocked activation layout here, 0 none (layout.c) */
   char *edge_first;     /* per (layer, input slot): first gradient contribution in backward order */
+  /* activation gradients sharing memory (grad_share.c). Members: layer l's output gradient (id l)
+   * and contribution i (id model->n + i: consumer gs_cl[i]'s gradient of its input gs_ck[i] that
+   * is added into that input's gradient, handles gs_ch[i][slices]; gs_cidx[l * TSR_MAX_CONCAT + k]
+   * numbers them, -1 none). Per member its buffer (-1 none), the buffer's member before it (-1
+   * none) and the backward position of its first writer; per buffer its floats per sample and its
+   * memory per slice. */
+  int gs_n, gs_nc, *gs_buf, *gs_prev, *gs_start, *gs_cidx, *gs_cl, *gs_ck;
+  size_t *gs_elems;
+  float ***gs_mem;
+  starpu_data_handle_t **gs_ch;
 
   /* inputs/targets, double-buffered by step parity so loading step t+1 overlaps step t */
   starpu_data_handle_t *x[2], *t[2], *loss; /* loss: [nloss][slices], step k uses row k % nloss */
@@ -165,6 +175,18 @@ struct tsr_trainer {
 
 /* trainer.c: layer l keeps a second gradient buffer per slice (concat, or an output read twice). */
 int _tsr_layer_needs_tmp(const tsr_trainer *t, int l);
+/* grad_share.c: which activation gradients share memory (after _tsr_trainer_plan, before the
+ * footprint; spatial: samples split), the memory of member id's slice s (allocated on first use,
+ * NULL when out of memory), the contributions' handles (after the layers' buffers), consumer c's
+ * handles for the contribution to input k's gradient (NULL: it goes through the input's tmp), the
+ * release, and the gates before the first writers at backward position `at` (-1: the loss; layer
+ * l's backward is model->n - 1 - l). */
+tsr_status _tsr_grad_share_plan(tsr_trainer *t, const tsr_trainer_opts *o, int spatial);
+float *_tsr_grad_share_mem(tsr_trainer *t, int id, int s);
+tsr_status _tsr_grad_share_alloc(tsr_trainer *t);
+starpu_data_handle_t *_tsr_grad_share_contribution(const tsr_trainer *t, int c, int k);
+void _tsr_grad_share_free(tsr_trainer *t);
+int _tsr_grad_share_gates(tsr_trainer *t, int at);
 /* footprint.c: refuses, before anything large is allocated, a trainer whose buffers exceed the
  * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live and edge_first. */
 tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *o);
