@@ -10,16 +10,20 @@
  * recursive halving-doubling, the hierarchical one with halving-doubling across nodes, auto) and
  * wire format, and the bytes it sent with the algorithm's count of messages; hier-rh on a
  * communicator whose nodes differ in size is refused by every member, naming it. Then sums of
- * values that float32 cannot add exactly (check_rounding). Exit 0: every check held. */
+ * values that float32 cannot add exactly (check_rounding). Last, a receive whose message arrived
+ * before it was posted completes with 0 and the bytes sent (check_early_message). Exit 0: every
+ * check held. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <starpu_mpi.h>
 #include <tessera.h>
 
 #include "comm/groups.h"
 #include "runtime/communicator.h"
+#include "runtime/progress.h"
 
 #define NALGOS 7
 
@@ -169,6 +173,46 @@ static void check_split_order(int rank) {
   check(_tsr_comm_split_order(6, colour, key, 3, out) == 0, rank, "split order: a negative colour joins none");
   n = _tsr_comm_split_order(6, colour, key, 4, out);
   check(n == 2 && out[0] == 1 && out[1] == 4, rank, "split order: equal keys keep the parent order");
+}
+
+/* Rank 1 sends two messages, A then B; rank 0 receives B first, then A (starpu_mpi_irecv and
+ * _tsr_mpi_wait, as the link calibration's streams). StarPU-MPI reads envelopes in the order they
+ * were sent, so when B's receive has completed A's envelope has been read with no receive posted for
+ * it: A arrives first, whatever the timing, and its receive completes through StarPU-MPI's copy of
+ * an early message, where StarPU-MPI 1.3's starpu_mpi_wait returns -1 (issues 13 and 19: the
+ * calibration's rank 1 stopped there and rank 0 waited for ever). _tsr_mpi_wait must return 0, and A
+ * hold its bytes. */
+static void check_early_message(const struct _tsr_comm *world, int rank) {
+  if (world->size < 2 || rank > 1) return;
+  int64_t tag = _tsr_comm_tag(world, ((int64_t)1 << 42) | 77);
+  int a[3] = {11, 12, 13}, b[5] = {21, 22, 23, 24, 25};
+  if (rank == 0) memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+  starpu_data_handle_t ha, hb;
+  starpu_mpi_req ra, rb;
+  starpu_vector_data_register(&ha, STARPU_MAIN_RAM, (uintptr_t)a, 3, sizeof *a);
+  starpu_vector_data_register(&hb, STARPU_MAIN_RAM, (uintptr_t)b, 5, sizeof *b);
+  if (rank == 1) {
+    /* both posted before either is waited for: neither send waits for a receive posted after it */
+    int reta = starpu_mpi_isend(ha, &ra, 0, tag, MPI_COMM_WORLD),
+        retb = starpu_mpi_isend(hb, &rb, 0, tag + 1, MPI_COMM_WORLD);
+    check(reta == 0 && retb == 0, rank, "early message: A and B posted");
+    if (!reta) _tsr_mpi_wait(&ra);
+    if (!retb) _tsr_mpi_wait(&rb);
+  } else {
+    int ret = starpu_mpi_irecv(hb, &rb, 1, tag + 1, MPI_COMM_WORLD);
+    if (!ret) ret = _tsr_mpi_wait(&rb);
+    check(ret == 0, rank, "early message: B received");
+    ret = starpu_mpi_irecv(ha, &ra, 1, tag, MPI_COMM_WORLD);
+    if (!ret) ret = _tsr_mpi_wait(&ra);
+    char what[160];
+    snprintf(what, sizeof what, "early message: A, arrived before its receive, completes with 0 (got %d)", ret);
+    check(ret == 0, rank, what);
+  }
+  starpu_data_unregister(ha);
+  starpu_data_unregister(hb);
+  if (rank == 0)
+    check(a[0] == 11 && a[1] == 12 && a[2] == 13 && b[0] == 21 && b[4] == 25, rank,
+          "early message: A and B hold the bytes sent");
 }
 
 /* Value i of world rank r for the rounding check: in (-1.5, 1.5) times 1 .. 7, with all 24 bits of
@@ -329,6 +373,7 @@ int main(int argc, char **argv) {
       }
     }
   check_rounding(&comm[0], rank);
+  check_early_message(&comm[0], rank);
   for (int c = 0; c < NCOMM; c++) _tsr_comm_free(&comm[c]);
   tsr_context_destroy(ctx);
   if (failures == 0) printf("rank %d of %d: every check held\n", rank, size);

@@ -12,6 +12,10 @@
 # model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
 # ranks or TESSERA_NODE_SIZE=k on loopback; the machine file's intra link then comes from a
 # calibration over shared memory, and rank counts that are not a multiple of k are skipped).
+# Every launch runs under timeout: TRAIN_TIMEOUT s for a training run (default 900), CAL_TIMEOUT s for
+# a calibration (default 180; one takes seconds). A calibration is tried CAL_TRIES times (default 3):
+# a loaded machine can drown the small sizes' times in scheduling noise (refused), and a try that
+# outlives its limit is stopped and counts as failed; then the script gives up, saying why.
 set -u
 B=$(cd "${1:?usage: validate.sh BUILD_DIR [OUT_DIR]}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,21 +34,48 @@ MPI="mpirun --allow-run-as-root --oversubscribe -x STARPU_HOME -x STARPU_SILENT 
 csv=$out/validate.csv
 echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective" >"$csv"
 
-# launch LINK N K CMD...: runs CMD on N ranks over the link, K to a node
+train_s=${TRAIN_TIMEOUT:-900} cal_s=${CAL_TIMEOUT:-180} cal_tries=${CAL_TRIES:-3}
+
+# launch LINK N K CMD...: runs CMD on N ranks over the link, K to a node, stopped after $limit s
+# (exit status 124; netlab removes its lab when stopped)
 launch() {
   local link=$1 n=$2 per=$3
   shift 3
   case $link in
-  loop) if [ "$n" = 1 ]; then "$@"; else TESSERA_NODE_SIZE=$per $MPI -x TESSERA_NODE_SIZE -np "$n" "$@"; fi ;;
-  *) "$netlab" run --nodes $((n / per)) --ranks-per-node "$per" --rate "$link" -- $MPI -np "$n" "$@" ;;
+  loop) if [ "$n" = 1 ]; then timeout "$limit" "$@"; else
+    TESSERA_NODE_SIZE=$per timeout "$limit" $MPI -x TESSERA_NODE_SIZE -np "$n" "$@"; fi ;;
+  *) timeout "$limit" "$netlab" run --nodes $((n / per)) --ranks-per-node "$per" --rate "$link" -- $MPI -np "$n" "$@" ;;
   esac
 }
 
 train() { # LINK N LAYOUT TRACE COLLECTIVE
   rm -rf "$4"
+  local rc limit=$train_s
   TESSERA_GROUP_BYTES=$3 launch "$1" "$2" "$k" "$B/tessera-train" --model "$here/validate_model.json" \
     --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 --workers 1 -q --trace "$4" \
-    --collective "$5" >"$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; return 1; }
+    --collective "$5" >"$tmp/train.log" 2>&1
+  rc=$?
+  [ $rc = 0 ] && return 0
+  cat "$tmp/train.log"
+  [ $rc = 124 ] && echo "giving up: tessera-train on $2 ranks over $1 (layout $3) ran past ${train_s} s (TRAIN_TIMEOUT)"
+  return 1
+}
+
+# calibrate LOG WHAT CMD...: CMD (launch ..., or timeout-bounded by it) at most cal_tries times,
+# each under cal_s seconds, appending to LOG; gives up saying why
+calibrate() {
+  local log=$1 what=$2 try rc limit=$cal_s
+  shift 2
+  for try in $(seq 1 "$cal_tries"); do
+    "$@" >>"$log" 2>&1
+    rc=$?
+    [ $rc = 0 ] && return 0
+    if [ $rc = 124 ]; then echo "$what: try $try of $cal_tries ran past ${cal_s} s (CAL_TIMEOUT) and was stopped" >>"$log"
+    else echo "$what: try $try of $cal_tries failed (exit status $rc)" >>"$log"; fi
+  done
+  tail -n 30 "$log"
+  echo "giving up: $what failed $cal_tries times (CAL_TRIES); its log: $log"
+  return 1
 }
 
 links="loop"
@@ -54,15 +85,14 @@ links=${LINKS:-$links}
 for link in $links; do
   mf=$out/machine-$link.json
   k=1 train "$link" 2 262144 "$tmp/cal-trace" ring || exit 1
-  for try in 1 2 3; do # a loaded machine can drown the small sizes' times in scheduling noise
-    k=1 launch "$link" 2 1 "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 \
-      --from-trace "$tmp/cal-trace" --name "$link" --ranks-per-node "$k" --save "$mf" >"$out/calibrate-$link.log" 2>&1 &&
-      break
-    [ $try = 3 ] && { cat "$out/calibrate-$link.log"; exit 1; }
-  done
+  : >"$out/calibrate-$link.log"
+  calibrate "$out/calibrate-$link.log" "calibration over $link" launch "$link" 2 1 "$B/tessera-scale" --calibrate \
+    --reps 10 --sizes 8,65536,1048576,4194304 --from-trace "$tmp/cal-trace" --name "$link" --ranks-per-node "$k" \
+    --save "$mf" || exit 1
   if [ "$k" -gt 1 ]; then # inside a node: shared memory
-    $MPI -np 2 "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra \
-      --machine "$mf" --save "$mf" >>"$out/calibrate-$link.log" 2>&1 || { cat "$out/calibrate-$link.log"; exit 1; }
+    calibrate "$out/calibrate-$link.log" "calibration of the intra link" timeout "$cal_s" $MPI -np 2 \
+      "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra --machine "$mf" \
+      --save "$mf" || exit 1
   fi
   for layout in ${LAYOUTS:-262144 layer 1000000000000}; do
     for n in ${RANKS:-1 2 3 4}; do
