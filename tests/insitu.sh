@@ -51,10 +51,14 @@ cmp -s "$tmp/ref.csv" "$tmp/other.csv" && ko "another seed gives other losses" |
 
 # sample 20 is slot 4's third sample, read in steps 9 and 10 (pool 8, reuse 2, batch 4)
 run fail TESSERA_SIM_FAIL_AT=20 -- --step-log "$tmp/steps.csv" --checkpoint-dir "$tmp/ck" --checkpoint-every 2
-if [ $rc -eq 1 ] && grep -q "cbed_sample sample 20: cbed_sample: injected failure at sample 20" "$tmp/fail.log"; then
-  ok "a simulator failure stops the run with its message: $(head -c 200 "$tmp/fail.log")"
+# the message names rank, producer and sample once, and a checkpoint is written after the last good step
+msg=$(grep "simulator error:" "$tmp/fail.log")
+if [ $rc -eq 1 ] && [[ $msg == *"simulator error: rank 0, producer cbed_sample: sample 20: injected failure"* ]] &&
+  [ "$(grep -o "sample 20" <<<"$msg" | wc -l)" -eq 1 ] && [ "$(grep -o cbed_sample <<<"$msg" | wc -l)" -eq 1 ] &&
+  [[ $msg =~ checkpoint\ .*\ written\ after\ training\ step\ [0-9]+ ]]; then
+  ok "a simulator failure stops the run with its message, naming the sample once, and a checkpoint: $msg"
 else
-  cat "$tmp/fail.log"; ko "a simulator failure stops the run with its message (rc $rc)"
+  cat "$tmp/fail.log"; ko "a simulator failure stops the run with its message and a checkpoint (rc $rc)"
 fi
 run resume -- --step-log "$tmp/steps.csv" --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --resume
 if [ $rc -eq 0 ] && msg=$(same_as_ref "$tmp/steps.csv"); then
