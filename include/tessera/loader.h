@@ -83,7 +83,9 @@ typedef struct tsr_sample_producer {
   const char *name;      /* task name in traces, e.g. "cbed_sample" */
   int c, h, w;           /* per-sample input shape */
   int tc, th, tw;        /* per-sample target shape */
-  /* Writes sample `index` (a pure function of it); thread-safe; a failure sets tsr_last_error. */
+  /* Writes sample `index` (a pure function of it); thread-safe; a failure sets tsr_last_error (the
+   * pool's error is "rank R, producer NAME: " and this text, with "sample N: " put before it when the
+   * text does not name the sample itself, as the CBED simulator's "cbed: sample N: ..." does). */
   tsr_status (*produce)(void *user, int64_t index, float *x, float *y);
   void (*destroy)(void *user); /* (optional) called by tsr_loader_close */
   void *user;
