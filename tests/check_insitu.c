@@ -2,7 +2,8 @@
  * schedule (which sample a stream position reads, each read `reuse` times); training from the pool
  * equal bitwise to training from a fill callback that computes the scheduled samples itself, also
  * with a producer slowed down (a half-written sample would change the losses) and across runs;
- * producer failures reported with the producer's message; the spill file holding exactly the
+ * producer failures reported with the producer's message, naming rank, producer and sample once;
+ * the input and target statistics from the producer's samples 0..n-1, alike on every rank; the spill file holding exactly the
  * produced samples; bad settings named; cbed.json fields and the CBED producer. */
 #define _GNU_SOURCE
 #include <hdf5.h>
@@ -14,6 +15,7 @@
 
 #include <tessera.h>
 
+#include "runtime/error.h"
 #include "testutil.h"
 
 #define S 8     /* image side */
@@ -26,7 +28,11 @@ static void sample(int64_t index, float *x, float *y) {
   for (int p = 0; p < S * S; p++) y[p] = 0.5f * x[p] * x[p] - 0.3f * x[(p + 1) % (S * S)];
 }
 
+/* user: NULL, or the index (int64_t) at which the producer fails with its own message, which names
+ * the sample as the CBED simulator's do. */
 static tsr_status produce(void *user, int64_t index, float *x, float *y) {
+  if (user && index == *(const int64_t *)user)
+    return _tsr_error(TSR_ERR_RUNTIME, "test: sample %lld: the specimen is empty", (long long)index);
   sample(index, x, y);
   return TSR_OK;
 }
@@ -166,14 +172,26 @@ START_TEST(a_slow_producer_never_hands_out_a_half_written_sample) {
 }
 END_TEST
 
-START_TEST(a_producer_failure_stops_training_with_its_message) {
+/* The number of times `what` occurs in msg. */
+static int occurrences(const char *msg, const char *what) {
+  int n = 0;
+  for (const char *at = strstr(msg, what); at; at = strstr(at + 1, what)) n++;
+  return n;
+}
+
+/* Trains from a pool of 8 slots whose producer fails at index 13 (read at position 13, step 3):
+ * injected (fail_at) or with the producer's own message (own); the pool's and the trainer's
+ * messages name the rank, the producer and the sample once, and keep the producer's text. */
+static void failing_run(int own, const char *want) {
   tsr_context *ctx = start();
   tsr_model *m;
   tsr_trainer *t = trainer(ctx, &m);
   tsr_sample_producer p = producer();
+  int64_t bad = 13;
+  if (own) p.user = &bad;
   tsr_pool_opts o;
   tsr_pool_opts_default(&o);
-  o.slots = 8, o.stats_samples = 0, o.fail_at = 13; /* read at position 13, step 3 */
+  o.slots = 8, o.stats_samples = 0, o.fail_at = own ? -1 : bad;
   tsr_loader *l;
   ck_assert_msg(tsr_loader_open_pool(&l, &p, &o) == TSR_OK, "%s", tsr_last_error());
   int64_t idx[BATCH], id;
@@ -184,14 +202,85 @@ START_TEST(a_producer_failure_stops_training_with_its_message) {
   }
   if (st == TSR_OK) st = tsr_trainer_sync(t);
   ck_assert_int_ne(st, TSR_OK);
-  ck_assert_msg(strstr(tsr_last_error(), "test_sample sample 13: test_sample: injected failure at sample 13"),
-                "message: %s", tsr_last_error());
+  ck_assert_msg(strstr(tsr_last_error(), want), "message: %s", tsr_last_error());
+  ck_assert_msg(occurrences(tsr_last_error(), "sample 13") == 1, "the sample named more than once: %s", tsr_last_error());
+  ck_assert_msg(occurrences(tsr_last_error(), "test_sample") == 1, "the producer named more than once: %s",
+                tsr_last_error());
   const char *err;
   tsr_loader_pool_counts(l, NULL, NULL, &err);
-  ck_assert_msg(strstr(err, "injected failure at sample 13"), "pool error: %s", err);
+  ck_assert_msg(!strcmp(err, want), "pool error: %s", err);
   tsr_trainer_destroy(t);
   tsr_loader_close(l);
   tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+
+START_TEST(a_producer_failure_stops_training_with_its_message) {
+  failing_run(0, "rank 0, producer test_sample: sample 13: injected failure (tsr_pool_opts.fail_at or "
+                 "TESSERA_SIM_FAIL_AT)");
+  failing_run(1, "rank 0, producer test_sample: test: sample 13: the specimen is empty");
+}
+END_TEST
+
+/* The input statistics of a pool come from the producer's samples 0..stats_samples-1 and the target
+ * statistics from samples 0..target_stats_samples-1, by index: they equal a float64 two-pass
+ * computation over those samples (relative 1e-12: the inputs' one-pass formula rounds otherwise),
+ * and every rank of 1, 2 or 3 gets bitwise the same (the same samples, summed in the same order),
+ * though the ranks' streams hold other samples. */
+START_TEST(pool_statistics_come_from_samples_0_to_n_on_every_rank) {
+  tsr_context *ctx = start();
+  enum { NIN = 5, NT = 7 };
+  double ref[4] = {0}; /* input mean, std, target mean, std */
+  float x[S * S], y[S * S];
+  for (int v = 0; v < 2; v++) {
+    int n = v ? NT : NIN;
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) {
+      sample(i, x, y);
+      for (int p = 0; p < S * S; p++) s += v ? y[p] : x[p];
+    }
+    double mean = s / (n * S * S);
+    for (int i = 0; i < n; i++) {
+      sample(i, x, y);
+      for (int p = 0; p < S * S; p++) q += ((v ? y[p] : x[p]) - mean) * ((v ? y[p] : x[p]) - mean);
+    }
+    ref[2 * v] = mean, ref[2 * v + 1] = sqrt(q / (n * S * S));
+  }
+  double first[4];
+  const int ranks[][2] = {{0, 1}, {0, 2}, {1, 2}, {2, 3}};
+  for (int r = 0; r < 4; r++) {
+    tsr_sample_producer p = producer();
+    tsr_pool_opts o;
+    tsr_pool_opts_default(&o);
+    o.slots = 4, o.reuse = 2, o.rank = ranks[r][0], o.size = ranks[r][1];
+    o.stats_samples = NIN, o.target_stats_samples = NT;
+    tsr_loader *l;
+    ck_assert_msg(tsr_loader_open_pool(&l, &p, &o) == TSR_OK, "%s", tsr_last_error());
+    const double *im, *is, *tm, *ts;
+    tsr_loader_stats(l, &im, &is);
+    tsr_loader_target_stats(l, &tm, &ts);
+    ck_assert(im && is && tm && ts);
+    double got[4] = {im[0], is[0], tm[0], ts[0]};
+    for (int i = 0; i < 4; i++) {
+      ck_assert_msg(fabs(got[i] - ref[i]) <= 1e-12 * fabs(ref[i]), "rank %d of %d: statistic %d is %.17g, float64 %.17g",
+                    ranks[r][0], ranks[r][1], i, got[i], ref[i]);
+      if (r == 0) first[i] = got[i];
+      else ck_assert_msg(!memcmp(&got[i], &first[i], sizeof(double)), "rank %d of %d: statistic %d is %.17g, 1 rank's "
+                         "%.17g", ranks[r][0], ranks[r][1], i, got[i], first[i]);
+    }
+    tsr_loader_close(l);
+  }
+  /* without target_stats_samples, none */
+  tsr_sample_producer p = producer();
+  tsr_pool_opts o;
+  tsr_pool_opts_default(&o);
+  o.slots = 4;
+  tsr_loader *l;
+  ck_assert_msg(tsr_loader_open_pool(&l, &p, &o) == TSR_OK, "%s", tsr_last_error());
+  const double *tm, *ts;
+  tsr_loader_target_stats(l, &tm, &ts);
+  ck_assert(!tm && !ts);
+  tsr_loader_close(l);
   tsr_context_destroy(ctx);
 }
 END_TEST
@@ -393,6 +482,7 @@ static Suite *make_insitu_suite(void) {
   tcase_add_test(t, training_from_a_pool_equals_training_on_the_scheduled_samples);
   tcase_add_test(t, a_slow_producer_never_hands_out_a_half_written_sample);
   tcase_add_test(t, a_producer_failure_stops_training_with_its_message);
+  tcase_add_test(t, pool_statistics_come_from_samples_0_to_n_on_every_rank);
   tcase_add_test(t, spill_file_holds_every_produced_sample);
   tcase_add_test(t, bad_pool_settings_are_named);
   tcase_add_test(t, cbed_json_sets_fields_and_names_bad_ones);

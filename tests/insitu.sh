@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # In-situ training (tessera-train --simulate cbed.json): two runs with one seed log bitwise the same
 # losses, also with every simulation slowed down (TESSERA_SIM_DELAY_MS) and with the samples spilled
-# to HDF5; an injected simulator failure (TESSERA_SIM_FAIL_AT) stops the run naming the sample, and
-# --resume from its checkpoints finishes with the uninterrupted run's losses; bad settings are named.
+# to HDF5; an injected simulator failure (TESSERA_SIM_FAIL_AT) stops the run naming rank, producer and
+# sample once and writes a checkpoint, and --resume from its checkpoints finishes with the
+# uninterrupted run's losses; a real simulator error keeps the simulator's text; bad settings are named.
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 tmp=$(mktemp -d /tmp/tessera-insitu-XXXXXX)
@@ -51,10 +52,14 @@ cmp -s "$tmp/ref.csv" "$tmp/other.csv" && ko "another seed gives other losses" |
 
 # sample 20 is slot 4's third sample, read in steps 9 and 10 (pool 8, reuse 2, batch 4)
 run fail TESSERA_SIM_FAIL_AT=20 -- --step-log "$tmp/steps.csv" --checkpoint-dir "$tmp/ck" --checkpoint-every 2
-if [ $rc -eq 1 ] && grep -q "cbed_sample sample 20: cbed_sample: injected failure at sample 20" "$tmp/fail.log"; then
-  ok "a simulator failure stops the run with its message: $(head -c 200 "$tmp/fail.log")"
+# the message names rank, producer and sample once, and a checkpoint is written after the last good step
+msg=$(grep "simulator error:" "$tmp/fail.log")
+if [ $rc -eq 1 ] && [[ $msg == *"simulator error: rank 0, producer cbed_sample: sample 20: injected failure"* ]] &&
+  [ "$(grep -o "sample 20" <<<"$msg" | wc -l)" -eq 1 ] && [ "$(grep -o cbed_sample <<<"$msg" | wc -l)" -eq 1 ] &&
+  [[ $msg =~ checkpoint\ .*\ written\ after\ training\ step\ [0-9]+ ]]; then
+  ok "a simulator failure stops the run with its message, naming the sample once, and a checkpoint: $msg"
 else
-  cat "$tmp/fail.log"; ko "a simulator failure stops the run with its message (rc $rc)"
+  cat "$tmp/fail.log"; ko "a simulator failure stops the run with its message and a checkpoint (rc $rc)"
 fi
 run resume -- --step-log "$tmp/steps.csv" --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --resume
 if [ $rc -eq 0 ] && msg=$(same_as_ref "$tmp/steps.csv"); then
@@ -68,6 +73,17 @@ echo '{"grid": 16, "kvv": 200}' >"$tmp/bad.json"
 rc=$?
 [ $rc -ne 0 ] && grep -q "bad.json: unknown field 'kvv'" "$tmp/bad.log" && ok "an unknown cbed.json field is named" ||
   { cat "$tmp/bad.log"; ko "an unknown cbed.json field is named (rc $rc)"; }
+# a real simulator error (Cu's 7.23 A cell is narrower than an 11 A scan window), met by the input
+# statistics at start-up: the simulator's own text, after the rank and producer, the sample named once
+sed 's/"seed": 11}/"seed": 11, "scan": 11}/' "$tmp/cbed.json" >"$tmp/scan.json"
+"$train" --model "$tmp/model.json" --simulate "$tmp/scan.json" -q >"$tmp/scan.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "scan.json: rank 0, producer cbed_sample: cbed: sample [0-9]*: the scan window of 11 A is larger than" \
+  "$tmp/scan.log" && [ "$(grep -o "sample [0-9]" "$tmp/scan.log" | wc -l)" -eq 1 ]; then
+  ok "a simulator error at start-up keeps the simulator's message: $(cat "$tmp/scan.log")"
+else
+  cat "$tmp/scan.log"; ko "a simulator error at start-up keeps the simulator's message (rc $rc)"
+fi
 bad_cli() { # WANT OPTIONS...: a usage error (status 2) naming WANT
   local want=$1; shift
   "$train" --model "$tmp/model.json" "$@" >"$tmp/cli.log" 2>&1

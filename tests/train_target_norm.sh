@@ -6,7 +6,7 @@
 # statistics, so tessera-predict gives the same MSE from raw inputs; a resumed run logs the same
 # steps bitwise; parameters imported with their statistics log in target units without the flag;
 # without the flag the log has no loss_unit column; 2 ranks give the validation losses of 1 rank
-# (a cross-entropy model's refusal: tests/check_target_norm; with --simulate: tests/insitu_target_norm.sh).
+# (a cross-entropy model's refusal: tests/check_target_norm; with --simulate: tests/insitu_norm.sh).
 set -u
 . "$(dirname "$0")/train_fixture.sh"
 predict=$B/tessera-predict

@@ -94,17 +94,18 @@ static void harvest_all(struct run *r) {
 
 /* ---- in-situ training (--simulate) ---- */
 
-/* The training loader: a pool of samples simulated in the task graph, each rank its own. */
-static void open_simulation(const struct train_opts *o, int rank, int nranks, tsr_cbed_opts *sim) {
+/* The training loader: a pool of samples simulated in the task graph, each rank its own; the input
+ * (and with --standardize-targets the target) statistics from samples 0..N-1, alike on every rank. */
+static void open_simulation(const struct train_opts *o, int rank, int nranks) {
   tsr_cbed_opts co;
   check(tsr_cbed_opts_load_json(o->simulate, &co));
-  *sim = co;
   tsr_sample_producer prod;
   check(tsr_cbed_producer(&co, &prod));
   tsr_pool_opts po;
   tsr_pool_opts_default(&po);
   po.slots = o->pool, po.reuse = o->reuse, po.rank = rank, po.size = nranks;
-  po.stats_samples = o->no_standardize ? 0 : po.stats_samples;
+  po.stats_samples = o->no_standardize ? 0 : o->input_stats; /* samples 0..N-1 simulated once for both */
+  po.target_stats_samples = o->standardize_targets ? o->target_stats : 0;
   char *spill = o->spill && nranks > 1 ? cli_shard_name(o->spill, rank) : NULL;
   po.spill = spill ? spill : o->spill;
   tsr_status s = tsr_loader_open_pool(&live.train, &prod, &po);
@@ -265,8 +266,7 @@ int main(int argc, char **argv) {
   /* The data is split over the replicas: with --spatial P, ranks [r P, r P + P) share replica r's
    * samples (the trainer checks that P divides the ranks). */
   int parts = train_spatial_parts(&o), replica = rank / parts, nrep = nranks / parts > 0 ? nranks / parts : 1;
-  tsr_cbed_opts sim; /* the simulator's settings, with --simulate */
-  if (o.simulate) open_simulation(&o, replica, nrep, &sim);
+  if (o.simulate) open_simulation(&o, replica, nrep);
 
   tsr_trainer_opts topts;
   tsr_trainer_opts_default(&topts);
@@ -291,8 +291,8 @@ int main(int argc, char **argv) {
   check(tsr_context_check_same(live.ctx, "the training data's sample shapes", shapes, sizeof shapes));
   check_shapes(data_name, live.train, live.t, live.m);
   if (o.val) check_shapes(o.val, live.val, live.t, live.m);
-  standardize_in_trainer(live.train, live.t);
-  if (o.standardize_targets && o.simulate) standardize_simulated_targets(&sim, o.target_stats, live.t, live.ctx, talk);
+  standardize_in_trainer(live.train, o.simulate ? o.input_stats : 0, live.t, live.ctx, talk);
+  if (o.standardize_targets && o.simulate) standardize_simulated_targets(live.train, o.target_stats, live.t, live.ctx, talk);
   else if (o.standardize_targets) standardize_targets(live.train, ntrain, live.t, live.ctx, talk);
   if (o.import_path) check(tsr_params_import(live.t, o.import_path)); /* with its normalisation, if it has one */
 

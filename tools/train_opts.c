@@ -150,9 +150,14 @@ static const struct opt_def defs[] = {
      1, 1 << 24, 0, "1"},
     {"epoch-steps", 0, OPT_INT64, F(epoch_steps), "N", NULL, "with --simulate: steps per epoch", 1,
      (double)(INT64_C(1) << 40), 0, "pool x reuse / batch"},
+    {"input-stats", 0, OPT_INT, F(input_stats), "N", "8",
+     "with --simulate: the input statistics (standardisation) come from the simulator's samples 0..N-1 (the same "
+     "on every rank and number of ranks), simulated at start-up on one core of each rank, once for both with "
+     "--target-stats", 1, 1 << 20},
     {"target-stats", 0, OPT_INT, F(target_stats), "N", "64",
      "with --simulate and --standardize-targets: the target statistics come from the simulator's samples 0..N-1 "
-     "(the same on every rank), simulated at start-up on one core of each rank", 1, 1 << 20},
+     "(the same on every rank), simulated at start-up on one core of each rank (each once, its target held)",
+     1, 1 << 20},
     {"spill", 0, OPT_STR, F(spill), "FILE", NULL,
      "with --simulate: also write every simulated sample to FILE (HDF5, inputs/targets/index; FILE.rankR.h5 per "
      "rank under mpirun)"},

@@ -44,6 +44,7 @@ struct train_opts {
   /* in-situ training: --simulate cbed.json instead of --data (samples simulated in the task graph) */
   const char *simulate, *spill;
   int pool, reuse;     /* pool size in samples (0: 4 x batch); reads per simulated sample */
+  int input_stats;     /* with --simulate: simulated samples 0..N-1 give the input statistics */
   int target_stats;    /* with --simulate --standardize-targets: simulated samples 0..N-1 give the statistics */
   int64_t epoch_steps; /* steps per epoch with --simulate (0: pool x reuse / batch) */
   struct eval_opts eval; /* --pixel-size and the atom-column rule of the validation metrics */

@@ -59,8 +59,9 @@ double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, int64_t 
 
 /* The loader computed the training inputs' per-channel statistics; the trainer applies them (to
  * training, validation and prediction inputs alike), so checkpoints and exported parameters carry
- * them and an export applied to raw inputs predicts as this run does. */
-void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
+ * them and an export applied to raw inputs predicts as this run does. With --simulate (`simulated`
+ * samples gave them) the ranks are checked to agree and the log says so. */
+void standardize_in_trainer(tsr_loader *train, int simulated, tsr_trainer *t, tsr_context *ctx, int talk) {
   const double *mean, *std;
   int c, h, w;
   tsr_loader_stats(train, &mean, &std);
@@ -69,6 +70,13 @@ void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
   float *m = malloc(sizeof(float) * c), *s = malloc(sizeof(float) * c);
   if (!m || !s) fail("out of memory");
   for (int i = 0; i < c; i++) m[i] = (float)mean[i], s[i] = (float)std[i];
+  if (simulated > 0) { /* the pool's, from samples 0..simulated-1: alike on every rank (checked) */
+    check(tsr_context_check_same(ctx, "the input statistics", m, sizeof(float) * c));
+    check(tsr_context_check_same(ctx, "the input statistics", s, sizeof(float) * c));
+    if (talk)
+      printf("inputs standardised in the trainer: channel 0 mean %.9g, std %.9g (from %d simulated samples, indices "
+             "0..%d)\n", m[0], s[0], simulated, simulated - 1);
+  }
   check(tsr_trainer_set_input_norm(t, m, s, c));
   check(tsr_loader_set_stats(train, NULL, NULL, 0)); /* raw reads from now on */
   free(m), free(s);
@@ -77,10 +85,22 @@ void standardize_in_trainer(tsr_loader *train, tsr_trainer *t) {
 /* Reads training target i of k into y ([c, h, w]). */
 typedef void (*target_read_fn)(void *user, int64_t i, int64_t k, float *y);
 
-/* Per-channel mean and std of k targets read by `read`, in double, two passes (each target is read
- * twice: simulated ones are simulated twice rather than held); the trainer standardises targets with
- * them and turns its outputs back. The ranks must compute the same values (checked). `from` says
- * where the targets came from, for the log. */
+/* The trainer standardises targets with m and sd ([c]) and turns its outputs back; the ranks must
+ * have the same values (checked). `k` and `from` say where they came from, for the log. */
+static void set_target_norm(const float *m, const float *sd, int c, int64_t k, const char *from, tsr_trainer *t,
+                            tsr_context *ctx, int talk) {
+  for (int ch = 0; ch < c; ch++)
+    if (!(sd[ch] > 0)) fail("--standardize-targets: target channel %d is constant (%g) over %lld %s", ch, m[ch],
+                            (long long)k, from);
+  check(tsr_context_check_same(ctx, "the target statistics", m, sizeof(float) * c));
+  check(tsr_trainer_set_target_norm(t, m, sd, c));
+  if (talk)
+    printf("targets standardised in the trainer: channel 0 mean %.6g, std %.6g (from %lld %s); "
+           "predictions and metrics in target units\n", m[0], sd[0], (long long)k, from);
+}
+
+/* Per-channel mean and population std of k targets read by `read`, in double, two passes (each
+ * target is read twice), into the trainer. */
 static void target_norm(target_read_fn read, void *user, int64_t k, int c, int h, int w, const char *from,
                         tsr_trainer *t, tsr_context *ctx, int talk) {
   size_t plane = (size_t)h * w;
@@ -99,17 +119,8 @@ static void target_norm(target_read_fn read, void *user, int64_t k, int c, int h
     }
     for (int ch = 0; pass == 0 && ch < c; ch++) sum[ch] /= (double)k * plane;
   }
-  for (int ch = 0; ch < c; ch++) {
-    double var = sq[ch] / ((double)k * plane);
-    if (!(var > 0)) fail("--standardize-targets: target channel %d is constant (%g) over %lld %s", ch, sum[ch],
-                         (long long)k, from);
-    m[ch] = (float)sum[ch], sd[ch] = (float)sqrt(var);
-  }
-  check(tsr_context_check_same(ctx, "the target statistics", m, sizeof(float) * c));
-  check(tsr_trainer_set_target_norm(t, m, sd, c));
-  if (talk)
-    printf("targets standardised in the trainer: channel 0 mean %.6g, std %.6g (from %lld %s); "
-           "predictions and metrics in target units\n", m[0], sd[0], (long long)k, from);
+  for (int ch = 0; ch < c; ch++) m[ch] = (float)sum[ch], sd[ch] = (float)sqrt(sq[ch] / ((double)k * plane));
+  set_target_norm(m, sd, c, k, from, t, ctx, talk);
   free(y), free(m), free(sd), free(sum), free(sq);
 }
 
@@ -133,25 +144,21 @@ void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_
   target_norm(read_file_target, &f, k, c, h, w, "training samples", t, ctx, talk);
 }
 
-struct sim_targets {
-  const tsr_cbed_opts *co;
-  float *x; /* the sample's patterns, not used */
-};
-
-static void read_sim_target(void *user, int64_t i, int64_t k, float *y) {
-  struct sim_targets *s = user;
-  if (tsr_cbed_sample(s->co, i, s->x, y) != TSR_OK) fail("--standardize-targets: %s", tsr_last_error());
-}
-
-/* Samples 0..n-1 by index, not by a rank's stream position: the same on every rank and for any
- * number of ranks, so a run on N ranks standardises as one on 1 rank does. */
-void standardize_simulated_targets(const tsr_cbed_opts *co, int64_t n, tsr_trainer *t, tsr_context *ctx, int talk) {
-  struct sim_targets s = {co, malloc(sizeof(float) * co->probes * co->probes * co->pattern * co->pattern)};
-  if (!s.x) fail("out of memory");
+/* The pool computed them from the simulator's samples 0..n-1 by index, not by a rank's stream
+ * position: the same on every rank and for any number of ranks, so a run on N ranks standardises as
+ * one on 1 rank does. */
+void standardize_simulated_targets(const tsr_loader *train, int64_t n, tsr_trainer *t, tsr_context *ctx, int talk) {
+  const double *mean, *std;
+  int c, h, w;
+  tsr_loader_target_stats(train, &mean, &std);
+  tsr_loader_target_shape(train, &c, &h, &w);
+  float *m = malloc(sizeof(float) * c), *sd = malloc(sizeof(float) * c);
+  if (!mean || !m || !sd) fail(mean ? "out of memory" : "--standardize-targets: the pool has no target statistics");
+  for (int ch = 0; ch < c; ch++) m[ch] = (float)mean[ch], sd[ch] = (float)std[ch];
   char from[64];
   snprintf(from, sizeof from, "simulated samples, indices 0..%lld", (long long)n - 1);
-  target_norm(read_sim_target, &s, n, 1, co->target, co->target, from, t, ctx, talk);
-  free(s.x);
+  set_target_norm(m, sd, c, n, from, t, ctx, talk);
+  free(m), free(sd);
 }
 
 /* An epoch's validation loss goes to the schedule (plateau may lower the rate; ranks must agree). */

@@ -21,14 +21,15 @@ void check_shapes(const char *path, const tsr_loader *d, const tsr_trainer *t, c
  * *mean_out: that image's average value. */
 double baseline_mse(tsr_loader *train, int64_t ntrain, tsr_loader *val, int64_t vfirst, int64_t nval,
                     double *mean_out);
-/* Moves the loader's input statistics into the trainer (checkpoints and exports carry them). */
-void standardize_in_trainer(tsr_loader *train, tsr_trainer *t);
+/* Moves the loader's input statistics into the trainer (checkpoints and exports carry them);
+ * simulated > 0: a pool's, from the simulator's samples 0..simulated-1, checked alike on every rank. */
+void standardize_in_trainer(tsr_loader *train, int simulated, tsr_trainer *t, tsr_context *ctx, int talk);
 /* --standardize-targets: the per-channel mean and std of the training targets into the trainer
  * (samples as the mean-target baseline reads them). */
 void standardize_targets(tsr_loader *train, int64_t ntrain, tsr_trainer *t, tsr_context *ctx, int talk);
-/* --standardize-targets with --simulate: the same from the simulator's samples 0..n-1 (`co`, the
- * in-situ run's settings), simulated here; every rank simulates the same samples. */
-void standardize_simulated_targets(const tsr_cbed_opts *co, int64_t n, tsr_trainer *t, tsr_context *ctx, int talk);
+/* --standardize-targets with --simulate: the same from the simulator's samples 0..n-1, which the
+ * pool `train` simulated at open (tsr_pool_opts.target_stats_samples = n); alike on every rank. */
+void standardize_simulated_targets(const tsr_loader *train, int64_t n, tsr_trainer *t, tsr_context *ctx, int talk);
 /* The run's schedule from the model file's spec and the options (--lr-schedule, --warmup-steps,
  * --lr-scaling); `steps` per epoch; plateau needs validation data. */
 void make_schedule(const struct train_opts *o, tsr_schedule_spec spec, float lr, int nranks, int64_t steps,

@@ -83,7 +83,9 @@ typedef struct tsr_sample_producer {
   const char *name;      /* task name in traces, e.g. "cbed_sample" */
   int c, h, w;           /* per-sample input shape */
   int tc, th, tw;        /* per-sample target shape */
-  /* Writes sample `index` (a pure function of it); thread-safe; a failure sets tsr_last_error. */
+  /* Writes sample `index` (a pure function of it); thread-safe; a failure sets tsr_last_error (the
+   * pool's error is "rank R, producer NAME: " and this text, with "sample N: " put before it when the
+   * text does not name the sample itself, as the CBED simulator's "cbed: sample N: ..." does). */
   tsr_status (*produce)(void *user, int64_t index, float *x, float *y);
   void (*destroy)(void *user); /* (optional) called by tsr_loader_close */
   void *user;
@@ -93,7 +95,10 @@ typedef struct tsr_pool_opts {
   int slots;           /* samples held (default 64); at least the batch a step reads */
   int reuse;           /* times each sample is read before it is replaced (default 1) */
   int rank, size;      /* this rank and the ranks producing (default 0 of 1) */
-  int stats_samples;   /* samples produced at open for the input statistics (default 8; 0 = none) */
+  int stats_samples;   /* the producer's samples 0..n-1, produced at open, give the input statistics
+                          (default 8; 0 = none); by producer index, so every rank computes the same */
+  int target_stats_samples; /* the same for per-channel target statistics, samples 0..n-1 (default 0 =
+                          none; tsr_loader_target_stats): one production at open serves both */
   const char *spill;   /* HDF5 file every produced sample is also written to (datasets inputs,
                           targets and index; written to spill.tmp, renamed at close); NULL: none */
   /* Tests: 0 = TESSERA_SIM_DELAY_MS, TESSERA_SIM_FAIL_AT (README, "Environment variables"). */
@@ -103,11 +108,15 @@ typedef struct tsr_pool_opts {
 
 void tsr_pool_opts_default(tsr_pool_opts *o);
 /* The producer's shapes and functions are copied; `user` must live until tsr_loader_close. Errors
- * name the bad option. Standardisation statistics come from opts.stats_samples produced samples.
+ * name the bad option. Standardisation statistics come from the producer's samples 0..stats_samples-1
+ * (not this rank's stream positions: the same for every rank and number of ranks).
  * Slots are StarPU data: open after tsr_context_create, close before tsr_context_destroy. */
 tsr_status tsr_loader_open_pool(tsr_loader **l, const tsr_sample_producer *p, const tsr_pool_opts *o);
 /* 1 for a pool (samples by stream position), 0 for files. */
 int tsr_loader_is_stream(const tsr_loader *l);
+/* A pool's per-channel target mean and population std over the producer's samples
+ * 0..target_stats_samples-1 (float64, two passes; std 0 for a constant channel); NULL when none. */
+void tsr_loader_target_stats(const tsr_loader *l, const double **mean, const double **std);
 /* A pool's counters: samples produced so far (tasks finished), slots filled and not yet replaced
  * at this moment, and the first producer error ("" when none). NULL pointers are skipped. */
 void tsr_loader_pool_counts(const tsr_loader *l, int64_t *produced, int *filled, const char **error);

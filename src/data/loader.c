@@ -18,6 +18,7 @@
 #include "data/box.h"
 #include "data/loader_tasks.h"
 #include "data/pool.h"
+#include "data/stats.h"
 #include "tensor/dist.h"
 #include <tessera/data.h>
 #include <tessera/loader.h>
@@ -36,6 +37,7 @@ struct tsr_loader {
   int64_t n;
   tsr_shape xs, ys;   /* per-sample shapes: [C, H, W] or [C, D, H, W] */
   double *mean, *std; /* [C] or NULL */
+  double *tmean, *tstd; /* a pool's target statistics (tsr_pool_opts.target_stats_samples), or NULL */
   struct _tsr_pool *pool; /* a stream: no sources, n unbounded */
 };
 
@@ -193,20 +195,11 @@ static tsr_status compute_stats(tsr_loader *l, int k) {
   double *keep_mean = l->mean;
   l->mean = NULL; /* raw reads while the statistics are gathered */
   for (int i = 0; i < k && st == TSR_OK; i++) {
-    st = tsr_loader_read(l, l->pool ? i : (int64_t)i * l->n / k, x, NULL);
-    for (int c = 0; c < nc && st == TSR_OK; c++)
-      for (size_t p = 0; p < plane; p++) {
-        double v = x[c * plane + p];
-        s1[c] += v, s2[c] += v * v;
-      }
+    st = tsr_loader_read(l, (int64_t)i * l->n / k, x, NULL);
+    if (st == TSR_OK) _tsr_stats_add(x, nc, plane, s1, s2);
   }
   l->mean = keep_mean;
-  double cnt = (double)k * plane;
-  for (int c = 0; c < nc; c++) {
-    l->mean[c] = s1[c] / cnt;
-    double var = s2[c] / cnt - l->mean[c] * l->mean[c];
-    l->std[c] = var > 1e-24 ? sqrt(var) : 1.0;
-  }
+  _tsr_stats_finish(s1, s2, (double)k * plane, nc, l->mean, l->std);
   free(x), free(s1), free(s2);
   return st;
 }
@@ -252,6 +245,8 @@ void tsr_loader_close(tsr_loader *l) {
   free(l->src);
   free(l->mean);
   free(l->std);
+  free(l->tmean);
+  free(l->tstd);
   free(l);
 }
 
@@ -275,6 +270,11 @@ void tsr_loader_target_dims(const tsr_loader *l, tsr_shape *s) { *s = l->ys; }
 void tsr_loader_stats(const tsr_loader *l, const double **mean, const double **std) {
   *mean = l->mean;
   *std = l->std;
+}
+
+void tsr_loader_target_stats(const tsr_loader *l, const double **mean, const double **std) {
+  *mean = l->tmean;
+  *std = l->tstd;
 }
 
 tsr_status tsr_loader_set_stats(tsr_loader *l, const double *mean, const double *std, int channels) {
@@ -395,8 +395,17 @@ tsr_status tsr_loader_open_pool(tsr_loader **out, const tsr_sample_producer *p, 
   l->n = INT64_MAX;
   l->xs = (tsr_shape){.ndim = 3, .dims = {p->c, p->h, p->w}};
   l->ys = (tsr_shape){.ndim = 3, .dims = {p->tc, p->th, p->tw}};
-  int k = o ? o->stats_samples : 8;
-  if (k > 0) st = compute_stats(l, k);
+  tsr_pool_opts d;
+  tsr_pool_opts_default(&d);
+  int nin = o ? o->stats_samples : d.stats_samples, nt = o ? o->target_stats_samples : d.target_stats_samples;
+  int c = p->c, tc = p->tc;
+  if (nin > 0) l->mean = calloc(c, sizeof(double)), l->std = calloc(c, sizeof(double));
+  if (nt > 0) l->tmean = calloc(tc, sizeof(double)), l->tstd = calloc(tc, sizeof(double));
+  if ((nin > 0 && (!l->mean || !l->std)) || (nt > 0 && (!l->tmean || !l->tstd)))
+    st = _tsr_error(TSR_ERR_NOMEM, "loader: out of memory");
+  else if (nin > 0 || nt > 0)
+    st = _tsr_pool_stats(l->pool, c, (size_t)p->h * p->w, tc, (size_t)p->th * p->tw, nin, nt, l->mean, l->std,
+                         l->tmean, l->tstd);
   if (st != TSR_OK) {
     _tsr_pool_destroy(l->pool, 0); /* the caller keeps its producer when the open fails */
     l->pool = NULL;

@@ -5,6 +5,7 @@
  * so StarPU orders it after those reads and before the next ones: a sample is never read while it
  * is written, and the pool never holds more than P samples. Production runs below training's
  * priority; its failures are kept per slot and seen by the reads of that slot. */
+#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@ struct _tsr_pool {
 };
 
 void tsr_pool_opts_default(tsr_pool_opts *o) {
-  *o = (tsr_pool_opts){.slots = 64, .reuse = 1, .rank = 0, .size = 1, .stats_samples = 8, .spill = NULL,
+  *o = (tsr_pool_opts){.slots = 64, .reuse = 1, .rank = 0, .size = 1, .stats_samples = 8, .target_stats_samples = 0, .spill = NULL,
                        .delay_ms = 0, .fail_at = -1};
 }
 
@@ -61,11 +62,28 @@ static void sleep_ms(int ms) {
   }
 }
 
+/* Whether msg names sample `index` ("sample N" not followed by a digit). */
+static int names_sample(const char *msg, int64_t index) {
+  char tag[40];
+  int n = snprintf(tag, sizeof tag, "sample %lld", (long long)index);
+  for (const char *at = strstr(msg, tag); at; at = strstr(at + 1, tag))
+    if (!isdigit((unsigned char)at[n])) return 1;
+  return 0;
+}
+
+/* Producer sample `index`. A failure's message names the rank and the producer once, then the
+ * producer's own text, which names the sample (the simulator's does: "cbed: sample N: ..."); the
+ * sample is added only when that text does not name it. */
 static tsr_status produce(struct _tsr_pool *p, int64_t index, float *x, float *y) {
-  if (p->o.fail_at >= 0 && index == p->o.fail_at)
-    return _tsr_error(TSR_ERR_RUNTIME, "%s: injected failure at sample %lld (tsr_pool_opts.fail_at or TESSERA_SIM_FAIL_AT)",
-                      p->prod.name, (long long)index);
-  return p->prod.produce(p->prod.user, index, x, y);
+  tsr_status st = p->o.fail_at >= 0 && index == p->o.fail_at
+                      ? _tsr_error(TSR_ERR_RUNTIME, "sample %lld: injected failure (tsr_pool_opts.fail_at or "
+                                   "TESSERA_SIM_FAIL_AT)", (long long)index)
+                      : p->prod.produce(p->prod.user, index, x, y);
+  if (st == TSR_OK) return st;
+  char why[900];
+  snprintf(why, sizeof why, "%s", tsr_last_error());
+  if (names_sample(why, index)) return _tsr_error(st, "rank %d, producer %s: %s", p->o.rank, p->prod.name, why);
+  return _tsr_error(st, "rank %d, producer %s: sample %lld: %s", p->o.rank, p->prod.name, (long long)index, why);
 }
 
 struct prod_arg {
@@ -85,8 +103,7 @@ static void produce_cpu(void *buffers[], void *cl_arg) {
   p->slots[a->slot].failed = st != TSR_OK;
   int expected = 0;
   if (st != TSR_OK && atomic_compare_exchange_strong(&p->failed, &expected, 1))
-    snprintf(p->error, sizeof p->error, "rank %d: %s sample %lld: %s", p->o.rank, p->prod.name, (long long)a->index,
-             tsr_last_error());
+    snprintf(p->error, sizeof p->error, "%s", tsr_last_error());
   atomic_fetch_add(&p->produced, 1);
 }
 
@@ -118,6 +135,8 @@ static tsr_status check_opts(const tsr_sample_producer *prod, const tsr_pool_opt
   if (o->size < 1 || o->rank < 0 || o->rank >= o->size)
     return _tsr_error(TSR_ERR_ARG, "pool: rank %d of %d ranks", o->rank, o->size);
   if (o->stats_samples < 0) return _tsr_error(TSR_ERR_ARG, "pool: stats_samples %d is negative", o->stats_samples);
+  if (o->target_stats_samples < 0)
+    return _tsr_error(TSR_ERR_ARG, "pool: target_stats_samples %d is negative", o->target_stats_samples);
   if (o->delay_ms < 0) return _tsr_error(TSR_ERR_ARG, "pool: delay_ms %d is negative", o->delay_ms);
   return TSR_OK;
 }
@@ -181,6 +200,10 @@ tsr_status _tsr_pool_produce_now(struct _tsr_pool *p, int64_t pos, float *x, flo
                                          : _tsr_error(TSR_ERR_NOMEM, "pool: out of memory");
   free(tx), free(ty);
   return st;
+}
+
+tsr_status _tsr_pool_produce_index(struct _tsr_pool *p, int64_t index, float *x, float *y) {
+  return produce(p, index, x, y);
 }
 
 tsr_status _tsr_pool_acquire(struct _tsr_pool *p, int64_t pos, starpu_data_handle_t h[2]) {

@@ -19,6 +19,9 @@ int _tsr_pool_slots(const struct _tsr_pool *p);
 
 /* The sample of stream position `pos`, produced on the calling thread. */
 tsr_status _tsr_pool_produce_now(struct _tsr_pool *p, int64_t pos, float *x, float *y);
+/* Producer sample `index` (not a stream position) into x and y, on the calling thread: the samples
+ * every rank reads alike (the statistics, stats.c). Errors name the rank, producer and sample. */
+tsr_status _tsr_pool_produce_index(struct _tsr_pool *p, int64_t index, float *x, float *y);
 /* The slot handles (input, target) a task reading position `pos` must read; submits the slot's
  * production first when it does not hold (or will not hold) that position's sample. */
 tsr_status _tsr_pool_acquire(struct _tsr_pool *p, int64_t pos, starpu_data_handle_t h[2]);

@@ -1,7 +1,7 @@
 /* The CBED simulator as a sample producer of a pool (tsr_loader_open_pool): the options copied,
  * and one multislice work space per StarPU worker, made by the worker at its first sample (a
  * worker runs one task at a time, so it needs no lock); calls from a thread that is not a worker
- * (the input statistics at open) use a work space of their own. */
+ * (the input and target statistics at open) use a work space of their own. */
 #include <stdlib.h>
 
 #include "runtime/error.h"
