@@ -1,11 +1,12 @@
 /* Spatial and hybrid parallelism driver for tests/mpi_spatial.sh.
  *   mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--3d [--k5] [--wide|--cube]|--unet] [--deterministic]
- *               [--resume-at J]
+ *               [--resume-at J] [--slices N]
  * trains a small 2-D model (conv, batch norm, ReLU, max pooling, strided conv, overlapping max and
  * average pooling, flatten, dense), or with --3d a CosmoFlow-like one on [2, 8, 8, 4] samples
  * (conv3d, batch norm, leaky ReLU, max pooling, conv3d, overlapping max and average pooling, flatten,
  * dense; kernels 3 of the convolutions, or 5 on [2, 16, 8, 2] with --k5; --wide: [2, 32, 32, 2], or
- * [2, 64, 64, 2] with kernels 5; --cube: [2, 32, 32, 32]), or with --unet a small
+ * [2, 64, 64, 2] with kernels 5; --cube: [2, 20, 20, 20] with the pooling after the second conv3d),
+ * or with --unet a small
  * 3-D U-Net on them (build_unet; softmax cross-entropy per voxel),
  * with every sample split into G blocks (N, NxM or NxMxK along the first axes, (D,) H (, W), as
  * tessera-train's --spatial) over the ranks: replica r = rank / P takes samples [r B, (r + 1) B) of
@@ -17,7 +18,8 @@
  * outside the field); sends back halo gradients weighted by the sender and checks what each block
  * receives; and runs 3x3 max pooling (stride 1, padding 1) on the halo'd blocks: the gradients
  * handed back must add up, over all ranks, to the sum of the output gradients.
- *   mpi_spatial --compare A B RTOL ATOL   (float32 files; exit 1 if they differ beyond tolerance) */
+ *   mpi_spatial --compare A B RTOL ATOL   (float32 files; exit 1 if they differ beyond tolerance)
+ *   mpi_spatial --calibrated REF CAL RUN K   (RUN against REF within K times CAL's spread: calibrated) */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #include "codelets.h"
 #include "comm/halo.h"
 #include "runtime/communicator.h"
+#include "train/trainer.h"
 
 #define C_IN 2
 #define S 16
@@ -52,8 +55,11 @@ static int kern = 3; /* --k5: the 3-D model's convolutions have kernels 5 (paddi
  * split 2x2 run from edge slabs along D and H (blocks of 16 x 16 and 8 x 8 after the pooling, twice
  * that with halos of 2), the second one with an input gradient (diagonal neighbours' parts sent back) */
 static int wide;
-/* --cube: the 3-D model on [C_IN, 32, 32, 32], so that its first conv3d split 2x2x2 runs from edge
- * slabs along D, H and W (blocks of 16^3) */
+/* --cube: the 3-D model on [C_IN, 20, 20, 20] with its pooling p after the second conv3d, so that
+ * both conv3d split 2x2x2 run from edge slabs along D, H and W (blocks of 10^3: slabs of 3 planes
+ * take less memory than a halo'd copy from 10 planes up), the second one with an input gradient
+ * (the parts of its halos, edges and corners included, sent back to the 7 neighbours); a split run
+ * stops with an error if either does not */
 static int cube;
 enum { NPOS_MAX = 32768 };
 static int npos = S * S; /* input values per channel of a sample */
@@ -101,7 +107,7 @@ static tsr_model *build3d(int bn) {
   int deep = kern == 5 ? 2 : 1; /* kernels 5: twice the depth, so that blocks of 8 planes take edge slabs */
   in.channels = C_IN, in.depth = 8 * deep, in.height = 8, in.width = S * S / 64 / deep;
   if (wide) in.depth = in.height = 32 * deep, in.width = 2;
-  if (cube) in.depth = in.height = in.width = 32;
+  if (cube) in.depth = in.height = in.width = 20;
   npos = in.depth * in.height * in.width;
   if (tsr_model_create(&m, "spatial3d") || tsr_model_add(m, "in", &in, NULL, 0)) die("model");
   add3(m, "a", "conv3d", "in", 4, kern, 1, kern / 2);
@@ -109,9 +115,14 @@ static tsr_model *build3d(int bn) {
   tsr_layer_spec lr = tsr_layer_spec_default(TSR_LAYER_LEAKY_RELU);
   const char *bnn = "bn";
   if (tsr_model_add(m, "la", &lr, &bnn, 1)) die("la");
-  add3(m, "p", "maxpool3d", "la", 0, 2, 2, 0);
-  add3(m, "b", "conv3d", "p", 6, kern, 1, kern / 2);
-  add3(m, "q", "maxpool3d", "b", 0, 3, 1, 1);
+  if (cube) {
+    add3(m, "b", "conv3d", "la", 6, kern, 1, kern / 2);
+    add3(m, "p", "maxpool3d", "b", 0, 2, 2, 0);
+  } else {
+    add3(m, "p", "maxpool3d", "la", 0, 2, 2, 0);
+    add3(m, "b", "conv3d", "p", 6, kern, 1, kern / 2);
+  }
+  add3(m, "q", "maxpool3d", cube ? "p" : "b", 0, 3, 1, 1);
   add3(m, "r", "avgpool3d", "q", 0, 3, 1, 1);
   add(m, "f", TSR_LAYER_FLATTEN, "r", 0, 0, 1, 0);
   add(m, "d", TSR_LAYER_DENSE, "f", 3, 0, 1, 0);
@@ -179,6 +190,40 @@ static int compare(const char *a, const char *b, double rtol, double atol) {
   return bad != 0 || n == 0;
 }
 
+/* The largest deviation of file b from file a in units of the suite's tolerance, |b - a| / (1e-6 +
+ * 1e-5 |a|); -1 when they cannot be read or differ in length. */
+static double worst_dev(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  double worst = 0;
+  float x, y;
+  long n = 0;
+  while (fa && fb && fread(&x, 4, 1, fa) == 1) {
+    if (fread(&y, 4, 1, fb) != 1) worst = -1;
+    double e = fabs((double)x - y) / (1e-6 + 1e-5 * fabs((double)x));
+    if (worst >= 0 && !(e <= worst)) worst = e;
+    n++;
+  }
+  if (!fa || !fb || n == 0 || fread(&y, 4, 1, fb) == 1) worst = -1;
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return worst;
+}
+
+/* Run `run` against the reference `ref` with a tolerance calibrated on the float32 rounding of the
+ * reference itself: `cal` is the same 1-rank training with its batch sums in another order, its
+ * worst deviation w from ref (in the suite's units, worst_dev) how far float32 alone moves the
+ * result. The run must stay within max(k w, 1): k times that spread, never less than the suite's
+ * 1e-5 relative, 1e-6 absolute. A spread above 10 (1e-4 relative) means the training is chaotic at
+ * this length: no test, it fails. */
+static int calibrated(const char *ref, const char *cal, const char *run, double k) {
+  double w = worst_dev(ref, cal), d = worst_dev(ref, run), tol = k * w > 1 ? k * w : 1;
+  printf("calibrated %s: float32 spread of the 1-rank run %.3g, run %.3g, tolerance %.3g (units of 1e-5 relative "
+         "+ 1e-6)\n", run, w, d, tol);
+  if (w < 0 || d < 0) return fprintf(stderr, "calibrated: cannot compare %s, %s and %s\n", ref, cal, run), 1;
+  if (w > 10) return fprintf(stderr, "calibrated: spread %.3g: too chaotic for a comparison\n", w), 1;
+  return !(d <= tol);
+}
+
 static void write_floats(const char *prefix, int rank, const char *kind, const float *v, size_t n) {
   char path[4096];
   snprintf(path, sizeof path, "%s.rank%d.%s", prefix, rank, kind);
@@ -186,15 +231,22 @@ static void write_floats(const char *prefix, int rank, const char *kind, const f
   if (!f || fwrite(v, sizeof *v, n, f) != n || fclose(f)) die(path);
 }
 
+static int slices = 2; /* --slices N: another order of the float32 sums over the batch (calibration) */
+
 static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, int batch, const int *grid) {
   tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
-  to.batch = batch, to.slices = 2, to.seed = 11, to.group_bytes = 512;
+  to.batch = batch, to.slices = slices, to.seed = 11, to.group_bytes = 512;
   memcpy(to.spatial, grid, sizeof to.spatial);
   tsr_trainer *t;
   if (tsr_trainer_create(&t, ctx, m, &adam, &to)) die("trainer");
+  for (int l = 0; cube && t->sp && l < m->n; l++)
+    if (!strcmp(m->layers[l].ops->name, "conv3d") && !t->sp->l[l].edges) {
+      fprintf(stderr, "mpi_spatial --cube: conv3d '%s' does not run from edge slabs\n", m->layers[l].name);
+      exit(1);
+    }
   return t;
 }
 
@@ -224,6 +276,8 @@ static int train(tsr_context *ctx, int argc, char **argv) {
       wide = 1;
     else if (!strcmp(argv[i], "--cube"))
       cube = 1;
+    else if (!strcmp(argv[i], "--slices") && i + 1 < argc)
+      slices = atoi(argv[++i]);
   }
   int rank = tsr_context_rank(ctx), parts = 1;
   for (int a = 0; a < 3; a++) parts *= grid[a] > 1 ? grid[a] : 1;
@@ -419,11 +473,13 @@ static int halo_test(tsr_context *ctx, const char *spec) {
 
 int main(int argc, char **argv) {
   if (argc == 6 && !strcmp(argv[1], "--compare")) return compare(argv[2], argv[3], atof(argv[4]), atof(argv[5]));
+  if (argc == 6 && !strcmp(argv[1], "--calibrated")) return calibrated(argv[2], argv[3], argv[4], atof(argv[5]));
   if (argc < 2 || !strcmp(argv[1], "--help")) {
     printf("usage: mpi_spatial --spatial G --batch B --steps K --out PREFIX [--no-bn] [--deterministic]\n"
            "                   [--resume-at J]\n"
            "       mpi_spatial --halo NxM\n"
-           "       mpi_spatial --compare A B RTOL ATOL\n");
+           "       mpi_spatial --compare A B RTOL ATOL\n"
+           "       mpi_spatial --calibrated REF CAL RUN K\n");
     return argc < 2 ? 2 : 0;
   }
   tsr_context_opts co;

@@ -9,7 +9,9 @@
 # checkpoint of a spatial run resumes to the uninterrupted run's parameters; the same for a 3-D model
 # split along D (2 ranks), D and H (4 ranks), and 2 replicas x 2 blocks, also along H only, and with
 # kernels 5 (2, 2x2, 2 replicas x 2), on wider samples split 2x2 (kernels 3 and 5; edge slabs
-# along two axes) and as 2 replicas x 2x2 blocks; that the interior of a conv3d split along one or two
+# along two axes) and as 2 replicas x 2x2 blocks; [2, 20, 20, 20] samples split 2x2x2 over 8 ranks
+# (two conv3d from edge slabs along three axes) after 2 steps within 4 times the float32 spread of
+# the 1-rank run under another order of its sums; that the interior of a conv3d split along one or two
 # axes does not wait for the halo exchange, forward and backward, by task dependencies (mpi_overlap); a small 3-D U-Net (split
 # output gathered for the loss) split 2, 2x2 and 4 ways; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
@@ -142,6 +144,31 @@ run 2 "$tmp/dpw" --batch 4 --3d --wide || ko "3-D, wide: 2-rank data parallelism
 if run 8 "$tmp/hybw" --batch 4 --3d --wide --spatial 2x2; then ok "3-D, wide: hybrid 2 x 2x2 ran"
 else ko "3-D, wide: hybrid 2 x 2x2 ran"; fi
 equal "3-D, wide: hybrid 2 replicas x 2x2 blocks (against 2 ranks of data parallelism)" "$tmp/dpw" "$tmp/hybw"
+
+# Three axes: the 3-D model on [2, 20, 20, 20] samples with its pooling after the second conv3d
+# (--cube) split 2x2x2 over 8 ranks: both conv3d run from the block and edge slabs along D, H and W
+# (blocks of 10^3; mpi_spatial stops if either takes a halo'd copy), the second one with an input
+# gradient, so halos, edges and corners come from all 7 neighbours through the three-phase exchange
+# and their gradients go back the same way. Tolerance calibrated on float32 rounding: the first
+# conv3d feeds batch norm, so its weight gradient is a sum of 32000 terms (8000 positions x 4) that nearly
+# cancel, whose relative rounding error Adam's per-component normalisation turns into parameter
+# error that grows fast from step to step (another order of the 1-rank run's batch sums, --slices 1
+# against 2: 0.13, 4 and 15 times 1e-5 relative after 2, 3 and 4 steps), so 2 steps keep
+# the chaotic growth out, and the split must stay within 4 times that spread of the 1-rank run (never
+# below 1e-5 relative, 1e-6 absolute; a spread above 10 times that fails as too chaotic).
+run 1 "$tmp/refc" --batch 4 --3d --cube --steps 2 || ko "3-D, cube: 1-rank reference ran"
+run 1 "$tmp/calc" --batch 4 --3d --cube --steps 2 --slices 1 || ko "3-D, cube: 1-rank run, another order of sums, ran"
+if run 8 "$tmp/spc" --batch 4 --3d --cube --steps 2 --spatial 2x2x2; then
+  ok "3-D, cube: 8 ranks, samples split 2x2x2 (both conv3d from edge slabs along D, H and W), ran"
+else ko "3-D, cube: 8 ranks, samples split 2x2x2, ran"; fi
+c=1
+for k in params losses pred; do
+  "$bin" --calibrated "$tmp/refc.rank0.$k" "$tmp/calc.rank0.$k" "$tmp/spc.rank0.$k" 4 || c=0
+done
+if [ $c = 1 ]; then ok "3-D, cube: samples split 2x2x2: outputs, losses and parameters equal the 1-rank run (calibrated)"
+else ko "3-D, cube: samples split 2x2x2: outputs, losses and parameters equal the 1-rank run (calibrated)"; fi
+if same_ranks "$tmp/spc" 8; then ok "3-D, cube, split 2x2x2: every rank holds the same parameters"
+else ko "3-D, cube, split 2x2x2: every rank holds the same parameters"; fi
 
 # Overlap by task dependencies (tests/mpi_overlap.c): the interior forward of a conv3d run from edge
 # slabs depends on none of its layer's halo tasks, its edge tasks do; backward, its interior data-
