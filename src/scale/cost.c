@@ -2,6 +2,8 @@
  * from the links of a machine (latency + bytes / bandwidth per message, a node's shared link divided
  * among the flows that cross it at once) and the rates of the sums and packs on receipt. Ranks sit
  * k to a node, consecutive ranks together, so a ring crosses each node boundary once per direction.
+ * Each model is written as the sequence of its rounds, a message followed by the work on what
+ * arrived, and its time is their sum: the replay under progress `worker` plays the rounds one by one.
  * A new collective is one entry here (docs/scaling.md gives each formula). */
 #include <math.h>
 #include <stdlib.h>
