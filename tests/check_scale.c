@@ -10,6 +10,7 @@
 
 #include <tessera/scale.h>
 
+#include "scale/scale.h"
 #include "testutil.h"
 #include "trace_analysis/timeline.h"
 
@@ -24,6 +25,7 @@ static tsr_machine hand_machine(int per_node) {
   m.inter = (tsr_link){10, 8, 1};
   m.intra = (tsr_link){1, 100, 0};
   m.reduce_gbit = m.pack_gbit = 8;
+  m.progress = TSR_MPI_PROGRESS_THREAD; /* messages move at once; worker_progress_* test the other mode */
   return m;
 }
 
@@ -86,6 +88,43 @@ START_TEST(other_models_by_hand) {
 }
 END_TEST
 
+/* Each model's rounds add up to its time; the ring at P ranks has 2(P-1) rounds, halving-doubling at
+ * 4 ranks 4 (2 halving with a sum, 2 doubling without), recursive doubling at 3 ranks 3 (fold in,
+ * one exchange, fold out); the ring's reduce-scatter rounds carry the sums. */
+START_TEST(rounds_add_up) {
+  tsr_machine m = hand_machine(2);
+  struct _tsr_rounds r = {0};
+  for (int i = 0; tsr_scale_algo_name(i, NULL); i++)
+    for (int p = 2; p <= 9; p++) {
+      const char *name = tsr_scale_algo_name(i, NULL);
+      r.n = 0;
+      double t = _tsr_cost_rounds(&m, name, 4000, p, &r), sum = 0;
+      for (int k = 0; k < r.n; k++) sum += r.v[k].wire_us + r.v[k].work_us;
+      ck_assert_msg(fabs(t - cost(&m, name, 4000, p)) < 1e-9 && fabs(sum - t) < 1e-9, "%s at %d ranks", name, p);
+    }
+  r.n = 0;
+  _tsr_cost_rounds(&m, "f32", 4000, 5, &r);
+  ck_assert_int_eq(r.n, 8);
+  ck_assert_double_eq_tol(r.v[0].work_us, 0.8, eps); /* a sum of 800 bytes at 1000 bytes/us */
+  ck_assert_double_eq_tol(r.v[7].work_us, 0, eps);
+  r.n = 0;
+  _tsr_cost_rounds(&m, "rabenseifner", 4000, 4, &r);
+  ck_assert_int_eq(r.n, 4);
+  ck_assert_double_eq_tol(r.v[1].wire_us, 12, eps); /* quarters across the node link, 2 flows */
+  ck_assert_double_eq_tol(r.v[1].work_us, 1, eps);
+  ck_assert_double_eq_tol(r.v[2].wire_us, 12, eps);
+  ck_assert_double_eq_tol(r.v[2].work_us, 0, eps);
+  r.n = 0;
+  tsr_machine m1 = hand_machine(1);
+  _tsr_cost_rounds(&m1, "rd", 4000, 3, &r);
+  ck_assert_int_eq(r.n, 3);
+  r.n = 0;
+  ck_assert_double_eq(_tsr_cost_rounds(&m, "f32", 4000, 1, &r), 0);
+  ck_assert_int_eq(r.n, 0);
+  free(r.v);
+}
+END_TEST
+
 static void bad_machine(const char *json, const char *needle) {
   tsr_machine m;
   tsr_status st = tsr_machine_parse(json, "m.json", &m);
@@ -104,6 +143,8 @@ START_TEST(machine_files) {
   bad_machine("{\"workers_per_rank\": 1.5}", "'workers_per_rank'");
   bad_machine("{\"reduce_gbit\": \"fast\"}", "'reduce_gbit'");
   bad_machine("{\"bogus\": 1}", "'bogus'");
+  bad_machine("{\"progress\": \"poll\"}", "'progress'");
+  bad_machine("{\"progress\": 1}", "'progress'");
   bad_machine("[1, 2]", "object");
   bad_machine("{\"inter\": ", "m.json:1:");
   tsr_machine m, back;
@@ -115,6 +156,7 @@ START_TEST(machine_files) {
                                      "m.json", &m),
                    TSR_OK);
   ck_assert_str_eq(m.name, "two nodes");
+  ck_assert_int_eq(m.progress, TSR_MPI_PROGRESS_WORKER); /* the default */
   ck_assert_int_eq(m.ranks_per_node, 6);
   ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
   ck_assert_double_eq(m.intra.bandwidth_gbit, 100);
@@ -124,7 +166,13 @@ START_TEST(machine_files) {
   ck_assert_str_eq(back.name, m.name);
   ck_assert(back.ranks_per_node == m.ranks_per_node && back.inter.latency_us == m.inter.latency_us &&
             back.inter.bandwidth_gbit == m.inter.bandwidth_gbit && back.inter.shared == m.inter.shared &&
-            back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit);
+            back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit &&
+            back.progress == m.progress);
+  ck_assert_int_eq(tsr_machine_parse("{\"progress\": \"thread\"}", "m.json", &m), TSR_OK);
+  ck_assert_int_eq(m.progress, TSR_MPI_PROGRESS_THREAD);
+  ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
+  ck_assert_int_eq(tsr_machine_load(path, &back), TSR_OK);
+  ck_assert_int_eq(back.progress, TSR_MPI_PROGRESS_THREAD);
 }
 END_TEST
 
@@ -256,14 +304,94 @@ START_TEST(dispatch_from_trace) {
 }
 END_TEST
 
+/* Progress by worker 0. Steps 1..3 of one rank, each submitted as
+ *   A fwd (10 us; the previous step's U, and its C or D)   B bwd (20; A)
+ *   shape 2 only, before B: D (3000; A), a long task beside B
+ *   [group 0 marker, 2000 bytes]   shape 1 only: C (3000; B), a long task after B   U update (5; B)
+ * At 2 ranks, one per node, the ring has two rounds of one 1000-byte message (10 + 1 = 11 us), the
+ * first followed by a sum of 1 us: 23 us at once (progress `thread`). */
+static const char *progress_trace(int shape) {
+  struct _tsr_tl *tl = _tsr_tl_new(1, 2);
+  int u = -1, d = -1;
+  for (int s = 1; s <= 3; s++) {
+    uint64_t q = 6 * (uint64_t)s;
+    double t = 10000.0 * s;
+    int a = tl->ntasks, dA[2] = {u, d};
+    add(tl, q, s, "a", "conv_fwd", t, 10, dA, s == 1 ? 0 : shape ? 2 : 1);
+    if (shape == 2) d = tl->ntasks, add(tl, q + 1, s, "d", "conv_bwd", t + 10, 3000, &a, 1);
+    int b = tl->ntasks;
+    add(tl, q + 2, s, "b", "conv_bwd", t + 10, 20, &a, 1);
+    if (shape == 1) d = tl->ntasks, add(tl, q + 3, s, "c", "conv_bwd", t + 30, 3000, &b, 1);
+    u = tl->ntasks;
+    add(tl, q + 4, s, "b.weight", "opt_update", t + 3030, 5, &b, 1);
+    struct _tsr_gev g0 = {.step = s, .rank = 0, .group = 0, .bytes = 2000, .seq = q + 3};
+    ck_assert_int_ge(_tsr_tl_add_group(tl, &g0), 0);
+  }
+  _tsr_tl_finish(tl);
+  const char *dir = tt_tmpdir();
+  ck_assert_int_eq(_tsr_tl_write_raw(tl, dir), TSR_OK);
+  _tsr_tl_free(tl);
+  return dir;
+}
+
+static double progress_step(int shape, int workers, tsr_mpi_progress mode) {
+  tsr_machine m = hand_machine(1);
+  m.workers_per_rank = workers, m.progress = mode;
+  tsr_scale_opts o;
+  tsr_scale_opts_default(&o);
+  o.ranks = 2;
+  tsr_scale_result r;
+  ck_assert_msg(tsr_scale_predict(progress_trace(shape), &m, &o, &r) == TSR_OK, "%s", tsr_last_error());
+  ck_assert_double_eq_tol(r.groups[0].cost_us, 23, eps);
+  double us = r.step_us;
+  tsr_scale_result_free(&r);
+  return us;
+}
+
+/* The message is posted at 30, when B ends and C starts on worker 0 (between tasks), and arrives at
+ * 41 while C runs: seen at C's end, 3030, even with worker 1 free; the sum [3030, 3031], the second
+ * round posted at 3031 and seen at 3042 (worker 0 idle); U [3042, 3047]: 3047 per step with one
+ * worker or two, not before C's end. Progress `thread`: the reduction [30, 53]; with one worker U
+ * [3030, 3035] after C (3035 per step), with two U [53, 58] on worker 1 and the step ends with C. */
+START_TEST(worker_progress_busy) {
+  for (int w = 1; w <= 2; w++) ck_assert_double_eq_tol(progress_step(1, w, TSR_MPI_PROGRESS_WORKER), 3047, eps);
+  ck_assert_double_eq_tol(progress_step(1, 1, TSR_MPI_PROGRESS_THREAD), 3035, eps);
+  ck_assert_double_eq_tol(progress_step(1, 2, TSR_MPI_PROGRESS_THREAD), 3030, eps);
+}
+END_TEST
+
+/* Two workers; D [10, 3010] on worker 0, B [10, 30] on worker 1. The reduction is ready at 30, but
+ * worker 0 runs D: the message is posted at D's end, 3010, seen at 3021 (worker 0 idle); the sum
+ * [3021, 3022], the second round [3022, 3033]; U [3033, 3038]: 3038 per step. Progress `thread`:
+ * the reduction [30, 53], U [53, 58], the step ends with D: 3010. */
+START_TEST(worker_progress_post) {
+  ck_assert_double_eq_tol(progress_step(2, 2, TSR_MPI_PROGRESS_WORKER), 3038, eps);
+  ck_assert_double_eq_tol(progress_step(2, 2, TSR_MPI_PROGRESS_THREAD), 3010, eps);
+}
+END_TEST
+
+/* Worker 0 idle while the messages fly: A [0, 10], B [10, 30], the rounds [30, 41], sum [41, 42],
+ * [42, 53], U [53, 58]: 58 per step in both modes, as with one worker or two. */
+START_TEST(worker_progress_idle) {
+  for (int w = 1; w <= 2; w++) {
+    ck_assert_double_eq_tol(progress_step(0, w, TSR_MPI_PROGRESS_WORKER), 58, eps);
+    ck_assert_double_eq_tol(progress_step(0, w, TSR_MPI_PROGRESS_THREAD), 58, eps);
+  }
+}
+END_TEST
+
 static Suite *make_scale_suite(void) {
   Suite *s = suite_create("scale");
   TCase *tc = tcase_create("scale");
   tcase_add_test(tc, ring_by_hand);
   tcase_add_test(tc, other_models_by_hand);
+  tcase_add_test(tc, rounds_add_up);
   tcase_add_test(tc, machine_files);
   tcase_add_test(tc, replay_by_hand);
   tcase_add_test(tc, dispatch_from_trace);
+  tcase_add_test(tc, worker_progress_busy);
+  tcase_add_test(tc, worker_progress_post);
+  tcase_add_test(tc, worker_progress_idle);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -13,7 +13,7 @@
 enum { MAX_RANKS = 64 };
 
 struct options {
-  const char *trace, *machine, *algo, *out, *save, *from_trace, *name, *link;
+  const char *trace, *machine, *algo, *out, *save, *from_trace, *name, *link, *progress;
   int ranks[MAX_RANKS], nranks, out_ranks, trace_rank, calibrate, cost, csv, reps, per_node, quiet;
   int64_t first, last, sizes[32];
   int nsizes;
@@ -49,6 +49,8 @@ static void usage(void) {
          "      --reps N          repetitions per size (default 20)\n"
          "      --ranks-per-node K  ranks_per_node written by --calibrate\n"
          "      --name S          machine name written by --calibrate\n"
+         "      --progress worker|thread  who moves the reductions' messages (TESSERA_MPI_PROGRESS of the run),\n"
+         "                        over the machine file's `progress` (default worker: worker 0 between tasks)\n"
          "  -q, --quiet           only the figures\n"
          "  -h, --help            this text\n"
          "  -V, --version         print the version\n",
@@ -84,7 +86,8 @@ static void parse(int argc, char **argv, struct options *o) {
     O_REPS,
     O_RPN,
     O_NAME,
-    O_TRANK
+    O_TRANK,
+    O_PROG
   };
   static const struct option lo[] = {{"machine", required_argument, NULL, 'm'},
                                      {"ranks", required_argument, NULL, 'r'},
@@ -105,6 +108,7 @@ static void parse(int argc, char **argv, struct options *o) {
                                      {"reps", required_argument, NULL, O_REPS},
                                      {"ranks-per-node", required_argument, NULL, O_RPN},
                                      {"name", required_argument, NULL, O_NAME},
+                                     {"progress", required_argument, NULL, O_PROG},
                                      {"quiet", no_argument, NULL, 'q'},
                                      {"help", no_argument, NULL, 'h'},
                                      {"version", no_argument, NULL, 'V'},
@@ -193,6 +197,11 @@ static void parse(int argc, char **argv, struct options *o) {
     case O_NAME:
       o->name = optarg;
       break;
+    case O_PROG:
+      if (strcmp(optarg, "worker") && strcmp(optarg, "thread"))
+        cli_usage_error("--progress: worker or thread, not '%s'", optarg);
+      o->progress = optarg;
+      break;
     case 'q':
       o->quiet = 1;
       break;
@@ -244,6 +253,7 @@ int main(int argc, char **argv) {
   tsr_machine m;
   tsr_machine_default(&m);
   if (o.machine) check(tsr_machine_load(o.machine, &m));
+  if (o.progress) m.progress = strcmp(o.progress, "thread") ? TSR_MPI_PROGRESS_WORKER : TSR_MPI_PROGRESS_THREAD;
   if (o.from_trace && !o.calibrate && !o.save) check(tsr_machine_from_trace(o.from_trace, &m));
   if (o.calibrate || (o.save && o.from_trace)) {
     if (o.calibrate) calibrate(&o, &m, &argc, &argv);

@@ -6,7 +6,8 @@
 # at 4 ranks, 13 of them timed; 1 worker per rank); the
 # prediction replays that same trace (rank 0's task durations: the same load as the measured steps)
 # on the link's machine file, measured by tessera-scale --calibrate (+ --from-trace for the sums).
-# Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv)
+# Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv; its last two
+# columns: the same replay with --progress thread, messages moving at once, and its error)
 # A subset, or other reductions: LINKS="loop 1gbit 10gbit" LAYOUTS="262144 layer 1000000000000"
 # RANKS="1 2 3 4" COLLECTIVES="ring" (tessera-train --collective names, each predicted with the cost
 # model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
@@ -32,7 +33,7 @@ MPI="mpirun --allow-run-as-root --oversubscribe -x STARPU_HOME -x STARPU_SILENT 
 "$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 \
   --workers 1 -q >/dev/null 2>&1 # StarPU's bus and kernel models, once
 csv=$out/validate.csv
-echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective" >"$csv"
+echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective,predicted_thread_ms,error_thread" >"$csv"
 
 train_s=${TRAIN_TIMEOUT:-900} cal_s=${CAL_TIMEOUT:-180} cal_tries=${CAL_TRIES:-3}
 
@@ -103,9 +104,14 @@ for link in $links; do
         model=$coll && [ "$coll" = ring ] && model=f32
         line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv |
           tail -1)
+        # the same replay with messages moving at once (progress `thread`: the model before issue 19's
+        # progress rule), for comparison
+        thr=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv \
+          --progress thread | tail -1 | cut -d, -f2)
         load=$(cut -d' ' -f1 /proc/loadavg)
-        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" \
-          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld, c }' |
+        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" -v th="$thr" \
+          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s,%.3f,%.4f\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld, c,
+             th / 1e3, (th - $3) / $3 }' |
           tee -a "$csv"
       done
     done

@@ -31,10 +31,14 @@ typedef struct tsr_machine {
   tsr_link inter;          /* a node's link to the other nodes */
   double reduce_gbit;      /* float32 sums on receipt: Gbit/s of float32 input */
   double pack_gbit;        /* packing and unpacking bf16/fp16 wire chunks: Gbit/s of float32 */
+  tsr_mpi_progress progress; /* who moves the reductions' messages (TESSERA_MPI_PROGRESS): WORKER (the
+                                default): worker 0's progress loop, between its tasks, so a message is
+                                posted and seen complete only when worker 0 is between two tasks;
+                                THREAD: a thread of its own, at once */
 } tsr_machine;
 
 /* Defaults: one rank per node, workers as traced, scale 1, intra 1 us / 100 Gbit/s, inter 10 us /
- * 10 Gbit/s shared, reduce and pack 40 Gbit/s. */
+ * 10 Gbit/s shared, reduce and pack 40 Gbit/s, progress by worker 0. */
 void tsr_machine_default(tsr_machine *m);
 /* Reads a machine file; errors name the file and the field. Fields left out keep their defaults. */
 tsr_status tsr_machine_load(const char *path, tsr_machine *m);

@@ -2,14 +2,35 @@
  * from the links of a machine (latency + bytes / bandwidth per message, a node's shared link divided
  * among the flows that cross it at once) and the rates of the sums and packs on receipt. Ranks sit
  * k to a node, consecutive ranks together, so a ring crosses each node boundary once per direction.
+ * Each model is written as the sequence of its rounds, a message followed by the work on what
+ * arrived, and its time is their sum: the replay under progress `worker` plays the rounds one by one.
  * A new collective is one entry here (docs/scaling.md gives each formula). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/error.h"
 #include "scale/scale.h"
 
 static double rate(double gbit) { return gbit * 125.0; } /* Gbit/s -> bytes per us */
+
+/* `count` rounds of one message (wire us) followed by work (us) on what arrived: their time, and
+ * appended to r when the rounds are wanted. */
+static double rounds(struct _tsr_rounds *r, int count, double wire, double work) {
+  for (int i = 0; r && i < count; i++) {
+    if (r->n == r->cap) {
+      int cap = r->cap ? 2 * r->cap : 64;
+      struct _tsr_round *v = realloc(r->v, cap * sizeof *v);
+      if (!v) {
+        r->oom = 1;
+        break;
+      }
+      r->v = v, r->cap = cap;
+    }
+    r->v[r->n++] = (struct _tsr_round){wire, work};
+  }
+  return count > 0 ? count * (wire + work) : 0;
+}
 
 /* One message of m bytes over link l while `flows` messages share it (when it is shared). */
 static double hop(const tsr_link *l, double m, int flows) {
@@ -28,48 +49,47 @@ static double ring_round(const tsr_machine *mc, int p, double m) {
 
 /* Ring (ring.c): reduce-scatter then allgather, 2(P-1) rounds of n/P; a sum per reduce-scatter
  * round; half formats halve the bytes and pack/unpack each round. */
-static double ring(const tsr_machine *mc, double n, int p, double wire) {
-  double c = n / p;
-  double t = 2.0 * (p - 1) * ring_round(mc, p, c * wire) + (p - 1) * sum_us(mc, c);
-  if (wire < 1) t += 2.0 * (p - 1) * pack_us(mc, c);
-  return t;
+static double ring(const tsr_machine *mc, double n, int p, double wire, struct _tsr_rounds *r) {
+  double c = n / p, w = ring_round(mc, p, c * wire), pk = wire < 1 ? pack_us(mc, c) : 0;
+  return rounds(r, p - 1, w, sum_us(mc, c) + pk) + rounds(r, p - 1, w, pk);
 }
-static double ring_f32(const tsr_machine *mc, double n, int p) { return ring(mc, n, p, 1.0); }
-static double ring_half(const tsr_machine *mc, double n, int p) { return ring(mc, n, p, 0.5); }
+static double ring_f32(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) { return ring(mc, n, p, 1.0, r); }
+static double ring_half(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) { return ring(mc, n, p, 0.5, r); }
 
 /* Recursive doubling: log2(P') rounds exchanging the whole vector with the rank at distance
  * 1, 2, 4...; from distance k on, all k ranks of a node cross its link at once. P not a power of
  * two: the P - P' extra ranks fold into partners first and get the result back (two more rounds). */
-static double recdouble(const tsr_machine *mc, double n, int p) {
+static double recdouble(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
-  double t = 0;
-  if (p2 < p) t += 2 * hop(p > k ? &mc->inter : &mc->intra, n, 1) + sum_us(mc, n);
-  for (int d = 1; d < p2; d *= 2) t += (d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k)) + sum_us(mc, n);
+  double t = 0, fold = hop(p > k ? &mc->inter : &mc->intra, n, 1);
+  if (p2 < p) t += rounds(r, 1, fold, sum_us(mc, n));
+  for (int d = 1; d < p2; d *= 2) t += rounds(r, 1, d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k), sum_us(mc, n));
+  if (p2 < p) t += rounds(r, 1, fold, 0);
   return t;
 }
 
-/* Binomial tree: ceil(log2 P) rounds summing whole groups towards the first member, then as many
- * broadcasting the result (partners 1, 2, 4... apart: inside a node while closer than k). */
-static double tree_rounds(const tsr_machine *mc, double n, int p, int stride) {
-  int k = per_node(mc, p * stride);
-  double t = 0;
-  for (int d = 1; d < p; d *= 2) {
-    double h = d * stride < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, 1);
-    t += 2 * h + sum_us(mc, n);
-  }
+/* Binomial tree: ceil(log2 P) rounds summing whole groups towards the first member (up), or as many
+ * broadcasting the result (down; partners 1, 2, 4... apart: inside a node while closer than k). */
+static double tree_half(const tsr_machine *mc, double n, int p, int up, struct _tsr_rounds *r) {
+  int k = per_node(mc, p), levels = 0;
+  double h[32], t = 0;
+  for (int d = 1; d < p; d *= 2) h[levels++] = d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, 1);
+  for (int i = 0; i < levels; i++) t += up ? rounds(r, 1, h[i], sum_us(mc, n)) : rounds(r, 1, h[levels - 1 - i], 0);
   return t;
 }
-static double tree(const tsr_machine *mc, double n, int p) { return tree_rounds(mc, n, p, 1); }
+static double tree(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
+  return tree_half(mc, n, p, 1, r) + tree_half(mc, n, p, 0, r);
+}
 
 /* Hierarchical (hier.c): a binomial-tree sum inside each node to its first member, the float32
  * ring across the N node leaders (2(N-1) rounds of n/N, one flow per node link), a binomial-tree
  * broadcast inside each node. */
-static double hier(const tsr_machine *mc, double n, int p) {
+static double hier(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
-  double t = tree_rounds(mc, n, k, 1);
-  if (nodes > 1) t += 2.0 * (nodes - 1) * hop(&mc->inter, n / nodes, 1) + (nodes - 1) * sum_us(mc, n / nodes);
-  return t;
+  double t = tree_half(mc, n, k, 1, r), w = hop(&mc->inter, n / nodes, 1);
+  if (nodes > 1) t += rounds(r, nodes - 1, w, sum_us(mc, n / nodes)) + rounds(r, nodes - 1, w, 0);
+  return t + tree_half(mc, n, k, 0, r);
 }
 
 /* Recursive halving then doubling (Rabenseifner, halving.c) over p members `stride` ranks apart (1: neighbours,
@@ -78,48 +98,55 @@ static double hier(const tsr_machine *mc, double n, int p) {
  * ranks apart crosses the node link with `flows` messages at once. P not a power of two: the P - P'
  * members beyond P' first hand their whole vector to member index - P' and get the result back;
  * `fold` of those messages cross a node link at once. */
-static double halving(const tsr_machine *mc, double n, int p, int stride, int flows, int fold) {
-  int k = per_node(mc, p * stride), p2 = 1;
+static double halving(const tsr_machine *mc, double n, int p, int stride, int flows, int fold, struct _tsr_rounds *r) {
+  int k = per_node(mc, p * stride), p2 = 1, levels = 0;
   while (p2 * 2 <= p) p2 *= 2;
-  double t = 0, m = n;
-  if (p2 < p) t += 2 * hop(p * stride > k ? &mc->inter : &mc->intra, n, fold) + sum_us(mc, n);
+  double t = 0, m = n, h[32], f = hop(p * stride > k ? &mc->inter : &mc->intra, n, fold);
+  if (p2 < p) t += rounds(r, 1, f, sum_us(mc, n));
   for (int d = 1; d < p2; d *= 2) {
     m /= 2;
-    double h = d * stride < k ? hop(&mc->intra, m, 1) : hop(&mc->inter, m, flows);
-    t += 2 * h + sum_us(mc, m);
+    h[levels++] = d * stride < k ? hop(&mc->intra, m, 1) : hop(&mc->inter, m, flows);
+    t += rounds(r, 1, h[levels - 1], sum_us(mc, m));
   }
+  for (int i = levels - 1; i >= 0; i--) t += rounds(r, 1, h[i], 0);
+  if (p2 < p) t += rounds(r, 1, f, 0);
   return t;
 }
 /* Over all ranks: in a round between nodes every rank of a node sends across at once (k flows); the
  * hand-over is made by the P - P' last ranks only, at most k of them on one node. */
-static double rabenseifner(const tsr_machine *mc, double n, int p) {
+static double rabenseifner(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
-  return halving(mc, n, p, 1, k, p - p2 < k ? p - p2 : k);
+  return halving(mc, n, p, 1, k, p - p2 < k ? p - p2 : k, r);
 }
 
 /* Hierarchical with halving/doubling across nodes (hier_rh.c): the ring reduce-scatter inside each node, k
  * concurrent Rabenseifner reductions across the N nodes (one per slice of n/k), allgather inside; every
  * slice's reduction hands over at once when N is not a power of two (k flows). */
-static double hier_rh(const tsr_machine *mc, double n, int p) {
+static double hier_rh(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
-  double s = n / k, t = (k - 1) * (2 * hop(&mc->intra, s, 1) + sum_us(mc, s));
-  return t + (nodes > 1 ? halving(mc, s, nodes, k, k, k) : 0);
+  double s = n / k, w = hop(&mc->intra, s, 1), t = rounds(r, k - 1, w, sum_us(mc, s));
+  if (nodes > 1) t += halving(mc, s, nodes, k, k, k, r);
+  return t + rounds(r, k - 1, w, 0);
 }
 
 /* 1-bit sign votes (sign.c, "sign1"): a reduce-scatter and an allgather of packed signs, one bit
  * per float32 value (n/32 bytes in all, n/32P per message), P-1 rounds each; the owner of a chunk
- * counts the P-1 votes it receives (n/4P values each, costed like float32 sums of a quarter). */
-static double sign1(const tsr_machine *mc, double n, int p) {
-  return 2.0 * (p - 1) * ring_round(mc, p, n / 32 / p) + (p - 1) * sum_us(mc, n / 4 / p) + pack_us(mc, n);
+ * counts the P-1 votes it receives (n/4P values each, costed like float32 sums of a quarter); the
+ * packing of n values is counted as work of the last round. */
+static double sign_ring(const tsr_machine *mc, double n, int p, double msg, struct _tsr_rounds *r) {
+  double w = ring_round(mc, p, msg);
+  return rounds(r, p - 1, w, sum_us(mc, n / 4 / p)) + rounds(r, p - 2, w, 0) + rounds(r, 1, w, pack_us(mc, n));
+}
+static double sign1(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
+  return sign_ring(mc, n, p, n / 32 / p, r);
 }
 
 /* p-bit partial sums of signs (sign.c, "signp"): the ring on ceil(log2(2P + 1)) bits per value. */
-static double signp(const tsr_machine *mc, double n, int p) {
+static double signp(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int bits = 0;
   while ((1 << bits) < 2 * p + 1) bits++;
-  double c = n / 32 * bits / p;
-  return 2.0 * (p - 1) * ring_round(mc, p, c) + (p - 1) * sum_us(mc, n / 4 / p) + pack_us(mc, n);
+  return sign_ring(mc, n, p, n / 32 * bits / p, r);
 }
 
 static const struct _tsr_cost_model models[] = {
@@ -153,13 +180,20 @@ const char *tsr_scale_algo_name(int i, const char **about) {
 double _tsr_cost_us(const tsr_machine *mc, const char *algo, double bytes, int ranks, const char **used) {
   if (ranks <= 1) return *used = algo, 0;
   const struct _tsr_cost_model *c = _tsr_cost_model(algo);
-  if (c) return *used = c->name, c->time_us(mc, bytes, ranks);
+  if (c) return *used = c->name, c->time_us(mc, bytes, ranks, NULL);
   double best = INFINITY; /* "best": the cheapest exact model */
   for (int i = 0; i < NMODELS; i++) {
-    double t = models[i].exact ? models[i].time_us(mc, bytes, ranks) : INFINITY;
+    double t = models[i].exact ? models[i].time_us(mc, bytes, ranks, NULL) : INFINITY;
     if (t < best) best = t, *used = models[i].name;
   }
   return best;
+}
+
+double _tsr_cost_rounds(const tsr_machine *mc, const char *name, double bytes, int ranks, struct _tsr_rounds *r) {
+  const struct _tsr_cost_model *c = _tsr_cost_model(name);
+  if (ranks <= 1 || !c) return 0;
+  double t = c->time_us(mc, bytes, ranks, r);
+  return r->oom ? -1 : t;
 }
 
 tsr_status _tsr_cost_check(const char *algo) {

@@ -89,14 +89,15 @@ static tsr_status predict(const struct _tsr_tl *tl, const tsr_machine *m, const 
       v->dur = (tl->tasks[v->task].end - tl->tasks[v->task].start) * m->compute_scale + m->task_overhead_us;
   }
   for (int i = 0; st == TSR_OK && i < g.nmarks; i++) g.v[i].dur = 0;
-  if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers);
+  if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers, NULL);
   if (st == TSR_OK) res->step1_us = simulated_step(&g, steps, ns, end);
   for (int i = 0; st == TSR_OK && i < g.nmarks; i++) {
     struct _tsr_rnode *v = &g.v[i];
     v->dur = _tsr_cost_us(m, o->algo, v->bytes, o->ranks, &v->algo);
     res->groups[v->group] = (tsr_scale_group){.group = v->group, .bytes = v->bytes, .cost_us = v->dur, .algo = v->algo};
   }
-  if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers);
+  struct _tsr_rnet net = {m, o->ranks};
+  if (st == TSR_OK) st = _tsr_rgraph_simulate(&g, workers, &net);
   if (st == TSR_OK) {
     res->ngroups = ngroups, res->ranks = o->ranks, res->nsteps = ns, res->workers = workers, res->trace_rank = rank;
     res->step_us = simulated_step(&g, steps, ns, end);

@@ -30,7 +30,14 @@ struct _tsr_rgraph {
 
 /* One rank's tasks of steps [first, last] (last < 0: no end) with the reductions of its markers. */
 tsr_status _tsr_rgraph_build(struct _tsr_rgraph *g, const struct _tsr_tl *tl, int rank, int64_t first, int64_t last);
-tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers);
+/* Simulates g on `workers` workers and one network queue (simulate.c). net NULL, one rank, or progress
+ * `thread`: a reduction takes its node's dur on the network queue. Else its rounds (the cost model
+ * v->algo of net->m at net->ranks) are played under the progress rule of worker 0. */
+struct _tsr_rnet {
+  const tsr_machine *m;
+  int ranks;
+};
+tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers, const struct _tsr_rnet *net);
 /* The simulated timeline as a trace folder: `ranks` alike, the first out_ranks of them written. */
 tsr_status _tsr_rgraph_write(const struct _tsr_rgraph *g, const struct _tsr_tl *tl, int workers, int ranks,
                              int out_ranks, const char *dir);

@@ -7,12 +7,26 @@
 
 #include "trace_analysis/timeline.h"
 
+/* A reduction as the sequence of its message rounds: in each, a rank's message crosses its link
+ * (wire_us: latency and bytes, the link's sharing included), then the rank works on what arrived
+ * (work_us: the sum, and the packs of half formats, which run as tasks on a worker). A model's time
+ * is the sum of its rounds' wire and work times; the replay under progress mode `worker` plays the
+ * rounds one by one (replay.c). */
+struct _tsr_round {
+  double wire_us, work_us;
+};
+struct _tsr_rounds {
+  struct _tsr_round *v;
+  int n, cap, oom; /* oom: an append failed (the time is still right) */
+};
+
 struct _tsr_cost_model {
   const char *name; /* what --algo selects; the collective's --grad-reduce name where it has one */
   const char *impl; /* the algorithm */
   int exact;        /* 1: sums in float32 (a candidate for "best") */
   const char *about;
-  double (*time_us)(const tsr_machine *m, double bytes, int ranks);
+  /* Time of one reduction; rounds (NULL: not wanted) receives its rounds in order. */
+  double (*time_us)(const tsr_machine *m, double bytes, int ranks, struct _tsr_rounds *rounds);
 };
 
 /* The entry named `name`, or NULL. */
@@ -21,6 +35,9 @@ const struct _tsr_cost_model *_tsr_cost_model(const char *name);
 tsr_status _tsr_cost_check(const char *algo);
 /* One reduction's time; *used: the entry it used (the cheapest exact one for "best"). 0 on one rank. */
 double _tsr_cost_us(const tsr_machine *m, const char *algo, double bytes, int ranks, const char **used);
+/* The rounds of entry `name` (not "best") for one reduction, appended to *r (r->n = 0 first); returns
+ * its time (the rounds' sum), or -1 when out of memory. None on one rank. */
+double _tsr_cost_rounds(const tsr_machine *m, const char *name, double bytes, int ranks, struct _tsr_rounds *r);
 
 /* Tasks a reduction submits in a multi-rank trace (sums, wire packs): replaced by the modelled
  * reduction in the replay. */
