@@ -209,7 +209,7 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
     }
     _tsr_cbed_crystal_free(&own);
     if (++redraws == CRYSTAL_DRAWS) {
-      char box[320] = "", motif[320] = "";
+      char box[320] = "", motif[448] = "";
       if (no_box)
         snprintf(box, sizeof box, "; %d had no orthogonal cell along [%d %d %d] or a low-index zone with edges up to "
                  "max(--fov %g, 2.5 x the longest cell edge) = %.3g..%.3g A (raise --fov above that)", no_box, uvw[0],
