@@ -24,9 +24,9 @@
 #     RANDOM_ELEMENTS, distinct per element type, and lattice constants from covalent radii; same zones
 #     and thicknesses), of the types PROTOTYPES [all: fcc, bcc, hcp, diamond, rocksalt, cscl,
 #     zincblende, wurtzite, nias, fluorite, rutile, corundum, perovskite, l12, spinel], compositions
-#     PROTOTYPE_EXCLUDE [SrTiO3,Cu,TiO2: the held-out materials'] redrawn. Arm A of the README
-#     excludes the held-out types: PROTOTYPES=fcc... without fcc, rutile, perovskite (bcc, hcp,
-#     diamond, rocksalt, cscl, zincblende, wurtzite, nias, fluorite, corundum, l12, spinel)
+#     PROTOTYPE_EXCLUDE [SrTiO3,Cu,TiO2: the held-out materials'] redrawn ("" = none). The README's
+#     arm A leaves out the held-out types (fcc, rutile, perovskite) and l12 (perovskite without its B
+#     atom): PROTOTYPES=bcc,hcp,diamond,rocksalt,cscl,zincblende,wurtzite,nias,fluorite,corundum,spinel
 #   TEST_CIF [SrTiO3,Cu,TiO2_rutile]        TEST_ZONES [001,110]   TEST_KV ["100 300"]
 #   TEST_THICKNESS ["20:60 100:150"]        TEST_SAMPLES [32 per set]
 #   FOV [10] A: the supercell (whole cells near it); GRID [32]: pixels per side of the simulation

@@ -79,7 +79,7 @@ int _tsr_cbed_crystal_random(struct cbed_crystal *c, const tsr_cbed_opts *o, dou
 double _tsr_cbed_covalent_radius(int z);
 /* The random lattice constant is PROTOTYPE_SCALE_MIN..MAX times the hard-sphere one (tightest
  * contact = sum of covalent radii): covalent radii overestimate ionic and metallic bonds (SrTiO3
- * and rutile are 0.86 of it, Cu 0.97, MgO 0.98, GaAs 1.02, Si 1.06); a non-cubic c/a is the
+ * and rutile are 0.86 of it, Cu 0.97, MgO and GaAs 1.02, Si 1.06); a non-cubic c/a is the
  * archetype's times PROTOTYPE_CA_MIN..MAX. */
 #define PROTOTYPE_SCALE_MIN 0.85
 #define PROTOTYPE_SCALE_MAX 1.10
