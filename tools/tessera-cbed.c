@@ -51,17 +51,26 @@ static void usage(void) {
          "      --thickness A:B     specimen thickness range, A (default %g:%g)\n"
          "      --slice DZ          slice thickness, A; 0 = from --max-angle (default %g)\n"
          "      --blur B            rms Gaussian blur of the target, A (default %g)\n"
-         "      --structures LIST   of si, srtio3, cu, random (atoms), crystal (random crystals)\n"
+         "      --structures LIST   of si, srtio3, cu, random (atoms), crystal (random crystals),\n"
+         "                          prototype (random crystals of common structure types)\n"
          "                          (default si,srtio3,cu)\n"
          "      --cif FILES         CIF files, comma-separated, drawn as further structures\n"
          "      --zones LIST        zone axes of 001, 110, 111 (default 001,110)\n"
          "      --zone-index N      instead: a random zone axis [uvw] with |u|,|v|,|w| <= N per sample\n"
          "      --tilt T            largest specimen tilt off the zone axis, mrad (default 0)\n"
          "      --rotation R        in-plane rotation drawn in [0, R) degrees (default 0; 360: any)\n"
-         "      --elements A:B      random crystals: atomic numbers in [A, B] (default %d:%d)\n"
+         "      --elements A:B      random and prototype crystals: atomic numbers in [A, B] (default %d:%d)\n"
          "      --sites N           random crystals: at most N atoms per cell (default %d)\n"
-         "      --min-distance D    random crystals: closest approach of two atoms, A (default %g)\n"
+         "      --min-distance D    random and prototype crystals: closest approach of two atoms, A (default %g)\n"
          "      --density A:B       random crystals: atoms per A^3 (default %g:%g)\n"
+         "      --prototypes LIST   prototype crystals: types drawn from, of fcc (A1), bcc (A2), hcp (A3),\n"
+         "                          diamond (A4), rocksalt (B1), cscl (B2), zincblende (B3), wurtzite (B4),\n"
+         "                          nias (B8_1), fluorite (C1), rutile (C4), corundum (D5_1), perovskite\n"
+         "                          (E2_1), l12 (L1_2), spinel (H1_1) (default all); distinct random\n"
+         "                          elements of --elements per element type, no two atoms closer than\n"
+         "                          --min-distance, lattice constant 0.85-1.10 x the one at which the\n"
+         "                          tightest contact is the sum of covalent radii (Cordero et al. 2008)\n"
+         "      --exclude-formulas LIST  prototype crystals: compositions redrawn (e.g. SrTiO3,Cu,TiO2)\n"
          "      --no-shift          crystal origin fixed (default: random in-plane origin per sample)\n"
          "      --atoms A:B         atoms per sample in random mode (default %d:%d)\n"
          "      --intensity S       log, sqrt or linear (default log: log(1 + I / floor))\n"
@@ -140,7 +149,7 @@ int main(int argc, char **argv) {
   cli_set_program("tessera-cbed");
   enum { O_SEED = 256, O_KV, O_ALPHA, O_DF, O_CS, O_GRID, O_PAT, O_TGT, O_PROBES, O_FOV, O_THICK, O_SLICE, O_BLUR,
          O_STRUCT, O_ZONES, O_NOSHIFT, O_ATOMS, O_INT, O_FLOOR, O_HALF, O_FIRST, O_WORKERS, O_CIF, O_ZINDEX,
-         O_TILT, O_ROT, O_ELEM, O_SITES, O_DMIN, O_DENS, O_A1, O_B2, O_SOURCE, O_COH, O_PHONONS, O_U2, O_MAXANG,
+         O_TILT, O_ROT, O_ELEM, O_SITES, O_DMIN, O_DENS, O_PROTO, O_EXCL, O_A1, O_B2, O_SOURCE, O_COH, O_PHONONS, O_U2, O_MAXANG,
          O_DET, O_DOSE, O_PSF, O_SCAN };
   static const struct option longopts[] = {
       {"out", required_argument, NULL, 'o'}, {"samples", required_argument, NULL, 'n'},
@@ -157,7 +166,8 @@ int main(int argc, char **argv) {
       {"zone-index", required_argument, NULL, O_ZINDEX}, {"tilt", required_argument, NULL, O_TILT},
       {"rotation", required_argument, NULL, O_ROT}, {"elements", required_argument, NULL, O_ELEM},
       {"sites", required_argument, NULL, O_SITES}, {"min-distance", required_argument, NULL, O_DMIN},
-      {"density", required_argument, NULL, O_DENS},
+      {"density", required_argument, NULL, O_DENS}, {"prototypes", required_argument, NULL, O_PROTO},
+      {"exclude-formulas", required_argument, NULL, O_EXCL},
       {"half", no_argument, NULL, O_HALF}, {"first", required_argument, NULL, O_FIRST},
       {"workers", required_argument, NULL, O_WORKERS}, {"quiet", no_argument, NULL, 'q'},
       {"a1", required_argument, NULL, O_A1}, {"b2", required_argument, NULL, O_B2},
@@ -232,6 +242,13 @@ int main(int argc, char **argv) {
     case O_SITES: o.sites = cli_parse_int("--sites", optarg, 1, 256); break;
     case O_DMIN: o.min_distance = cli_parse_float("--min-distance", optarg, 0.5, 5); break;
     case O_DENS: parse_range("--density", optarg, &o.density_min, &o.density_max); break;
+    case O_PROTO:
+      if (tsr_cbed_prototypes_parse(optarg, &o.prototypes) != TSR_OK) cli_usage_error("--prototypes: %s", tsr_last_error());
+      break;
+    case O_EXCL:
+      if (strlen(optarg) >= sizeof o.exclude) cli_usage_error("--exclude-formulas: list longer than %zu characters", sizeof o.exclude - 1);
+      snprintf(o.exclude, sizeof o.exclude, "%s", optarg);
+      break;
     case O_HALF: half = 1; break;
     case O_FIRST: first = cli_parse_int64("--first", optarg, 0, INT64_C(1) << 50); break;
     case O_WORKERS: workers = cli_parse_int("--workers", optarg, 1, 4096); break;

@@ -19,6 +19,14 @@
 #     structures, nothing lighter or heavier), RANDOM_DENSITY [0.04:0.12] atoms/A^3 (GaAs 0.044 ...
 #     corundum 0.117; the held-out SrTiO3 0.084, Cu 0.085, rutile 0.096), RANDOM_SITES [8] atoms per
 #     cell at most (SrTiO3 5, rutile 6), RANDOM_ARGS: more options for them (e.g. "--min-distance 1.9")
+#   TRAIN_PROTOTYPE [0]: this many more training samples per voltage of tessera-cbed's prototype
+#     crystals (--structures prototype: common structure types with random elements of
+#     RANDOM_ELEMENTS, distinct per element type, and lattice constants from covalent radii; same zones
+#     and thicknesses), of the types PROTOTYPES [all: fcc, bcc, hcp, diamond, rocksalt, cscl,
+#     zincblende, wurtzite, nias, fluorite, rutile, corundum, perovskite, l12, spinel], compositions
+#     PROTOTYPE_EXCLUDE [SrTiO3,Cu,TiO2: the held-out materials'] redrawn ("" = none). The README's
+#     arm A leaves out the held-out types (fcc, rutile, perovskite) and l12 (perovskite without its B
+#     atom): PROTOTYPES=bcc,hcp,diamond,rocksalt,cscl,zincblende,wurtzite,nias,fluorite,corundum,spinel
 #   TEST_CIF [SrTiO3,Cu,TiO2_rutile]        TEST_ZONES [001,110]   TEST_KV ["100 300"]
 #   TEST_THICKNESS ["20:60 100:150"]        TEST_SAMPLES [32 per set]
 #   FOV [10] A: the supercell (whole cells near it); GRID [32]: pixels per side of the simulation
@@ -89,6 +97,19 @@ if [ "$train_random" -gt 0 ]; then
     train_files+=("$f")
   done
 fi
+train_prototype=${TRAIN_PROTOTYPE:-0} s=30
+if [ "$train_prototype" -gt 0 ]; then
+  protos=${PROTOTYPES:-all} excl=${PROTOTYPE_EXCLUDE-SrTiO3,Cu,TiO2} pel=${RANDOM_ELEMENTS:-8:56}
+  for kv in $train_kv; do
+    # the file name holds the types as a checksum (the list is long), the elements and the exclusions
+    pt=$(printf '%s' "$protos" | cksum | cut -d' ' -f1)
+    f=$data/train_$(tag "prototype${pt}_Z${pel}_x${excl:-none}" "$kv" "$train_thickness" "$train_prototype").h5
+    s=$((s + 1))
+    [ -f "$f" ] || cbed --out "$f" --samples "$train_prototype" --seed "$s" --kv "$kv" --thickness "$train_thickness" \
+      --structures prototype --zones "$train_zones" --elements "$pel" --prototypes "$protos" --exclude-formulas "$excl"
+    train_files+=("$f")
+  done
+fi
 train=$(IFS=,; echo "${train_files[*]}")
 
 # test sets: the held-out structures at every voltage and thickness; the seen ones at the middle
@@ -113,7 +134,7 @@ add_test "$train_structures" "$train_zones" "$kv_mid" "$t_mid" "seen $(name "$tr
 px_args=()
 case $pixel in data) ;; *) px_args=(--pixel-size "$pixel") ;; esac
 if [ -n "$steps" ]; then # epochs from the step budget: the trainer drops the last partial batch
-  n_train=$(( $(wc -w <<<"$train_kv") * (train_samples + train_random) ))
+  n_train=$(( $(wc -w <<<"$train_kv") * (train_samples + train_random + train_prototype) ))
   per_epoch=$(( n_train / batch ))
   [ "$per_epoch" -gt 0 ] || { echo "heldout.sh: $n_train training samples make no batch of $batch" >&2; exit 1; }
   epochs=$(( (steps + per_epoch / 2) / per_epoch )) && [ "$epochs" -ge 1 ] || epochs=1

@@ -1,5 +1,6 @@
 /* Multislice simulation of convergent-beam electron diffraction (CBED): crystal supercells (built-in,
- * read from CIF files, or random but physical crystals over Z = 1..103; or random atoms) along a
+ * read from CIF files, random but physical crystals over Z = 1..103 or random crystals of common
+ * structure types; or random atoms) along a
  * zone axis, tilted and rotated, Kirkland projected potentials, a probe with convergence angle and
  * aberrations (defocus, Cs, astigmatism, coma) scanned over a grid of positions, partial spatial
  * coherence, frozen phonons, a detector with finite dose. One sample is an input stack [P, H, W] of
@@ -23,8 +24,14 @@ typedef enum tsr_cbed_structure {
   TSR_CBED_CU,      /* fcc copper, a = 3.615 A */
   TSR_CBED_RANDOM,  /* random atoms of Si, O, Ti, Sr, Cu in the field of view */
   TSR_CBED_CRYSTAL, /* a random crystal per sample (fields zmin .. density_max below) */
+  TSR_CBED_PROTOTYPE, /* a random crystal of a common structure type per sample (prototypes, exclude) */
   TSR_CBED_NSTRUCT
 } tsr_cbed_structure;
+
+/* Structure types of TSR_CBED_PROTOTYPE (bit k of `prototypes`, in this order): fcc, bcc, hcp,
+ * diamond, rocksalt, cscl, zincblende, wurtzite, nias, fluorite, rutile, corundum, perovskite, l12,
+ * spinel. */
+#define TSR_CBED_NPROTOTYPES 15
 
 /* Highest atomic number of the scattering-factor table. */
 #define TSR_CBED_ZMAX 103
@@ -56,6 +63,12 @@ typedef struct tsr_cbed_opts {
   int sites;              /* random crystals: at most this many atoms per unit cell (default 8) */
   double min_distance;    /* random crystals: closest approach of two atoms, A (default 1.8) */
   double density_min, density_max; /* random crystals: atoms per A^3 (default 0.03..0.08) */
+  /* Prototype crystals: elements Z in [zmin, zmax] (distinct per element type), no two atoms closer
+   * than min_distance (a draw that is is redrawn); the lattice constant puts the tightest contact at
+   * the sum of covalent radii times a factor drawn in [0.85, 1.10] */
+  unsigned prototypes;    /* bit mask of the TSR_CBED_NPROTOTYPES types drawn from (default all) */
+  char exclude[256];      /* formulas, comma-separated ("SrTiO3,Cu,TiO2"): a prototype draw of one of
+                             these compositions (reduced, any structure type) is redrawn (default none) */
   tsr_cbed_intensity intensity; /* input scaling (default log: log(1 + I / intensity_floor)) */
   double intensity_floor; /* default 1e-5 (intensities sum to 1 over the whole diffraction plane) */
   uint64_t seed;          /* default 1, as every seed in Tessera (programs, tsr_context_opts) */
@@ -94,6 +107,9 @@ void tsr_cbed_opts_default(tsr_cbed_opts *o);
 tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o);
 const char *tsr_cbed_structure_name(tsr_cbed_structure s);
 tsr_status tsr_cbed_structure_parse(const char *name, tsr_cbed_structure *s);
+/* Prototype names (fcc, ..., spinel; TSR_CBED_NPROTOTYPES), comma-separated, as a bit mask into
+ * *mask; "all" selects every type. Errors name the unknown type. */
+tsr_status tsr_cbed_prototypes_parse(const char *list, unsigned *mask);
 /* Per-element mean square displacements from "Si:0.0058,O:0.0074" (element symbols or atomic
  * numbers, A^2) into o->u2. */
 tsr_status tsr_cbed_u2_parse(const char *list, tsr_cbed_opts *o);

@@ -74,6 +74,39 @@ tsr_status _tsr_cbed_crystal_read_cif(const char *path, struct cbed_crystal *c);
  * number density in [o->density_min, o->density_max] atoms/A^3. -1 when out of memory. */
 int _tsr_cbed_crystal_random(struct cbed_crystal *c, const tsr_cbed_opts *o, double (*uniform)(void *), void *rng);
 
+/* ---- prototype crystals (cbed_prototype.c, cbed_radii.c) ---- */
+/* Covalent radius (A) of element z (Cordero et al. 2008); -1 outside 1..TSR_CBED_ZMAX. */
+double _tsr_cbed_covalent_radius(int z);
+/* The random lattice constant is PROTOTYPE_SCALE_MIN..MAX times the hard-sphere one (tightest
+ * contact = sum of covalent radii): covalent radii overestimate ionic and metallic bonds (SrTiO3
+ * and rutile are 0.86 of it, Cu 0.97, MgO and GaAs 1.02, Si 1.06); a non-cubic c/a is the
+ * archetype's times PROTOTYPE_CA_MIN..MAX. */
+#define PROTOTYPE_SCALE_MIN 0.85
+#define PROTOTYPE_SCALE_MAX 1.10
+#define PROTOTYPE_CA_MIN 0.95
+#define PROTOTYPE_CA_MAX 1.05
+/* Name (option spelling), Strukturbericht type with archetype, element types (1-3), atoms per
+ * conventional cell of prototype p (0 <= p < TSR_CBED_NPROTOTYPES); the index of a name, -1 if unknown. */
+const char *_tsr_cbed_prototype_name(int p);
+const char *_tsr_cbed_prototype_type(int p);
+int _tsr_cbed_prototype_types(int p);
+int _tsr_cbed_prototype_atoms(int p);
+double _tsr_cbed_prototype_c_a(int p); /* the archetype's (or the ideal) c / a */
+int _tsr_cbed_prototype_find(const char *name);
+/* Prototype p with element zs[t] on the sites of element type t, lattice constant a (A), c = c_a a:
+ * its sites expanded by the space group's operations. 0, -1 out of memory, -2 bad arguments. */
+int _tsr_cbed_prototype_build(struct cbed_crystal *c, int p, const int *zs, double a, double c_a);
+/* Shortest distance between two atoms of c, an atom's own periodic images included (A). */
+double _tsr_cbed_crystal_min_distance(const struct cbed_crystal *c);
+/* Reduced composition (atoms per Z, divided by their gcd) of the formula s[0..len) ("TiO2"); -1 when
+ * it is not a formula of known element symbols. */
+int _tsr_cbed_formula_parse(const char *s, size_t len, int n[TSR_CBED_ZMAX + 1]);
+/* 1 when c's reduced composition is one of the comma-separated formulas of list. */
+int _tsr_cbed_excluded(const struct cbed_crystal *c, const char *list);
+/* A random prototype crystal for the options (o->prototypes, zmin..zmax, min_distance, exclude):
+ * 0, -1 out of memory, -2 the draw is too tight or excluded (draw again from another stream). */
+int _tsr_cbed_crystal_prototype(struct cbed_crystal *c, const tsr_cbed_opts *o, double (*uniform)(void *), void *rng);
+
 /* A crystal seen along a zone axis: the supercell edges x, y (lattice vectors normal to the beam and
  * to each other within `strain`) and the beam direction uvw (a lattice vector), made exactly
  * orthogonal by a shear of at most `strain` (|cos| of the largest angle error). */

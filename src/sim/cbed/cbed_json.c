@@ -15,7 +15,7 @@
 
 #define FIELDS                                                                                                 \
   "seed, kv, alpha, defocus, cs, grid, pattern, target, probes, fov, thickness, slice, blur, structures, zones, " \
-  "cif, zone_index, tilt, rotation, shift, atoms, elements, sites, min_distance, density, intensity, floor, " \
+  "cif, zone_index, tilt, rotation, shift, atoms, elements, sites, min_distance, density, prototypes, exclude_formulas, intensity, floor, " \
   "max_angle, a1, b2, source, coherence_samples, phonons, u2, detector_mrad, dose, psf, scan"
 
 static tsr_status bad(const char *path, const char *key, const char *want) {
@@ -71,11 +71,11 @@ static tsr_status structures(const char *path, const json_t *v, unsigned *mask) 
   size_t i;
   json_t *e;
   *mask = 0;
-  if (!json_is_array(v)) return bad(path, "structures", "a list of si, srtio3, cu, random, crystal");
+  if (!json_is_array(v)) return bad(path, "structures", "a list of si, srtio3, cu, random, crystal, prototype");
   json_array_foreach(v, i, e) {
     tsr_cbed_structure s;
     if (!json_is_string(e) || tsr_cbed_structure_parse(json_string_value(e), &s) != TSR_OK)
-      return bad(path, "structures", "a list of si, srtio3, cu, random, crystal");
+      return bad(path, "structures", "a list of si, srtio3, cu, random, crystal, prototype");
     *mask |= 1u << s;
   }
   return TSR_OK;
@@ -151,6 +151,23 @@ static tsr_status field(const char *path, const char *k, const json_t *v, tsr_cb
   if (!strcmp(k, "sites")) return integer(path, k, v, &o->sites);
   if (!strcmp(k, "min_distance")) return number(path, k, v, &o->min_distance);
   if (!strcmp(k, "density")) return range(path, k, v, &o->density_min, &o->density_max);
+  if (!strcmp(k, "prototypes") || !strcmp(k, "exclude_formulas")) {
+    char buf[512] = "";
+    if (!json_is_array(v)) return bad(path, k, "a list of strings");
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+      if (!json_is_string(e) || strlen(buf) + strlen(json_string_value(e)) + 2 > sizeof buf) return bad(path, k, "a list of strings");
+      snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", *buf ? "," : "", json_string_value(e));
+    }
+    if (!strcmp(k, "exclude_formulas")) {
+      if (strlen(buf) >= sizeof o->exclude) return bad(path, k, "a shorter list");
+      snprintf(o->exclude, sizeof o->exclude, "%s", buf);
+      return TSR_OK;
+    }
+    if (tsr_cbed_prototypes_parse(buf, &o->prototypes) != TSR_OK) return bad(path, k, "a list of prototype names");
+    return TSR_OK;
+  }
   if (!strcmp(k, "elements")) {
     TSR_TRY(range(path, k, v, &lo, &hi));
     if (lo != floor(lo) || hi != floor(hi) || lo < 1 || hi > 103) return bad(path, k, "atomic numbers [A, B] in 1..103");

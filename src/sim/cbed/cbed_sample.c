@@ -14,7 +14,8 @@
 #include "runtime/rng.h"
 
 static const char *names[] = {[TSR_CBED_SI] = "si", [TSR_CBED_SRTIO3] = "srtio3", [TSR_CBED_CU] = "cu",
-                              [TSR_CBED_RANDOM] = "random", [TSR_CBED_CRYSTAL] = "crystal"};
+                              [TSR_CBED_RANDOM] = "random", [TSR_CBED_CRYSTAL] = "crystal",
+                              [TSR_CBED_PROTOTYPE] = "prototype"};
 
 const char *tsr_cbed_structure_name(tsr_cbed_structure s) {
   return s >= 0 && s < TSR_CBED_NSTRUCT ? names[s] : "?";
@@ -26,7 +27,7 @@ tsr_status tsr_cbed_structure_parse(const char *name, tsr_cbed_structure *s) {
       *s = (tsr_cbed_structure)i;
       return TSR_OK;
     }
-  return _tsr_error(TSR_ERR_ARG, "unknown structure '%s' (known: si, srtio3, cu, random, crystal)", name ? name : "(null)");
+  return _tsr_error(TSR_ERR_ARG, "unknown structure '%s' (known: si, srtio3, cu, random, crystal, prototype)", name ? name : "(null)");
 }
 
 void tsr_cbed_opts_default(tsr_cbed_opts *o) {
@@ -36,7 +37,7 @@ void tsr_cbed_opts_default(tsr_cbed_opts *o) {
                        .structures = 1u << TSR_CBED_SI | 1u << TSR_CBED_SRTIO3 | 1u << TSR_CBED_CU,
                        .zones = 1 | 2, .shift = 1, .random_atoms_min = 20, .random_atoms_max = 60,
                        .zmin = 1, .zmax = 103, .sites = 8, .min_distance = 1.8, .density_min = 0.03,
-                       .density_max = 0.08, .intensity = TSR_CBED_LOG, .intensity_floor = 1e-5, .seed = 1};
+                       .density_max = 0.08, .prototypes = (1u << TSR_CBED_NPROTOTYPES) - 1, .intensity = TSR_CBED_LOG, .intensity_floor = 1e-5, .seed = 1};
 }
 
 #define BAD(...) return _tsr_error(TSR_ERR_ARG, "cbed: " __VA_ARGS__)
@@ -70,6 +71,14 @@ tsr_status tsr_cbed_opts_check(const tsr_cbed_opts *o) {
   if (!(o->min_distance >= 0.5 && o->min_distance <= 5)) BAD("minimum distance %g A is not in [0.5, 5]", o->min_distance);
   if (!(o->density_min >= 0.005 && o->density_max >= o->density_min && o->density_max <= 0.3))
     BAD("density %g..%g atoms/A^3 is not an increasing range in [0.005, 0.3]", o->density_min, o->density_max);
+  if (!o->prototypes || o->prototypes >> TSR_CBED_NPROTOTYPES) BAD("prototype mask 0x%x selects no type of the %d", o->prototypes, TSR_CBED_NPROTOTYPES);
+  if (!memchr(o->exclude, 0, sizeof o->exclude)) BAD("the exclude list is not a terminated string");
+  for (const char *p = o->exclude; *p;) {
+    size_t len = strcspn(p, ",");
+    int n[TSR_CBED_ZMAX + 1];
+    if (len > 0 && _tsr_cbed_formula_parse(p, len, n) != 0) BAD("exclude: '%.*s' is not a formula of element symbols", (int)len, p);
+    p += len + (p[len] == ',');
+  }
   if (o->random_atoms_min < 1 || o->random_atoms_max < o->random_atoms_min)
     BAD("random atoms %d..%d", o->random_atoms_min, o->random_atoms_max);
   if (o->intensity < TSR_CBED_LINEAR || o->intensity > TSR_CBED_LOG) BAD("intensity scaling %d", o->intensity);

@@ -1,7 +1,7 @@
 /* The specimen of one sample, drawn from the sample's own random stream: the structure (a built-in
- * crystal, a CIF file, a random crystal or random atoms), the zone axis, the thickness, the in-plane
+ * crystal, a CIF file, a random or prototype crystal or random atoms), the zone axis, the thickness, the in-plane
  * origin, then (only when asked for, so older settings draw as before) a random low-index zone, a
- * rotation and a tilt; and the record of what was drawn. A random crystal that cannot be simulated
+ * rotation and a tilt; and the record of what was drawn. A random or prototype crystal that cannot be simulated
  * along the zone is drawn again from streams of (seed, index, redraw), at most CRYSTAL_DRAWS times.
  * CIF files are read once per process and kept (read-only) in a table shared by the workers. */
 #include <math.h>
@@ -131,6 +131,11 @@ static struct _tsr_rng redraw_stream(const tsr_cbed_opts *o, int64_t index, int 
   return r;
 }
 
+/* A random crystal (s = TSR_CBED_CRYSTAL) or prototype crystal (TSR_CBED_PROTOTYPE) from stream r. */
+static int draw_crystal(tsr_cbed_structure s, struct cbed_crystal *c, const tsr_cbed_opts *o, struct _tsr_rng *r) {
+  return s == TSR_CBED_PROTOTYPE ? _tsr_cbed_crystal_prototype(c, o, uniform, r) : _tsr_cbed_crystal_random(c, o, uniform, r);
+}
+
 /* c's box along uvw tiled to about fov into a (built afresh); 0, or -1 when c has no orthogonal cell
  * along uvw or a low-index zone within the size limit (*lmax) or the box could not be built. */
 static int specimen_box(const tsr_cbed_opts *o, const struct cbed_crystal *c, int uvw[3], double rot, double sx,
@@ -166,8 +171,8 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
   if (s == TSR_CBED_NSTRUCT) {
     list_item(o->cif, pick - nbuiltin, path, sizeof path);
     st = cif_crystal(path, &c);
-  } else if (s == TSR_CBED_CRYSTAL) {
-    drawn = _tsr_cbed_crystal_random(&own, o, uniform, r);
+  } else if (s == TSR_CBED_CRYSTAL || s == TSR_CBED_PROTOTYPE) {
+    drawn = draw_crystal(s, &own, o, r);
   } else if (_tsr_cbed_crystal_builtin(s, &own) != 0) {
     st = _tsr_error(TSR_ERR_NOMEM, "out of memory for its atoms");
   }
@@ -184,7 +189,7 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
     double t = uniform(r) * o->tilt_mrad * 1e-3, phi = 2 * M_PI * uniform(r);
     tilt[0] = t * cos(phi), tilt[1] = t * sin(phi);
   }
-  /* A random crystal without a usable box along the zone, or without a motif that keeps the minimum
+  /* A random or prototype crystal without a usable box along the zone, or without a motif that keeps the minimum
    * distance, is drawn again (the zone, thickness, origin, rotation and tilt stay): the sample is
    * the first usable one of its draws, `redraws` says how many came before it. */
   struct cbed_zone z;
@@ -196,7 +201,7 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
     if (drawn == 0) no_box++, lmax_lo = fmin(lmax_lo, lmax), lmax_hi = fmax(lmax_hi, lmax);
     else no_motif++;
     _tsr_cbed_atoms_free(a);
-    if (s != TSR_CBED_CRYSTAL) {
+    if (s != TSR_CBED_CRYSTAL && s != TSR_CBED_PROTOTYPE) {
       _tsr_cbed_crystal_free(&own);
       return _tsr_error(TSR_ERR_ARG, "%s (%s) has no orthogonal cell along [%d %d %d] or a "
                         "low-index zone within %g A", c->name, c->source, uvw[0], uvw[1], uvw[2],
@@ -204,12 +209,15 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
     }
     _tsr_cbed_crystal_free(&own);
     if (++redraws == CRYSTAL_DRAWS) {
-      char box[320] = "", motif[320] = "";
+      char box[320] = "", motif[448] = "";
       if (no_box)
         snprintf(box, sizeof box, "; %d had no orthogonal cell along [%d %d %d] or a low-index zone with edges up to "
                  "max(--fov %g, 2.5 x the longest cell edge) = %.3g..%.3g A (raise --fov above that)", no_box, uvw[0],
                  uvw[1], uvw[2], o->fov, lmax_lo, lmax_hi);
-      if (no_motif)
+      if (no_motif && s == TSR_CBED_PROTOTYPE)
+        snprintf(motif, sizeof motif, "; %d prototype draws had atoms closer than --min-distance %g A or an "
+                 "excluded composition (--exclude-formulas '%s')", no_motif, o->min_distance, o->exclude);
+      else if (no_motif)
         snprintf(motif, sizeof motif, "; %d found no motif of up to --sites %d atoms %g A apart (--min-distance) at "
                  "--density %g:%g atoms/A^3 (lower the distance or the density)", no_motif, o->sites, o->min_distance,
                  o->density_min, o->density_max);
@@ -217,7 +225,7 @@ tsr_status _tsr_cbed_specimen(const tsr_cbed_opts *o, int64_t index, struct _tsr
                         CRYSTAL_DRAWS, uvw[0], uvw[1], uvw[2], box, motif);
     }
     struct _tsr_rng rr = redraw_stream(o, index, redraws);
-    drawn = _tsr_cbed_crystal_random(&own, o, uniform, &rr);
+    drawn = draw_crystal(s, &own, o, &rr);
     if (drawn == -1) return _tsr_error(TSR_ERR_NOMEM, "out of memory for its atoms");
   }
   a->tilt[0] = tilt[0], a->tilt[1] = tilt[1];

@@ -70,6 +70,10 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
     if (o->structures >> s & 1)
       snprintf(structs + strlen(structs), sizeof structs - strlen(structs), "%s%s", *structs ? "," : "",
                tsr_cbed_structure_name((tsr_cbed_structure)s));
+  char protos[256] = "";
+  for (int k = 0; k < TSR_CBED_NPROTOTYPES; k++)
+    if (o->prototypes >> k & 1)
+      snprintf(protos + strlen(protos), sizeof protos - strlen(protos), "%s%s", *protos ? "," : "", _tsr_cbed_prototype_name(k));
   static const char *zn[] = {"001", "110", "111"};
   for (int z = 0; z < 3; z++)
     if (o->zones >> z & 1) snprintf(zones + strlen(zones), sizeof zones - strlen(zones), "%s%s", *zones ? "," : "", zn[z]);
@@ -102,6 +106,7 @@ static int write_attrs(hid_t f, const tsr_cbed_opts *o, int64_t first, int64_t n
          _tsr_h5_attr(f, "crystal_min_distance_A", H5T_NATIVE_DOUBLE, &o->min_distance) &&
          _tsr_h5_attr(f, "crystal_density_min", H5T_NATIVE_DOUBLE, &o->density_min) &&
          _tsr_h5_attr(f, "crystal_density_max", H5T_NATIVE_DOUBLE, &o->density_max) &&
+         _tsr_h5_attr_str(f, "prototypes", protos) && _tsr_h5_attr_str(f, "exclude_formulas", o->exclude) &&
          _tsr_h5_attr_str(f, "target_units", "V*A (projected potential of one period along the beam, not rescaled)") &&
          _tsr_h5_attr_str(f, "storage", half ? "float16" : "float32");
 }
