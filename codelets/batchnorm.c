@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "cuda_util.h"
+#include "kernel_util.h"
 
 /* ---- raw kernels ----
  * Plain NCHW runs per (sample, channel) over h*w contiguous values; the blocked layout nChw{B}c
@@ -111,7 +113,7 @@ static void bwd_data_blocked(const struct _tsr_bn_desc *d, const float *x, const
   else bwd_data_blocked_b(8, d, x, stat, gamma, acc, dy, y, dx);
 }
 
-void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
+static void f32_stats(const struct _tsr_bn_desc *d, const float *x, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc); /* 2c doubles, in place of a task */
   if (d->blk) {
     stats_blocked(d, x, acc);
@@ -208,16 +210,6 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
     }
 }
 
-void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                     const float *beta, float *y) {
-  normalise(d, x, stat, stat + d->c, 0, gamma, beta, y);
-}
-
-void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
-                          const float *running_var, const float *gamma, const float *beta, float *y) {
-  normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
-}
-
 BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                               const float *y, double *acc) {
   const size_t hw = plane(d);
@@ -255,7 +247,7 @@ BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
   }
 }
 
-void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+static void f32_bwd_stats(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            const float *y, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc);
   if (d->blk) {
@@ -346,7 +338,7 @@ BLOCKED bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, 
   }
 }
 
-void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+static void f32_bwd_data(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx) {
   if (d->blk) {
     bwd_data_blocked(d, x, stat, gamma, acc, dy, y, dx);
@@ -371,6 +363,107 @@ void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
         for (size_t j = 0; j < hw; j++) dp[j] = kf * gp[j] - shift - slope * (xp[j] - mean);
       }
     }
+}
+
+/* ---- bf16 storage ----
+ * x and y stored in bf16 run the float32 kernels above one sample at a time on float32 copies in
+ * per-thread scratch: the same sums in the same order as one call over float32 values equal to the
+ * bf16 ones (acc gathers per sample and channel either way), then y rounded to bf16 (nearest even). */
+
+enum { SCRATCH_X = 0, SCRATCH_Y = 1 };
+
+static size_t sample_elems(const struct _tsr_bn_desc *d) {
+  return (size_t)(d->blk ? nblocks(d) * d->blk : d->c) * plane(d);
+}
+
+/* Sample i of a buffer stored in bf16 (bf != 0) as float32 (scratch slot), or the float32 one itself. */
+static const float *load(const void *p, int bf, size_t i, size_t len, int slot) {
+  if (!bf) return (const float *)p + i * len;
+  float *t = _tsr_scratch(slot, len * sizeof *t);
+  _tsr_bf16_to_f32_cpu((const uint16_t *)p + i * len, t, len);
+  return t;
+}
+
+/* Where the kernel writes sample i of y: scratch when y is stored in bf16 (store() rounds it back). */
+static float *out_of(void *p, int bf, size_t i, size_t len) {
+  return bf ? _tsr_scratch(SCRATCH_Y, len * sizeof(float)) : (float *)p + i * len;
+}
+
+static void store(void *p, int bf, size_t i, size_t len, const float *t) {
+  if (bf) _tsr_f32_to_bf16_cpu(t, (uint16_t *)p + i * len, len);
+}
+
+/* The descriptor of one sample; later samples add into acc. */
+static struct _tsr_bn_desc one_sample(const struct _tsr_bn_desc *d, int i) {
+  struct _tsr_bn_desc s = *d;
+  s.n = 1;
+  s.overwrite = d->overwrite && i == 0;
+  return s;
+}
+
+static int stored_bf16(const struct _tsr_bn_desc *d) { return d->x_bf16 || d->y_bf16; }
+
+void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
+  if (!d->x_bf16) {
+    f32_stats(d, x, acc);
+    return;
+  }
+  const size_t len = sample_elems(d);
+  for (int i = 0; i < d->n; i++) {
+    struct _tsr_bn_desc s = one_sample(d, i);
+    f32_stats(&s, load(x, 1, i, len, SCRATCH_X), acc);
+  }
+}
+
+static void normalise_stored(const struct _tsr_bn_desc *d, const float *x, const float *m, const float *sp, int eval,
+                             const float *gamma, const float *beta, float *y) {
+  const size_t len = sample_elems(d);
+  for (int i = 0; i < d->n; i++) {
+    struct _tsr_bn_desc s = one_sample(d, i);
+    float *yo = out_of(y, d->y_bf16, i, len);
+    normalise(&s, load(x, d->x_bf16, i, len, SCRATCH_X), m, sp, eval, gamma, beta, yo);
+    store(y, d->y_bf16, i, len, yo);
+  }
+}
+
+void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                     const float *beta, float *y) {
+  if (stored_bf16(d)) normalise_stored(d, x, stat, stat + d->c, 0, gamma, beta, y);
+  else normalise(d, x, stat, stat + d->c, 0, gamma, beta, y);
+}
+
+void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
+                          const float *running_var, const float *gamma, const float *beta, float *y) {
+  if (stored_bf16(d)) normalise_stored(d, x, running_mean, running_var, 1, gamma, beta, y);
+  else normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
+}
+
+void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+                           const float *y, double *acc) {
+  if (!stored_bf16(d)) {
+    f32_bwd_stats(d, x, stat, dy, y, acc);
+    return;
+  }
+  const size_t len = sample_elems(d);
+  for (int i = 0; i < d->n; i++) {
+    struct _tsr_bn_desc s = one_sample(d, i);
+    f32_bwd_stats(&s, load(x, d->x_bf16, i, len, SCRATCH_X), stat, dy + i * len,
+                  y ? load(y, d->y_bf16, i, len, SCRATCH_Y) : NULL, acc);
+  }
+}
+
+void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                          const double *acc, const float *dy, const float *y, float *dx) {
+  if (!stored_bf16(d)) {
+    f32_bwd_data(d, x, stat, gamma, acc, dy, y, dx);
+    return;
+  }
+  const size_t len = sample_elems(d);
+  for (int i = 0; i < d->n; i++) {
+    struct _tsr_bn_desc s = one_sample(d, i);
+    f32_bwd_data(&s, load(x, d->x_bf16, i, len, SCRATCH_X), stat, gamma, acc, dy + i * len,
+                 y ? load(y, d->y_bf16, i, len, SCRATCH_Y) : NULL, dx + i * len);
+  }
 }
 
 /* ---- codelets ---- */
