@@ -32,13 +32,37 @@ static int lanes(const struct _tsr_bn_desc *d, int cb) {
   return v < d->blk ? v : d->blk;
 }
 
+/* ---- bf16 storage ----
+ * x and y may be stored in bf16 (d->x_bf16, d->y_bf16): each row a loop below runs over (h*w values
+ * of a channel, or h*w rows of a channel block) is loaded into float32 in per-thread scratch, which
+ * stays in cache, and y's row is rounded to bf16 (nearest even) after it is computed. The arithmetic
+ * is the float32 one on the same values, in the same order. */
+enum { SCRATCH_X = 0, SCRATCH_Y = 1 };
+
+/* Elements [off, off + len) of x as float32: x's own, or converted from bf16 into scratch slot. */
+static inline const float *row_in(const float *x, int bf, size_t off, size_t len, int slot) {
+  if (!bf) return x + off;
+  float *t = _tsr_scratch(slot, len * sizeof *t);
+  _tsr_bf16_to_f32_cpu((const uint16_t *)(const void *)x + off, t, len);
+  return t;
+}
+
+/* Where a row of y is computed: y itself, or scratch that row_out_done rounds into bf16 y. */
+static inline float *row_out(float *y, int bf, size_t off, size_t len) {
+  return bf ? _tsr_scratch(SCRATCH_Y, len * sizeof(float)) : y + off;
+}
+
+static inline void row_out_done(float *y, int bf, size_t off, size_t len, const float *t) {
+  if (bf) _tsr_f32_to_bf16_cpu(t, (uint16_t *)(void *)y + off, len);
+}
+
 #define BLOCKED static inline __attribute__((always_inline)) void
 BLOCKED stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, double *acc) {
   const size_t hw = plane(d);
   const int nb = nblocks(d), c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int cb = 0; cb < nb; cb++) {
-      const float *restrict xp = x + ((size_t)i * nb + cb) * hw * B;
+      const float *restrict xp = row_in(x, d->x_bf16, ((size_t)i * nb + cb) * hw * B, hw * B, SCRATCH_X);
       double s[MAXB] = {0}, ss[MAXB] = {0};
       for (size_t k = 0; k < hw; k++) {
         TSR_SIMD(omp simd)
@@ -113,7 +137,7 @@ static void bwd_data_blocked(const struct _tsr_bn_desc *d, const float *x, const
   else bwd_data_blocked_b(8, d, x, stat, gamma, acc, dy, y, dx);
 }
 
-static void f32_stats(const struct _tsr_bn_desc *d, const float *x, double *acc) {
+void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc); /* 2c doubles, in place of a task */
   if (d->blk) {
     stats_blocked(d, x, acc);
@@ -123,7 +147,7 @@ static void f32_stats(const struct _tsr_bn_desc *d, const float *x, double *acc)
   const int c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
-      const float *restrict xp = x + ((size_t)i * c + ch) * hw;
+      const float *restrict xp = row_in(x, d->x_bf16, ((size_t)i * c + ch) * hw, hw, SCRATCH_X);
       double s = 0, ss = 0;
       TSR_SIMD(omp simd reduction(+ : s, ss))
       for (size_t k = 0; k < hw; k++) {
@@ -173,8 +197,8 @@ BLOCKED normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
     }
     for (int i = 0; i < d->n; i++) {
       const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = x + off;
-      float *restrict yp = y + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
+      float *restrict yp = row_out(y, d->y_bf16, off, hw * B);
       for (size_t k = 0; k < hw; k++) {
         TSR_SIMD(omp simd)
         for (int j = 0; j < B; j++) {
@@ -182,6 +206,7 @@ BLOCKED normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
           yp[k * B + j] = relu ? relu_f(v) : v;
         }
       }
+      row_out_done(y, d->y_bf16, off, hw * B, yp);
     }
   }
 }
@@ -196,8 +221,8 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < d->c; ch++) {
       const size_t off = ((size_t)i * d->c + ch) * hw;
-      const float *restrict xp = x + off;
-      float *restrict yp = y + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
+      float *restrict yp = row_out(y, d->y_bf16, off, hw);
       const float a = scale_of(d, spread, eval, gamma, ch);
       const float m = mean[ch], b = beta[ch];
       if (d->relu) {
@@ -207,7 +232,18 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
         TSR_SIMD(omp simd)
         for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
       }
+      row_out_done(y, d->y_bf16, off, hw, yp);
     }
+}
+
+void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+                     const float *beta, float *y) {
+  normalise(d, x, stat, stat + d->c, 0, gamma, beta, y);
+}
+
+void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
+                          const float *running_var, const float *gamma, const float *beta, float *y) {
+  normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
 }
 
 BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
@@ -219,9 +255,9 @@ BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
     for (int j = 0; j < lanes(d, cb); j++) mean[j] = stat[cb * B + j];
     for (int i = 0; i < d->n; i++) {
       const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
       const float *restrict gp = dy + off;
-      const float *restrict yp = d->relu ? y + off : NULL;
+      const float *restrict yp = d->relu ? row_in(y, d->y_bf16, off, hw * B, SCRATCH_Y) : NULL;
       double s[MAXB] = {0}, sx[MAXB] = {0};
       for (size_t e = 0; yp && e < hw * B; e += B) {
         TSR_SIMD(omp simd)
@@ -247,7 +283,7 @@ BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
   }
 }
 
-static void f32_bwd_stats(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
+void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            const float *y, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc);
   if (d->blk) {
@@ -259,13 +295,13 @@ static void f32_bwd_stats(const struct _tsr_bn_desc *d, const float *x, const fl
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
       const size_t off = ((size_t)i * c + ch) * hw;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
       const float *restrict gp = dy + off;
       const double mean = stat[ch];
       double s = 0, sx = 0;
       /* centred before the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
       if (d->relu) {
-        const float *restrict yp = y + off;
+        const float *restrict yp = row_in(y, d->y_bf16, off, hw, SCRATCH_Y);
         TSR_SIMD(omp simd reduction(+ : s, sx))
         for (size_t k = 0; k < hw; k++) {
           double g = relu_mask(gp[k], yp[k]);
@@ -318,9 +354,9 @@ BLOCKED bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, 
     }
     for (int i = 0; i < d->n; i++) {
       const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
       const float *restrict gp = dy + off;
-      const float *restrict yp = d->relu ? y + off : NULL;
+      const float *restrict yp = d->relu ? row_in(y, d->y_bf16, off, hw * B, SCRATCH_Y) : NULL;
       float *restrict dp = dx + off;
       if (yp) {
         for (size_t e = 0; e < hw * B; e += B) {
@@ -338,7 +374,7 @@ BLOCKED bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, 
   }
 }
 
-static void f32_bwd_data(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
+void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx) {
   if (d->blk) {
     bwd_data_blocked(d, x, stat, gamma, acc, dy, y, dx);
@@ -349,13 +385,13 @@ static void f32_bwd_data(const struct _tsr_bn_desc *d, const float *x, const flo
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
       const size_t off = ((size_t)i * c + ch) * hw;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
       const float *restrict gp = dy + off;
       float *restrict dp = dx + off;
       const struct bwd_coef q = bwd_coef(d, stat, gamma, acc, ch);
       const float kf = q.kf, shift = q.shift, slope = q.slope, mean = q.mean;
       if (d->relu) {
-        const float *restrict yp = y + off;
+        const float *restrict yp = row_in(y, d->y_bf16, off, hw, SCRATCH_Y);
         TSR_SIMD(omp simd)
         for (size_t j = 0; j < hw; j++) dp[j] = kf * relu_mask(gp[j], yp[j]) - shift - slope * (xp[j] - mean);
       } else {
@@ -363,107 +399,6 @@ static void f32_bwd_data(const struct _tsr_bn_desc *d, const float *x, const flo
         for (size_t j = 0; j < hw; j++) dp[j] = kf * gp[j] - shift - slope * (xp[j] - mean);
       }
     }
-}
-
-/* ---- bf16 storage ----
- * x and y stored in bf16 run the float32 kernels above one sample at a time on float32 copies in
- * per-thread scratch: the same sums in the same order as one call over float32 values equal to the
- * bf16 ones (acc gathers per sample and channel either way), then y rounded to bf16 (nearest even). */
-
-enum { SCRATCH_X = 0, SCRATCH_Y = 1 };
-
-static size_t sample_elems(const struct _tsr_bn_desc *d) {
-  return (size_t)(d->blk ? nblocks(d) * d->blk : d->c) * plane(d);
-}
-
-/* Sample i of a buffer stored in bf16 (bf != 0) as float32 (scratch slot), or the float32 one itself. */
-static const float *load(const void *p, int bf, size_t i, size_t len, int slot) {
-  if (!bf) return (const float *)p + i * len;
-  float *t = _tsr_scratch(slot, len * sizeof *t);
-  _tsr_bf16_to_f32_cpu((const uint16_t *)p + i * len, t, len);
-  return t;
-}
-
-/* Where the kernel writes sample i of y: scratch when y is stored in bf16 (store() rounds it back). */
-static float *out_of(void *p, int bf, size_t i, size_t len) {
-  return bf ? _tsr_scratch(SCRATCH_Y, len * sizeof(float)) : (float *)p + i * len;
-}
-
-static void store(void *p, int bf, size_t i, size_t len, const float *t) {
-  if (bf) _tsr_f32_to_bf16_cpu(t, (uint16_t *)p + i * len, len);
-}
-
-/* The descriptor of one sample; later samples add into acc. */
-static struct _tsr_bn_desc one_sample(const struct _tsr_bn_desc *d, int i) {
-  struct _tsr_bn_desc s = *d;
-  s.n = 1;
-  s.overwrite = d->overwrite && i == 0;
-  return s;
-}
-
-static int stored_bf16(const struct _tsr_bn_desc *d) { return d->x_bf16 || d->y_bf16; }
-
-void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
-  if (!d->x_bf16) {
-    f32_stats(d, x, acc);
-    return;
-  }
-  const size_t len = sample_elems(d);
-  for (int i = 0; i < d->n; i++) {
-    struct _tsr_bn_desc s = one_sample(d, i);
-    f32_stats(&s, load(x, 1, i, len, SCRATCH_X), acc);
-  }
-}
-
-static void normalise_stored(const struct _tsr_bn_desc *d, const float *x, const float *m, const float *sp, int eval,
-                             const float *gamma, const float *beta, float *y) {
-  const size_t len = sample_elems(d);
-  for (int i = 0; i < d->n; i++) {
-    struct _tsr_bn_desc s = one_sample(d, i);
-    float *yo = out_of(y, d->y_bf16, i, len);
-    normalise(&s, load(x, d->x_bf16, i, len, SCRATCH_X), m, sp, eval, gamma, beta, yo);
-    store(y, d->y_bf16, i, len, yo);
-  }
-}
-
-void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                     const float *beta, float *y) {
-  if (stored_bf16(d)) normalise_stored(d, x, stat, stat + d->c, 0, gamma, beta, y);
-  else normalise(d, x, stat, stat + d->c, 0, gamma, beta, y);
-}
-
-void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
-                          const float *running_var, const float *gamma, const float *beta, float *y) {
-  if (stored_bf16(d)) normalise_stored(d, x, running_mean, running_var, 1, gamma, beta, y);
-  else normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
-}
-
-void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           const float *y, double *acc) {
-  if (!stored_bf16(d)) {
-    f32_bwd_stats(d, x, stat, dy, y, acc);
-    return;
-  }
-  const size_t len = sample_elems(d);
-  for (int i = 0; i < d->n; i++) {
-    struct _tsr_bn_desc s = one_sample(d, i);
-    f32_bwd_stats(&s, load(x, d->x_bf16, i, len, SCRATCH_X), stat, dy + i * len,
-                  y ? load(y, d->y_bf16, i, len, SCRATCH_Y) : NULL, acc);
-  }
-}
-
-void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                          const double *acc, const float *dy, const float *y, float *dx) {
-  if (!stored_bf16(d)) {
-    f32_bwd_data(d, x, stat, gamma, acc, dy, y, dx);
-    return;
-  }
-  const size_t len = sample_elems(d);
-  for (int i = 0; i < d->n; i++) {
-    struct _tsr_bn_desc s = one_sample(d, i);
-    f32_bwd_data(&s, load(x, d->x_bf16, i, len, SCRATCH_X), stat, gamma, acc, dy + i * len,
-                 y ? load(y, d->y_bf16, i, len, SCRATCH_Y) : NULL, dx + i * len);
-  }
 }
 
 /* ---- codelets ---- */
