@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "cuda_util.h"
+#include "kernel_util.h"
 
 /* ---- raw kernels ----
  * Plain NCHW runs per (sample, channel) over h*w contiguous values; the blocked layout nChw{B}c
@@ -30,13 +32,37 @@ static int lanes(const struct _tsr_bn_desc *d, int cb) {
   return v < d->blk ? v : d->blk;
 }
 
+/* ---- bf16 storage ----
+ * x and y may be stored in bf16 (d->x_bf16, d->y_bf16): each row a loop below runs over (h*w values
+ * of a channel, or h*w rows of a channel block) is loaded into float32 in per-thread scratch, which
+ * stays in cache, and y's row is rounded to bf16 (nearest even) after it is computed. The arithmetic
+ * is the float32 one on the same values, in the same order. */
+enum { SCRATCH_X = 0, SCRATCH_Y = 1 };
+
+/* Elements [off, off + len) of x as float32: x's own, or converted from bf16 into scratch slot. */
+static inline const float *row_in(const float *x, int bf, size_t off, size_t len, int slot) {
+  if (!bf) return x + off;
+  float *t = _tsr_scratch(slot, len * sizeof *t);
+  _tsr_bf16_to_f32_cpu((const uint16_t *)(const void *)x + off, t, len);
+  return t;
+}
+
+/* Where a row of y is computed: y itself, or scratch that row_out_done rounds into bf16 y. */
+static inline float *row_out(float *y, int bf, size_t off, size_t len) {
+  return bf ? _tsr_scratch(SCRATCH_Y, len * sizeof(float)) : y + off;
+}
+
+static inline void row_out_done(float *y, int bf, size_t off, size_t len, const float *t) {
+  if (bf) _tsr_f32_to_bf16_cpu(t, (uint16_t *)(void *)y + off, len);
+}
+
 #define BLOCKED static inline __attribute__((always_inline)) void
 BLOCKED stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, double *acc) {
   const size_t hw = plane(d);
   const int nb = nblocks(d), c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int cb = 0; cb < nb; cb++) {
-      const float *restrict xp = x + ((size_t)i * nb + cb) * hw * B;
+      const float *restrict xp = row_in(x, d->x_bf16, ((size_t)i * nb + cb) * hw * B, hw * B, SCRATCH_X);
       double s[MAXB] = {0}, ss[MAXB] = {0};
       for (size_t k = 0; k < hw; k++) {
         TSR_SIMD(omp simd)
@@ -121,7 +147,7 @@ void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc
   const int c = d->c;
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
-      const float *restrict xp = x + ((size_t)i * c + ch) * hw;
+      const float *restrict xp = row_in(x, d->x_bf16, ((size_t)i * c + ch) * hw, hw, SCRATCH_X);
       double s = 0, ss = 0;
       TSR_SIMD(omp simd reduction(+ : s, ss))
       for (size_t k = 0; k < hw; k++) {
@@ -171,8 +197,8 @@ BLOCKED normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
     }
     for (int i = 0; i < d->n; i++) {
       const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = x + off;
-      float *restrict yp = y + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
+      float *restrict yp = row_out(y, d->y_bf16, off, hw * B);
       for (size_t k = 0; k < hw; k++) {
         TSR_SIMD(omp simd)
         for (int j = 0; j < B; j++) {
@@ -180,6 +206,7 @@ BLOCKED normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
           yp[k * B + j] = relu ? relu_f(v) : v;
         }
       }
+      row_out_done(y, d->y_bf16, off, hw * B, yp);
     }
   }
 }
@@ -194,8 +221,8 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < d->c; ch++) {
       const size_t off = ((size_t)i * d->c + ch) * hw;
-      const float *restrict xp = x + off;
-      float *restrict yp = y + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
+      float *restrict yp = row_out(y, d->y_bf16, off, hw);
       const float a = scale_of(d, spread, eval, gamma, ch);
       const float m = mean[ch], b = beta[ch];
       if (d->relu) {
@@ -205,6 +232,7 @@ static void normalise(const struct _tsr_bn_desc *d, const float *x, const float 
         TSR_SIMD(omp simd)
         for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
       }
+      row_out_done(y, d->y_bf16, off, hw, yp);
     }
 }
 
@@ -227,9 +255,9 @@ BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x,
     for (int j = 0; j < lanes(d, cb); j++) mean[j] = stat[cb * B + j];
     for (int i = 0; i < d->n; i++) {
       const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
       const float *restrict gp = dy + off;
-      const float *restrict yp = d->relu ? y + off : NULL;
+      const float *restrict yp = d->relu ? row_in(y, d->y_bf16, off, hw * B, SCRATCH_Y) : NULL;
       double s[MAXB] = {0}, sx[MAXB] = {0};
       for (size_t e = 0; yp && e < hw * B; e += B) {
         TSR_SIMD(omp simd)
@@ -267,13 +295,13 @@ void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const f
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
       const size_t off = ((size_t)i * c + ch) * hw;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
       const float *restrict gp = dy + off;
       const double mean = stat[ch];
       double s = 0, sx = 0;
       /* centred before the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
       if (d->relu) {
-        const float *restrict yp = y + off;
+        const float *restrict yp = row_in(y, d->y_bf16, off, hw, SCRATCH_Y);
         TSR_SIMD(omp simd reduction(+ : s, sx))
         for (size_t k = 0; k < hw; k++) {
           double g = relu_mask(gp[k], yp[k]);
@@ -326,9 +354,9 @@ BLOCKED bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, 
     }
     for (int i = 0; i < d->n; i++) {
       const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
       const float *restrict gp = dy + off;
-      const float *restrict yp = d->relu ? y + off : NULL;
+      const float *restrict yp = d->relu ? row_in(y, d->y_bf16, off, hw * B, SCRATCH_Y) : NULL;
       float *restrict dp = dx + off;
       if (yp) {
         for (size_t e = 0; e < hw * B; e += B) {
@@ -357,13 +385,13 @@ void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
   for (int i = 0; i < d->n; i++)
     for (int ch = 0; ch < c; ch++) {
       const size_t off = ((size_t)i * c + ch) * hw;
-      const float *restrict xp = x + off;
+      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
       const float *restrict gp = dy + off;
       float *restrict dp = dx + off;
       const struct bwd_coef q = bwd_coef(d, stat, gamma, acc, ch);
       const float kf = q.kf, shift = q.shift, slope = q.slope, mean = q.mean;
       if (d->relu) {
-        const float *restrict yp = y + off;
+        const float *restrict yp = row_in(y, d->y_bf16, off, hw, SCRATCH_Y);
         TSR_SIMD(omp simd)
         for (size_t j = 0; j < hw; j++) dp[j] = kf * relu_mask(gp[j], yp[j]) - shift - slope * (xp[j] - mean);
       } else {

@@ -54,6 +54,9 @@ struct _tsr_conv_desc {
   int src_blk, dst_blk; /* CPU: channel block of the input's and output's layout (and of their
                          * gradients'), 0 plain NCHW; blocked nChw{B}c has zero padding channels */
   int overwrite;        /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
+  int src_bf16, dst_bf16; /* CPU: the input (read by fwd and bwd_weights) and the output (written by
+                           * fwd) are stored as bf16 (uint16_t bit patterns, same layout); their
+                           * gradients stay float32 */
 };
 
 void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
@@ -139,6 +142,7 @@ struct _tsr_pool_desc {
   int is_max;           /* 1 max, 0 average (padding counted, as PyTorch's default) */
   int blk;              /* CPU: channel block of x and y (and their gradients), 0 plain NCHW */
   int d, od, kd, sd, pd; /* depth axis of 3-D pooling; all 0 for 2-D */
+  int bf16;             /* CPU, 2-D: x and y stored as bf16 (uint16_t bit patterns); gradients float32 */
 };
 /* Bytes of the saved state of max pooling for one slice (0 for average). */
 size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d);
@@ -200,6 +204,8 @@ struct _tsr_bn_desc {
                          * reads y (the extra buffer of the bwd tasks) for its mask */
   int overwrite;        /* stats, bwd_stats: acc, bwd_params: dgamma and dbeta are written
                          * (STARPU_W), not added into (the first slice's task, the step's only one) */
+  int x_bf16, y_bf16;   /* CPU: x, y stored as bf16 (uint16_t bit patterns, same layout), loaded into
+                         * float32 a sample at a time; arithmetic, statistics and gradients float32 */
 };
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc); /* acc += (=: overwrite) */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
@@ -257,6 +263,8 @@ struct _tsr_concat_desc {
   int n, h, w, k;       /* k inputs */
   int c[TSR_MAX_CONCAT];
   int blk;              /* CPU: channel block of every input and the output (0: plain NCHW) */
+  int bf16;             /* CPU forward: every input and the output stored as bf16 (uint16_t bit
+                         * patterns, copied as they are); the gradients are float32 */
 };
 void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y);
 void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs);

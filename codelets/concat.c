@@ -12,25 +12,25 @@
 static size_t sample_elems(int c, int blk, size_t hw) { return (size_t)(blk ? (c + blk - 1) / blk * blk : c) * hw; }
 
 /* Copies channels [s0, s0 + nch) of one sample to channels [d0, d0 + nch) of another, both in the
- * layout of channel block blk: in runs that stay within one block on both sides (whole planes or
- * blocks when aligned). Padding channels are not touched (they stay zero). */
-static void copy_channels(int blk, size_t hw, const float *src, int s0, float *dst, int d0, int nch) {
+ * layout of channel block blk with elements of es bytes: in runs that stay within one block on both
+ * sides (whole planes or blocks when aligned). Padding channels are not touched (they stay zero). */
+static void copy_channels(int blk, size_t hw, size_t es, const char *src, int s0, char *dst, int d0, int nch) {
   if (!blk) {
-    memcpy(dst + (size_t)d0 * hw, src + (size_t)s0 * hw, (size_t)nch * hw * sizeof(float));
+    memcpy(dst + (size_t)d0 * hw * es, src + (size_t)s0 * hw * es, (size_t)nch * hw * es);
     return;
   }
   while (nch > 0) {
     int run = blk - s0 % blk < blk - d0 % blk ? blk - s0 % blk : blk - d0 % blk;
     if (run > nch) run = nch;
-    const float *restrict sp = src + (size_t)(s0 / blk) * hw * blk + s0 % blk;
-    float *restrict dp = dst + (size_t)(d0 / blk) * hw * blk + d0 % blk;
+    const char *restrict sp = src + ((size_t)(s0 / blk) * hw * blk + s0 % blk) * es;
+    char *restrict dp = dst + ((size_t)(d0 / blk) * hw * blk + d0 % blk) * es;
+    const size_t row = blk * es;
     if (run == blk) {
-      memcpy(dp, sp, hw * blk * sizeof(float));
+      memcpy(dp, sp, hw * row);
     } else if (run == 8) { /* half a 16-block: a DenseNet's growth of 8 */
-      for (size_t k = 0; k < hw; k++) memcpy(dp + k * blk, sp + k * blk, 8 * sizeof(float));
+      for (size_t k = 0; k < hw; k++) memcpy(dp + k * row, sp + k * row, 8 * es);
     } else {
-      for (size_t k = 0; k < hw; k++)
-        for (int j = 0; j < run; j++) dp[k * blk + j] = sp[k * blk + j];
+      for (size_t k = 0; k < hw; k++) memcpy(dp + k * row, sp + k * row, run * es);
     }
     s0 += run, d0 += run, nch -= run;
   }
@@ -43,17 +43,19 @@ static int total_channels(const struct _tsr_concat_desc *d) {
 }
 
 void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y) {
-  size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw);
+  size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw), es = d->bf16 ? 2 : 4;
   for (int s = 0; s < d->n; s++)
     for (int i = 0, off = 0; i < d->k; off += d->c[i], i++)
-      copy_channels(d->blk, hw, xs[i] + s * sample_elems(d->c[i], d->blk, hw), 0, y + s * ly, off, d->c[i]);
+      copy_channels(d->blk, hw, es, (const char *)xs[i] + s * sample_elems(d->c[i], d->blk, hw) * es, 0,
+                    (char *)y + s * ly * es, off, d->c[i]);
 }
 
 void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs) {
   size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw);
   for (int s = 0; s < d->n; s++)
     for (int i = 0, off = 0; i < d->k; off += d->c[i], i++)
-      copy_channels(d->blk, hw, dy + s * ly, off, dxs[i] + s * sample_elems(d->c[i], d->blk, hw), 0, d->c[i]);
+      copy_channels(d->blk, hw, sizeof(float), (const char *)(dy + s * ly), off,
+                    (char *)(dxs[i] + s * sample_elems(d->c[i], d->blk, hw)), 0, d->c[i]);
 }
 
 /* Blocked so that the partial sums stay in L1 while every input streams through once. */

@@ -90,14 +90,25 @@ static void plan_free(void *p) {
   free(pl);
 }
 
-/* Plain memory descriptors of the four roles in the forward sense (src = conv input). */
-static void plain_mds(const struct _tsr_conv_desc *d, int deconv, dnnl_memory_desc_t md[NROLE]) {
+/* Which roles of the pass the caller stores in bf16: the input where the pass reads the activation
+ * (fwd, bwd_weights), the output where it writes it (fwd); gradients are float32. */
+static int stored_bf16(const struct _tsr_conv_desc *d, int pass) {
+  int m = 0;
+  if (d->src_bf16 && pass != TSR_CONV_BWD_DATA) m |= 1 << ROLE_SRC;
+  if (d->dst_bf16 && pass == TSR_CONV_FWD) m |= 1 << ROLE_DST;
+  return m;
+}
+
+/* The caller's memory descriptors of the four roles in the forward sense (src = conv input). */
+static void plain_mds(const struct _tsr_conv_desc *d, int deconv, int pass, dnnl_memory_desc_t md[NROLE]) {
   dnnl_dims_t src = {d->n, d->ci, d->h, d->w}, dst = {d->n, d->co, d->oh, d->ow};
   dnnl_dims_t wei = {d->co, d->ci, d->kh, d->kw}, bia = {d->co};
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_SRC], 4, src, dnnl_f32, _tsr_act_tag(d->src_blk)));
+  int b = stored_bf16(d, pass);
+  dnnl_data_type_t ts = b & (1 << ROLE_SRC) ? dnnl_bf16 : dnnl_f32, td = b & (1 << ROLE_DST) ? dnnl_bf16 : dnnl_f32;
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_SRC], 4, src, ts, _tsr_act_tag(d->src_blk)));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_WEI], 4, wei, dnnl_f32, deconv ? dnnl_iohw : dnnl_oihw));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_BIA], 1, bia, dnnl_f32, dnnl_x));
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_DST], 4, dst, dnnl_f32, _tsr_act_tag(d->dst_blk)));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md[ROLE_DST], 4, dst, td, _tsr_act_tag(d->dst_blk)));
 }
 
 /* Op descriptor for one pass; `md` carries the layouts asked for (any or plain). */
@@ -188,8 +199,9 @@ static dnnl_status_t make_pd(const struct _tsr_conv_desc *d, int deconv, int pas
                              const dnnl_memory_desc_t user[NROLE], dnnl_primitive_desc_t *pd) {
   dnnl_engine_t eng = _tsr_dnnl_engine();
   dnnl_memory_desc_t ask[NROLE], hint_ask[NROLE];
-  ask_mds(d, deconv, bf16 ? bf16_roles(pass) : 0, exact, user, ask);
-  ask_mds(d, deconv, bf16 ? bf16_roles(TSR_CONV_FWD) : 0, exact, user, hint_ask);
+  /* a bf16 output the caller stores is written by the kernel itself */
+  ask_mds(d, deconv, bf16 ? bf16_roles(pass) | stored_bf16(d, pass) : 0, exact, user, ask);
+  ask_mds(d, deconv, bf16 ? bf16_roles(TSR_CONV_FWD) | stored_bf16(d, TSR_CONV_FWD) : 0, exact, user, hint_ask);
   dnnl_primitive_attr_t attr;
   TSR_DNNL_CHECK(dnnl_primitive_attr_create(&attr));
   TSR_DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -220,7 +232,7 @@ static int is_ref(dnnl_primitive_desc_t pd) {
 static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int pass, int precision) {
   dnnl_memory_desc_t user[NROLE];
   int bf16 = precision == TSR_PRECISION_BF16;
-  plain_mds(d, deconv, user);
+  plain_mds(d, deconv, pass, user);
   dnnl_primitive_desc_t pd;
   /* The caller's blocked layouts first; a layout oneDNN chooses (and reorders) when no fast kernel
    * takes them. */

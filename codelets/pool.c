@@ -1,5 +1,5 @@
 /* 2-D and 3-D pooling (max, and average counting the padding as PyTorch's default) on NCHW, NCDHW
- * or (2-D) blocked nChw{B}c float32 with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
+ * or (2-D) blocked nChw{B}c float32 (2-D: x and y also bf16, gradients float32) with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
  * workspace (the argmax of each window) during the forward so that the backward need not read x.
  * Primitives and their memory objects are built once per (thread, descriptor); a call only swaps
  * data pointers. Scratchpads are user-managed (per-thread scratch), so no call allocates. */
@@ -41,12 +41,14 @@ static int pool_axes(const struct _tsr_pool_desc *d, dnnl_dim_t *in, dnnl_dim_t 
   return a;
 }
 
-static void pool_mds(const struct _tsr_pool_desc *d, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
+/* x and y (bwd 0: bf16 where stored so), or their gradients (bwd 1: float32). */
+static void pool_mds(const struct _tsr_pool_desc *d, int bwd, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
   dnnl_dims_t sd = {d->n, d->c}, dd = {d->n, d->c}, k, s, p;
   int nd = 2 + pool_axes(d, sd + 2, dd + 2, k, s, p);
   dnnl_format_tag_t tag = nd == 5 ? dnnl_ncdhw : _tsr_act_tag(d->blk);
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, nd, sd, dnnl_f32, tag));
-  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dnnl_f32, tag));
+  dnnl_data_type_t dt = d->bf16 && !bwd ? dnnl_bf16 : dnnl_f32;
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, nd, sd, dt, tag));
+  TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dt, tag));
 }
 
 static dnnl_primitive_attr_t user_scratchpad_attr(void) {
@@ -61,7 +63,7 @@ static dnnl_primitive_attr_t user_scratchpad_attr(void) {
  * (h - k + 2p) / s + 1 == oh with integer division, which is PyTorch's formula. */
 static dnnl_primitive_desc_t pool_pd(const struct _tsr_pool_desc *d, int bwd) {
   dnnl_memory_desc_t src, dst;
-  pool_mds(d, &src, &dst);
+  pool_mds(d, bwd, &src, &dst);
   dnnl_dims_t in, out, st, k, p;
   pool_axes(d, in, out, k, st, p);
   dnnl_alg_kind_t alg = d->is_max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;

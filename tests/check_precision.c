@@ -1,6 +1,7 @@
 /* Suite "precision": bf16 conv and transposed conv (all three passes) against float64 references
  * with a bound derived from bf16 rounding, the data types of the oneDNN primitives that run them
- * (bf16 inputs, float32 outputs), float32 <-> bf16/fp16 conversions (nearest, ties to even,
+ * (bf16 inputs, float32 outputs), convolutions, batch
+ * normalisation, concatenation and pooling on activations stored in bf16, float32 <-> bf16/fp16 conversions (nearest, ties to even,
  * specials), the half-precision wire format of gradient reductions, and loss scaling in training
  * (power-of-two scales exact, overflowing steps skipped), fp16 refused on CPUs. */
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <tessera.h>
 #include "codelets.h"
 #include "conv_plan.h"
+#include "kernel_util.h"
 #include "tensor/shape.h"
 #include "convert.h"
 #include "optim/loss_scale.h"
@@ -192,6 +194,286 @@ START_TEST(test_bf16_conv_passes_within_bf16_bound) {
   _tsr_set_precision(TSR_PRECISION_F32);
   free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db), free(ref), free(mag), free(ref_r);
   free(mag_r), free(xr), free(wr), free(dyr);
+}
+END_TEST
+
+/* ---- activations stored in bf16 (the trainer's --precision bf16 between layers) ---- */
+
+static size_t padded(int n, int c, int h, int w, int blk) {
+  return (size_t)n * (blk ? (c + blk - 1) / blk * blk : c) * h * w;
+}
+
+/* A plain float32 activation into the stored form: layout blk, bf16 values (uint16 bit patterns). */
+static uint16_t *to_store(const float *v, int n, int c, int h, int w, int blk) {
+  size_t np = padded(n, c, h, w, blk);
+  float *t = calloc(np, 4);
+  uint16_t *s = malloc(np * 2);
+  struct _tsr_reorder_desc r = {.n = n, .c = c, .h = h, .w = w, .from_blk = 0, .to_blk = blk};
+  if (blk) _tsr_reorder_cpu(&r, v, t);
+  else memcpy(t, v, np * 4);
+  _tsr_f32_to_bf16_cpu(t, s, np);
+  free(t);
+  return s;
+}
+
+/* The stored form back into a plain float32 array. */
+static float *from_store(const uint16_t *s, int n, int c, int h, int w, int blk) {
+  size_t np = padded(n, c, h, w, blk);
+  float *t = malloc(np * 4), *v = malloc((size_t)n * c * h * w * 4);
+  _tsr_bf16_to_f32_cpu(s, t, np);
+  struct _tsr_reorder_desc r = {.n = n, .c = c, .h = h, .w = w, .from_blk = blk, .to_blk = 0};
+  if (blk) _tsr_reorder_cpu(&r, t, v);
+  else memcpy(v, t, (size_t)n * c * h * w * 4);
+  free(t);
+  return v;
+}
+
+/* A float32 gradient into layout blk (float32). */
+static float *to_layout(const float *v, int n, int c, int h, int w, int blk) {
+  size_t np = padded(n, c, h, w, blk);
+  float *t = calloc(np, 4);
+  struct _tsr_reorder_desc r = {.n = n, .c = c, .h = h, .w = w, .from_blk = 0, .to_blk = blk};
+  if (blk) _tsr_reorder_cpu(&r, v, t);
+  else memcpy(t, v, np * 4);
+  return t;
+}
+
+/* Forward and backward for weights of a conv / transposed conv whose input and output are stored in
+ * bf16, in the trainer's blocked layout: the forward reads the bf16 input and writes the bf16 output
+ * without a reorder inside the task; the backward for weights reads the bf16 input. Bounds: the
+ * forward's float32 result is within BF16_REL sum |products| + 1e-5 of the float64 one (as above);
+ * its rounding to bf16 (8 significant bits, nearest) moves it by at most 2^-8 of itself, and
+ * |y| <= sum |products| + |bias| + that bound, so |y - ref| <= BF16_REL mag + 2^-8 (1.01 mag + |b|)
+ * + 1e-5. The backward for weights takes the same bf16-rounded input as in the test above: same
+ * bound, and the same check that it is far closer to the float64 result on rounded inputs. */
+START_TEST(test_bf16_stored_conv_within_bf16_bound) {
+  if (!onednn_has_bf16_conv()) {
+    tt_skip("bf16-stored convolutions not checked (config %d): no bf16 convolution in this oneDNN on this CPU", _i);
+    return;
+  }
+  const struct cfg *c = &cfgs[_i];
+  struct _tsr_conv_desc d = desc_of(c);
+  int blk = _tsr_act_block();
+  d.src_blk = d.dst_blk = blk;
+  d.src_bf16 = d.dst_bf16 = 1;
+  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow;
+  size_t nw = (size_t)d.ci * d.co * d.kh * d.kw, nmax = nx > ny ? (nx > nw ? nx : nw) : (ny > nw ? ny : nw);
+  float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(d.co * 4), *dy = malloc(ny * 4);
+  float *dw = calloc(nw, 4), *db = calloc(d.co, 4);
+  double *ref = malloc(nmax * 8), *mag = malloc(nmax * 8), *ref_r = malloc(nmax * 8), *mag_r = malloc(nmax * 8);
+  tt_fill_uniform(x, nx, 21 + _i, -1, 1);
+  tt_fill_uniform(w, nw, 22 + _i, -1, 1);
+  tt_fill_uniform(b, d.co, 23 + _i, -1, 1);
+  tt_fill_uniform(dy, ny, 24 + _i, -1, 1);
+  const float *bias = c->bias ? b : NULL;
+  uint16_t *xs = to_store(x, d.n, d.ci, d.h, d.w, blk);
+  uint16_t *ys = calloc(padded(d.n, d.co, d.oh, d.ow, blk), 2);
+  float *dyb = to_layout(dy, d.n, d.co, d.oh, d.ow, blk);
+  float *xr = bf16_rounded(x, nx), *wr = bf16_rounded(w, nw), *dyr = bf16_rounded(dy, ny);
+  _tsr_set_precision(TSR_PRECISION_BF16);
+  long before = _tsr_conv_reorders(0);
+  (c->deconv ? _tsr_deconv2d_fwd_cpu : _tsr_conv2d_fwd_cpu)(&d, (const float *)xs, w, bias, (float *)ys);
+  /* The dense-block 3x3 (config 0) reads and writes the caller's blocked bf16 activations as they
+   * are; other shapes may want another layout in bf16 (the trainer's edge tasks reorder those). */
+  ck_assert_msg(_i != 0 || !blk || _tsr_conv_reorders(0) == before,
+                "config %d: the bf16-stored forward reordered an activation inside its task", _i);
+  float *y = from_store(ys, d.n, d.co, d.oh, d.ow, blk);
+  reference_pass(&d, c->deconv, TSR_CONV_FWD, x, w, dy, bias, ny, ref, mag);
+  for (size_t i = 0; i < ny; i++) {
+    double bi = bias ? fabs(b[(i / ((size_t)d.oh * d.ow)) % d.co]) : 0;
+    double bound = BF16_REL * mag[i] + 0x1p-8 * (1.01 * mag[i] + bi) + 1e-5;
+    ck_assert_msg(fabs(y[i] - ref[i]) <= bound,
+                  "config %d, bf16-stored forward: element %zu is %.8g, float64 reference %.8g (bound %.3g)", _i, i,
+                  (double)y[i], ref[i], bound);
+  }
+  (c->deconv ? _tsr_deconv2d_bwd_weights_cpu : _tsr_conv2d_bwd_weights_cpu)(&d, (const float *)xs, dyb, dw,
+                                                                            c->bias ? db : NULL);
+  reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, x, w, dy, NULL, nw, ref, mag);
+  reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, xr, wr, dyr, NULL, nw, ref_r, mag_r);
+  check_pass(_i, TSR_CONV_BWD_WEIGHTS, dw, nw, ref, mag, ref_r);
+  _tsr_set_precision(TSR_PRECISION_F32);
+  free(x), free(w), free(b), free(dy), free(dw), free(db), free(ref), free(mag), free(ref_r), free(mag_r);
+  free(xs), free(ys), free(dyb), free(xr), free(wr), free(dyr), free(y);
+}
+END_TEST
+
+/* Batch normalisation (with and without its fused relu) on x and y stored in bf16, over two slices
+ * whose statistics span both, in the trainer's blocked layout (loop 0, 1) and plain (2, 3). x is
+ * exactly its bf16 values, so against a float64 reference on those values the float32 arithmetic
+ * alone errs (1e-5 + 1e-4 |ref|, the float32 suites' bound) before y's one rounding to bf16 (at
+ * most 2^-8 |y|): |y - ref| <= 2^-8 (|ref| + 1e-5) + 1e-5 + 1e-4 |ref|. Backward takes the stored y
+ * for the relu's mask and a float32 dy, and writes float32 dx, dgamma, dbeta: float32 arithmetic only,
+ * 1e-5 + 1e-4 |ref| (gradient sums over the batch: 1e-4 sum |terms|). */
+START_TEST(test_bf16_stored_batchnorm_against_float64) {
+  const int relu = _i % 2, blk = _i < 2 ? _tsr_act_block() : 0, S = 2, n = 2, c = 20, h = 5, w = 6;
+  const size_t hw = (size_t)h * w, ns = (size_t)n * c * hw, ps = padded(n, c, h, w, blk), N = (size_t)S * n * c * hw;
+  float *x = malloc(N * 4), *dy = malloc(N * 4), gamma[20], beta[20], rm[20] = {0}, rv[20], stat[40];
+  float dgamma[20], dbeta[20];
+  double acc[40], bacc[40];
+  tt_fill_uniform(x, N, 31 + _i, -2, 3);
+  tt_fill_uniform(dy, N, 32 + _i, -1, 1);
+  tt_fill_uniform(gamma, c, 33, 0.5, 1.5);
+  tt_fill_uniform(beta, c, 34, -0.5, 0.5);
+  for (int k = 0; k < c; k++) rv[k] = 1;
+  struct _tsr_bn_desc d = {.n = n, .c = c, .h = h, .w = w, .total = S * n, .eps = 1e-5f, .momentum = 0.1f,
+                           .blk = blk, .relu = relu, .x_bf16 = 1, .y_bf16 = 1};
+  uint16_t *xs[2], *ys[2];
+  float *dys[2], *dxs[2];
+  for (int s = 0; s < S; s++) {
+    xs[s] = to_store(x + s * ns, n, c, h, w, blk);
+    ys[s] = calloc(ps, 2);
+    dys[s] = to_layout(dy + s * ns, n, c, h, w, blk);
+    dxs[s] = calloc(ps, 4);
+  }
+  for (int s = 0; s < S; s++) {
+    d.overwrite = s == 0;
+    _tsr_bn_stats_cpu(&d, (const float *)xs[s], acc);
+  }
+  _tsr_bn_finalize_cpu(&d, acc, stat, rm, rv);
+  for (int s = 0; s < S; s++) _tsr_bn_fwd_cpu(&d, (const float *)xs[s], stat, gamma, beta, (float *)ys[s]);
+  for (int s = 0; s < S; s++) {
+    d.overwrite = s == 0;
+    _tsr_bn_bwd_stats_cpu(&d, (const float *)xs[s], stat, dys[s], relu ? (const float *)ys[s] : NULL, bacc);
+  }
+  d.overwrite = 1;
+  _tsr_bn_bwd_params_cpu(&d, bacc, dgamma, dbeta);
+  for (int s = 0; s < S; s++)
+    _tsr_bn_bwd_data_cpu(&d, (const float *)xs[s], stat, gamma, bacc, dys[s], relu ? (const float *)ys[s] : NULL,
+                         dxs[s]);
+  /* float64 reference on the stored (bf16) x */
+  float *xv = malloc(N * 4), *yv = malloc(N * 4), *dxv = malloc(N * 4);
+  for (int s = 0; s < S; s++) {
+    float *t = from_store(xs[s], n, c, h, w, blk), *u = from_store(ys[s], n, c, h, w, blk);
+    memcpy(xv + s * ns, t, ns * 4), memcpy(yv + s * ns, u, ns * 4);
+    free(t), free(u);
+    struct _tsr_reorder_desc r = {.n = n, .c = c, .h = h, .w = w, .from_blk = blk, .to_blk = 0};
+    if (blk) _tsr_reorder_cpu(&r, dxs[s], dxv + s * ns);
+    else memcpy(dxv + s * ns, dxs[s], ns * 4);
+  }
+  double *yref = malloc(N * 8), *dxref = malloc(N * 8), dgref[20], dbref[20], gmag[20], bmag[20];
+  const size_t M = (size_t)S * n * hw;
+  for (int k = 0; k < c; k++) {
+    double m = 0, v = 0, sg = 0, sgx = 0;
+    dgref[k] = dbref[k] = gmag[k] = bmag[k] = 0;
+#define AT(i, q) ((size_t)(i) * c * hw + (size_t)k * hw + (q))
+    for (int i = 0; i < S * n; i++)
+      for (size_t q = 0; q < hw; q++) m += xv[AT(i, q)];
+    m /= M;
+    for (int i = 0; i < S * n; i++)
+      for (size_t q = 0; q < hw; q++) v += (xv[AT(i, q)] - m) * (xv[AT(i, q)] - m);
+    v /= M;
+    double is = 1 / sqrt(v + 1e-5);
+    for (int i = 0; i < S * n; i++)
+      for (size_t q = 0; q < hw; q++) {
+        double xh = (xv[AT(i, q)] - m) * is, o = gamma[k] * xh + beta[k];
+        yref[AT(i, q)] = relu && o < 0 ? 0 : o;
+        double g = relu && !(yv[AT(i, q)] > 0) ? 0 : dy[AT(i, q)];
+        sg += g, sgx += g * xh;
+        bmag[k] += fabs(g), gmag[k] += fabs(g * xh);
+      }
+    dgref[k] = sgx, dbref[k] = sg;
+    for (int i = 0; i < S * n; i++)
+      for (size_t q = 0; q < hw; q++) {
+        double xh = (xv[AT(i, q)] - m) * is, g = relu && !(yv[AT(i, q)] > 0) ? 0 : dy[AT(i, q)];
+        dxref[AT(i, q)] = gamma[k] * is * (g - sg / M - xh * sgx / M);
+      }
+#undef AT
+  }
+  for (size_t i = 0; i < N; i++) {
+    double bound = 0x1p-8 * (fabs(yref[i]) + 1e-5) + 1e-5 + 1e-4 * fabs(yref[i]);
+    ck_assert_msg(fabs(yv[i] - yref[i]) <= bound, "loop %d: bf16-stored batchnorm y[%zu] = %.8g, float64 %.8g", _i,
+                  i, (double)yv[i], yref[i]);
+  }
+  tt_assert_close(dxv, dxref, N, 1e-5, 1e-4, "bf16-stored batchnorm dx");
+  for (int k = 0; k < c; k++) {
+    ck_assert_msg(fabs(dgamma[k] - dgref[k]) <= 1e-5 + 1e-4 * gmag[k], "dgamma[%d] %g, float64 %g", k, dgamma[k],
+                  dgref[k]);
+    ck_assert_msg(fabs(dbeta[k] - dbref[k]) <= 1e-5 + 1e-4 * bmag[k], "dbeta[%d] %g, float64 %g", k, dbeta[k],
+                  dbref[k]);
+  }
+  for (int s = 0; s < S; s++) free(xs[s]), free(ys[s]), free(dys[s]), free(dxs[s]);
+  free(x), free(dy), free(xv), free(yv), free(dxv), free(yref), free(dxref);
+}
+END_TEST
+
+/* Concatenation forward copies bf16 activations as they are (bit for bit), in blocked (loop 0,
+ * channels 8 + 20 + 8: runs of half blocks and unaligned ones) and plain (1) layouts; its backward
+ * splits a float32 gradient. Exact: a copy. */
+START_TEST(test_bf16_stored_concat_copies_bits) {
+  const int blk = _i == 0 ? _tsr_act_block() : 0, n = 2, h = 3, w = 5, cs[3] = {8, 20, 8}, ct = 36;
+  struct _tsr_concat_desc d = {.n = n, .h = h, .w = w, .k = 3, .c = {8, 20, 8}, .blk = blk, .bf16 = 1};
+  float *parts[3];
+  uint16_t *xs[3];
+  for (int i = 0; i < 3; i++) {
+    parts[i] = malloc((size_t)n * cs[i] * h * w * 4);
+    tt_fill_uniform(parts[i], (size_t)n * cs[i] * h * w, 41 + i, -1, 1);
+    xs[i] = to_store(parts[i], n, cs[i], h, w, blk);
+  }
+  uint16_t *y = calloc(padded(n, ct, h, w, blk), 2);
+  const float *in[3] = {(const float *)xs[0], (const float *)xs[1], (const float *)xs[2]};
+  _tsr_concat_fwd_cpu(&d, in, (float *)y);
+  float *yv = from_store(y, n, ct, h, w, blk);
+  for (int s = 0; s < n; s++)
+    for (int i = 0, off = 0; i < 3; off += cs[i], i++)
+      for (size_t q = 0; q < (size_t)cs[i] * h * w; q++) {
+        float want = _tsr_bf16_to_f32(_tsr_f32_to_bf16(parts[i][(size_t)s * cs[i] * h * w + q]));
+        float got = yv[((size_t)s * ct + off) * h * w + q];
+        ck_assert_msg(memcmp(&want, &got, 4) == 0, "layout %d: sample %d, input %d, value %zu: %g, not %g", blk, s, i,
+                      q, got, want);
+      }
+  for (int i = 0; i < 3; i++) free(parts[i]), free(xs[i]);
+  free(y), free(yv);
+}
+END_TEST
+
+/* Max and average pooling on bf16-stored x and y, float32 gradients, blocked layout: the forward
+ * picks (max) or averages (the float32 average's one rounding: 2^-8 |ref| + 1e-6) the stored
+ * values; the backward routes a float32 dy exactly (max) or within float32 arithmetic (average). */
+START_TEST(test_bf16_stored_pool_against_float64) {
+  if (!onednn_has_bf16_conv()) { /* the same ISA (AVX-512) gates oneDNN's bf16 pooling */
+    tt_skip("bf16-stored pooling not checked: no bf16 kernels in this oneDNN on this CPU");
+    return;
+  }
+  const int is_max = _i == 0, blk = _tsr_act_block(), n = 2, c = 20, h = 6, w = 6;
+  struct _tsr_pool_desc d = {.n = n, .c = c, .h = h, .w = w, .oh = 3, .ow = 3, .kh = 2, .kw = 2, .sh = 2, .sw = 2,
+                             .is_max = is_max, .blk = blk, .bf16 = 1};
+  const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * 9;
+  float *x = malloc(nx * 4), *dy = malloc(ny * 4);
+  tt_fill_uniform(x, nx, 51, -1, 1);
+  tt_fill_uniform(dy, ny, 52, -1, 1);
+  uint16_t *xs = to_store(x, n, c, h, w, blk), *ys = calloc(padded(n, c, 3, 3, blk), 2);
+  float *dyb = to_layout(dy, n, c, 3, 3, blk), *dxb = calloc(padded(n, c, h, w, blk), 4);
+  void *ws = malloc(_tsr_pool_ws_bytes(&d) + 1);
+  _tsr_pool_fwd_cpu(&d, (const float *)xs, (float *)ys, ws);
+  _tsr_pool_bwd_cpu(&d, dyb, ws, dxb);
+  float *xv = from_store(xs, n, c, h, w, blk), *yv = from_store(ys, n, c, 3, 3, blk), *dxv = malloc(nx * 4);
+  struct _tsr_reorder_desc r = {.n = n, .c = c, .h = h, .w = w, .from_blk = blk, .to_blk = 0};
+  if (blk) _tsr_reorder_cpu(&r, dxb, dxv);
+  else memcpy(dxv, dxb, nx * 4);
+  double *dxref = calloc(nx, 8);
+  for (int p = 0; p < n * c; p++)
+    for (int oy = 0; oy < 3; oy++)
+      for (int ox = 0; ox < 3; ox++) {
+        double best = -INFINITY, sum = 0;
+        size_t arg = 0;
+        for (int ky = 0; ky < 2; ky++)
+          for (int kx = 0; kx < 2; kx++) {
+            size_t i = (size_t)p * h * w + (oy * 2 + ky) * w + ox * 2 + kx;
+            sum += xv[i];
+            if (xv[i] > best) best = xv[i], arg = i;
+          }
+        double ref = is_max ? best : sum / 4, g = dy[(size_t)p * 9 + oy * 3 + ox];
+        float got = yv[(size_t)p * 9 + oy * 3 + ox];
+        ck_assert_msg(fabs(got - ref) <= 0x1p-8 * fabs(ref) + 1e-6, "%s pooling: y %g, float64 %g",
+                      is_max ? "max" : "average", got, ref);
+        for (int ky = 0; ky < 2; ky++)
+          for (int kx = 0; kx < 2; kx++) {
+            size_t i = (size_t)p * h * w + (oy * 2 + ky) * w + ox * 2 + kx;
+            dxref[i] += is_max ? (i == arg ? g : 0) : g / 4;
+          }
+      }
+  tt_assert_close(dxv, dxref, nx, 1e-7, 1e-6, is_max ? "max pooling dx" : "average pooling dx");
+  free(x), free(dy), free(xs), free(ys), free(dyb), free(dxb), free(ws), free(xv), free(yv), free(dxv), free(dxref);
 }
 END_TEST
 
@@ -550,6 +832,10 @@ static Suite *make_precision_suite(void) {
   TCase *k = tcase_create("kernels");
   tcase_set_timeout(k, 120);
   tcase_add_loop_test(k, test_bf16_conv_passes_within_bf16_bound, 0, NCFG);
+  tcase_add_loop_test(k, test_bf16_stored_conv_within_bf16_bound, 0, NCFG);
+  tcase_add_loop_test(k, test_bf16_stored_batchnorm_against_float64, 0, 4);
+  tcase_add_loop_test(k, test_bf16_stored_concat_copies_bits, 0, 2);
+  tcase_add_loop_test(k, test_bf16_stored_pool_against_float64, 0, 2);
   tcase_add_test(k, test_f32_precision_is_unchanged_by_bf16_plans);
   tcase_add_test(k, test_conversions_round_to_nearest_even);
   tcase_add_test(k, test_array_conversions_and_accumulation);

@@ -65,7 +65,8 @@ static struct _tsr_conv_desc conv_desc(const struct _tsr_layer_view *v, int n) {
                             .kh = p->kernel_h, .kw = p->kernel_w, .sh = p->stride_h, .sw = p->stride_w,
                             .ph = p->pad_h, .pw = p->pad_w, .dh = p->dilation_h, .dw = p->dilation_w,
                             .oph = p->output_pad_h, .opw = p->output_pad_w, .has_bias = p->bias,
-                            .src_blk = v->in_blk[0], .dst_blk = v->out_blk};
+                            .src_blk = v->in_blk[0], .dst_blk = v->out_blk, .src_bf16 = v->in_bf16[0],
+                            .dst_bf16 = v->out_bf16};
   return d;
 }
 
@@ -117,7 +118,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
 
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
-  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .reorders = conv_reorders, .forward = conv_forward, \
+  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .bf16 = TSR_BF16_EACH, .reorders = conv_reorders, .forward = conv_forward, \
   .backward = conv_backward, \
   .private_wgrad = 1, .wgrad_first = 1
 

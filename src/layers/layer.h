@@ -41,6 +41,17 @@ struct _tsr_layer_view {
   struct _tsr_chw in[TSR_MAX_INPUTS];
   struct _tsr_chw out;
   int in_blk[TSR_MAX_INPUTS], out_blk;
+  int in_bf16[TSR_MAX_INPUTS], out_bf16; /* 1: the activation is stored in bf16 (its gradient stays
+                                          * float32); only for entries with a bf16 capability */
+};
+
+/* Which activations an entry can read and write in bf16 (struct _tsr_layer_ops.bf16). The trainer
+ * stores an activation in bf16 (with --precision bf16 on CPUs) where its producer and every
+ * consumer can. */
+enum _tsr_bf16_cap {
+  TSR_BF16_NONE = 0, /* float32 only (the default) */
+  TSR_BF16_EACH,     /* each input and the output bf16 or float32, independently */
+  TSR_BF16_SAME      /* every input and the output alike: all bf16 or all float32 */
 };
 
 /* Which activation layouts an entry handles (struct _tsr_layer_ops.layout). The trainer keeps an
@@ -190,6 +201,7 @@ struct _tsr_layer_ops {
   int split_edges;
   int layout;                     /* an enum _tsr_layout_cap */
   int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */
+  int bf16;                       /* an enum _tsr_bf16_cap (CPU kernels) */
   /* (optional) Which of its activations the entry's tasks for a slice of n samples would reorder
    * inside themselves, given the layouts in v (TSR_EDGE_IN: input 0 and its gradient, TSR_EDGE_OUT:
    * the output and its gradient; bwd_data: input 0's gradient is computed), or -1 when that cannot

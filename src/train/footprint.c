@@ -12,6 +12,7 @@
 
 /* zalloc's rounding to 64 bytes */
 static uint64_t floats(uint64_t n) { return _tsr_add_sat(_tsr_mul_sat(n, sizeof(float)), 63) & ~(uint64_t)63; }
+static uint64_t halves(uint64_t n) { return _tsr_add_sat(_tsr_mul_sat(n, sizeof(uint16_t)), 63) & ~(uint64_t)63; }
 
 struct part {
   uint64_t params, acts;
@@ -104,7 +105,8 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems), sn = (uint64_t)t->slice_n[s];
     vector_fits(b, n, "layer", L->name);
-    for (int k = K_OUT; k <= K_WS; k++) ADD(k, _tsr_mul_sat(per[k], floats(n)));
+    /* an output stored in bf16 (layout.c) takes 2 bytes a value; its gradient stays float32 */
+    for (int k = K_OUT; k <= K_WS; k++) ADD(k, _tsr_mul_sat(per[k], k == K_OUT && t->ls[l].bf16 ? halves(n) : floats(n)));
     ADD(K_LAYOUT, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat(sn, ein))));
     ADD(K_LAYOUT, floats(_tsr_mul_sat(sn, eout)));
     ADD(K_SPATIAL, _tsr_mul_sat(2, floats(_tsr_mul_sat(sn, in))));

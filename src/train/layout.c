@@ -7,12 +7,17 @@
  * next to the model's input and output or a layer that takes only plain data; a plain one for some
  * shapes with few channels), the convolution reads and writes a copy in that layout, and reorder
  * tasks of their own convert between the two (the "edges"), so the convolution tasks reorder no
- * activation themselves where one layout serves all their passes. */
+ * activation themselves where one layout serves all their passes.
+ * With bf16 precision on CPUs, an activation is stored in bf16 where its producer and every
+ * consumer read and write it so (the entries' bf16 capability; a fused relu counts as its input's
+ * layer); its gradient stays float32. The model's input and output stay float32; a convolution
+ * next to a float32 activation converts it inside its tasks, as it converts its float32 gradients. */
 #include <stdlib.h>
 
 #include "codelets.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
+#include "runtime/switches.h"
 #include "train/trainer.h"
 
 static int layout_of(const tsr_trainer *t, int l) { return t->model->layers[l].ops->layout; }
@@ -44,6 +49,46 @@ static int only_consumer(const tsr_trainer *t, int l) {
         found = c;
       }
   return found;
+}
+
+/* Layer l's bf16 capability; a fused relu has that of the layer that runs it. */
+static int bf16_cap(const tsr_trainer *t, int l) {
+  const tsr_model *m = t->model;
+  if (t->ls[l].fused) l = m->layers[l].inputs[0];
+  return m->layers[l].ops->bf16;
+}
+
+/* Which activations are stored in bf16 (ls[].bf16): those whose producer and live consumers all
+ * have a bf16 capability, apart from the model's input and output; then, until nothing changes,
+ * an entry that takes its inputs and output alike (TSR_BF16_SAME) with some of them float32 gets
+ * them all float32 (they only drop out, so this ends). A fused batch norm's own output is not
+ * stored (the relu's is). */
+static tsr_status plan_bf16(tsr_trainer *t) {
+  const tsr_model *m = t->model;
+  for (int l = 0; l < m->n; l++) {
+    int ok = t->ls[l].live && l != t->input_layer && l != t->output_layer && t->ls[l].relu < 0 && bf16_cap(t, l);
+    for (int c = l + 1; ok && c < m->n; c++)
+      for (int k = 0; t->ls[c].live && k < m->layers[c].ninputs; k++)
+        if (m->layers[c].inputs[k] == l && !bf16_cap(t, c)) ok = 0;
+    t->ls[l].bf16 = ok;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int l = 0; l < m->n; l++) {
+      const struct _tsr_layer *L = &m->layers[l];
+      if (!t->ls[l].live || t->ls[l].fused || L->ops->bf16 != TSR_BF16_SAME) continue;
+      int all = t->ls[l].bf16, any = t->ls[l].bf16;
+      for (int k = 0; k < L->ninputs; k++) all &= t->ls[L->inputs[k]].bf16, any |= t->ls[L->inputs[k]].bf16;
+      if (all || !any) continue;
+      t->ls[l].bf16 = 0;
+      for (int k = 0; k < L->ninputs; k++) t->ls[L->inputs[k]].bf16 = 0;
+      changed = 1;
+    }
+  }
+  int n = 0;
+  for (int l = 0; l < m->n; l++) n += t->ls[l].bf16;
+  _tsr_log(2, "bf16: %d of %d activations stored in bf16", n, m->n);
+  return TSR_OK;
 }
 
 /* The sides of layer l that its tasks would reorder with the view v, over every slice size. */
@@ -84,8 +129,10 @@ static tsr_status plan_edges(tsr_trainer *t, int l, int blk) {
   int own[2] = {v.in_blk[0], v.out_blk}, best;
   TSR_TRY(reorders(t, l, &v, &best));
   int first = best, best_edges = 0;
+  /* a bf16 activation gets no float32 copy: the tasks convert it themselves */
+  int bf = (v.in_bf16[0] ? TSR_EDGE_IN : 0) | (v.out_bf16 ? TSR_EDGE_OUT : 0);
   for (int e = 1; e <= (TSR_EDGE_IN | TSR_EDGE_OUT); e++) {
-    if ((e & first) != e) continue; /* only sides the tasks reorder */
+    if ((e & first) != e || (e & bf)) continue; /* only sides the tasks reorder, in float32 */
     int left;
     v.in_blk[0] = e & TSR_EDGE_IN ? (own[0] ? 0 : blk) : own[0];
     v.out_blk = e & TSR_EDGE_OUT ? (own[1] ? 0 : blk) : own[1];
@@ -137,7 +184,8 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
     t->ls[l].relu = r;
     t->ls[r].fused = 1;
   }
-  return TSR_OK;
+  for (int l = 0; l < m->n; l++) t->ls[l].bf16 = 0;
+  return on && _tsr_get_precision() == TSR_PRECISION_BF16 && _tsr_get_bf16_activations() ? plan_bf16(t) : TSR_OK;
 }
 
 tsr_status _tsr_trainer_plan_edges(tsr_trainer *t) {
@@ -151,6 +199,9 @@ void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v) {
   _tsr_model_view(t->model, l, v);
   for (int k = 0; k < L->ninputs; k++) v->in_blk[k] = t->ls[L->inputs[k]].blk;
   v->out_blk = t->ls[l].blk;
+  for (int k = 0; k < L->ninputs; k++) v->in_bf16[k] = t->ls[L->inputs[k]].bf16;
+  /* a fused relu's output stands for this layer's own */
+  v->out_bf16 = t->ls[t->ls[l].relu >= 0 ? t->ls[l].relu : l].bf16;
 }
 
 size_t _tsr_edge_elems(const tsr_trainer *t, int l, int side) {
