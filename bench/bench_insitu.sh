@@ -87,7 +87,6 @@ run() { # NAME ENV... -- OPTIONS...
 rel() { awk -v x="$1" -v b="$2" 'BEGIN { if (x == "nan" || x == "") print "-"; else printf "%.3f", x / b }'; }
 fmt='%-5s %-26s %7s %6s %7s %7s %7s %7s %7s  %s\n'
 for round in $(seq 1 "$ROUNDS"); do
-  rows=()
   declare -A load
   for f in $FILES; do
     run "file$f" TESSERA_SIM_DELAY_MS=0 -- --data "$out/train$f.h5"
