@@ -36,10 +36,6 @@ static tsr_context *start(int precision) {
   return ctx;
 }
 
-static void add(tsr_model *m, const char *name, tsr_layer_spec *s, const char **in, int nin) {
-  ck_assert_msg(tsr_model_add(m, name, s, in, nin) == TSR_OK, "%s", tsr_last_error());
-}
-
 /* Whether this CPU runs the bf16 kernels (oneDNN 2.6: AVX-512, where the blocked layout has 16
  * channels); elsewhere the trainer stores nothing in bf16 and the tests skip. */
 static int bf16_here(void) { return _tsr_act_block() == 16; }
@@ -47,32 +43,7 @@ static int bf16_here(void) { return _tsr_act_block() == 16; }
 /* in -> c0 (16) -> bn0 -> r0 -> c1 (8); cat(c0, c1) 24 channels -> bn1 -> r1 -> maxpool -> transposed
  * conv 'up' (16); c2 (16, 1x1) of r1; add(up, c2) -> tanh -> out. The add and tanh take float32
  * only, so 'up' and 'c2' write float32. */
-static tsr_model *dense_model(void) {
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "dense"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, S, S), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", 16, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "bn0", TSR_LAYER_BATCHNORM, "c0"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r0", TSR_LAYER_RELU, "bn0"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "r0", 8, 3, 1, 1), TSR_OK);
-  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
-  add(m, "cat", &cat, (const char *[]){"c0", "c1"}, 2);
-  ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "cat"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r1", TSR_LAYER_RELU, "bn1"), TSR_OK);
-  tsr_layer_spec pool = tsr_layer_spec_default(TSR_LAYER_MAXPOOL2D);
-  pool.kernel_h = pool.kernel_w = 2;
-  add(m, "pool", &pool, (const char *[]){"r1"}, 1);
-  tsr_layer_spec up = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
-  up.out_channels = 16, up.kernel_h = up.kernel_w = 2, up.stride_h = up.stride_w = 2;
-  add(m, "up", &up, (const char *[]){"pool"}, 1);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "r1", 16, 1, 1, 0), TSR_OK);
-  tsr_layer_spec sum = tsr_layer_spec_default(TSR_LAYER_ADD);
-  add(m, "sum", &sum, (const char *[]){"up", "c2"}, 2);
-  ck_assert_int_eq(tsr_model_add_simple(m, "t", TSR_LAYER_TANH, "sum"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "t", 1, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
-  return m;
-}
+static tsr_model *dense_model(void) { return tt_dense_model(S, 16, 8, 16, TSR_LAYER_RELU, TSR_LAYER_MAXPOOL2D); }
 
 static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, const tsr_optim_spec *opt) {
   tsr_trainer_opts o;

@@ -44,32 +44,7 @@ static void add(tsr_model *m, const char *name, tsr_layer_spec *s, const char **
 
 /* in -> c0 -> bn0 -> r0 (relu, or `act`) -> c1; cat(c0, c1) has 3 + 5 channels (neither block-aligned); bn1 -> r1
  * -> avgpool -> transposed conv 'up'; 1x1 conv 'c2' of r1; add(up, c2) -> tanh -> out. */
-static tsr_model *dense_model(tsr_layer_kind act) {
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "dense"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, S, S), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", 3, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "bn0", TSR_LAYER_BATCHNORM, "c0"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r0", act, "bn0"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "r0", 5, 3, 1, 1), TSR_OK);
-  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
-  add(m, "cat", &cat, (const char *[]){"c0", "c1"}, 2);
-  ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "cat"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r1", act, "bn1"), TSR_OK);
-  tsr_layer_spec pool = tsr_layer_spec_default(TSR_LAYER_AVGPOOL2D);
-  pool.kernel_h = pool.kernel_w = 2;
-  add(m, "pool", &pool, (const char *[]){"r1"}, 1);
-  tsr_layer_spec up = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
-  up.out_channels = 4, up.kernel_h = up.kernel_w = 2, up.stride_h = up.stride_w = 2;
-  add(m, "up", &up, (const char *[]){"pool"}, 1);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "r1", 4, 1, 1, 0), TSR_OK);
-  tsr_layer_spec sum = tsr_layer_spec_default(TSR_LAYER_ADD);
-  add(m, "sum", &sum, (const char *[]){"up", "c2"}, 2);
-  ck_assert_int_eq(tsr_model_add_simple(m, "t", TSR_LAYER_TANH, "sum"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "t", 1, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
-  return m;
-}
+static tsr_model *dense_model(tsr_layer_kind act) { return tt_dense_model(S, 3, 5, 4, act, TSR_LAYER_AVGPOOL2D); }
 
 static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, const tsr_optim_spec *opt) {
   tsr_trainer_opts o;

@@ -186,6 +186,37 @@ struct tsr_model *tt_small_model(const char *name) {
   return m;
 }
 
+static void add_layer(tsr_model *m, const char *name, tsr_layer_spec *s, const char **in, int nin) {
+  ck_assert_msg(tsr_model_add(m, name, s, in, nin) == TSR_OK, "%s", tsr_last_error());
+}
+
+struct tsr_model *tt_dense_model(int side, int c0, int c1, int up, int act, int pool) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "dense"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 2, side, side), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c0", "in", c0, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn0", TSR_LAYER_BATCHNORM, "c0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r0", (tsr_layer_kind)act, "bn0"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c1", "r0", c1, 3, 1, 1), TSR_OK);
+  tsr_layer_spec cat = tsr_layer_spec_default(TSR_LAYER_CONCAT);
+  add_layer(m, "cat", &cat, (const char *[]){"c0", "c1"}, 2);
+  ck_assert_int_eq(tsr_model_add_simple(m, "bn1", TSR_LAYER_BATCHNORM, "cat"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r1", (tsr_layer_kind)act, "bn1"), TSR_OK);
+  tsr_layer_spec pl = tsr_layer_spec_default((tsr_layer_kind)pool);
+  pl.kernel_h = pl.kernel_w = 2;
+  add_layer(m, "pool", &pl, (const char *[]){"r1"}, 1);
+  tsr_layer_spec tc = tsr_layer_spec_default(TSR_LAYER_CONV_TRANSPOSE2D);
+  tc.out_channels = up, tc.kernel_h = tc.kernel_w = 2, tc.stride_h = tc.stride_w = 2;
+  add_layer(m, "up", &tc, (const char *[]){"pool"}, 1);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c2", "r1", up, 1, 1, 0), TSR_OK);
+  tsr_layer_spec sum = tsr_layer_spec_default(TSR_LAYER_ADD);
+  add_layer(m, "sum", &sum, (const char *[]){"up", "c2"}, 2);
+  ck_assert_int_eq(tsr_model_add_simple(m, "t", TSR_LAYER_TANH, "sum"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "out", "t", 1, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_set_output(m, "out", TSR_LOSS_MSE, 1), TSR_OK);
+  return m;
+}
+
 int tt_fill_small(void *user, int64_t step, int index, float *x, float *y) {
   (void)user;
   const int n = SMALL_S * SMALL_S;

@@ -62,5 +62,11 @@ struct tsr_trainer;
 struct tsr_model *tt_small_model(const char *name);
 int tt_fill_small(void *user, int64_t step, int index, float *x, float *y);
 void tt_train_steps(struct tsr_trainer *t, int steps, double *loss);
+/* A DenseNet-like graph of layout and precision tests, input 2 x side x side: conv 'c0' (c0
+ * channels, 3x3) -> batch norm 'bn0' -> activation 'r0' (kind `act`) -> conv 'c1' (c1 channels);
+ * concat 'cat'(c0, c1) -> 'bn1' -> 'r1' (`act`) -> 2x2 pooling 'pool' (kind `pool`) -> transposed
+ * conv 'up' (up channels, 2x2, stride 2); 1x1 conv 'c2' (up channels) of r1; add 'sum'(up, c2) ->
+ * tanh 't' -> conv 'out' (1 channel, 3x3), MSE loss. act and pool are tsr_layer_kind values. */
+struct tsr_model *tt_dense_model(int side, int c0, int c1, int up, int act, int pool);
 
 #endif
