@@ -1,7 +1,8 @@
 /* Update directions on the wire for the sign reductions (sign_wire.h): 1-bit pack, vote and unpack,
  * p-bit pack and unpack (adding, voting or averaging), and the member-ordered float32 sum that
- * carries the control word exactly. */
+ * carries the control word exactly. Their CUDA twins are in sign_wire_cuda.cu (bitwise the same). */
 #include "codelets.h"
+#include "cuda_util.h"
 #include "sign_wire.h"
 
 int _tsr_sign_bits(int ranks) {
@@ -210,9 +211,47 @@ static void sum_ordered_cpu(void *b[], void *arg) {
   _tsr_sum_ordered_cpu(TSR_BUF(b, 0), TSR_NX(b, 0), in, a->me, a->nin + 1);
 }
 
+#ifdef TSR_CUDA_CODELETS
+/* CUDA (sign_wire_cuda.cu): the same buffers, on StarPU's local stream */
+static void pack1_cpu_cuda(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  TSR_CUDA_RUN(_tsr_sign_pack1_cuda(TSR_CUDA_STREAM, TSR_BUF(b, 0), TSR_NX(b, 0), a->base, a->step, BYTES(b, 1)));
+}
+static void unpack1_cpu_cuda(void *b[], void *arg) {
+  TSR_CUDA_RUN(_tsr_sign_unpack1_cuda(TSR_CUDA_STREAM, BYTES(b, 1), TSR_NX(b, 0), TSR_BUF(b, 0)));
+}
+static void vote1_cpu_cuda(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  const uint8_t *in[a->nin + 1];
+  for (int k = 0; k < a->nin; k++) in[k] = BYTES(b, 2 + k);
+  TSR_CUDA_RUN(_tsr_sign_vote1_cuda(TSR_CUDA_STREAM, TSR_CUDA_WORKER, TSR_BUF(b, 0), TSR_NX(b, 0), a->base, a->step, in,
+                                    a->nin, BYTES(b, 1)));
+}
+static void packp_cpu_cuda(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  TSR_CUDA_RUN(_tsr_sign_packp_cuda(TSR_CUDA_STREAM, TSR_BUF(b, 0), TSR_NX(b, 0), a->p, a->bias, BYTES(b, 1)));
+  if (a->mode != TSR_SIGN_ADD)
+    TSR_CUDA_RUN(_tsr_sign_finish_cuda(TSR_CUDA_STREAM, TSR_BUF(b, 0), TSR_NX(b, 0), a->mode, a->bias));
+}
+static void unpackp_cpu_cuda(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  TSR_CUDA_RUN(_tsr_sign_unpackp_cuda(TSR_CUDA_STREAM, BYTES(b, 1), TSR_NX(b, 0), a->p, a->bias, a->mode, TSR_BUF(b, 0)));
+}
+static void finish_cpu_cuda(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  TSR_CUDA_RUN(_tsr_sign_finish_cuda(TSR_CUDA_STREAM, TSR_BUF(b, 0), TSR_NX(b, 0), a->mode, a->bias));
+}
+static void sum_ordered_cpu_cuda(void *b[], void *arg) {
+  const struct sign_arg *a = arg;
+  const float *in[a->nin + 1];
+  for (int k = 0; k < a->nin; k++) in[k] = TSR_BUF(b, 1 + k);
+  TSR_CUDA_RUN(_tsr_sum_ordered_cuda(TSR_CUDA_STREAM, TSR_CUDA_WORKER, TSR_BUF(b, 0), TSR_NX(b, 0), in, a->me, a->nin + 1));
+}
+#endif
+
 #define CODELET(fn, sym)                                                                                               \
   static struct starpu_perfmodel fn##_model = {.type = STARPU_HISTORY_BASED, .symbol = sym};                           \
-  static struct starpu_codelet cl_##fn = {.cpu_funcs = {fn},                                                           \
+  static struct starpu_codelet cl_##fn = {.cpu_funcs = {fn}, TSR_CUDA_FUNCS(fn##_cuda)                                 \
                                           .cpu_funcs_name = {#fn},                                                     \
                                           .nbuffers = STARPU_VARIABLE_NBUFFERS,                                        \
                                           .name = sym,                                                                 \

@@ -4,7 +4,8 @@
  * update is also split in two halves for the sign reductions of Lion Cub (src/comm/sign.c): the
  * direction (sign into the gradient buffer, momentum advanced, per rank) and its application after
  * the ranks combined their directions. Both halves use the fused kernel's expressions, so a vote of
- * identical directions gives the 1-rank result bitwise. The CUDA kernel is in lion_cuda.cu. */
+ * identical directions gives the 1-rank result bitwise. The CUDA kernels (fused and both halves) are
+ * in lion_cuda.cu. */
 #include "optim/optim.h"
 
 static inline float sign_of(float c) { return (float)((c > 0) - (c < 0)); }
@@ -37,6 +38,8 @@ static void lion_apply(const struct _tsr_optim_args *a, size_t n, float *restric
 }
 
 _tsr_optim_cuda_fn _tsr_lion_cuda;
+_tsr_optim_dir_cuda_fn _tsr_lion_direction_cuda;
+_tsr_optim_apply_cuda_fn _tsr_lion_apply_cuda;
 
 static const struct _tsr_optim_hyper hyper[] = {
     TSR_HYPER("lr", TSR_HYPER_POSITIVE, lr, 1e-4f),
@@ -64,6 +67,7 @@ const struct _tsr_optim_ops _tsr_optim_lion[] = {
      .cpu = lion,
      .direction = lion_direction,
      .apply = lion_apply,
-     TSR_OPTIM_CUDA(_tsr_lion_cuda)},
+     TSR_OPTIM_CUDA(_tsr_lion_cuda),
+     TSR_OPTIM_SIGN_CUDA(_tsr_lion_direction_cuda, _tsr_lion_apply_cuda)},
     {.name = NULL},
 };

@@ -69,6 +69,12 @@ typedef void _tsr_optim_dir_fn(const struct _tsr_optim_args *a, size_t n, float 
 typedef void _tsr_optim_apply_fn(const struct _tsr_optim_args *a, size_t n, float *w, const float *d);
 typedef int _tsr_optim_cuda_fn(void *stream, const struct _tsr_optim_args *a, size_t n, float *w, const float *g,
                                float *const *state, const struct _tsr_scale_state *gate);
+/* CUDA twins of the halves, queued on `stream` (state: a host array of device pointers). 0, or -1
+ * after reporting the failed call. */
+typedef int _tsr_optim_dir_cuda_fn(void *stream, const struct _tsr_optim_args *a, size_t n, float *g,
+                                   float *const *state);
+typedef int _tsr_optim_apply_cuda_fn(void *stream, const struct _tsr_optim_args *a, size_t n, float *w,
+                                     const float *d);
 
 struct _tsr_optim_ops {
   const char *name; /* in model files, checkpoints and messages; NULL ends a table */
@@ -82,8 +88,10 @@ struct _tsr_optim_ops {
    * which LARC hands its scaled decay (AdamW: Adam's kernel, since apex's LARC turns the decoupled
    * decay into a gradient term). NULL: LARC is refused for this optimizer. CPU only. */
   _tsr_optim_cpu_fn *larc_cpu;
-  _tsr_optim_dir_fn *direction; /* (optional, with apply) for sign reductions; CPU workers */
+  _tsr_optim_dir_fn *direction; /* (optional, with apply) for sign reductions */
   _tsr_optim_apply_fn *apply;
+  _tsr_optim_dir_cuda_fn *direction_cuda; /* NULL: the halves run on CPU workers only */
+  _tsr_optim_apply_cuda_fn *apply_cuda;
 };
 
 /* The model-file keys of LARC, in the hyperparameter list of every entry that has larc_cpu. */
@@ -96,10 +104,13 @@ struct _tsr_optim_ops {
 #define TSR_HYPER_SYNC_EVERY 0
 
 /* In an entry: its CUDA kernel, named only when StarPU can run CUDA tasks. */
+/* TSR_OPTIM_SIGN_CUDA(d, a): the CUDA kernels of its direction and apply halves, likewise. */
 #ifdef TSR_CUDA_CODELETS
 #define TSR_OPTIM_CUDA(f) .cuda = f
+#define TSR_OPTIM_SIGN_CUDA(d, a) .direction_cuda = d, .apply_cuda = a
 #else
 #define TSR_OPTIM_CUDA(f) .cuda = NULL
+#define TSR_OPTIM_SIGN_CUDA(d, a) .direction_cuda = NULL, .apply_cuda = NULL
 #endif
 
 /* ---- registry.c ---- */

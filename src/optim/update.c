@@ -2,8 +2,8 @@
  * optimizer's state tensors (RW) and, gated by the dynamic loss scaler, its state (R). The task runs
  * the kernels of the optimizer's registry entry, or LARC around them; CUDA workers take it only
  * when the entry has a CUDA kernel and LARC is off. For sign reductions, the entry's two halves as
- * tasks of their own: the direction (before the reduction) and its application (after), on CPU
- * workers. */
+ * tasks of their own: the direction (before the reduction) and its application (after); CUDA
+ * workers take them when the entry has their CUDA kernels. */
 #include <math.h>
 
 #include "codelets.h"
@@ -149,14 +149,44 @@ static void opt_apply_cpu(void *buffers[], void *cl_arg) {
   _tsr_optim_ops_of(a->h.kind)->apply(a, TSR_NX(buffers, 0), TSR_BUF(buffers, 0), TSR_BUF(buffers, 1));
 }
 
+#ifdef TSR_CUDA_CODELETS
+static void opt_direction_cpu_cuda(void *b[], void *cl_arg) {
+  const struct _tsr_optim_args *a = cl_arg;
+  const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
+  float *state[TSR_OPTIM_MAX_STATE];
+  for (int k = 0; k < ops->nstate; k++) state[k] = TSR_BUF(b, 1 + k);
+  TSR_CUDA_RUN(ops->direction_cuda(TSR_CUDA_STREAM, a, TSR_NX(b, 1), TSR_BUF(b, 0), state));
+}
+static void opt_apply_cpu_cuda(void *b[], void *cl_arg) {
+  const struct _tsr_optim_args *a = cl_arg;
+  TSR_CUDA_RUN(_tsr_optim_ops_of(a->h.kind)->apply_cuda(TSR_CUDA_STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1)));
+}
+static int can_execute_halves(unsigned worker, struct starpu_task *task, unsigned nimpl) {
+  const struct _tsr_optim_args *a = task->cl_arg;
+  const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
+  return starpu_worker_get_type((int)worker) != STARPU_CUDA_WORKER || (ops->direction_cuda && ops->apply_cuda);
+}
+#define CAN_EXECUTE_HALVES .can_execute = can_execute_halves,
+#else
+#define CAN_EXECUTE_HALVES
+#endif
+
 static struct starpu_perfmodel direction_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_direction"};
 static struct starpu_perfmodel apply_model = {.type = STARPU_HISTORY_BASED, .symbol = "tsr_opt_apply"};
-static struct starpu_codelet cl_direction = {.cpu_funcs = {opt_direction_cpu}, .cpu_funcs_name = {"opt_direction_cpu"},
-                                             .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_opt_direction",
-                                             .model = &direction_model};
-static struct starpu_codelet cl_apply = {.cpu_funcs = {opt_apply_cpu}, .cpu_funcs_name = {"opt_apply_cpu"},
-                                         .nbuffers = STARPU_VARIABLE_NBUFFERS, .name = "tsr_opt_apply",
-                                         .model = &apply_model};
+static struct starpu_codelet cl_direction = {
+    .cpu_funcs = {opt_direction_cpu}, TSR_CUDA_FUNCS(opt_direction_cpu_cuda) CAN_EXECUTE_HALVES
+    .cpu_funcs_name = {"opt_direction_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_opt_direction",
+    .model = &direction_model,
+};
+static struct starpu_codelet cl_apply = {
+    .cpu_funcs = {opt_apply_cpu}, TSR_CUDA_FUNCS(opt_apply_cpu_cuda) CAN_EXECUTE_HALVES
+    .cpu_funcs_name = {"opt_apply_cpu"},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tsr_opt_apply",
+    .model = &apply_model,
+};
 
 int _tsr_optim_submit_direction(const struct _tsr_optim_args *a, starpu_data_handle_t g,
                                 const starpu_data_handle_t *state, const char *name) {

@@ -1,8 +1,9 @@
 /* tests/gpu/check_gpu: every CUDA codelet against its CPU twin on random inputs with stated
- * tolerances (gpu_ops.c), one training step on CUDA workers against the same step on CPU workers
+ * tolerances (gpu_ops.c), the sign reductions' codelets bitwise and Lion's kernels against float64
+ * (gpu_sign.c), one training step on CUDA workers against the same step on CPU workers
  * (gpu_train.c), and, in every CUDA build even without a GPU, the pooling kernels' element code run
- * on the host against oneDNN (whose workspace layout they must write) and the refusal of fp16
- * convolutions by CPU workers; with a GPU (any StarPU), the NCCL launchers (gpu_nccl.c). The GPU part exits 77 (SKIP
+ * on the host against oneDNN (whose workspace layout they must write), the sign kernels' per-index
+ * code against the CPU kernels (gpu_sign.c) and the refusal of fp16 convolutions by CPU workers; with a GPU (any StarPU), the NCCL launchers (gpu_nccl.c). The GPU part exits 77 (SKIP
  * for automake) with the reason when Tessera has no CUDA codelets, StarPU was built without CUDA,
  * or no GPU is visible. */
 #include <errno.h>
@@ -205,6 +206,7 @@ int main(void) {
   return 77;
 #else
   int rc = tt_run_suite(make_gpu_host_suite());
+  if (rc == 0) rc = tt_run_suite(make_gpu_sign_host_suite());
   if (rc != 0) return rc;
   int probe = probe_gpus();
   if (probe < 0) {
@@ -230,7 +232,8 @@ int main(void) {
   }
   rc = tt_run_suite(make_gpu_ops_suite());
   int rc2 = tt_run_suite(make_gpu_train_suite());
-  return rc ? rc : rc2;
+  int rc3 = tt_run_suite(make_gpu_sign_suite());
+  return rc ? rc : rc2 ? rc2 : rc3;
 #endif
 #endif
 }

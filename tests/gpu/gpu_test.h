@@ -10,11 +10,14 @@
 
 /* Runs on the host in every CUDA build: the pooling kernels' per-element code against oneDNN. */
 Suite *make_gpu_host_suite(void);
+/* Runs on the host in every CUDA build: the sign kernels' per-index code against the CPU kernels. */
+Suite *make_gpu_sign_host_suite(void);
 /* Needs a GPU and NCCL (any StarPU). */
 Suite *make_gpu_nccl_suite(void);
 /* Need a StarPU with CUDA and a GPU. */
 Suite *make_gpu_ops_suite(void);
 Suite *make_gpu_train_suite(void);
+Suite *make_gpu_sign_suite(void); /* the sign codelets and Lion's CUDA kernels */
 
 float *gt_rand(size_t n, uint64_t seed);
 /* Asserts |gpu - cpu| <= atol + rtol |cpu| element by element, naming `what`. */
