@@ -74,6 +74,20 @@ static inline unsigned _tsr_blocks(size_t n) {
 }
 #define TSR_GRID_LOOP(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+/* One float operation rounded on its own, never fused into an FMA nor approximated (the _rn
+ * intrinsics on the device; plain operators in the host runs of kernel code that tests call): for
+ * kernels whose results must be the CPU kernels' bit for bit. */
+#ifdef __CUDA_ARCH__
+#define TSR_RN(dev, op) return dev(a, b)
+#else
+#define TSR_RN(dev, op) return a op b
+#endif
+__host__ __device__ static inline float _tsr_add_rn(float a, float b) { TSR_RN(__fadd_rn, +); }
+__host__ __device__ static inline float _tsr_sub_rn(float a, float b) { TSR_RN(__fsub_rn, -); }
+__host__ __device__ static inline float _tsr_mul_rn(float a, float b) { TSR_RN(__fmul_rn, *); }
+__host__ __device__ static inline float _tsr_div_rn(float a, float b) { TSR_RN(__fdiv_rn, /); }
+#undef TSR_RN
+
 /* Block-wide sum of two doubles in a fixed order (tree over shared memory); blocks of TSR_THREADS. */
 __device__ static inline void _tsr_block_sum2(double *a, double *b) {
   __shared__ double sa[TSR_THREADS], sb[TSR_THREADS];

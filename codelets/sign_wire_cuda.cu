@@ -1,8 +1,8 @@
 /* CUDA side of the sign reductions' wire (sign_wire.c): 1-bit pack, vote and unpack, p-bit pack and
  * unpack, the finish and the member-ordered float32 sum. Ranks may mix CPU and CUDA workers, so every
  * launcher gives the CPU kernel's bytes and floats bit for bit: integers and bit operations only,
- * the coin from the header's own _tsr_sign_coin, and float arithmetic with the explicitly rounded
- * intrinsics (__fadd_rn, __fdiv_rn), which nvcc never fuses or approximates, in the CPU's order.
+ * the coin from the header's own _tsr_sign_coin, and float arithmetic rounded one operation at a time
+ * (_tsr_add_rn, _tsr_div_rn: never fused or approximated), in the CPU's order.
  * One thread writes each byte of a packed stream, so no two threads share a byte. The per-index code
  * also runs on the host (_tsr_sign_*_host), where tests/gpu/check_gpu compares it with the CPU
  * kernels in every CUDA build, GPU or not. */
@@ -12,29 +12,13 @@
 /* Per-index code, shared by the kernels and by the host runs that tests compare with the CPU kernels
  * without a GPU (_tsr_sign_*_host). */
 
-/* a + b and a / b, each rounded once: the CPU's results (the intrinsics on the device) */
-__host__ __device__ static inline float add_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-__host__ __device__ static inline float div_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
 /* The bit of direction v, value i, as the CPU's bit_of: +1 set, -1 clear, 0 against the coin. */
 __host__ __device__ static inline unsigned bit_of(float v, uint64_t i, int64_t step) {
   return v != 0 ? v > 0 : _tsr_sign_coin(i, step) < 0;
 }
 
 __host__ __device__ static inline float finish_one(float v, int mode, int ranks) {
-  return mode == TSR_SIGN_VOTE ? (float)((v > 0) - (v < 0)) : div_rn(v, (float)ranks);
+  return mode == TSR_SIGN_VOTE ? (float)((v > 0) - (v < 0)) : _tsr_div_rn(v, (float)ranks);
 }
 
 /* Byte j holds values 8 j .. 8 j + 7, least significant first; bits past n stay clear. */
@@ -85,13 +69,13 @@ __host__ __device__ static inline void unpackp_one(size_t i, const uint8_t *in, 
   uint64_t at = i * (uint64_t)p, first = at / 8, last = (at + (uint64_t)p - 1) / 8, acc = 0;
   for (uint64_t b = first; b <= last; b++) acc |= (uint64_t)in[b] << (8 * (b - first));
   float v = (float)((int)((acc >> (at % 8)) & mask) - bias);
-  y[i] = mode == TSR_SIGN_ADD ? add_rn(y[i], v) : finish_one(v, mode, bias);
+  y[i] = mode == TSR_SIGN_ADD ? _tsr_add_rn(y[i], v) : finish_one(v, mode, bias);
 }
 
 /* own = the sum of the r vectors in member order, from 0 (as the CPU's s = 0; s += ...). */
 __host__ __device__ static inline void sum_ordered_one(size_t i, float *own, const float *const *in, int me, int r) {
   float s = 0;
-  for (int k = 0; k < r; k++) s = add_rn(s, k == me ? own[i] : in[k - (k > me)][i]);
+  for (int k = 0; k < r; k++) s = _tsr_add_rn(s, k == me ? own[i] : in[k - (k > me)][i]);
   own[i] = s;
 }
 

@@ -113,6 +113,11 @@ struct _tsr_optim_ops {
 #define TSR_OPTIM_SIGN_CUDA(d, a) .direction_cuda = NULL, .apply_cuda = NULL
 #endif
 
+/* ---- lion_cuda.cu (CUDA builds): its kernels' per-index code run on the host, for tests ---- */
+void _tsr_lion_update_host(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *m);
+void _tsr_lion_direction_host(const struct _tsr_optim_args *a, size_t n, float *g, float *m);
+void _tsr_lion_apply_host(const struct _tsr_optim_args *a, size_t n, float *w, const float *d);
+
 /* ---- registry.c ---- */
 /* The entry of kind `kind` (a tsr_optim_kind or a registry index), NULL if none. */
 const struct _tsr_optim_ops *_tsr_optim_ops_of(int kind);

@@ -7,7 +7,8 @@
  * the wire must not differ by one bit), and Lion's CUDA kernels (the fused update and the direction
  * and apply halves) against a float64 reference of the PyTorch rule within 1e-6 relative (3 float32
  * roundings), with sign(0) = 0 exactly, the invariant |w_new - w (1 - lr wd)| in {0, lr}, and the
- * fused update equal bitwise to direction + apply on the GPU (a 1-rank vote). */
+ * fused update equal bitwise to direction + apply on the GPU (a 1-rank vote); the host suite checks
+ * the Lion kernels' per-index code against the same reference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,73 @@ START_TEST(test_ordered_sum_kernel_code_matches_cpu) {
 }
 END_TEST
 
+/* Lion's kernels against float64 over 4 steps of the fused update from zero momenta (zero gradients
+ * too, so b1 m + (1 - b1) g = 0 exactly and sign(0) = 0 is exercised), and the direction and apply
+ * halves on the same inputs. run: the three kernels (host or GPU). bitwise: also require the halves
+ * to give the fused update's bits (on the GPU, where the rounding is fixed by the intrinsics; the
+ * host compiler may contract the host runs' products and sums into FMAs differently per call site). */
+typedef void lion_run_fn(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *m, float *w2,
+                         float *d, float *m2);
+static void lion_against_float64(lion_run_fn *run, int bitwise, const char *where) {
+  const size_t n = 1000;
+  const double tol = 1e-6; /* relative: a few float32 roundings per value */
+  struct _tsr_optim_args a = {.h.kind = TSR_OPTIM_LION, .h.lr = 1e-2f, .h.beta1 = 0.9f, .h.beta2 = 0.99f,
+                              .h.weight_decay = 0.1f, .grad_scale = 0.5f, .step = 1};
+  float *w = gt_rand(n, 500), *m = calloc(n, 4), *w2 = malloc(n * 4), *m2 = malloc(n * 4), *d = malloc(n * 4);
+  float *w_before = malloc(n * 4);
+  double *wr = malloc(n * 8), *mr = malloc(n * 8);
+  int8_t *sref = malloc(n);
+  for (size_t i = 0; i < n; i++) wr[i] = w[i], mr[i] = 0;
+  const double lr = a.h.lr, b1 = a.h.beta1, b2 = a.h.beta2, wd = a.h.weight_decay;
+  char what[96];
+  for (int s = 0; s < 4; s++, a.step++) {
+    float *g = gt_rand(n, 510 + s);
+    for (size_t i = 0; i < n; i += 7) g[i] = 0;
+    /* float64 reference (PyTorch's rule: decay, sign step, momentum) */
+    for (size_t i = 0; i < n; i++) {
+      double gi = (double)a.grad_scale * g[i], u = b1 * mr[i] + (1 - b1) * gi;
+      /* |u| within float32 rounding of its terms: its sign is not the rule's to tell (2) */
+      double slack = 1e-6 * (fabs(b1 * mr[i]) + fabs((1 - b1) * gi));
+      sref[i] = u == 0 ? 0 : fabs(u) > slack ? (u > 0 ? 1 : -1) : 2;
+      mr[i] = b2 * mr[i] + (1 - b2) * gi;
+    }
+    memcpy(w2, w, n * 4), memcpy(m2, m, n * 4), memcpy(d, g, n * 4), memcpy(w_before, w, n * 4);
+    run(&a, n, w, g, m, w2, d, m2);
+    for (size_t i = 0; i < n; i++) { /* the reference takes the kernel's sign only where its own is undetermined */
+      wr[i] = wr[i] * (1 - lr * wd) - lr * (sref[i] != 2 ? sref[i] : d[i]);
+      if (sref[i] != 2)
+        ck_assert_msg(d[i] == sref[i], "%s, step %d: direction %zu is %g, float64 sign %d", where, s, i, d[i], sref[i]);
+      ck_assert_msg(d[i] == 0 || fabsf(d[i]) == 1, "%s, step %d: direction %zu is %g", where, s, i, d[i]);
+      double moved = fabs((double)w[i] - (double)w_before[i] * (1 - lr * wd)), slack = tol * (1 + fabs(w_before[i]));
+      ck_assert_msg(moved <= slack || fabs(moved - lr) <= slack, "%s, step %d: |w_new - w (1 - lr wd)| at %zu is %g, not 0 or lr", where, s, i, moved);
+    }
+    snprintf(what, sizeof what, "%s: Lion step %d weights", where, s);
+    tt_assert_close(w, wr, n, tol, tol, what);
+    snprintf(what, sizeof what, "%s: Lion step %d momentum", where, s);
+    tt_assert_close(m, mr, n, tol, tol, what);
+    snprintf(what, sizeof what, "%s: Lion step %d, direction + apply", where, s);
+    tt_assert_close(w2, wr, n, tol, tol, what);
+    tt_assert_close(m2, mr, n, tol, tol, what);
+    if (bitwise) { /* a vote of one: direction + apply is the fused update */
+      snprintf(what, sizeof what, "%s: Lion step %d, direction + apply against the fused update", where, s);
+      gt_same(w2, w, n * 4, what);
+      gt_same(m2, m, n * 4, what);
+    }
+    free(g);
+  }
+  free(w), free(m), free(w2), free(m2), free(d), free(w_before), free(wr), free(mr), free(sref);
+}
+
+static void lion_on_host(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *m, float *w2,
+                         float *d, float *m2) {
+  _tsr_lion_update_host(a, n, w, g, m);
+  _tsr_lion_direction_host(a, n, d, m2);
+  _tsr_lion_apply_host(a, n, w2, d);
+}
+
+START_TEST(test_lion_kernel_code_matches_float64_reference) { lion_against_float64(lion_on_host, 0, "host"); }
+END_TEST
+
 Suite *make_gpu_sign_host_suite(void) {
   Suite *s = suite_create("gpu_sign_host");
   TCase *t = tcase_create("sign_kernel_code");
@@ -147,6 +215,7 @@ Suite *make_gpu_sign_host_suite(void) {
   tcase_add_test(t, test_one_bit_kernel_code_matches_cpu);
   tcase_add_test(t, test_p_bit_kernel_code_matches_cpu);
   tcase_add_test(t, test_ordered_sum_kernel_code_matches_cpu);
+  tcase_add_test(t, test_lion_kernel_code_matches_float64_reference);
   suite_add_tcase(s, t);
   return s;
 }
@@ -282,64 +351,20 @@ START_TEST(test_p_bit_codelets_match_cpu) {
 }
 END_TEST
 
-/* Lion's CUDA kernels against float64: several steps of the fused update (zero gradients and
- * momenta included, so sign(0) = 0 is exercised), and the halves on the same inputs. */
-START_TEST(test_lion_cuda_matches_float64_reference) {
-  const size_t n = 1000;
-  const double tol = 1e-6; /* relative: a few float32 roundings per value */
-  struct _tsr_optim_args a = {.h.kind = TSR_OPTIM_LION, .h.lr = 1e-2f, .h.beta1 = 0.9f, .h.beta2 = 0.99f,
-                              .h.weight_decay = 0.1f, .grad_scale = 0.5f, .step = 1};
-  float *w = gt_rand(n, 500), *m = calloc(n, 4), *w2 = malloc(n * 4), *m2 = malloc(n * 4);
-  double *wr = malloc(n * 8), *mr = malloc(n * 8);
-  for (size_t i = 0; i < n; i++) wr[i] = w[i], mr[i] = 0;
-  for (int s = 0; s < 4; s++, a.step++) {
-    float *g = gt_rand(n, 510 + s);
-    for (size_t i = 0; i < n; i += 7) g[i] = 0; /* step 0: m = 0 too, so b1 m + (1 - b1) g = 0 */
-    /* float64 reference (PyTorch's rule: decay, sign step, momentum) */
-    const double lr = a.h.lr, b1 = a.h.beta1, b2 = a.h.beta2, wd = a.h.weight_decay;
-    int8_t *sref = malloc(n);
-    for (size_t i = 0; i < n; i++) {
-      double gi = (double)a.grad_scale * g[i], u = b1 * mr[i] + (1 - b1) * gi;
-      /* |u| within float32 rounding of its terms: its sign is not the rule's to tell (2) */
-      double slack = 1e-6 * (fabs(b1 * mr[i]) + fabs((1 - b1) * gi));
-      sref[i] = u == 0 ? 0 : fabs(u) > slack ? (u > 0 ? 1 : -1) : 2;
-      mr[i] = b2 * mr[i] + (1 - b2) * gi;
-    }
-    /* the halves on copies: direction into a copy of g, then apply */
-    float *d = malloc(n * 4);
-    memcpy(w2, w, n * 4), memcpy(m2, m, n * 4), memcpy(d, g, n * 4);
-    float *w_before = malloc(n * 4);
-    memcpy(w_before, w, n * 4);
-    starpu_data_handle_t hs[5] = {_tsr_register_floats(w, n), _tsr_register_floats(g, n), _tsr_register_floats(m, n),
-                                  _tsr_register_floats(w2, n), _tsr_register_floats(d, n)};
-    starpu_data_handle_t hm2 = _tsr_register_floats(m2, n);
-    ck_assert_int_eq(_tsr_optim_submit(&a, hs[0], hs[1], &hs[2], NULL, "lion"), 0);
-    ck_assert_int_eq(_tsr_optim_submit_direction(&a, hs[4], &hm2, "lion direction"), 0);
-    ck_assert_int_eq(_tsr_optim_submit_apply(&a, hs[3], hs[4], "lion apply"), 0);
-    done(hs, 5);
-    done(&hm2, 1);
-    char what[64];
-    for (size_t i = 0; i < n; i++) { /* the reference takes the GPU's sign only where its own is undetermined */
-      wr[i] = wr[i] * (1 - lr * wd) - lr * (sref[i] != 2 ? sref[i] : d[i]);
-      if (sref[i] != 2) ck_assert_msg(d[i] == sref[i], "step %d: direction %zu is %g, float64 sign %d", s, i, d[i],
-                                      sref[i]);
-      ck_assert_msg(d[i] == 0 || fabsf(d[i]) == 1, "step %d: direction %zu is %g", s, i, d[i]);
-      double moved = fabs((double)w[i] - (double)w_before[i] * (1 - lr * wd));
-      ck_assert_msg(fabs(moved) <= tol * (1 + fabs(w_before[i])) || fabs(moved - lr) <= tol * (1 + fabs(w_before[i])),
-                    "step %d: |w_new - w (1 - lr wd)| at %zu is %g, not 0 or lr", s, i, moved);
-    }
-    snprintf(what, sizeof what, "Lion step %d weights", s);
-    tt_assert_close(w, wr, n, tol, tol, what);
-    snprintf(what, sizeof what, "Lion step %d momentum", s);
-    tt_assert_close(m, mr, n, tol, tol, what);
-    /* a vote of one: direction + apply is the fused update, bitwise */
-    snprintf(what, sizeof what, "Lion step %d: direction + apply against the fused update", s);
-    gt_same(w2, w, n * 4, what);
-    gt_same(m2, m, n * 4, what);
-    free(g), free(d), free(sref), free(w_before);
-  }
-  free(w), free(m), free(w2), free(m2), free(wr), free(mr);
+/* Lion's three CUDA kernels as tasks on the GPU: the fused update on (w, g, m), the direction in
+ * place of d (a copy of g) with momentum m2, and its application to w2. */
+static void lion_on_gpu(const struct _tsr_optim_args *a, size_t n, float *w, const float *g, float *m, float *w2,
+                        float *d, float *m2) {
+  starpu_data_handle_t hs[6] = {_tsr_register_floats(w, n),  _tsr_register_floats((float *)g, n),
+                                _tsr_register_floats(m, n),  _tsr_register_floats(w2, n),
+                                _tsr_register_floats(d, n),  _tsr_register_floats(m2, n)};
+  ck_assert_int_eq(_tsr_optim_submit(a, hs[0], hs[1], &hs[2], NULL, "lion"), 0);
+  ck_assert_int_eq(_tsr_optim_submit_direction(a, hs[4], &hs[5], "lion direction"), 0);
+  ck_assert_int_eq(_tsr_optim_submit_apply(a, hs[3], hs[4], "lion apply"), 0);
+  done(hs, 6);
 }
+
+START_TEST(test_lion_cuda_matches_float64_reference) { lion_against_float64(lion_on_gpu, 1, "GPU"); }
 END_TEST
 
 Suite *make_gpu_sign_suite(void) {
