@@ -15,7 +15,7 @@
 # axes does not wait for the halo exchange, forward and backward, by task dependencies (mpi_overlap); a small 3-D U-Net (split
 # output gathered for the loss) split 2, 2x2 and 4 ways; tessera-train --spatial 2
 # (an HDF5 file made with h5import, a model file) logs the 1-rank run's losses; and, as a check of the
-# checks, skipping the gradient reductions breaks the equality. Every run is bounded by timeout 300.
+# checks, skipping the gradient reductions breaks the equality. Every run is bounded by 300 s (mpi below).
 set -u
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_spatial
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
@@ -26,9 +26,30 @@ export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MP
 pass=0 fail=0
 ok() { echo "PASS: $1"; pass=$((pass + 1)); }
 ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
+# mpi ARGS: mpirun ARGS, limited to 300 s. A run still going then has hung: an unexplained rare
+# hang (issue 13: seen in about 1 of 100-300 sanitized 2-rank runs under heavy load, output empty)
+# that this test is not about. Its processes' stacks (gdb) go to $tmp/hangs, it is killed and run once
+# more; a second hang fails as before. The test's log ends with any hang's stacks.
+hang_s=300
+mpi() {
+  local try t p q
+  for try in 1 2; do
+    mpirun --allow-run-as-root --oversubscribe "$@" &
+    p=$!
+    for ((t = 0; t < hang_s * 5; t++)); do kill -0 $p 2>/dev/null || break; sleep 0.2; done
+    kill -0 $p 2>/dev/null || { wait $p; return; }
+    { echo "HANG (try $try, killed after $hang_s s): mpirun $*"
+      for q in $(pgrep -P $p); do
+        echo "--- pid $q: $(tr '\0' ' ' </proc/$q/cmdline 2>/dev/null | cut -c1-120)"
+        command -v gdb >/dev/null && timeout 60 gdb -p $q -batch -ex "thread apply all bt" 2>&1 | grep -E "^Thread|^#" 
+      done; } >>"$tmp/hangs"
+    pkill -KILL -P $p; kill -KILL $p 2>/dev/null; wait $p 2>/dev/null
+  done
+  return 124
+}
 run() { # ranks out extra...
   local n=$1 out=$2; shift 2
-  timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
+  mpi -np "$n" -x STARPU_HOME -x STARPU_SILENT \
     -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND -x TESSERA_SKIP_ALLREDUCE "$bin" --steps 4 --out "$out" \
     --deterministic "$@" >"$out.log" 2>&1 || { cat "$out.log"; return 1; }
 }
@@ -45,7 +66,7 @@ equal() { # what reference run
 
 for g in 2x1:2 4x1:4 2x2:4; do
   n=${g#*:} g=${g%:*}
-  if timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
+  if mpi -np "$n" -x STARPU_HOME -x STARPU_SILENT \
     -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "$bin" --halo "$g" >"$tmp/halo$g.log" 2>&1; then
     ok "halo exchange of a known field over $g blocks, gradients back to their owners, pooling gradients conserved"
   else ko "halo exchange over $g blocks"; cat "$tmp/halo$g.log"; fi
@@ -177,7 +198,7 @@ else ko "3-D, cube, split 2x2x2: every rank holds the same parameters"; fi
 # 2 replicas x 2 blocks, and along D and H (2x2, wider samples: edge slabs along both axes).
 for g in 2:2 1x2:2 "2 --k5:2" 2:4 "2x2 --wide:4"; do
   n=${g##*:} g=${g%:*}
-  if timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
+  if mpi -np "$n" -x STARPU_HOME -x STARPU_SILENT \
     -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "${bin%/*}/mpi_overlap" --spatial $g >"$tmp/overlap.log" 2>&1; then
     ok "split $g over $n ranks: interior conv3d tasks do not wait for the halo exchange, edge tasks do"
   else ko "split $g over $n ranks: interior conv3d tasks do not wait for the halo exchange"; cat "$tmp/overlap.log"; fi
@@ -219,7 +240,7 @@ if command -v h5import >/dev/null; then
 JSON
   h5import "$tmp/x.txt" -c "$tmp/x.cfg" "$tmp/y.txt" -c "$tmp/y.cfg" -o "$tmp/reg.h5" || ko "h5import wrote the data"
   for n in 1 2; do
-    timeout 300 mpirun --allow-run-as-root --oversubscribe -np $n -x STARPU_HOME -x STARPU_SILENT \
+    mpi -np $n -x STARPU_HOME -x STARPU_SILENT \
       -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "$train" --model "$tmp/reg.json" --data "$tmp/reg.h5" --epochs 2 \
       --batch 8 --deterministic --seed 5 --spatial $n --log "$tmp/cli$n.csv" -q >"$tmp/cli$n.log" 2>&1 ||
       { ko "tessera-train --spatial $n ran"; cat "$tmp/cli$n.log"; }
@@ -244,7 +265,7 @@ JSON
  "loss": {"type": "mse"}, "optimizer": {"type": "adam", "lr": 0.003}}
 JSON
   for n in 1 2; do
-    timeout 300 mpirun --allow-run-as-root --oversubscribe -np $n -x STARPU_HOME -x STARPU_SILENT \
+    mpi -np $n -x STARPU_HOME -x STARPU_SILENT \
       -x STARPU_WORKERS_NOBIND -x STARPU_MPI_NOBIND "$train" --model "$tmp/reg3.json" --data "$tmp/reg3.h5" --epochs 2 \
       --batch 8 --deterministic --seed 5 --spatial $n --log "$tmp/cli3d$n.csv" -q >"$tmp/cli3d$n.log" 2>&1 ||
       { ko "tessera-train 3-D --spatial $n ran"; cat "$tmp/cli3d$n.log"; }
@@ -261,5 +282,6 @@ if ! "$bin" --compare "$tmp/ref.rank0.params" "$tmp/skip.rank0.params" 1e-5 1e-6
   ok "without the gradient sums over the blocks the parameters differ (the checks above can fail)"
 else ko "without the gradient sums over the blocks the parameters differ"; fi
 
+[ -s "$tmp/hangs" ] && { echo "Hangs met (killed, run once more):"; cat "$tmp/hangs"; }
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
