@@ -2,6 +2,7 @@
  * float64 references and finite differences, then each operation through StarPU (including tasks
  * with more than STARPU_NMAXBUFS buffers) against the raw kernels. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,7 +134,8 @@ END_TEST
 
 /* Blocked nChw{B}c concatenation of 24 + 8 + 5 channels (whole blocks, half blocks, odd runs) and
  * its backward against the plain layout: every real channel lands where the plain one says, padding
- * channels stay 0, and the backward gives each input back exactly. */
+ * channels stay 0, and the backward gives each input back exactly; the forward on bf16 storage too
+ * (runs of 16 and 32 bytes have copies of their own in concat.c). */
 static size_t bidx(int blk, int c, int n, int ch, int k, int hw) {
   int nb = (c + blk - 1) / blk;
   return (((size_t)n * nb + ch / blk) * hw + k) * blk + ch % blk;
@@ -168,6 +170,31 @@ START_TEST(concat_on_blocked_layouts_places_every_channel) {
           ck_assert_msg(v == want, "blk %d: sample %d channel %d pixel %d is %g, expected %g", blk, n, ch, k, v, want);
         }
     _tsr_concat_bwd_cpu(&bd, y, back);
+    /* bf16 storage (2-byte elements; a half 16-block is then a 16-byte run): distinct bit patterns
+     * per (input, sample, channel, pixel) land where the float32 run put the same position */
+    uint16_t *hx[K], *hy = calloc(yl, 2);
+    struct _tsr_concat_desc hd = bd;
+    hd.bf16 = 1;
+    for (int i = 0; i < K; i++) {
+      size_t bl = (size_t)N2 * ((cs[i] + blk - 1) / blk * blk) * HW2;
+      hx[i] = calloc(bl, 2);
+      for (int n = 0; n < N2; n++)
+        for (int ch = 0; ch < cs[i]; ch++)
+          for (int k = 0; k < HW2; k++)
+            hx[i][bidx(blk, cs[i], n, ch, k, HW2)] = (uint16_t)(1 + ((i * N2 + n) * CT + ch) * HW2 + k);
+    }
+    _tsr_concat_fwd_cpu(&hd, (const float *const *)hx, (float *)hy);
+    for (int n = 0; n < N2; n++)
+      for (int i = 0, off = 0; i < K; off += cs[i], i++)
+        for (int ch = 0; ch < cs[i]; ch++)
+          for (int k = 0; k < HW2; k++)
+            ck_assert_msg(hy[bidx(blk, CT, n, off + ch, k, HW2)] == hx[i][bidx(blk, cs[i], n, ch, k, HW2)],
+                          "bf16 blk %d: input %d sample %d channel %d pixel %d misplaced", blk, i, n, ch, k);
+    for (int n = 0; n < N2; n++)
+      for (int ch = CT; ch < (CT + blk - 1) / blk * blk; ch++)
+        for (int k = 0; k < HW2; k++) ck_assert_uint_eq(hy[bidx(blk, CT, n, ch, k, HW2)], 0);
+    for (int i = 0; i < K; i++) free(hx[i]);
+    free(hy);
     for (int i = 0; i < K; i++) {
       size_t bl = (size_t)N2 * ((cs[i] + blk - 1) / blk * blk) * HW2;
       ck_assert_msg(memcmp(back[i], bx[i], bl * 4) == 0, "blk %d: input %d's gradient differs", blk, i);
