@@ -3,160 +3,74 @@
  * blocked activations. oneDNN computes statistics per call, and a call sees one slice only, hence
  * our own loops. Layouts of the [2c] buffers are planar: acc = [sum[c] |
  * sumsq[c]] (forward) or [sum dy[c] | sum dy*xhat[c]] (backward), stat = [mean[c] | invstd[c]].
- * Every per-channel loop runs over h*w contiguous values and is marked for SIMD reduction. */
+ * The loops over values are in batchnorm_rows.c (AVX-512 or portable, bitwise equal). */
 #include <math.h>
 #include <string.h>
 
+#include "batchnorm_rows.h"
 #include "codelets.h"
-#include "convert.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
 
 /* ---- raw kernels ----
- * Plain NCHW runs per (sample, channel) over h*w contiguous values; the blocked layout nChw{B}c
- * per (sample, channel block) over h*w rows of B channels, with per-lane partial sums. Padding
- * lanes get coefficients 0, so their outputs stay 0. relu: y = v > 0 ? v : v * 0 and the
- * gradient's mask dy * (y > 0), bit for bit what the relu layer's oneDNN kernels compute. */
+ * The loops over values are batchnorm_rows.c's, on rows of 16 lanes. A row is h*w values of one
+ * (sample, channel) in plain NCHW, or h*w pixels of one (sample, channel block) in the blocked
+ * layout nChw{B}c (B = 8 or 16), lane j then holding channel j mod B of the block; a row *group* is
+ * a channel (plain) or a channel block. Each lane sums its values in order, in double; a channel's
+ * sum is then its lanes' in lane order, so the statistics do not depend on which worker or which
+ * loops ran. Padding lanes get coefficients 0, so their outputs stay 0. relu: y = v > 0 ? v : v * 0
+ * and the gradient's mask dy * (y > 0), bit for bit what the relu layer's oneDNN kernels compute.
+ * x and y may be stored in bf16 (d->x_bf16, d->y_bf16), loaded and rounded inside the loops. */
 
-enum { MAXB = 16 }; /* the widest channel block */
-
-static float relu_f(float v) { return v > 0 ? v : v * 0.f; }
-static float relu_mask(float g, float y) { return y > 0 ? g : g * 0.f; }
+enum { LANES = TSR_BN_LANES };
 
 static size_t plane(const struct _tsr_bn_desc *d) { return (size_t)d->h * d->w; }
-static int nblocks(const struct _tsr_bn_desc *d) { return (d->c + d->blk - 1) / d->blk; }
+static int groups(const struct _tsr_bn_desc *d) { return d->blk ? (d->c + d->blk - 1) / d->blk : d->c; }
+static size_t row_len(const struct _tsr_bn_desc *d) { return d->blk ? plane(d) * d->blk : plane(d); }
+/* lanes of one channel repeat with this period */
+static int period(const struct _tsr_bn_desc *d) { return d->blk ? d->blk : 1; }
 
-/* Channels of block cb: lanes [0, valid) are real. */
-static int lanes(const struct _tsr_bn_desc *d, int cb) {
-  int v = d->c - cb * d->blk;
-  return v < d->blk ? v : d->blk;
+/* Channel of the q-th lane of group g (q < period), -1 for a padding lane. */
+static int channel_of(const struct _tsr_bn_desc *d, int g, int q) {
+  if (!d->blk) return g;
+  int ch = g * d->blk + q;
+  return ch < d->c ? ch : -1;
 }
 
-/* ---- bf16 storage ----
- * x and y may be stored in bf16 (d->x_bf16, d->y_bf16): each row a loop below runs over (h*w values
- * of a channel, or h*w rows of a channel block) is loaded into float32 in per-thread scratch, which
- * stays in cache, and y's row is rounded to bf16 (nearest even) after it is computed. The arithmetic
- * is the float32 one on the same values, in the same order. */
-enum { SCRATCH_X = 0, SCRATCH_Y = 1 };
-
-/* Elements [off, off + len) of x as float32: x's own, or converted from bf16 into scratch slot. */
-static inline const float *row_in(const float *x, int bf, size_t off, size_t len, int slot) {
-  if (!bf) return x + off;
-  float *t = _tsr_scratch(slot, len * sizeof *t);
-  _tsr_bf16_to_f32_cpu((const uint16_t *)(const void *)x + off, t, len);
-  return t;
+/* Row (sample i, group g) of a buffer whose elements are bf16 (bf) or float32. */
+static const void *row(const void *p, int bf, const struct _tsr_bn_desc *d, int i, int g) {
+  size_t k = ((size_t)i * groups(d) + g) * row_len(d);
+  return (const char *)p + k * (bf ? 2 : 4);
 }
+#define ROW_W(p, bf, d, i, g) ((void *)(uintptr_t)row(p, bf, d, i, g))
 
-/* Where a row of y is computed: y itself, or scratch that row_out_done rounds into bf16 y. */
-static inline float *row_out(float *y, int bf, size_t off, size_t len) {
-  return bf ? _tsr_scratch(SCRATCH_Y, len * sizeof(float)) : y + off;
-}
+/* lanes[j] = f(channel of lane j), 0 on padding lanes */
+#define FILL_LANES(d, g, lanes, expr_of_ch)                                                        \
+  for (int j_ = 0; j_ < LANES; j_++) {                                                             \
+    int ch = channel_of(d, g, j_ % period(d));                                                     \
+    lanes[j_] = ch < 0 ? 0.f : (expr_of_ch);                                                       \
+  }
 
-static inline void row_out_done(float *y, int bf, size_t off, size_t len, const float *t) {
-  if (bf) _tsr_f32_to_bf16_cpu(t, (uint16_t *)(void *)y + off, len);
-}
-
-#define BLOCKED static inline __attribute__((always_inline)) void
-BLOCKED stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, double *acc) {
-  const size_t hw = plane(d);
-  const int nb = nblocks(d), c = d->c;
-  for (int i = 0; i < d->n; i++)
-    for (int cb = 0; cb < nb; cb++) {
-      const float *restrict xp = row_in(x, d->x_bf16, ((size_t)i * nb + cb) * hw * B, hw * B, SCRATCH_X);
-      double s[MAXB] = {0}, ss[MAXB] = {0};
-      for (size_t k = 0; k < hw; k++) {
-        TSR_SIMD(omp simd)
-        for (int j = 0; j < B; j++) {
-          double v = xp[k * B + j];
-          s[j] += v;
-          ss[j] += v * v;
-        }
-      }
-      for (int j = 0; j < lanes(d, cb); j++) acc[cb * B + j] += s[j], acc[c + cb * B + j] += ss[j];
-    }
-}
-
-static inline void normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *mean,
-                                const float *spread, int eval, const float *gamma, const float *beta, float *y);
-static inline void bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat,
-                                const float *dy, const float *y, double *acc);
-static inline void bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat,
-                               const float *gamma, const double *acc, const float *dy, const float *y, float *dx);
-
-/* The blocked kernels with the block as a constant, so that the lane loops unroll into registers;
- * nChw16c (chosen on AVX-512 CPUs) in AVX-512 code where the CPU has it. Each lane sums over the
- * pixels in order whatever the vector width. */
-#if defined(__GNUC__) && defined(__x86_64__)
-#define AVX512 __attribute__((target("avx512f")))
-static int has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
-#else
-#define AVX512
-static int has_avx512(void) { return 0; }
-#endif
-
-AVX512 static void stats_16(const struct _tsr_bn_desc *d, const float *x, double *acc) {
-  stats_blocked_b(16, d, x, acc);
-}
-AVX512 static void normalise_16(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread,
-                                int eval, const float *gamma, const float *beta, float *y) {
-  normalise_blocked_b(16, d, x, mean, spread, eval, gamma, beta, y);
-}
-AVX512 static void bwd_stats_16(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                                const float *y, double *acc) {
-  bwd_stats_blocked_b(16, d, x, stat, dy, y, acc);
-}
-AVX512 static void bwd_data_16(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                               const double *acc, const float *dy, const float *y, float *dx) {
-  bwd_data_blocked_b(16, d, x, stat, gamma, acc, dy, y, dx);
-}
-
-static void stats_blocked(const struct _tsr_bn_desc *d, const float *x, double *acc) {
-  if (d->blk == 16 && has_avx512()) stats_16(d, x, acc);
-  else if (d->blk == 16) stats_blocked_b(16, d, x, acc);
-  else stats_blocked_b(8, d, x, acc);
-}
-
-static void normalise_blocked(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread,
-                              int eval, const float *gamma, const float *beta, float *y) {
-  if (d->blk == 16 && has_avx512()) normalise_16(d, x, mean, spread, eval, gamma, beta, y);
-  else if (d->blk == 16) normalise_blocked_b(16, d, x, mean, spread, eval, gamma, beta, y);
-  else normalise_blocked_b(8, d, x, mean, spread, eval, gamma, beta, y);
-}
-
-static void bwd_stats_blocked(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                              const float *y, double *acc) {
-  if (d->blk == 16 && has_avx512()) bwd_stats_16(d, x, stat, dy, y, acc);
-  else if (d->blk == 16) bwd_stats_blocked_b(16, d, x, stat, dy, y, acc);
-  else bwd_stats_blocked_b(8, d, x, stat, dy, y, acc);
-}
-
-static void bwd_data_blocked(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                             const double *acc, const float *dy, const float *y, float *dx) {
-  if (d->blk == 16 && has_avx512()) bwd_data_16(d, x, stat, gamma, acc, dy, y, dx);
-  else if (d->blk == 16) bwd_data_blocked_b(16, d, x, stat, gamma, acc, dy, y, dx);
-  else bwd_data_blocked_b(8, d, x, stat, gamma, acc, dy, y, dx);
+/* Per-channel sums of group g's lane sums, in lane order: out[q] for the q-th channel of the group. */
+static void fold_lanes(const struct _tsr_bn_desc *d, const double *lanes, double *out) {
+  const int p = period(d);
+  for (int q = 0; q < p; q++) out[q] = 0;
+  for (int j = 0; j < LANES; j++) out[j % p] += lanes[j];
 }
 
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc); /* 2c doubles, in place of a task */
-  if (d->blk) {
-    stats_blocked(d, x, acc);
-    return;
-  }
-  const size_t hw = plane(d);
+  const struct _tsr_bn_rows *k = _tsr_bn_rows();
   const int c = d->c;
-  for (int i = 0; i < d->n; i++)
-    for (int ch = 0; ch < c; ch++) {
-      const float *restrict xp = row_in(x, d->x_bf16, ((size_t)i * c + ch) * hw, hw, SCRATCH_X);
-      double s = 0, ss = 0;
-      TSR_SIMD(omp simd reduction(+ : s, ss))
-      for (size_t k = 0; k < hw; k++) {
-        double v = xp[k];
-        s += v;
-        ss += v * v;
+  for (int g = 0; g < groups(d); g++)
+    for (int i = 0; i < d->n; i++) {
+      double s[LANES] = {0}, ss[LANES] = {0}, fs[LANES], fss[LANES];
+      k->stats(row(x, d->x_bf16, d, i, g), d->x_bf16, row_len(d), s, ss);
+      fold_lanes(d, s, fs), fold_lanes(d, ss, fss);
+      for (int q = 0; q < period(d); q++) {
+        int ch = channel_of(d, g, q);
+        if (ch >= 0) acc[ch] += fs[q], acc[c + ch] += fss[q];
       }
-      acc[ch] += s;
-      acc[c + ch] += ss;
     }
 }
 
@@ -185,55 +99,18 @@ static float scale_of(const struct _tsr_bn_desc *d, const float *spread, int eva
   return eval ? (float)(gamma[ch] / sqrt((double)spread[ch] + d->eps)) : gamma[ch] * spread[ch];
 }
 
-BLOCKED normalise_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread,
-                              int eval, const float *gamma, const float *beta, float *y) {
-  const size_t hw = plane(d);
-  const int nb = nblocks(d), relu = d->relu;
-  for (int cb = 0; cb < nb; cb++) {
-    float a[MAXB] = {0}, m[MAXB] = {0}, b[MAXB] = {0};
-    for (int j = 0; j < lanes(d, cb); j++) {
-      int ch = cb * B + j;
-      a[j] = scale_of(d, spread, eval, gamma, ch), m[j] = mean[ch], b[j] = beta[ch];
-    }
-    for (int i = 0; i < d->n; i++) {
-      const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
-      float *restrict yp = row_out(y, d->y_bf16, off, hw * B);
-      for (size_t k = 0; k < hw; k++) {
-        TSR_SIMD(omp simd)
-        for (int j = 0; j < B; j++) {
-          float v = a[j] * (xp[k * B + j] - m[j]) + b[j];
-          yp[k * B + j] = relu ? relu_f(v) : v;
-        }
-      }
-      row_out_done(y, d->y_bf16, off, hw * B, yp);
-    }
-  }
-}
-
 static void normalise(const struct _tsr_bn_desc *d, const float *x, const float *mean, const float *spread, int eval,
                       const float *gamma, const float *beta, float *y) {
-  if (d->blk) {
-    normalise_blocked(d, x, mean, spread, eval, gamma, beta, y);
-    return;
+  const struct _tsr_bn_rows *k = _tsr_bn_rows();
+  for (int g = 0; g < groups(d); g++) {
+    float a[LANES], m[LANES], b[LANES];
+    FILL_LANES(d, g, a, scale_of(d, spread, eval, gamma, ch));
+    FILL_LANES(d, g, m, mean[ch]);
+    FILL_LANES(d, g, b, beta[ch]);
+    for (int i = 0; i < d->n; i++)
+      k->fwd(row(x, d->x_bf16, d, i, g), d->x_bf16, ROW_W(y, d->y_bf16, d, i, g), d->y_bf16, row_len(d), a, m, b,
+             d->relu);
   }
-  const size_t hw = plane(d);
-  for (int i = 0; i < d->n; i++)
-    for (int ch = 0; ch < d->c; ch++) {
-      const size_t off = ((size_t)i * d->c + ch) * hw;
-      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
-      float *restrict yp = row_out(y, d->y_bf16, off, hw);
-      const float a = scale_of(d, spread, eval, gamma, ch);
-      const float m = mean[ch], b = beta[ch];
-      if (d->relu) {
-        TSR_SIMD(omp simd)
-        for (size_t k = 0; k < hw; k++) yp[k] = relu_f(a * (xp[k] - m) + b);
-      } else {
-        TSR_SIMD(omp simd)
-        for (size_t k = 0; k < hw; k++) yp[k] = a * (xp[k] - m) + b;
-      }
-      row_out_done(y, d->y_bf16, off, hw, yp);
-    }
 }
 
 void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
@@ -246,79 +123,27 @@ void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
   normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
 }
 
-BLOCKED bwd_stats_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                              const float *y, double *acc) {
-  const size_t hw = plane(d);
-  const int nb = nblocks(d), c = d->c;
-  for (int cb = 0; cb < nb; cb++) {
-    double mean[MAXB] = {0};
-    for (int j = 0; j < lanes(d, cb); j++) mean[j] = stat[cb * B + j];
-    for (int i = 0; i < d->n; i++) {
-      const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
-      const float *restrict gp = dy + off;
-      const float *restrict yp = d->relu ? row_in(y, d->y_bf16, off, hw * B, SCRATCH_Y) : NULL;
-      double s[MAXB] = {0}, sx[MAXB] = {0};
-      for (size_t e = 0; yp && e < hw * B; e += B) {
-        TSR_SIMD(omp simd)
-        for (int j = 0; j < B; j++) {
-          double g = relu_mask(gp[e + j], yp[e + j]);
-          s[j] += g;
-          sx[j] += g * ((double)xp[e + j] - mean[j]);
-        }
-      }
-      for (size_t e = 0; !yp && e < hw * B; e += B) {
-        TSR_SIMD(omp simd)
-        for (int j = 0; j < B; j++) {
-          double g = gp[e + j];
-          s[j] += g;
-          sx[j] += g * ((double)xp[e + j] - mean[j]);
-        }
-      }
-      for (int j = 0; j < lanes(d, cb); j++) {
-        acc[cb * B + j] += s[j];
-        acc[c + cb * B + j] += sx[j] * stat[c + cb * B + j];
-      }
-    }
-  }
-}
-
+/* acc += [sum g | invstd sum g (x - mean)], g = dy (masked by y > 0 with the relu); centred before
+ * the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
                            const float *y, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc);
-  if (d->blk) {
-    bwd_stats_blocked(d, x, stat, dy, y, acc);
-    return;
-  }
-  const size_t hw = plane(d);
+  const struct _tsr_bn_rows *k = _tsr_bn_rows();
   const int c = d->c;
-  for (int i = 0; i < d->n; i++)
-    for (int ch = 0; ch < c; ch++) {
-      const size_t off = ((size_t)i * c + ch) * hw;
-      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
-      const float *restrict gp = dy + off;
-      const double mean = stat[ch];
-      double s = 0, sx = 0;
-      /* centred before the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
-      if (d->relu) {
-        const float *restrict yp = row_in(y, d->y_bf16, off, hw, SCRATCH_Y);
-        TSR_SIMD(omp simd reduction(+ : s, sx))
-        for (size_t k = 0; k < hw; k++) {
-          double g = relu_mask(gp[k], yp[k]);
-          s += g;
-          sx += g * ((double)xp[k] - mean);
-        }
-      } else {
-        TSR_SIMD(omp simd reduction(+ : s, sx))
-        for (size_t k = 0; k < hw; k++) {
-          double g = gp[k];
-          s += g;
-          sx += g * ((double)xp[k] - mean);
-        }
+  for (int g = 0; g < groups(d); g++) {
+    float m[LANES];
+    FILL_LANES(d, g, m, stat[ch]);
+    for (int i = 0; i < d->n; i++) {
+      double s[LANES] = {0}, sx[LANES] = {0}, fs[LANES], fsx[LANES];
+      k->bwd_stats(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, 0, d, i, g), d->relu ? row(y, d->y_bf16, d, i, g) : NULL,
+                   d->y_bf16, row_len(d), m, s, sx);
+      fold_lanes(d, s, fs), fold_lanes(d, sx, fsx);
+      for (int q = 0; q < period(d); q++) {
+        int ch = channel_of(d, g, q);
+        if (ch >= 0) acc[ch] += fs[q], acc[c + ch] += fsx[q] * stat[c + ch];
       }
-      acc[ch] += s;
-      acc[c + ch] += sx * stat[c + ch];
     }
+  }
 }
 
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta) {
@@ -329,7 +154,7 @@ void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, flo
 }
 
 /* dx = k (dy - mean(dy)) - k invstd mean(dy xhat) (x - mean), k = gamma invstd, as
- * dx = kf dy - shift - slope (x - mean) with the coefficients of channel ch. */
+ * dx = (kf dy - shift) - slope (x - mean) with the coefficients of channel ch. */
 struct bwd_coef {
   float kf, shift, slope, mean;
 };
@@ -342,63 +167,19 @@ static struct bwd_coef bwd_coef(const struct _tsr_bn_desc *d, const float *stat,
   return (struct bwd_coef){(float)k, (float)(k * acc[ch] / m), (float)(k * invstd * acc[d->c + ch] / m), stat[ch]};
 }
 
-BLOCKED bwd_data_blocked_b(int B, const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                             const double *acc, const float *dy, const float *y, float *dx) {
-  const size_t hw = plane(d);
-  const int nb = nblocks(d);
-  for (int cb = 0; cb < nb; cb++) {
-    float kf[MAXB] = {0}, shift[MAXB] = {0}, slope[MAXB] = {0}, mean[MAXB] = {0};
-    for (int j = 0; j < lanes(d, cb); j++) {
-      struct bwd_coef q = bwd_coef(d, stat, gamma, acc, cb * B + j);
-      kf[j] = q.kf, shift[j] = q.shift, slope[j] = q.slope, mean[j] = q.mean;
-    }
-    for (int i = 0; i < d->n; i++) {
-      const size_t off = ((size_t)i * nb + cb) * hw * B;
-      const float *restrict xp = row_in(x, d->x_bf16, off, hw * B, SCRATCH_X);
-      const float *restrict gp = dy + off;
-      const float *restrict yp = d->relu ? row_in(y, d->y_bf16, off, hw * B, SCRATCH_Y) : NULL;
-      float *restrict dp = dx + off;
-      if (yp) {
-        for (size_t e = 0; e < hw * B; e += B) {
-          TSR_SIMD(omp simd)
-          for (int j = 0; j < B; j++)
-            dp[e + j] = kf[j] * relu_mask(gp[e + j], yp[e + j]) - shift[j] - slope[j] * (xp[e + j] - mean[j]);
-        }
-      } else {
-        for (size_t e = 0; e < hw * B; e += B) {
-          TSR_SIMD(omp simd)
-          for (int j = 0; j < B; j++) dp[e + j] = kf[j] * gp[e + j] - shift[j] - slope[j] * (xp[e + j] - mean[j]);
-        }
-      }
-    }
-  }
-}
-
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx) {
-  if (d->blk) {
-    bwd_data_blocked(d, x, stat, gamma, acc, dy, y, dx);
-    return;
+  const struct _tsr_bn_rows *k = _tsr_bn_rows();
+  for (int g = 0; g < groups(d); g++) {
+    float kf[LANES], shift[LANES], slope[LANES], m[LANES];
+    FILL_LANES(d, g, kf, bwd_coef(d, stat, gamma, acc, ch).kf);
+    FILL_LANES(d, g, shift, bwd_coef(d, stat, gamma, acc, ch).shift);
+    FILL_LANES(d, g, slope, bwd_coef(d, stat, gamma, acc, ch).slope);
+    FILL_LANES(d, g, m, stat[ch]);
+    for (int i = 0; i < d->n; i++)
+      k->bwd_data(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, 0, d, i, g), d->relu ? row(y, d->y_bf16, d, i, g) : NULL,
+                  d->y_bf16, ROW_W(dx, 0, d, i, g), row_len(d), kf, shift, slope, m);
   }
-  const size_t hw = plane(d);
-  const int c = d->c;
-  for (int i = 0; i < d->n; i++)
-    for (int ch = 0; ch < c; ch++) {
-      const size_t off = ((size_t)i * c + ch) * hw;
-      const float *restrict xp = row_in(x, d->x_bf16, off, hw, SCRATCH_X);
-      const float *restrict gp = dy + off;
-      float *restrict dp = dx + off;
-      const struct bwd_coef q = bwd_coef(d, stat, gamma, acc, ch);
-      const float kf = q.kf, shift = q.shift, slope = q.slope, mean = q.mean;
-      if (d->relu) {
-        const float *restrict yp = row_in(y, d->y_bf16, off, hw, SCRATCH_Y);
-        TSR_SIMD(omp simd)
-        for (size_t j = 0; j < hw; j++) dp[j] = kf * relu_mask(gp[j], yp[j]) - shift - slope * (xp[j] - mean);
-      } else {
-        TSR_SIMD(omp simd)
-        for (size_t j = 0; j < hw; j++) dp[j] = kf * gp[j] - shift - slope * (xp[j] - mean);
-      }
-    }
 }
 
 /* ---- codelets ---- */

@@ -18,16 +18,9 @@ static inline float float_of(uint32_t x) {
   return f;
 }
 
-/* The conversions as static inline functions, so that the array loops below inline them and
- * vectorise (the exported ones go through the PLT in the shared library). Branch-free: a select. */
-static inline uint16_t to_bf16(float f) {
-  uint32_t x = bits_of(f);
-  uint32_t nan = (x >> 16) | 0x40;            /* quiet NaN */
-  uint32_t r = x + 0x7fffu + ((x >> 16) & 1); /* ties to even; the carry may reach infinity, as it should */
-  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r >> 16);
-}
+static inline uint16_t to_bf16(float f) { return _tsr_bf16_round(f); }
 
-static inline float from_bf16(uint16_t h) { return float_of((uint32_t)h << 16); }
+static inline float from_bf16(uint16_t h) { return _tsr_bf16_widen(h); }
 
 uint16_t _tsr_f32_to_bf16(float f) { return to_bf16(f); }
 

@@ -7,10 +7,28 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The bf16 conversions inline, for kernels' loops (vectorisable, branch-free: a select); the
+ * functions below and batch normalisation's rows (batchnorm_rows.c) use them. */
+static inline uint16_t _tsr_bf16_round(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t nan = (x >> 16) | 0x40;            /* quiet NaN */
+  uint32_t r = x + 0x7fffu + ((x >> 16) & 1); /* ties to even; the carry may reach infinity, as it should */
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r >> 16);
+}
+
+static inline float _tsr_bf16_widen(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
 
 uint16_t _tsr_f32_to_bf16(float f);
 float _tsr_bf16_to_f32(uint16_t h);

@@ -2,8 +2,7 @@
  * activations the trainer stores in bf16 (producer and every consumer able to, never the model's
  * input and output), the buffers' element size, the footprint's count of them (2 bytes a value, exact
  * against the float32 trainer's), and a short training of a small DenseNet-like model (conv, batch
- * norm + relu, concat, max pooling, transposed conv) following float32 training; the switch that
- * turns the storage on (off by default for now) leaves it off. */
+ * norm + relu, concat, max pooling, transposed conv) following float32 training. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +11,6 @@
 
 #include "codelets.h"
 #include "kernel_util.h"
-#include "runtime/switches.h"
 #include "testutil.h"
 #include "train/trainer.h"
 
@@ -25,9 +23,7 @@ static int fill(void *user, int64_t step, int index, float *x, float *y) {
   return 0;
 }
 
-/* The switch (off by default for now, runtime/switches.h) is on in these tests. */
 static tsr_context *start(int precision) {
-  _tsr_set_bf16_activations(1);
   tsr_context_opts o;
   tsr_context_opts_default(&o);
   o.ncpus = 2, o.use_mpi = 0, o.deterministic = 1, o.verbose = 0, o.precision = precision;
@@ -78,16 +74,6 @@ START_TEST(bf16_is_stored_where_producer_and_consumers_take_it) {
     tsr_model_destroy(m);
     tsr_context_destroy(ctx);
   }
-  /* the switch off (the default for now): float32 activations in bf16 precision too */
-  tsr_context *ctx = start(TSR_PRECISION_BF16);
-  _tsr_set_bf16_activations(0);
-  tsr_model *m = dense_model();
-  tsr_trainer *t = trainer(ctx, m, NULL);
-  for (int l = 0; l < m->n; l++) ck_assert_msg(!t->ls[l].bf16, "switch off: layer %d stored in bf16", l);
-  _tsr_set_bf16_activations(1);
-  tsr_trainer_destroy(t);
-  tsr_model_destroy(m);
-  tsr_context_destroy(ctx);
 }
 END_TEST
 

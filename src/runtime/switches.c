@@ -4,7 +4,6 @@
 static int deterministic, precision;
 static uint32_t only_where;
 static int plain_layouts; /* 0: blocked layouts and fusions allowed (the default) */
-static int bf16_activations; /* 0: float32 activations at every precision (the default, for now) */
 
 void _tsr_set_deterministic(int on) { deterministic = on; }
 int _tsr_get_deterministic(void) { return deterministic; }
@@ -14,5 +13,3 @@ void _tsr_set_where(uint32_t where) { only_where = where; }
 uint32_t _tsr_get_where(void) { return only_where; }
 void _tsr_set_blocked_fused(int on) { plain_layouts = !on; }
 int _tsr_get_blocked_fused(void) { return !plain_layouts; }
-void _tsr_set_bf16_activations(int on) { bf16_activations = on; }
-int _tsr_get_bf16_activations(void) { return bf16_activations; }

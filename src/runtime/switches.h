@@ -26,12 +26,6 @@ uint32_t _tsr_get_where(void);
  * every layer its own tasks (tests compare the two). Read when a trainer is created. */
 void _tsr_set_blocked_fused(int on);
 int _tsr_get_blocked_fused(void);
-/* With bf16 precision, activations between layers stored in bf16 where every layer around them can
- * (src/train/layout.c). Off by default for now: on the STEMDL example it saves 28% of the peak memory
- * but runs ~20% slower than bf16 convolutions on float32 activations (batch normalisation's
- * conversions, bench/README); tests turn it on. Read when a trainer is created. */
-void _tsr_set_bf16_activations(int on);
-int _tsr_get_bf16_activations(void);
 
 #ifdef __cplusplus
 }

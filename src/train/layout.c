@@ -185,7 +185,7 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
     t->ls[r].fused = 1;
   }
   for (int l = 0; l < m->n; l++) t->ls[l].bf16 = 0;
-  return on && _tsr_get_precision() == TSR_PRECISION_BF16 && _tsr_get_bf16_activations() ? plan_bf16(t) : TSR_OK;
+  return on && _tsr_get_precision() == TSR_PRECISION_BF16 ? plan_bf16(t) : TSR_OK;
 }
 
 tsr_status _tsr_trainer_plan_edges(tsr_trainer *t) {

@@ -1,0 +1,367 @@
+/* Batch normalisation's inner loops over rows of 16 lanes (batchnorm_rows.h), twice: portable C
+ * whose lane loops gcc may vectorise for any target, and AVX-512F intrinsics chosen at run time.
+ * Both do the same operations in the same order on each lane, so they agree bit for bit:
+ *  - no fused multiply-add where it would round differently (contraction is off in this file; the
+ *    sums of squares and of g (x - m) take one, their products being exact in double);
+ *  - bf16 loads widen exactly, bf16 stores round to nearest even with NaN kept quiet, the integer
+ *    formula of convert.c (AVX512-BF16's instruction flushes subnormals, so it is not used);
+ *  - a row's last n mod 16 values go through the same full-width loop on a zero-padded copy, whose
+ *    padding lanes add +0 to the sums and are not written back. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <stdint.h>
+#include <string.h>
+
+#include "batchnorm_rows.h"
+#include "convert.h"
+
+#ifdef _OPENMP
+#define LANE_LOOP _Pragma("omp simd") for (int j = 0; j < TSR_BN_LANES; j++)
+#else
+#define LANE_LOOP for (int j = 0; j < TSR_BN_LANES; j++)
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+enum { L = TSR_BN_LANES };
+
+/* ---- zero-padded tails ---- */
+
+typedef void stats_fn(const void *, int, size_t, double *, double *);
+typedef void fwd_fn(const void *, int, void *, int, size_t, const float *, const float *, const float *, int);
+typedef void bwd_stats_fn(const void *, int, const float *, const void *, int, size_t, const float *, double *,
+                          double *);
+typedef void bwd_data_fn(const void *, int, const float *, const void *, int, float *, size_t, const float *,
+                         const float *, const float *, const float *);
+
+static size_t esize(int bf) { return bf ? sizeof(uint16_t) : sizeof(float); }
+static const char *at(const void *p, int bf, size_t k) { return (const char *)p + k * esize(bf); }
+
+/* Values [k, n) of p (n - k < 16) into a zeroed row of 16. */
+static void pad(float *row, const void *p, int bf, size_t k, size_t n) {
+  memset(row, 0, L * sizeof *row);
+  memcpy(row, at(p, bf, k), (n - k) * esize(bf));
+}
+
+static void stats_rows(stats_fn *full, const void *x, int bf, size_t n, double *s, double *ss) {
+  size_t k = n / L * L;
+  if (k) full(x, bf, k, s, ss);
+  if (k == n) return;
+  float px[L];
+  pad(px, x, bf, k, n);
+  full(px, bf, L, s, ss);
+}
+
+static void fwd_rows(fwd_fn *full, const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
+                     const float *b, int relu) {
+  size_t k = n / L * L;
+  if (k) full(x, xb, y, yb, k, a, m, b, relu);
+  if (k == n) return;
+  float px[L], py[L];
+  pad(px, x, xb, k, n);
+  full(px, xb, py, yb, L, a, m, b, relu);
+  memcpy((char *)y + k * esize(yb), py, (n - k) * esize(yb));
+}
+
+static void bwd_stats_rows(bwd_stats_fn *full, const void *x, int xb, const float *dy, const void *y, int yb,
+                           size_t n, const float *m, double *s, double *sx) {
+  size_t k = n / L * L;
+  if (k) full(x, xb, dy, y, yb, k, m, s, sx);
+  if (k == n) return;
+  float px[L], pg[L], py[L];
+  pad(px, x, xb, k, n), pad(pg, dy, 0, k, n);
+  if (y) pad(py, y, yb, k, n);
+  full(px, xb, pg, y ? py : NULL, yb, L, m, s, sx);
+}
+
+static void bwd_data_rows(bwd_data_fn *full, const void *x, int xb, const float *dy, const void *y, int yb,
+                          float *dx, size_t n, const float *kf, const float *shift, const float *slope,
+                          const float *m) {
+  size_t k = n / L * L;
+  if (k) full(x, xb, dy, y, yb, dx, k, kf, shift, slope, m);
+  if (k == n) return;
+  float px[L], pg[L], py[L], pd[L];
+  pad(px, x, xb, k, n), pad(pg, dy, 0, k, n);
+  if (y) pad(py, y, yb, k, n);
+  full(px, xb, pg, y ? py : NULL, yb, pd, L, kf, shift, slope, m);
+  memcpy(dx + k, pd, (n - k) * sizeof *pd);
+}
+
+/* ---- portable ---- */
+
+INLINE float load1(const void *p, int bf, size_t k) {
+  return bf ? _tsr_bf16_widen(((const uint16_t *)p)[k]) : ((const float *)p)[k];
+}
+
+INLINE void store1(void *p, int bf, size_t k, float v) {
+  if (bf) ((uint16_t *)p)[k] = _tsr_bf16_round(v);
+  else ((float *)p)[k] = v;
+}
+
+INLINE float relu_p(float v) { return v > 0 ? v : v * 0.f; }
+INLINE float mask_p(float g, float y) { return y > 0 ? g : g * 0.f; }
+
+INLINE void stats_p(const void *x, int xb, size_t n, double *s, double *ss) {
+  double a[L], q[L];
+  memcpy(a, s, sizeof a), memcpy(q, ss, sizeof q);
+  for (size_t k = 0; k < n; k += L) {
+    LANE_LOOP {
+      double v = load1(x, xb, k + j);
+      a[j] += v;
+      q[j] += v * v;
+    }
+  }
+  memcpy(s, a, sizeof a), memcpy(ss, q, sizeof q);
+}
+
+INLINE void fwd_p(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m, const float *b,
+                  int relu) {
+  for (size_t k = 0; k < n; k += L) {
+    LANE_LOOP {
+      float v = a[j] * (load1(x, xb, k + j) - m[j]) + b[j];
+      store1(y, yb, k + j, relu ? relu_p(v) : v);
+    }
+  }
+}
+
+INLINE void bwd_stats_p(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, size_t n,
+                        const float *m, double *s, double *sx) {
+  double a[L], q[L];
+  memcpy(a, s, sizeof a), memcpy(q, sx, sizeof q);
+  for (size_t k = 0; k < n; k += L) {
+    LANE_LOOP {
+      float g = has_y ? mask_p(dy[k + j], load1(y, yb, k + j)) : dy[k + j];
+      float d = load1(x, xb, k + j) - m[j];
+      a[j] += g;
+      q[j] += (double)g * d;
+    }
+  }
+  memcpy(s, a, sizeof a), memcpy(sx, q, sizeof q);
+}
+
+INLINE void bwd_data_p(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, float *dx,
+                       size_t n, const float *kf, const float *shift, const float *slope, const float *m) {
+  for (size_t k = 0; k < n; k += L) {
+    LANE_LOOP {
+      float g = has_y ? mask_p(dy[k + j], load1(y, yb, k + j)) : dy[k + j];
+      dx[k + j] = (kf[j] * g - shift[j]) - slope[j] * (load1(x, xb, k + j) - m[j]);
+    }
+  }
+}
+
+/* The storage flags and the relu as constants in each instance (a switch over the 8 cases), so
+ * that each loop has one load and store kind and no branch. */
+#define CASE_STATS(f, i)                                                                           \
+  case i:                                                                                          \
+    f(x, i, n, s, ss);                                                                             \
+    break;
+#define CASE_FWD(f, i)                                                                             \
+  case i:                                                                                          \
+    f(x, (i) & 1, y, (i) >> 1 & 1, n, a, m, b, (i) >> 2);                                         \
+    break;
+#define CASE_BWD_STATS(f, i)                                                                       \
+  case i:                                                                                          \
+    f(x, (i) & 1, dy, y, (i) >> 1 & 1, (i) >> 2, n, m, s, sx);                                    \
+    break;
+#define CASE_BWD_DATA(f, i)                                                                        \
+  case i:                                                                                          \
+    f(x, (i) & 1, dy, y, (i) >> 1 & 1, (i) >> 2, dx, n, kf, shift, slope, m);                     \
+    break;
+#define CASES8(C, f) C(f, 0) C(f, 1) C(f, 2) C(f, 3) C(f, 4) C(f, 5) C(f, 6) C(f, 7)
+/* the case index: x's format, y's, and the relu (backward: whether there is a y) */
+static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1 | (relu != 0) << 2; }
+#define BWD_CASE case_of(xb, y && yb, y != NULL)
+
+static void stats_pf(const void *x, int xb, size_t n, double *s, double *ss) {
+  switch (xb != 0) { CASE_STATS(stats_p, 0) CASE_STATS(stats_p, 1) }
+}
+
+static void fwd_pf(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m, const float *b,
+                   int relu) {
+  switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_p) }
+}
+
+static void bwd_stats_pf(const void *x, int xb, const float *dy, const void *y, int yb, size_t n, const float *m,
+                         double *s, double *sx) {
+  switch (BWD_CASE) { CASES8(CASE_BWD_STATS, bwd_stats_p) }
+}
+
+static void bwd_data_pf(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
+                        const float *kf, const float *shift, const float *slope, const float *m) {
+  switch (BWD_CASE) { CASES8(CASE_BWD_DATA, bwd_data_p) }
+}
+
+static void stats_portable(const void *x, int xb, size_t n, double *s, double *ss) {
+  stats_rows(stats_pf, x, xb, n, s, ss);
+}
+static void fwd_portable(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
+                         const float *b, int relu) {
+  fwd_rows(fwd_pf, x, xb, y, yb, n, a, m, b, relu);
+}
+static void bwd_stats_portable(const void *x, int xb, const float *dy, const void *y, int yb, size_t n,
+                               const float *m, double *s, double *sx) {
+  bwd_stats_rows(bwd_stats_pf, x, xb, dy, y, yb, n, m, s, sx);
+}
+static void bwd_data_portable(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
+                              const float *kf, const float *shift, const float *slope, const float *m) {
+  bwd_data_rows(bwd_data_pf, x, xb, dy, y, yb, dx, n, kf, shift, slope, m);
+}
+
+static const struct _tsr_bn_rows portable = {"portable", stats_portable, fwd_portable, bwd_stats_portable,
+                                             bwd_data_portable};
+
+const struct _tsr_bn_rows *_tsr_bn_rows_portable(void) { return &portable; }
+
+/* ---- AVX-512F ---- */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX static inline __attribute__((target("avx512f"), always_inline))
+#define AVX_FN static __attribute__((target("avx512f")))
+
+AVX __m512 load16(const void *p, int bf, size_t k) {
+  if (!bf) return _mm512_loadu_ps((const float *)p + k);
+  __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + k));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* _tsr_bf16_round on 16 lanes */
+AVX void store16(void *p, int bf, size_t k, __m512 v) {
+  if (!bf) {
+    _mm512_storeu_ps((float *)p + k, v);
+    return;
+  }
+  __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
+  __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+  _mm256_storeu_si256((__m256i *)((uint16_t *)p + k), _mm512_cvtepi32_epi16(r));
+}
+
+/* v > 0 ? v : v 0 (and g where y > 0, else g 0) */
+AVX __m512 relu16(__m512 v, __m512 y) {
+  __mmask16 pos = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ);
+  return _mm512_mask_mov_ps(_mm512_mul_ps(v, _mm512_setzero_ps()), pos, v);
+}
+
+/* lanes 0-7 and 8-15 as doubles */
+AVX __m512d lo8(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+AVX __m512d hi8(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+AVX void stats_v(const void *x, int xb, size_t n, double *s, double *ss) {
+  __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
+  __m512d q0 = _mm512_loadu_pd(ss), q1 = _mm512_loadu_pd(ss + 8);
+  for (size_t k = 0; k < n; k += L) {
+    __m512 v = load16(x, xb, k);
+    __m512d a = lo8(v), b = hi8(v);
+    s0 = _mm512_add_pd(s0, a), s1 = _mm512_add_pd(s1, b);
+    q0 = _mm512_fmadd_pd(a, a, q0), q1 = _mm512_fmadd_pd(b, b, q1); /* x x exact in double */
+  }
+  _mm512_storeu_pd(s, s0), _mm512_storeu_pd(s + 8, s1);
+  _mm512_storeu_pd(ss, q0), _mm512_storeu_pd(ss + 8, q1);
+}
+
+AVX void fwd_v(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m, const float *b,
+               int relu) {
+  const __m512 va = _mm512_loadu_ps(a), vm = _mm512_loadu_ps(m), vb = _mm512_loadu_ps(b);
+  for (size_t k = 0; k < n; k += L) {
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(va, _mm512_sub_ps(load16(x, xb, k), vm)), vb);
+    store16(y, yb, k, relu ? relu16(v, v) : v);
+  }
+}
+
+AVX void bwd_stats_v(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, size_t n,
+                     const float *m, double *s, double *sx) {
+  const __m512 vm = _mm512_loadu_ps(m);
+  __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
+  __m512d q0 = _mm512_loadu_pd(sx), q1 = _mm512_loadu_pd(sx + 8);
+  for (size_t k = 0; k < n; k += L) {
+    __m512 g = _mm512_loadu_ps(dy + k);
+    if (has_y) g = relu16(g, load16(y, yb, k));
+    __m512 d = _mm512_sub_ps(load16(x, xb, k), vm);
+    __m512d g0 = lo8(g), g1 = hi8(g);
+    s0 = _mm512_add_pd(s0, g0), s1 = _mm512_add_pd(s1, g1);
+    q0 = _mm512_fmadd_pd(g0, lo8(d), q0), q1 = _mm512_fmadd_pd(g1, hi8(d), q1); /* g d exact in double */
+  }
+  _mm512_storeu_pd(s, s0), _mm512_storeu_pd(s + 8, s1);
+  _mm512_storeu_pd(sx, q0), _mm512_storeu_pd(sx + 8, q1);
+}
+
+AVX void bwd_data_v(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, float *dx, size_t n,
+                    const float *kf, const float *shift, const float *slope, const float *m) {
+  const __m512 vk = _mm512_loadu_ps(kf), vs = _mm512_loadu_ps(shift), vl = _mm512_loadu_ps(slope),
+               vm = _mm512_loadu_ps(m);
+  for (size_t k = 0; k < n; k += L) {
+    __m512 g = _mm512_loadu_ps(dy + k);
+    if (has_y) g = relu16(g, load16(y, yb, k));
+    __m512 t = _mm512_sub_ps(_mm512_mul_ps(vk, g), vs);
+    _mm512_storeu_ps(dx + k, _mm512_sub_ps(t, _mm512_mul_ps(vl, _mm512_sub_ps(load16(x, xb, k), vm))));
+  }
+}
+
+AVX_FN void stats_vf(const void *x, int xb, size_t n, double *s, double *ss) {
+  switch (xb != 0) { CASE_STATS(stats_v, 0) CASE_STATS(stats_v, 1) }
+}
+
+AVX_FN void fwd_vf(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
+                   const float *b, int relu) {
+  switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_v) }
+}
+
+AVX_FN void bwd_stats_vf(const void *x, int xb, const float *dy, const void *y, int yb, size_t n, const float *m,
+                         double *s, double *sx) {
+  switch (BWD_CASE) { CASES8(CASE_BWD_STATS, bwd_stats_v) }
+}
+
+AVX_FN void bwd_data_vf(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
+                        const float *kf, const float *shift, const float *slope, const float *m) {
+  switch (BWD_CASE) { CASES8(CASE_BWD_DATA, bwd_data_v) }
+}
+
+static void stats_avx(const void *x, int xb, size_t n, double *s, double *ss) {
+  stats_rows(stats_vf, x, xb, n, s, ss);
+}
+static void fwd_avx(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
+                    const float *b, int relu) {
+  fwd_rows(fwd_vf, x, xb, y, yb, n, a, m, b, relu);
+}
+static void bwd_stats_avx(const void *x, int xb, const float *dy, const void *y, int yb, size_t n, const float *m,
+                          double *s, double *sx) {
+  bwd_stats_rows(bwd_stats_vf, x, xb, dy, y, yb, n, m, s, sx);
+}
+static void bwd_data_avx(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
+                         const float *kf, const float *shift, const float *slope, const float *m) {
+  bwd_data_rows(bwd_data_vf, x, xb, dy, y, yb, dx, n, kf, shift, slope, m);
+}
+
+static const struct _tsr_bn_rows avx512 = {"avx512f", stats_avx, fwd_avx, bwd_stats_avx, bwd_data_avx};
+
+const struct _tsr_bn_rows *_tsr_bn_rows_avx512(void) {
+  return __builtin_cpu_supports("avx512f") ? &avx512 : NULL;
+}
+#else
+const struct _tsr_bn_rows *_tsr_bn_rows_avx512(void) { return NULL; }
+#endif
+
+/* ---- the choice ---- */
+
+static const struct _tsr_bn_rows *_Atomic chosen;
+
+void _tsr_bn_rows_use(const struct _tsr_bn_rows *r) { chosen = r; }
+
+const struct _tsr_bn_rows *_tsr_bn_rows(void) {
+  const struct _tsr_bn_rows *r = chosen;
+  if (r) return r;
+  r = _tsr_bn_rows_avx512();
+  if (!r) r = &portable;
+  chosen = r;
+  return r;
+}
