@@ -185,7 +185,9 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
     t->ls[r].fused = 1;
   }
   for (int l = 0; l < m->n; l++) t->ls[l].bf16 = 0;
-  return on && _tsr_get_precision() == TSR_PRECISION_BF16 ? plan_bf16(t) : TSR_OK;
+  /* oneDNN 2.6 has bf16 kernels (convolution, pooling) only on AVX-512 CPUs, where the block is 16:
+   * elsewhere bf16 convolutions fall back to float32 (said once) and nothing is stored in bf16. */
+  return on && blk == 16 && _tsr_get_precision() == TSR_PRECISION_BF16 ? plan_bf16(t) : TSR_OK;
 }
 
 tsr_status _tsr_trainer_plan_edges(tsr_trainer *t) {
