@@ -169,7 +169,7 @@ START_TEST(machine_files) {
   ck_assert_int_eq(m.ranks_per_node, 6);
   ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
   ck_assert_double_eq(m.intra.bandwidth_gbit, 100);
-  ck_assert(m.inter.rendezvous_us == 0 && m.inter.eager_bytes == 65536 && m.intra.eager_bytes == 4096);
+  ck_assert(m.inter.rendezvous_us == 0 && m.inter.eager_bytes == 65472 && m.intra.eager_bytes == 4032);
   ck_assert_int_eq(tsr_machine_parse("{\"inter\": {\"rendezvous_us\": 250.5, \"eager_bytes\": 12288}}", "m.json", &back),
                    TSR_OK);
   m.inter.rendezvous_us = back.inter.rendezvous_us, m.inter.eager_bytes = back.inter.eager_bytes;
