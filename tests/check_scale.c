@@ -47,6 +47,13 @@ START_TEST(ring_by_hand) {
   /* 2 ranks per node, 4 ranks: the slowest hop of a round is the one between nodes. */
   tsr_machine m2 = hand_machine(2);
   ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 69, eps);
+  /* A rendezvous of 100 us on every message above 1500 bytes: 2 ranks send chunks of 2000, two
+   * rounds pay it; 4 ranks send chunks of 1000 and do not; a chunk equal to the limit is eager. */
+  m.inter.rendezvous_us = 100, m.inter.eager_bytes = 1500;
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 2), 26 + 2 * 100.0, eps);
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 4), 6 * 11.0 + 3 * 1.0, eps);
+  m.inter.eager_bytes = 2000;
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 2), 26, eps);
 }
 END_TEST
 
@@ -137,6 +144,8 @@ START_TEST(machine_files) {
   bad_machine("{\"inter\": {\"bandwidth_gbit\": 0}}", "'inter.bandwidth_gbit'");
   bad_machine("{\"intra\": {\"latency_us\": -1}}", "'intra.latency_us'");
   bad_machine("{\"inter\": {\"latency\": 3}}", "'inter.latency'");
+  bad_machine("{\"inter\": {\"rendezvous_us\": -1}}", "'inter.rendezvous_us'");
+  bad_machine("{\"intra\": {\"eager_bytes\": \"64k\"}}", "'intra.eager_bytes'");
   bad_machine("{\"inter\": {\"shared\": 1}}", "'inter.shared'");
   bad_machine("{\"inter\": 5}", "'inter'");
   bad_machine("{\"ranks_per_node\": 0}", "'ranks_per_node'");
@@ -160,6 +169,11 @@ START_TEST(machine_files) {
   ck_assert_int_eq(m.ranks_per_node, 6);
   ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
   ck_assert_double_eq(m.intra.bandwidth_gbit, 100);
+  ck_assert(m.inter.rendezvous_us == 0 && m.inter.eager_bytes == 65472 && m.intra.eager_bytes == 4032);
+  ck_assert_int_eq(tsr_machine_parse("{\"inter\": {\"rendezvous_us\": 250.5, \"eager_bytes\": 12288}}", "m.json", &back),
+                   TSR_OK);
+  m.inter.rendezvous_us = back.inter.rendezvous_us, m.inter.eager_bytes = back.inter.eager_bytes;
+  ck_assert(m.inter.rendezvous_us == 250.5 && m.inter.eager_bytes == 12288);
   const char *path = tt_path_in(tt_tmpdir(), "m.json");
   ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
   ck_assert_int_eq(tsr_machine_load(path, &back), TSR_OK);
@@ -167,7 +181,8 @@ START_TEST(machine_files) {
   ck_assert(back.ranks_per_node == m.ranks_per_node && back.inter.latency_us == m.inter.latency_us &&
             back.inter.bandwidth_gbit == m.inter.bandwidth_gbit && back.inter.shared == m.inter.shared &&
             back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit &&
-            back.progress == m.progress);
+            back.progress == m.progress && back.inter.rendezvous_us == m.inter.rendezvous_us &&
+            back.inter.eager_bytes == m.inter.eager_bytes && back.intra.eager_bytes == m.intra.eager_bytes);
   ck_assert_int_eq(tsr_machine_parse("{\"progress\": \"thread\"}", "m.json", &m), TSR_OK);
   ck_assert_int_eq(m.progress, TSR_MPI_PROGRESS_THREAD);
   ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);

@@ -29,6 +29,14 @@ if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/hand.json" | awk '$1 =
 else
   echo "FAIL: --cost: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/hand.json")"; fail=1
 fi
+# the same with a rendezvous of 100 us above 1500 bytes: both rounds' 2000-byte chunks pay it, 226 us
+echo '{"inter": {"latency_us": 10, "bandwidth_gbit": 8, "rendezvous_us": 100, "eager_bytes": 1500}, "reduce_gbit": 8}' \
+  >"$tmp/rdv.json"
+if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/rdv.json" | awk '$1 == 2 { exit !($2 == 226.0) }'; then
+  echo "PASS: --cost adds the machine file's rendezvous to the messages above its eager limit: 226 us"
+else
+  echo "FAIL: --cost with a rendezvous: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/rdv.json")"; fail=1
+fi
 [ $fail = 0 ] || exit 1
 # The calibration measures time over a link: the project's tests must not depend on timing or load,
 # so it runs only when asked for (on a machine known to be quiet).
@@ -42,8 +50,10 @@ netlab=${TESSERA_NETLAB:-$S/scripts/netlab}
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
 why=$("$netlab" check 2>&1) || { echo "SKIP: $why"; exit 77; }
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1
+echo '{"inter": {"eager_bytes": 300000}}' >"$tmp/eager.json" # two of the sizes above it
 timeout 600 "$netlab" run --nodes 2 --rate 100mbit --mtu 9000 -- mpirun --allow-run-as-root -np 2 -x STARPU_HOME -x STARPU_SILENT \
-  "$scale" --calibrate --reps 3 --sizes 8,262144,1048576,2097152 --save "$tmp/lab.json" >"$tmp/cal.log" 2>&1
+  "$scale" --calibrate --reps 3 --sizes 8,262144,1048576,2097152 --machine "$tmp/eager.json" --save "$tmp/lab.json" \
+  >"$tmp/cal.log" 2>&1
 rc=$?
 cat "$tmp/cal.log"
 bw=$(sed -n 's/.*"bandwidth_gbit": *\([0-9.e+-]*\).*/\1/p' "$tmp/lab.json" 2>/dev/null | tail -1)
@@ -51,4 +61,11 @@ if [ $rc = 0 ] && [ -n "$bw" ] && awk -v b="$bw" 'BEGIN { exit !(b >= 0.09 && b 
   echo "PASS: calibration over a 100 Mbit/s tc link measured $bw Gbit/s (within 10%)"
 else
   echo "FAIL: calibration over a 100 Mbit/s tc link (rc $rc) measured '${bw:-nothing}' Gbit/s"; exit 1
+fi
+# the rendezvous time (a time, not checked) is taken from the sizes above the machine file's eager limit
+rdv=$(sed -n 's/.*"rendezvous_us": *\([0-9.e+-]*\).*/\1/p' "$tmp/lab.json" | tail -1)
+if grep -q "above 300000 bytes .* median of 2 sizes" "$tmp/cal.log" && awk -v r="$rdv" 'BEGIN { exit !(r != "" && r >= 0) }'; then
+  echo "PASS: rendezvous $rdv us per message, from the 2 sizes above the 300000-byte eager limit"
+else
+  echo "FAIL: rendezvous '${rdv:-nothing}' us or its log line (eager limit 300000, 2 sizes above it)"; exit 1
 fi

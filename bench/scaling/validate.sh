@@ -88,7 +88,7 @@ for link in $links; do
   k=1 train "$link" 2 262144 "$tmp/cal-trace" ring || exit 1
   : >"$out/calibrate-$link.log"
   calibrate "$out/calibrate-$link.log" "calibration over $link" launch "$link" 2 1 "$B/tessera-scale" --calibrate \
-    --reps 10 --sizes 8,65536,1048576,4194304 --from-trace "$tmp/cal-trace" --name "$link" --ranks-per-node "$k" \
+    --reps 10 --sizes 8,65536,131072,262144,1048576,4194304 --from-trace "$tmp/cal-trace" --name "$link" --ranks-per-node "$k" \
     --save "$mf" || exit 1
   if [ "$k" -gt 1 ]; then # inside a node: shared memory
     calibrate "$out/calibrate-$link.log" "calibration of the intra link" timeout "$cal_s" $MPI -np 2 \

@@ -19,6 +19,8 @@ typedef struct tsr_link {
   double latency_us;     /* one message, end to end */
   double bandwidth_gbit; /* Gbit/s of payload */
   int shared;            /* 1: the flows of a node's ranks share it (a node's network link) */
+  double rendezvous_us;  /* added to every message above eager_bytes: the MPI rendezvous' handshake */
+  double eager_bytes;    /* largest message sent without a rendezvous */
 } tsr_link;
 
 typedef struct tsr_machine {

@@ -1,6 +1,9 @@
 /* tsr_scale_calibrate: measures the link between ranks 0 and 1 through StarPU-MPI, the layer the
  * reductions use: ping-pong half round trips (latency) and streams of back-to-back messages
- * (bandwidth) at several sizes, medians over repetitions. Other ranks take no part. */
+ * (bandwidth) at several sizes, medians over repetitions. Other ranks take no part. A message above
+ * the link's eager limit waits for the receiver's answer to MPI's rendezvous before its bulk: a
+ * stream overlaps those waits, a ping-pong (like the dependent rounds of a reduction) does not; what
+ * a ping-pong takes beyond latency + size / bandwidth is the link's rendezvous time. */
 #include <math.h>
 #include <stdlib.h>
 #include <starpu_mpi.h>
@@ -108,9 +111,17 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
   if (st == TSR_OK && rank == 0 && !(slope > 0))
     st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate: streaming time does not grow with size (noise?): rerun "
                                      "with more repetitions or larger sizes");
+  /* Rendezvous: median over the sizes above the eager limit of the half round trip beyond the
+   * latency and the streamed time of the size; 0 when no size is above it or the excess is < 0. */
+  double extra[64];
+  int nx = 0;
+  for (int i = 1; i < nsizes && nx < 64; i++)
+    if (sizes[i] > link->eager_bytes) extra[nx++] = half[i] - half[0] - sizes[i] * slope;
+  double rdv = nx ? median(extra, nx) : 0;
   if (st == TSR_OK && rank == 0) {
     link->latency_us = half[0];
     link->bandwidth_gbit = 1 / slope / 125.0;
+    link->rendezvous_us = rdv > 0 ? rdv : 0;
     if (log) {
       fprintf(log, "%12s %14s %16s %12s\n", "bytes", "half RTT us", "stream us/msg", "Gbit/s");
       for (int i = 0; i < nsizes; i++)
@@ -118,6 +129,9 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
                 per[i] > 0 ? sizes[i] / per[i] / 125.0 : 0.0);
       fprintf(log, "latency %.2f us, bandwidth %.3f Gbit/s (slope over sizes >= %lld bytes)\n", link->latency_us,
               link->bandwidth_gbit, (long long)sizes[from]);
+      fprintf(log, "rendezvous %.2f us per message above %.0f bytes (ping-pong beyond latency + stream, median of %d "
+                   "sizes)\n",
+              link->rendezvous_us, link->eager_bytes, nx);
     }
   }
   free(buf), free(tv), free(half), free(per);

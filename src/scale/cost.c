@@ -32,9 +32,11 @@ static double rounds(struct _tsr_rounds *r, int count, double wire, double work)
   return count > 0 ? count * (wire + work) : 0;
 }
 
-/* One message of m bytes over link l while `flows` messages share it (when it is shared). */
+/* One message of m bytes over link l while `flows` messages share it (when it is shared); above the
+ * eager limit MPI waits for the receiver's answer to a rendezvous before the bulk of the data. */
 static double hop(const tsr_link *l, double m, int flows) {
-  return l->latency_us + m * (l->shared && flows > 1 ? flows : 1) / rate(l->bandwidth_gbit);
+  return l->latency_us + (m > l->eager_bytes ? l->rendezvous_us : 0) +
+         m * (l->shared && flows > 1 ? flows : 1) / rate(l->bandwidth_gbit);
 }
 static double sum_us(const tsr_machine *mc, double b) { return b / rate(mc->reduce_gbit); }
 static double pack_us(const tsr_machine *mc, double b) { return b / rate(mc->pack_gbit); }

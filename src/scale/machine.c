@@ -12,13 +12,15 @@
 #include "scale/scale.h"
 #include "trace_analysis/timeline.h"
 
+/* Open MPI's eager limits (TCP 64 KiB, shared memory 4 KiB) include its headers: a message of exactly
+ * the limit already goes by rendezvous; 64 bytes are left for the headers. */
 void tsr_machine_default(tsr_machine *m) {
   memset(m, 0, sizeof *m);
   snprintf(m->name, sizeof m->name, "default");
   m->ranks_per_node = 1;
   m->compute_scale = 1;
-  m->intra = (tsr_link){.latency_us = 1, .bandwidth_gbit = 100, .shared = 0};
-  m->inter = (tsr_link){.latency_us = 10, .bandwidth_gbit = 10, .shared = 1};
+  m->intra = (tsr_link){.latency_us = 1, .bandwidth_gbit = 100, .shared = 0, .eager_bytes = 4096 - 64};
+  m->inter = (tsr_link){.latency_us = 10, .bandwidth_gbit = 10, .shared = 1, .eager_bytes = 65536 - 64};
   m->reduce_gbit = 40;
   m->pack_gbit = 40;
   m->progress = TSR_MPI_PROGRESS_WORKER;
@@ -56,11 +58,15 @@ static tsr_status link_of(const char *what, const char *name, const json_t *o, t
       TSR_TRY(num(what, f, v, 1, &l->latency_us));
     else if (!strcmp(key, "bandwidth_gbit"))
       TSR_TRY(num(what, f, v, 0, &l->bandwidth_gbit));
+    else if (!strcmp(key, "rendezvous_us"))
+      TSR_TRY(num(what, f, v, 1, &l->rendezvous_us));
+    else if (!strcmp(key, "eager_bytes"))
+      TSR_TRY(num(what, f, v, 1, &l->eager_bytes));
     else if (!strcmp(key, "shared")) {
       if (!json_is_boolean(v)) return _tsr_error(TSR_ERR_FORMAT, "%s: field '%s': expected true or false", what, f);
       l->shared = json_is_true(v);
     } else
-      return _tsr_error(TSR_ERR_FORMAT, "%s: unknown field '%s' (latency_us, bandwidth_gbit, shared)", what, f);
+      return _tsr_error(TSR_ERR_FORMAT, "%s: unknown field '%s' (latency_us, bandwidth_gbit, shared, rendezvous_us, eager_bytes)", what, f);
   }
   return TSR_OK;
 }
@@ -142,11 +148,12 @@ tsr_status tsr_machine_load(const char *path, tsr_machine *m) {
 tsr_status tsr_machine_save(const char *path, const tsr_machine *m) {
   if (!path || !m) return _tsr_error(TSR_ERR_ARG, "tsr_machine_save: path and machine are required");
   json_t *root = json_pack(
-      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b}, s:{s:f, s:f, s:b}, s:f, s:f, s:s}", "name", m->name, "workers_per_rank",
+      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:f}, s:f, s:f, s:s}", "name", m->name, "workers_per_rank",
       m->workers_per_rank, "ranks_per_node", m->ranks_per_node, "compute_scale", m->compute_scale, "task_overhead_us",
       m->task_overhead_us, "intra", "latency_us", m->intra.latency_us, "bandwidth_gbit", m->intra.bandwidth_gbit,
-      "shared", m->intra.shared, "inter", "latency_us", m->inter.latency_us, "bandwidth_gbit", m->inter.bandwidth_gbit,
-      "shared", m->inter.shared, "reduce_gbit", m->reduce_gbit, "pack_gbit", m->pack_gbit,
+      "shared", m->intra.shared, "rendezvous_us", m->intra.rendezvous_us, "eager_bytes", m->intra.eager_bytes, "inter",
+      "latency_us", m->inter.latency_us, "bandwidth_gbit", m->inter.bandwidth_gbit, "shared", m->inter.shared,
+      "rendezvous_us", m->inter.rendezvous_us, "eager_bytes", m->inter.eager_bytes, "reduce_gbit", m->reduce_gbit, "pack_gbit", m->pack_gbit,
       "progress", m->progress == TSR_MPI_PROGRESS_THREAD ? "thread" : "worker");
   if (!root) return _tsr_error(TSR_ERR_NOMEM, "machine file %s: out of memory", path);
   int ret = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
