@@ -129,7 +129,7 @@ START_TEST(test_ordered_sum_kernel_code_matches_cpu) {
     for (int me = 0; me < r; me++) {
       float *in[3], *own = gt_rand(n, 60 + r), *ownc = malloc(n * 4);
       for (int k = 0; k < r - 1; k++) in[k] = gt_rand(n, 70 + 5 * r + k);
-      in[0][5] = -own[5]; /* an exact cancellation: +0 */
+      if (r > 1) in[0][5] = -own[5]; /* an exact cancellation: +0 (with a second member) */
       memcpy(ownc, own, n * 4);
       _tsr_sum_ordered_host(own, n, (const float *const *)in, me, r);
       _tsr_sum_ordered_cpu(ownc, n, (const float *const *)in, me, r);
