@@ -175,43 +175,47 @@ INLINE void bwd_data_p(const void *x, int xb, const float *dy, const void *y, in
 static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1 | (relu != 0) << 2; }
 #define BWD_CASE case_of(xb, y && yb, y != NULL)
 
-static void stats_pf(const void *x, int xb, size_t n, double *s, double *ss) {
-  switch (xb != 0) { CASE_STATS(stats_p, 0) CASE_STATS(stats_p, 1) }
-}
+/* One set of loops from the kernels stats_<k>, fwd_<k>, bwd_stats_<k> and bwd_data_<k>: for each, the
+ * switch over its 8 instances (with the attributes ATTR, those of the kernels' target, so that the
+ * kernels inline) and the function of whole rows around it (zero-padded tail), gathered in the
+ * table TABLE named LABEL. Written once here and stamped out for each target below. */
+#define BN_ROWS_SET(ATTR, k, TABLE, LABEL)                                                          \
+  ATTR void stats_##k##_cases(const void *x, int xb, size_t n, double *s, double *ss) {            \
+    switch (xb != 0) { CASE_STATS(stats_##k, 0) CASE_STATS(stats_##k, 1) }                        \
+  }                                                                                                \
+  ATTR void fwd_##k##_cases(const void *x, int xb, void *y, int yb, size_t n, const float *a,      \
+                            const float *m, const float *b, int relu) {                            \
+    switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_##k) }                                   \
+  }                                                                                                \
+  ATTR void bwd_stats_##k##_cases(const void *x, int xb, const float *dy, const void *y, int yb,   \
+                                  size_t n, const float *m, double *s, double *sx) {               \
+    switch (BWD_CASE) { CASES8(CASE_BWD_STATS, bwd_stats_##k) }                                    \
+  }                                                                                                \
+  ATTR void bwd_data_##k##_cases(const void *x, int xb, const float *dy, const void *y, int yb,    \
+                                 float *dx, size_t n, const float *kf, const float *shift,         \
+                                 const float *slope, const float *m) {                             \
+    switch (BWD_CASE) { CASES8(CASE_BWD_DATA, bwd_data_##k) }                                      \
+  }                                                                                                \
+  static void stats_##k##_rows(const void *x, int xb, size_t n, double *s, double *ss) {           \
+    stats_rows(stats_##k##_cases, x, xb, n, s, ss);                                                \
+  }                                                                                                \
+  static void fwd_##k##_rows(const void *x, int xb, void *y, int yb, size_t n, const float *a,     \
+                             const float *m, const float *b, int relu) {                           \
+    fwd_rows(fwd_##k##_cases, x, xb, y, yb, n, a, m, b, relu);                                     \
+  }                                                                                                \
+  static void bwd_stats_##k##_rows(const void *x, int xb, const float *dy, const void *y, int yb,  \
+                                   size_t n, const float *m, double *s, double *sx) {              \
+    bwd_stats_rows(bwd_stats_##k##_cases, x, xb, dy, y, yb, n, m, s, sx);                          \
+  }                                                                                                \
+  static void bwd_data_##k##_rows(const void *x, int xb, const float *dy, const void *y, int yb,   \
+                                  float *dx, size_t n, const float *kf, const float *shift,        \
+                                  const float *slope, const float *m) {                            \
+    bwd_data_rows(bwd_data_##k##_cases, x, xb, dy, y, yb, dx, n, kf, shift, slope, m);             \
+  }                                                                                                \
+  static const struct _tsr_bn_rows TABLE = {LABEL, stats_##k##_rows, fwd_##k##_rows,              \
+                                            bwd_stats_##k##_rows, bwd_data_##k##_rows};
 
-static void fwd_pf(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m, const float *b,
-                   int relu) {
-  switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_p) }
-}
-
-static void bwd_stats_pf(const void *x, int xb, const float *dy, const void *y, int yb, size_t n, const float *m,
-                         double *s, double *sx) {
-  switch (BWD_CASE) { CASES8(CASE_BWD_STATS, bwd_stats_p) }
-}
-
-static void bwd_data_pf(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
-                        const float *kf, const float *shift, const float *slope, const float *m) {
-  switch (BWD_CASE) { CASES8(CASE_BWD_DATA, bwd_data_p) }
-}
-
-static void stats_portable(const void *x, int xb, size_t n, double *s, double *ss) {
-  stats_rows(stats_pf, x, xb, n, s, ss);
-}
-static void fwd_portable(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
-                         const float *b, int relu) {
-  fwd_rows(fwd_pf, x, xb, y, yb, n, a, m, b, relu);
-}
-static void bwd_stats_portable(const void *x, int xb, const float *dy, const void *y, int yb, size_t n,
-                               const float *m, double *s, double *sx) {
-  bwd_stats_rows(bwd_stats_pf, x, xb, dy, y, yb, n, m, s, sx);
-}
-static void bwd_data_portable(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
-                              const float *kf, const float *shift, const float *slope, const float *m) {
-  bwd_data_rows(bwd_data_pf, x, xb, dy, y, yb, dx, n, kf, shift, slope, m);
-}
-
-static const struct _tsr_bn_rows portable = {"portable", stats_portable, fwd_portable, bwd_stats_portable,
-                                             bwd_data_portable};
+BN_ROWS_SET(static, p, portable, "portable")
 
 const struct _tsr_bn_rows *_tsr_bn_rows_portable(void) { return &portable; }
 
@@ -307,42 +311,7 @@ AVX void bwd_data_v(const void *x, int xb, const float *dy, const void *y, int y
   }
 }
 
-AVX_FN void stats_vf(const void *x, int xb, size_t n, double *s, double *ss) {
-  switch (xb != 0) { CASE_STATS(stats_v, 0) CASE_STATS(stats_v, 1) }
-}
-
-AVX_FN void fwd_vf(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
-                   const float *b, int relu) {
-  switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_v) }
-}
-
-AVX_FN void bwd_stats_vf(const void *x, int xb, const float *dy, const void *y, int yb, size_t n, const float *m,
-                         double *s, double *sx) {
-  switch (BWD_CASE) { CASES8(CASE_BWD_STATS, bwd_stats_v) }
-}
-
-AVX_FN void bwd_data_vf(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
-                        const float *kf, const float *shift, const float *slope, const float *m) {
-  switch (BWD_CASE) { CASES8(CASE_BWD_DATA, bwd_data_v) }
-}
-
-static void stats_avx(const void *x, int xb, size_t n, double *s, double *ss) {
-  stats_rows(stats_vf, x, xb, n, s, ss);
-}
-static void fwd_avx(const void *x, int xb, void *y, int yb, size_t n, const float *a, const float *m,
-                    const float *b, int relu) {
-  fwd_rows(fwd_vf, x, xb, y, yb, n, a, m, b, relu);
-}
-static void bwd_stats_avx(const void *x, int xb, const float *dy, const void *y, int yb, size_t n, const float *m,
-                          double *s, double *sx) {
-  bwd_stats_rows(bwd_stats_vf, x, xb, dy, y, yb, n, m, s, sx);
-}
-static void bwd_data_avx(const void *x, int xb, const float *dy, const void *y, int yb, float *dx, size_t n,
-                         const float *kf, const float *shift, const float *slope, const float *m) {
-  bwd_data_rows(bwd_data_vf, x, xb, dy, y, yb, dx, n, kf, shift, slope, m);
-}
-
-static const struct _tsr_bn_rows avx512 = {"avx512f", stats_avx, fwd_avx, bwd_stats_avx, bwd_data_avx};
+BN_ROWS_SET(AVX_FN, v, avx512, "avx512f")
 
 const struct _tsr_bn_rows *_tsr_bn_rows_avx512(void) {
   return __builtin_cpu_supports("avx512f") ? &avx512 : NULL;

@@ -53,15 +53,16 @@ tsr_status _tsr_optim_check(const tsr_optim_spec *spec) {
   return TSR_OK;
 }
 
-/* The state buffers of a task with buffers w, g, state... */
-static void state_of(void *buffers[], int nstate, float **state) {
-  for (int k = 0; k < nstate; k++) state[k] = TSR_BUF(buffers, 2 + k);
+/* The state buffers of a task whose buffers from index `first` on are the optimizer's state: 2 for
+ * the update (w, g, state...), 1 for the direction (g, state...). */
+static void state_of(void *buffers[], int first, int nstate, float **state) {
+  for (int k = 0; k < nstate; k++) state[k] = TSR_BUF(buffers, first + k);
 }
 
 static void opt_update_cpu(void *buffers[], void *cl_arg) {
   const struct _tsr_optim_args *a = cl_arg;
   float *state[TSR_OPTIM_MAX_STATE];
-  state_of(buffers, _tsr_optim_ops_of(a->h.kind)->nstate, state);
+  state_of(buffers, 2, _tsr_optim_ops_of(a->h.kind)->nstate, state);
   _tsr_worker_enter();
   _tsr_optim_update_cpu(a, TSR_NX(buffers, 0), TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), state);
 }
@@ -74,7 +75,7 @@ static void opt_update_gated_cpu(void *buffers[], void *cl_arg) {
   const struct _tsr_scale_state *s = (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(buffers[2 + nstate]);
   if (!s->apply) return;
   float *state[TSR_OPTIM_MAX_STATE];
-  state_of(buffers, nstate, state);
+  state_of(buffers, 2, nstate, state);
   _tsr_worker_enter();
   a.grad_scale = s->unscale;
   a.step -= s->skipped;
@@ -86,7 +87,7 @@ static void opt_update_gated_cpu(void *buffers[], void *cl_arg) {
 static void update_cuda(void *b[], const struct _tsr_optim_args *a, int gated) {
   const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
   float *state[TSR_OPTIM_MAX_STATE];
-  state_of(b, ops->nstate, state);
+  state_of(b, 2, ops->nstate, state);
   const struct _tsr_scale_state *gate =
       gated ? (const struct _tsr_scale_state *)STARPU_VARIABLE_GET_PTR(b[2 + ops->nstate]) : NULL;
   TSR_CUDA_RUN(ops->cuda(TSR_CUDA_STREAM, a, TSR_NX(b, 0), TSR_BUF(b, 0), TSR_BUF(b, 1), state, gate));
@@ -137,7 +138,7 @@ static void opt_direction_cpu(void *buffers[], void *cl_arg) {
   const struct _tsr_optim_args *a = cl_arg;
   const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
   float *state[TSR_OPTIM_MAX_STATE];
-  for (int k = 0; k < ops->nstate; k++) state[k] = TSR_BUF(buffers, 1 + k);
+  state_of(buffers, 1, ops->nstate, state);
   _tsr_worker_enter();
   ops->direction(a, TSR_NX(buffers, 1), TSR_BUF(buffers, 0), state); /* the state's length: g is padded */
 }
@@ -154,7 +155,7 @@ static void opt_direction_cpu_cuda(void *b[], void *cl_arg) {
   const struct _tsr_optim_args *a = cl_arg;
   const struct _tsr_optim_ops *ops = _tsr_optim_ops_of(a->h.kind);
   float *state[TSR_OPTIM_MAX_STATE];
-  for (int k = 0; k < ops->nstate; k++) state[k] = TSR_BUF(b, 1 + k);
+  state_of(b, 1, ops->nstate, state);
   TSR_CUDA_RUN(ops->direction_cuda(TSR_CUDA_STREAM, a, TSR_NX(b, 1), TSR_BUF(b, 0), state));
 }
 static void opt_apply_cpu_cuda(void *b[], void *cl_arg) {
