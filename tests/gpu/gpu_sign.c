@@ -2,8 +2,8 @@
  * Suite "gpu_sign_host" (every CUDA build, no GPU needed): the per-index code of the sign kernels
  * (codelets/sign_wire_cuda.cu) run on the host against the CPU kernels (codelets/sign_wire.c), bitwise,
  * at lengths that are not multiples of 8, 32 or 64, for 2 to 5 voters and p-bit widths up to 3 bytes
- * per value. Suite "gpu_sign" (a StarPU with CUDA and a GPU; CUDA workers only): the same operations
- * as StarPU tasks on the GPU against the CPU kernels, bitwise (ranks may mix CPU and CUDA workers, so
+ * per value. Suite "gpu_sign" (a StarPU with CUDA and a GPU; CUDA workers only): the same operations,
+ * through the same checks (struct sign_run), as StarPU tasks on the GPU against the CPU kernels, bitwise (ranks may mix CPU and CUDA workers, so
  * the wire must not differ by one bit), and Lion's CUDA kernels (the fused update and the direction
  * and apply halves) against a float64 reference of the PyTorch rule within 1e-6 relative (3 float32
  * roundings), with sign(0) = 0 exactly, the invariant |w_new - w (1 - lr wd)| in {0, lr}, and the
@@ -47,9 +47,29 @@ static void junk2(uint8_t **a, uint8_t **b, size_t bytes) {
   memset(*a, 0x5A, bytes + 1), memset(*b, 0xA5, bytes + 1);
 }
 
-/* ---- host: the kernels' per-index code against the CPU kernels ---- */
+/* ---- the sign operations against the CPU kernels, on the host or as tasks ---- */
 
-START_TEST(test_one_bit_kernel_code_matches_cpu) {
+/* One way to run the sign kernels, with the CPU kernels' arguments: their CUDA per-index code on the
+ * host, or their tasks on the GPU. */
+struct sign_run {
+  const char *where;
+  int min_members; /* the fewest members of an ordered sum it is run with */
+  void (*pack1)(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits);
+  void (*unpack1)(const uint8_t *bits, size_t n, float *y);
+  void (*vote1)(float *x, size_t n, uint64_t base, int64_t step, const uint8_t *const *in, int nin, uint8_t *out);
+  /* packs x, then finishes it in place unless mode is TSR_SIGN_ADD (as the pack task does) */
+  void (*packp)(float *x, size_t n, int p, int bias, enum _tsr_sign_mode mode, uint8_t *out);
+  void (*unpackp)(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y);
+  void (*finish)(float *x, size_t n, enum _tsr_sign_mode mode, int ranks);
+  void (*sum_ordered)(float *own, size_t n, const float *const *in, int me, int r);
+};
+
+static void packp_cpu(float *x, size_t n, int p, int bias, enum _tsr_sign_mode mode, uint8_t *out) {
+  _tsr_sign_packp_cpu(x, n, p, bias, out);
+  if (mode != TSR_SIGN_ADD) _tsr_sign_finish_cpu(x, n, mode, bias);
+}
+
+static void one_bit_matches_cpu(const struct sign_run *run) {
   char what[96];
   for (size_t l = 0; l < NLENS; l++) {
     size_t n = lens[l], nb = _tsr_packed_bytes(n, 1);
@@ -57,12 +77,12 @@ START_TEST(test_one_bit_kernel_code_matches_cpu) {
     float *x = directions(n, 10 + l), *y = malloc(n * 4), *yc = malloc(n * 4);
     uint8_t *b, *bc;
     junk2(&b, &bc, nb);
-    _tsr_sign_pack1_host(x, n, base, 7, b);
+    run->pack1(x, n, base, 7, b);
     _tsr_sign_pack1_cpu(x, n, base, 7, bc);
-    snprintf(what, sizeof what, "1-bit pack of %zu directions", n), gt_same(b, bc, nb, what);
-    _tsr_sign_unpack1_host(bc, n, y);
+    snprintf(what, sizeof what, "%s: 1-bit pack of %zu directions", run->where, n), gt_same(b, bc, nb, what);
+    run->unpack1(b, n, y);
     _tsr_sign_unpack1_cpu(bc, n, yc);
-    snprintf(what, sizeof what, "1-bit unpack of %zu values", n), gt_same(y, yc, n * 4, what);
+    snprintf(what, sizeof what, "%s: 1-bit unpack of %zu values", run->where, n), gt_same(y, yc, n * 4, what);
     for (int nin = 1; nin <= 4; nin++) { /* 2 to 5 voters: ties and zeros against the coin */
       uint8_t *in[4];
       for (int k = 0; k < nin; k++) {
@@ -75,10 +95,11 @@ START_TEST(test_one_bit_kernel_code_matches_cpu) {
       memcpy(vc, v, n * 4);
       uint8_t *o, *oc;
       junk2(&o, &oc, nb);
-      _tsr_sign_vote1_host(v, n, base, 7, (const uint8_t *const *)in, nin, o);
+      run->vote1(v, n, base, 7, (const uint8_t *const *)in, nin, o);
       _tsr_sign_vote1_cpu(vc, n, base, 7, (const uint8_t *const *)in, nin, oc);
-      snprintf(what, sizeof what, "1-bit vote of %d voters on %zu values: bits", nin + 1, n), gt_same(o, oc, nb, what);
-      snprintf(what, sizeof what, "1-bit vote of %d voters on %zu values: directions", nin + 1, n);
+      snprintf(what, sizeof what, "%s: 1-bit vote of %d voters on %zu values: bits", run->where, nin + 1, n);
+      gt_same(o, oc, nb, what);
+      snprintf(what, sizeof what, "%s: 1-bit vote of %d voters on %zu values: directions", run->where, nin + 1, n);
       gt_same(v, vc, n * 4, what);
       for (int k = 0; k < nin; k++) free(in[k]);
       free(v), free(vc), free(o), free(oc);
@@ -86,59 +107,84 @@ START_TEST(test_one_bit_kernel_code_matches_cpu) {
     free(x), free(y), free(yc), free(b), free(bc);
   }
 }
-END_TEST
 
-START_TEST(test_p_bit_kernel_code_matches_cpu) {
+/* Pack (finishing the source in VOTE and MEAN), then unpack in the same mode onto y. */
+static void p_bit_matches_cpu(const struct sign_run *run) {
   const int ranks[] = {2, 3, 4, 5, 17, 200}; /* p = 3, 3, 4, 4, 6, 9: values across 2 and 3 bytes */
   const enum _tsr_sign_mode modes[] = {TSR_SIGN_ADD, TSR_SIGN_VOTE, TSR_SIGN_MEAN};
   char what[96];
   for (int r = 0; r < 6; r++)
-    for (size_t l = 0; l < NLENS; l++) {
-      int p = _tsr_sign_bits(ranks[r]);
-      size_t n = lens[l], nb = _tsr_packed_bytes(n, p);
-      float *x = ints(n, ranks[r], 40 + l + 13 * r);
-      uint8_t *b, *bc;
-      junk2(&b, &bc, nb);
-      _tsr_sign_packp_host(x, n, p, ranks[r], b);
-      _tsr_sign_packp_cpu(x, n, p, ranks[r], bc);
-      snprintf(what, sizeof what, "%d-bit pack of %zu sums of %d", p, n, ranks[r]), gt_same(b, bc, nb, what);
+    for (size_t l = 0; l < NLENS; l++)
       for (int m = 0; m < 3; m++) {
-        float *y = gt_rand(n, 50 + l), *yc = malloc(n * 4);
-        memcpy(yc, y, n * 4);
-        _tsr_sign_unpackp_host(bc, n, p, ranks[r], modes[m], y);
+        int p = _tsr_sign_bits(ranks[r]);
+        size_t n = lens[l], nb = _tsr_packed_bytes(n, p);
+        float *x = ints(n, ranks[r], 40 + l + 13 * r), *xc = malloc(n * 4), *y = gt_rand(n, 50 + l),
+              *yc = malloc(n * 4);
+        memcpy(xc, x, n * 4), memcpy(yc, y, n * 4);
+        uint8_t *b, *bc;
+        junk2(&b, &bc, nb);
+        run->packp(x, n, p, ranks[r], modes[m], b);
+        packp_cpu(xc, n, p, ranks[r], modes[m], bc);
+        snprintf(what, sizeof what, "%s: %d-bit pack (mode %d) of %zu sums of %d", run->where, p, m, n, ranks[r]);
+        gt_same(b, bc, nb, what);
+        gt_same(x, xc, n * 4, what);
+        run->unpackp(b, n, p, ranks[r], modes[m], y);
         _tsr_sign_unpackp_cpu(bc, n, p, ranks[r], modes[m], yc);
-        snprintf(what, sizeof what, "%d-bit unpack (mode %d) of %zu sums of %d", p, m, n, ranks[r]);
+        snprintf(what, sizeof what, "%s: %d-bit unpack (mode %d) of %zu sums of %d", run->where, p, m, n, ranks[r]);
         gt_same(y, yc, n * 4, what);
-        if (m) {
-          memcpy(y, x, n * 4), memcpy(yc, x, n * 4);
-          _tsr_sign_finish_host(y, n, modes[m], ranks[r]);
-          _tsr_sign_finish_cpu(yc, n, modes[m], ranks[r]);
-          snprintf(what, sizeof what, "finish (mode %d) of %zu sums of %d", m, n, ranks[r]);
-          gt_same(y, yc, n * 4, what);
-        }
-        free(y), free(yc);
+        free(x), free(xc), free(y), free(yc), free(b), free(bc);
       }
-      free(x), free(b), free(bc);
-    }
 }
-END_TEST
 
-START_TEST(test_ordered_sum_kernel_code_matches_cpu) {
+/* The finish alone (momentum averaging: VOTE and MEAN of float32 sums) and the ordered sum. */
+static void finish_and_ordered_sum_match_cpu(const struct sign_run *run) {
   const size_t n = 333;
-  for (int r = 1; r <= 4; r++)
+  char what[96];
+  for (enum _tsr_sign_mode m = TSR_SIGN_VOTE; m <= TSR_SIGN_MEAN; m++) {
+    float *x = gt_rand(n, 400 + m), *xc = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] *= 3;
+    memcpy(xc, x, n * 4);
+    run->finish(x, n, m, 3);
+    _tsr_sign_finish_cpu(xc, n, m, 3);
+    snprintf(what, sizeof what, "%s: finish (mode %d) of %zu float32 sums of 3", run->where, (int)m, n);
+    gt_same(x, xc, n * 4, what);
+  }
+  for (int r = run->min_members; r <= 4; r++)
     for (int me = 0; me < r; me++) {
       float *in[3], *own = gt_rand(n, 60 + r), *ownc = malloc(n * 4);
       for (int k = 0; k < r - 1; k++) in[k] = gt_rand(n, 70 + 5 * r + k);
       if (r > 1) in[0][5] = -own[5]; /* an exact cancellation: +0 (with a second member) */
       memcpy(ownc, own, n * 4);
-      _tsr_sum_ordered_host(own, n, (const float *const *)in, me, r);
+      run->sum_ordered(own, n, (const float *const *)in, me, r);
       _tsr_sum_ordered_cpu(ownc, n, (const float *const *)in, me, r);
-      char what[64];
-      snprintf(what, sizeof what, "ordered sum of %d members as member %d", r, me), gt_same(own, ownc, n * 4, what);
+      snprintf(what, sizeof what, "%s: ordered sum of %d members as member %d", run->where, r, me);
+      gt_same(own, ownc, n * 4, what);
       for (int k = 0; k < r - 1; k++) free(in[k]);
       free(own), free(ownc);
     }
 }
+
+/* ---- host: the kernels' per-index code ---- */
+
+static void packp_host(float *x, size_t n, int p, int bias, enum _tsr_sign_mode mode, uint8_t *out) {
+  _tsr_sign_packp_host(x, n, p, bias, out);
+  if (mode != TSR_SIGN_ADD) _tsr_sign_finish_host(x, n, mode, bias);
+}
+
+static const struct sign_run on_host = {
+    .where = "kernel code on the host", .min_members = 1,
+    .pack1 = _tsr_sign_pack1_host, .unpack1 = _tsr_sign_unpack1_host, .vote1 = _tsr_sign_vote1_host,
+    .packp = packp_host, .unpackp = _tsr_sign_unpackp_host, .finish = _tsr_sign_finish_host,
+    .sum_ordered = _tsr_sum_ordered_host,
+};
+
+START_TEST(test_one_bit_kernel_code_matches_cpu) { one_bit_matches_cpu(&on_host); }
+END_TEST
+
+START_TEST(test_p_bit_kernel_code_matches_cpu) { p_bit_matches_cpu(&on_host); }
+END_TEST
+
+START_TEST(test_finish_and_ordered_sum_kernel_code_match_cpu) { finish_and_ordered_sum_match_cpu(&on_host); }
 END_TEST
 
 /* Lion's kernels against float64 over 4 steps of the fused update from zero momenta (zero gradients
@@ -214,7 +260,7 @@ Suite *make_gpu_sign_host_suite(void) {
   tcase_set_timeout(t, 60);
   tcase_add_test(t, test_one_bit_kernel_code_matches_cpu);
   tcase_add_test(t, test_p_bit_kernel_code_matches_cpu);
-  tcase_add_test(t, test_ordered_sum_kernel_code_matches_cpu);
+  tcase_add_test(t, test_finish_and_ordered_sum_kernel_code_match_cpu);
   tcase_add_test(t, test_lion_kernel_code_matches_float64_reference);
   suite_add_tcase(s, t);
   return s;
@@ -247,108 +293,62 @@ static void done(starpu_data_handle_t *hs, int n) {
   ck_assert_msg(!_tsr_kernel_error(msg, sizeof msg), "%s", msg);
 }
 
-START_TEST(test_one_bit_codelets_match_cpu) {
-  char what[96];
-  for (size_t l = 0; l < NLENS; l++) {
-    size_t n = lens[l], nb = _tsr_packed_bytes(n, 1);
-    uint64_t base = 12345 + l;
-    float *x = directions(n, 80 + l), *y = malloc(n * 4), *yc = malloc(n * 4);
-    uint8_t *b, *bc;
-    junk2(&b, &bc, nb);
-    starpu_data_handle_t hs[3] = {_tsr_register_floats(x, n), bytes_h(b, nb), _tsr_register_floats(y, n)};
-    ck_assert_int_eq(_tsr_insert_sign_pack1(hs[0], hs[1], base, 3, STARPU_DEFAULT_PRIO), 0);
-    ck_assert_int_eq(_tsr_insert_sign_unpack1(hs[2], hs[1], STARPU_DEFAULT_PRIO), 0);
-    done(hs, 3);
-    _tsr_sign_pack1_cpu(x, n, base, 3, bc);
-    _tsr_sign_unpack1_cpu(bc, n, yc);
-    snprintf(what, sizeof what, "1-bit pack task, %zu directions", n), gt_same(b, bc, nb, what);
-    snprintf(what, sizeof what, "1-bit unpack task, %zu values", n), gt_same(y, yc, n * 4, what);
-    for (int nin = 1; nin <= 4; nin++) {
-      uint8_t *in[4];
-      starpu_data_handle_t hin[4];
-      for (int k = 0; k < nin; k++) {
-        float *d = directions(n, 200 * l + k + 90);
-        in[k] = malloc(nb);
-        _tsr_sign_pack1_cpu(d, n, base, 3, in[k]);
-        hin[k] = bytes_h(in[k], nb);
-        free(d);
-      }
-      float *v = directions(n, 95 + l), *vc = malloc(n * 4);
-      memcpy(vc, v, n * 4);
-      uint8_t *o, *oc;
-      junk2(&o, &oc, nb);
-      starpu_data_handle_t hv[2] = {_tsr_register_floats(v, n), bytes_h(o, nb)};
-      ck_assert_int_eq(_tsr_insert_sign_vote1(hv[0], hv[1], base, 3, nin, hin, STARPU_DEFAULT_PRIO), 0);
-      done(hv, 2);
-      done(hin, nin);
-      _tsr_sign_vote1_cpu(vc, n, base, 3, (const uint8_t *const *)in, nin, oc);
-      snprintf(what, sizeof what, "1-bit vote task, %d voters, %zu values: bits", nin + 1, n), gt_same(o, oc, nb, what);
-      snprintf(what, sizeof what, "1-bit vote task, %d voters, %zu values: directions", nin + 1, n);
-      gt_same(v, vc, n * 4, what);
-      for (int k = 0; k < nin; k++) free(in[k]);
-      free(v), free(vc), free(o), free(oc);
-    }
-    free(x), free(y), free(yc), free(b), free(bc);
-  }
+/* The sign tasks, one at a time, on the arguments of the CPU kernels. */
+static void pack1_task(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
+  starpu_data_handle_t hs[2] = {_tsr_register_floats((float *)x, n), bytes_h(bits, _tsr_packed_bytes(n, 1))};
+  ck_assert_int_eq(_tsr_insert_sign_pack1(hs[0], hs[1], base, step, STARPU_DEFAULT_PRIO), 0);
+  done(hs, 2);
 }
+static void unpack1_task(const uint8_t *bits, size_t n, float *y) {
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), bytes_h((uint8_t *)bits, _tsr_packed_bytes(n, 1))};
+  ck_assert_int_eq(_tsr_insert_sign_unpack1(hs[0], hs[1], STARPU_DEFAULT_PRIO), 0);
+  done(hs, 2);
+}
+static void vote1_task(float *x, size_t n, uint64_t base, int64_t step, const uint8_t *const *in, int nin,
+                       uint8_t *out) {
+  size_t nb = _tsr_packed_bytes(n, 1);
+  starpu_data_handle_t hin[4], hs[2] = {_tsr_register_floats(x, n), bytes_h(out, nb)};
+  for (int k = 0; k < nin; k++) hin[k] = bytes_h((uint8_t *)in[k], nb);
+  ck_assert_int_eq(_tsr_insert_sign_vote1(hs[0], hs[1], base, step, nin, hin, STARPU_DEFAULT_PRIO), 0);
+  done(hs, 2);
+  done(hin, nin);
+}
+static void packp_task(float *x, size_t n, int p, int bias, enum _tsr_sign_mode mode, uint8_t *out) {
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(x, n), bytes_h(out, _tsr_packed_bytes(n, p))};
+  ck_assert_int_eq(_tsr_insert_sign_packp(hs[0], hs[1], p, bias, mode, STARPU_DEFAULT_PRIO), 0);
+  done(hs, 2);
+}
+static void unpackp_task(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y) {
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), bytes_h((uint8_t *)in, _tsr_packed_bytes(n, p))};
+  ck_assert_int_eq(_tsr_insert_sign_unpackp(hs[0], hs[1], p, bias, mode, STARPU_DEFAULT_PRIO), 0);
+  done(hs, 2);
+}
+static void finish_task(float *x, size_t n, enum _tsr_sign_mode mode, int ranks) {
+  starpu_data_handle_t h = _tsr_register_floats(x, n);
+  ck_assert_int_eq(_tsr_insert_sign_finish(h, mode, ranks, "finish"), 0);
+  done(&h, 1);
+}
+static void sum_ordered_task(float *own, size_t n, const float *const *in, int me, int r) {
+  starpu_data_handle_t hs[4] = {_tsr_register_floats(own, n)};
+  for (int k = 0; k < r - 1; k++) hs[1 + k] = _tsr_register_floats((float *)in[k], n);
+  ck_assert_int_eq(_tsr_insert_sum_ordered(hs[0], r - 1, hs + 1, me, STARPU_DEFAULT_PRIO), 0);
+  done(hs, r);
+}
+
+static const struct sign_run on_gpu = {
+    .where = "task on the GPU", .min_members = 2,
+    .pack1 = pack1_task, .unpack1 = unpack1_task, .vote1 = vote1_task,
+    .packp = packp_task, .unpackp = unpackp_task, .finish = finish_task,
+    .sum_ordered = sum_ordered_task,
+};
+
+START_TEST(test_one_bit_codelets_match_cpu) { one_bit_matches_cpu(&on_gpu); }
 END_TEST
 
-START_TEST(test_p_bit_codelets_match_cpu) {
-  const int ranks[] = {2, 3, 5, 17, 200};
-  const enum _tsr_sign_mode modes[] = {TSR_SIGN_ADD, TSR_SIGN_VOTE, TSR_SIGN_MEAN};
-  char what[96];
-  for (int r = 0; r < 5; r++)
-    for (size_t l = 0; l < NLENS; l++)
-      for (int m = 0; m < 3; m++) {
-        int p = _tsr_sign_bits(ranks[r]);
-        size_t n = lens[l], nb = _tsr_packed_bytes(n, p);
-        /* pack (finishing the source in VOTE and MEAN), unpack in the same mode into y */
-        float *x = ints(n, ranks[r], 300 + l + 7 * r), *xc = malloc(n * 4), *y = gt_rand(n, 310 + l),
-              *yc = malloc(n * 4);
-        memcpy(xc, x, n * 4), memcpy(yc, y, n * 4);
-        uint8_t *b, *bc;
-        junk2(&b, &bc, nb);
-        starpu_data_handle_t hs[3] = {_tsr_register_floats(x, n), bytes_h(b, nb), _tsr_register_floats(y, n)};
-        ck_assert_int_eq(_tsr_insert_sign_packp(hs[0], hs[1], p, ranks[r], modes[m], STARPU_DEFAULT_PRIO), 0);
-        ck_assert_int_eq(_tsr_insert_sign_unpackp(hs[2], hs[1], p, ranks[r], modes[m], STARPU_DEFAULT_PRIO), 0);
-        done(hs, 3);
-        _tsr_sign_packp_cpu(xc, n, p, ranks[r], bc);
-        if (modes[m] != TSR_SIGN_ADD) _tsr_sign_finish_cpu(xc, n, modes[m], ranks[r]);
-        _tsr_sign_unpackp_cpu(bc, n, p, ranks[r], modes[m], yc);
-        snprintf(what, sizeof what, "%d-bit pack task (mode %d), %zu sums of %d", p, m, n, ranks[r]);
-        gt_same(b, bc, nb, what);
-        gt_same(x, xc, n * 4, what);
-        snprintf(what, sizeof what, "%d-bit unpack task (mode %d), %zu sums of %d", p, m, n, ranks[r]);
-        gt_same(y, yc, n * 4, what);
-        free(x), free(xc), free(y), free(yc), free(b), free(bc);
-      }
-  /* the finish task alone (momentum averaging: MEAN of float32 sums) and the ordered sum */
-  const size_t n = 777;
-  for (int m = 1; m < 3; m++) {
-    float *x = gt_rand(n, 400 + m), *xc = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) x[i] *= 3;
-    memcpy(xc, x, n * 4);
-    starpu_data_handle_t h = _tsr_register_floats(x, n);
-    ck_assert_int_eq(_tsr_insert_sign_finish(h, modes[m], 3, "finish"), 0);
-    done(&h, 1);
-    _tsr_sign_finish_cpu(xc, n, modes[m], 3);
-    gt_same(x, xc, n * 4, m == 1 ? "finish task (vote)" : "finish task (mean)");
-  }
-  for (int r = 2; r <= 4; r++)
-    for (int me = 0; me < r; me++) {
-      float *in[3], *own = gt_rand(n, 410 + r), *ownc = malloc(n * 4);
-      starpu_data_handle_t hs[4];
-      for (int k = 0; k < r - 1; k++) in[k] = gt_rand(n, 420 + 5 * r + k), hs[1 + k] = _tsr_register_floats(in[k], n);
-      memcpy(ownc, own, n * 4);
-      hs[0] = _tsr_register_floats(own, n);
-      ck_assert_int_eq(_tsr_insert_sum_ordered(hs[0], r - 1, hs + 1, me, STARPU_DEFAULT_PRIO), 0);
-      done(hs, r);
-      _tsr_sum_ordered_cpu(ownc, n, (const float *const *)in, me, r);
-      snprintf(what, sizeof what, "ordered sum task, %d members, member %d", r, me), gt_same(own, ownc, n * 4, what);
-      for (int k = 0; k < r - 1; k++) free(in[k]);
-      free(own), free(ownc);
-    }
-}
+START_TEST(test_p_bit_codelets_match_cpu) { p_bit_matches_cpu(&on_gpu); }
+END_TEST
+
+START_TEST(test_finish_and_ordered_sum_codelets_match_cpu) { finish_and_ordered_sum_match_cpu(&on_gpu); }
 END_TEST
 
 /* Lion's three CUDA kernels as tasks on the GPU: the fused update on (w, g, m), the direction in
@@ -374,6 +374,7 @@ Suite *make_gpu_sign_suite(void) {
   tcase_add_checked_fixture(t, cuda_up, cuda_down);
   tcase_add_test(t, test_one_bit_codelets_match_cpu);
   tcase_add_test(t, test_p_bit_codelets_match_cpu);
+  tcase_add_test(t, test_finish_and_ordered_sum_codelets_match_cpu);
   tcase_add_test(t, test_lion_cuda_matches_float64_reference);
   suite_add_tcase(s, t);
   return s;
