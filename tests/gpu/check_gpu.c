@@ -18,12 +18,36 @@
 #include "codelets.h"
 #include "cuda_util.h"
 #include "gpu_test.h"
+#include "kernel_util.h"
 
 float *gt_rand(size_t n, uint64_t seed) {
   float *x = malloc(n * sizeof *x);
   ck_assert_ptr_nonnull(x);
   tt_fill_uniform(x, n, seed, -1, 1);
   return x;
+}
+
+void gt_cuda_up(void) {
+  tt_starpu_home();
+  struct starpu_conf conf;
+  starpu_conf_init(&conf);
+  conf.ncpus = 0;
+  conf.ncuda = 1;
+  ck_assert_int_eq(starpu_init(&conf), 0);
+  _tsr_kernel_error_clear();
+}
+
+starpu_data_handle_t gt_register_bytes(void *p, size_t n) {
+  starpu_data_handle_t h;
+  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, 1);
+  return h;
+}
+
+void gt_done(starpu_data_handle_t *hs, int n) {
+  ck_assert_int_eq(starpu_task_wait_for_all(), 0);
+  for (int i = 0; i < n; i++) starpu_data_unregister(hs[i]);
+  char msg[512];
+  ck_assert_msg(!_tsr_kernel_error(msg, sizeof msg), "%s", msg);
 }
 
 void gt_close(const float *gpu, const float *cpu, size_t n, double atol, double rtol, const char *what) {

@@ -30,15 +30,6 @@
 #define ELEM_ATOL 1e-6 /* element-wise float kernels: same formula, maybe contracted into FMAs */
 #define ELEM_RTOL 1e-6
 
-static void gpu_up(void) {
-  tt_starpu_home();
-  struct starpu_conf conf;
-  starpu_conf_init(&conf);
-  conf.ncpus = 0;
-  conf.ncuda = 1;
-  ck_assert_int_eq(starpu_init(&conf), 0);
-  _tsr_kernel_error_clear();
-}
 static void gpu_down(void) {
   _tsr_set_precision(TSR_PRECISION_F32);
   _tsr_set_deterministic(0);
@@ -50,18 +41,6 @@ static starpu_data_handle_t reg_doubles(double *p, size_t n) {
   starpu_data_handle_t h;
   starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, sizeof(double));
   return h;
-}
-static starpu_data_handle_t reg_bytes(void *p, size_t n) {
-  starpu_data_handle_t h;
-  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, 1);
-  return h;
-}
-/* Waits, then brings every handle's data home. */
-static void finish(starpu_data_handle_t *hs, int n) {
-  ck_assert_int_eq(starpu_task_wait_for_all(), 0);
-  for (int i = 0; i < n; i++) starpu_data_unregister(hs[i]);
-  char msg[512];
-  ck_assert_msg(!_tsr_kernel_error(msg, sizeof msg), "%s", msg);
 }
 static float *copy_of(const float *x, size_t n) {
   float *y = malloc(n * sizeof *y);
@@ -89,7 +68,7 @@ static void conv_case(struct _tsr_conv_desc d, int deconv, double atol, double r
     ck_assert_int_eq(_tsr_insert_deconv2d_bwd_data(&d, hs[4], hs[1], hs[5], "bwd data"), 0);
     ck_assert_int_eq(_tsr_insert_deconv2d_bwd_weights(&d, hs[0], hs[4], hs[6], hdb, "bwd weights"), 0);
   }
-  finish(hs, 8);
+  gt_done(hs, 8);
   _tsr_set_precision(TSR_PRECISION_F32); /* the CPU twin in float32: reduced-precision cases round x, w, dy first */
   if (!deconv) {
     _tsr_conv2d_fwd_cpu(&d, x, w, d.has_bias ? b : NULL, yc);
@@ -142,7 +121,7 @@ static void reduced_conv_case(int precision) {
   _tsr_set_precision(precision);
   starpu_data_handle_t hs[] = {REG(x, nx), REG(w, nw), REG(y, ny)};
   ck_assert_int_eq(_tsr_insert_conv2d_fwd(&d, hs[0], hs[1], NULL, hs[2], "reduced fwd"), 0);
-  finish(hs, 3);
+  gt_done(hs, 3);
   _tsr_set_precision(TSR_PRECISION_F32);
   _tsr_conv2d_fwd_cpu(&d, x, w, NULL, y32);
   round_to(precision, x, nx), round_to(precision, w, nw);
@@ -174,7 +153,7 @@ START_TEST(test_deterministic_conv_gradients_repeat_bitwise) {
     starpu_data_handle_t hs[] = {REG(x, nx), REG(dy, ny), REG(w, nw), REG(dw[r], nw), REG(db[r], 16), REG(dx[r], nx)};
     ck_assert_int_eq(_tsr_insert_conv2d_bwd_weights(&d, hs[0], hs[1], hs[3], hs[4], "det bwd weights"), 0);
     ck_assert_int_eq(_tsr_insert_conv2d_bwd_data(&d, hs[1], hs[2], hs[5], "det bwd data"), 0);
-    finish(hs, 6);
+    gt_done(hs, 6);
   }
   gt_same(dw[0], dw[1], nw * 4, "deterministic conv weight gradient, run 2 vs run 1");
   gt_same(db[0], db[1], 16 * 4, "deterministic conv bias gradient, run 2 vs run 1");
@@ -196,7 +175,7 @@ START_TEST(test_dense_passes_match_cpu) {
   ck_assert_int_eq(_tsr_insert_dense_fwd(&d, hs[0], hs[1], hs[2], hs[3], "dense fwd"), 0);
   ck_assert_int_eq(_tsr_insert_dense_bwd_data(&d, hs[4], hs[1], hs[5], "dense bwd data"), 0);
   ck_assert_int_eq(_tsr_insert_dense_bwd_weights(&d, hs[0], hs[4], hs[6], hs[7], "dense bwd weights"), 0);
-  finish(hs, 8);
+  gt_done(hs, 8);
   _tsr_dense_fwd_cpu(&d, x, w, b, yc);
   _tsr_dense_bwd_data_cpu(&d, dy, w, dxc);
   _tsr_dense_bwd_weights_cpu(&d, x, dy, dwc, dbc);
@@ -220,7 +199,7 @@ START_TEST(test_activations_match_cpu) {
     starpu_data_handle_t hs[] = {REG(x, n), REG(y, n), REG(dy, n), REG(dx, n)};
     ck_assert_int_eq(_tsr_insert_act_fwd(&d, hs[0], hs[1], "act fwd"), 0);
     ck_assert_int_eq(_tsr_insert_act_bwd(&d, hs[0], hs[1], hs[2], hs[3], "act bwd"), 0);
-    finish(hs, 4);
+    gt_done(hs, 4);
     _tsr_act_fwd_cpu(&d, x, yc);
     _tsr_act_bwd_cpu(&d, x, yc, dy, dxc);
     char m[64];
@@ -242,10 +221,10 @@ static void pool_case(int is_max, int k, int s, int p, uint64_t seed) {
   for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0 ? x[i] : 0.0f; /* ReLU output: ties */
   float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
   unsigned char *ws = calloc(wsb + 1, 1), *wsc = calloc(wsb + 1, 1);
-  starpu_data_handle_t hs[4] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)}, hws = is_max ? reg_bytes(ws, wsb) : NULL;
+  starpu_data_handle_t hs[4] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)}, hws = is_max ? gt_register_bytes(ws, wsb) : NULL;
   ck_assert_int_eq(_tsr_insert_pool_fwd(&d, hs[0], hs[1], hws, "pool fwd"), 0);
   ck_assert_int_eq(_tsr_insert_pool_bwd(&d, hs[2], hws, hs[3], "pool bwd"), 0);
-  finish(hs, 4);
+  gt_done(hs, 4);
   if (hws) starpu_data_unregister(hws);
   _tsr_pool_fwd_cpu(&d, x, yc, is_max ? wsc : NULL);
   _tsr_pool_bwd_cpu(&d, dy, is_max ? wsc : NULL, dxc);
@@ -299,7 +278,7 @@ static void conv3d_case(struct _tsr_conv3d_desc d, uint64_t seed, const char *wh
   ck_assert_int_eq(_tsr_insert_conv3d(&d, TSR_CONV_FWD, hs[0], hs[1], hb, hs[3], "3d fwd"), 0);
   ck_assert_int_eq(_tsr_insert_conv3d(&d, TSR_CONV_BWD_DATA, hs[4], hs[1], hs[5], NULL, "3d bwd data"), 0);
   ck_assert_int_eq(_tsr_insert_conv3d(&d, TSR_CONV_BWD_WEIGHTS, hs[0], hs[4], hs[6], hdb, "3d bwd weights"), 0);
-  finish(hs, 8);
+  gt_done(hs, 8);
   _tsr_conv3d_run(&d, TSR_CONV_FWD, x, w, d.has_bias ? b : NULL, yc, NULL);
   _tsr_conv3d_run(&d, TSR_CONV_BWD_DATA, dy, w, NULL, dxc, NULL);
   _tsr_conv3d_run(&d, TSR_CONV_BWD_WEIGHTS, x, dy, NULL, dwc, d.has_bias ? dbc : NULL);
@@ -329,10 +308,10 @@ static void pool3d_case(struct _tsr_pool_desc d, uint64_t seed) {
   float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
   unsigned char *ws = calloc(wsb + 1, 1), *wsc = calloc(wsb + 1, 1);
   starpu_data_handle_t hs[4] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)};
-  starpu_data_handle_t hws = d.is_max ? reg_bytes(ws, wsb) : NULL;
+  starpu_data_handle_t hws = d.is_max ? gt_register_bytes(ws, wsb) : NULL;
   ck_assert_int_eq(_tsr_insert_pool_fwd(&d, hs[0], hs[1], hws, "pool3d fwd"), 0);
   ck_assert_int_eq(_tsr_insert_pool_bwd(&d, hs[2], hws, hs[3], "pool3d bwd"), 0);
-  finish(hs, 4);
+  gt_done(hs, 4);
   if (hws) starpu_data_unregister(hws);
   _tsr_pool_fwd_cpu(&d, x, yc, d.is_max ? wsc : NULL);
   _tsr_pool_bwd_cpu(&d, dy, d.is_max ? wsc : NULL, dxc);
@@ -386,7 +365,7 @@ START_TEST(test_3d_passes_match_cpu) {
   starpu_data_handle_t hs[] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)};
   ck_assert_int_eq(_tsr_insert_upsample_fwd(&u, hs[0], hs[1], "upsample3d fwd"), 0);
   ck_assert_int_eq(_tsr_insert_upsample_bwd(&u, hs[2], hs[3], "upsample3d bwd"), 0);
-  finish(hs, 4);
+  gt_done(hs, 4);
   _tsr_upsample_fwd_cpu(&u, x, yc);
   _tsr_upsample_bwd_cpu(&u, dy, dxc);
   gt_same(y, yc, ny * 4, "upsample3d x2 forward");
@@ -425,7 +404,7 @@ START_TEST(test_batchnorm_chain_matches_cpu) {
   d.overwrite = 0; /* bwd params adds into dgamma, dbeta */
   ck_assert_int_eq(_tsr_insert_bn_bwd_params(&d, hs[7], hs[9], hs[10], "bwd params"), 0);
   ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d, hs[0], hs[8], hs[2], hs[7], hs[1], NULL, hs[13], "bwd data"), 0);
-  finish(hs, 14);
+  gt_done(hs, 14);
   _tsr_bn_stats_cpu(&d, x, accc);
   _tsr_bn_finalize_cpu(&d, accc, statc, rmc, rvc);
   _tsr_bn_fwd_cpu(&d, x, statc, gamma, beta, yc);
@@ -475,7 +454,7 @@ START_TEST(test_dropout_concat_add_tensor_ops_match_cpu) {
   ck_assert_int_eq(_tsr_insert_copy(hs[15], hs[14], "copy"), 0);
   ck_assert_int_eq(_tsr_insert_zero(hs[16], "zero"), 0);
   ck_assert_int_eq(_tsr_insert_fill(hs[18], 2.5f, "fill"), 0);
-  finish(hs, 19);
+  gt_done(hs, 19);
   float *e = calloc(nd > nw ? nd : nw, 4);
   _tsr_dropout_fwd_cpu(&dr, 1234, dx, e);
   gt_same(d1, e, nd * 4, "dropout forward");
@@ -518,7 +497,7 @@ START_TEST(test_losses_match_cpu) {
     double loss = -1, lossc = 0;
     starpu_data_handle_t hs[] = {REG(yh, n), REG(t, n), REG(g, n), reg_doubles(&loss, 1)};
     ck_assert_int_eq(_tsr_insert_loss(&d, hs[0], hs[1], hs[2], hs[3], "loss"), 0);
-    finish(hs, 4);
+    gt_done(hs, 4);
     _tsr_loss_cpu(&d, yh, t, gc, &lossc);
     int ce = kinds[k] == TSR_L_SOFTMAX_CE;
     char m[64];
@@ -550,7 +529,7 @@ START_TEST(test_optimizers_match_cpu) {
     float *wc = copy_of(w, n), *mc = copy_of(m, n), *vc = copy_of(v, n);
     starpu_data_handle_t hs[] = {REG(w, n), REG(g, n), REG(m, n), REG(v, n)};
     ck_assert_int_eq(_tsr_optim_submit(&cases[c], hs[0], hs[1], &hs[2], NULL, "update"), 0);
-    finish(hs, 4);
+    gt_done(hs, 4);
     _tsr_optim_update_cpu(&cases[c], n, wc, g, (float *[]){mc, vc});
     char msg[80];
     snprintf(msg, sizeof msg, "%s weights", names[c]), gt_close(w, wc, n, ELEM_ATOL, ELEM_RTOL, msg);
@@ -573,7 +552,7 @@ START_TEST(test_optimizers_match_cpu) {
       starpu_data_handle_t hs[5] = {REG(w, n), REG(g, n), REG(m, n), REG(v, n)};
       starpu_variable_data_register(&hs[4], STARPU_MAIN_RAM, (uintptr_t)&state, sizeof state);
       ck_assert_int_eq(_tsr_optim_submit(&a, hs[0], hs[1], &hs[2], hs[4], "gated update"), 0);
-      finish(hs, 5);
+      gt_done(hs, 5);
       if (state.apply) {
         a.grad_scale = state.unscale;
         a.step -= state.skipped;
@@ -609,7 +588,7 @@ START_TEST(test_loss_scaling_matches_cpu) {
   starpu_data_handle_t finite[2] = {hs[2], hs[3]}, mixed[3] = {hs[2], hs[4], hs[3]};
   ck_assert_int_eq(_tsr_insert_scale_check(hs[5], 2, finite, "check finite"), 0);
   ck_assert_int_eq(_tsr_insert_scale_check(hs[6], 3, mixed, "check with an inf"), 0);
-  finish(hs, 7);
+  gt_done(hs, 7);
   starpu_data_unregister(hst);
   for (size_t i = 0; i < n; i++) xc[i] *= 1024.0f, yc[i] *= 0.125f;
   gt_same(x, xc, n * 4, "gradient scaled by the state's scale");
@@ -673,7 +652,7 @@ Suite *make_gpu_ops_suite(void) {
   Suite *s = suite_create("gpu_ops");
   TCase *t = tcase_create("codelets");
   tcase_set_timeout(t, 120);
-  tcase_add_checked_fixture(t, gpu_up, gpu_down);
+  tcase_add_checked_fixture(t, gt_cuda_up, gpu_down);
   tcase_add_test(t, test_conv_and_deconv_passes_match_cpu);
   tcase_add_test(t, test_reduced_precision_conv_rounds_as_stated);
   tcase_add_test(t, test_deterministic_conv_gradients_repeat_bitwise);

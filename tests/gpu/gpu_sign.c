@@ -17,7 +17,6 @@
 #include "codelets.h"
 #include "cuda_util.h"
 #include "gpu_test.h"
-#include "kernel_util.h"
 #include "optim/optim.h"
 #include "sign_wire.h"
 
@@ -270,69 +269,49 @@ Suite *make_gpu_sign_host_suite(void) {
 #if defined(STARPU_USE_CUDA) && defined(TSR_WITH_CUDA)
 /* ---- GPU: the codelets as tasks on CUDA workers only ---- */
 
-static void cuda_up(void) {
-  tt_starpu_home();
-  struct starpu_conf conf;
-  starpu_conf_init(&conf);
-  conf.ncpus = 0; /* nothing can fall back to a CPU */
-  conf.ncuda = 1;
-  ck_assert_int_eq(starpu_init(&conf), 0);
-  _tsr_kernel_error_clear();
-}
 static void cuda_down(void) { starpu_shutdown(); }
 
-static starpu_data_handle_t bytes_h(uint8_t *p, size_t n) {
-  starpu_data_handle_t h;
-  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, 1);
-  return h;
-}
-static void done(starpu_data_handle_t *hs, int n) {
-  ck_assert_int_eq(starpu_task_wait_for_all(), 0);
-  for (int i = 0; i < n; i++) starpu_data_unregister(hs[i]);
-  char msg[512];
-  ck_assert_msg(!_tsr_kernel_error(msg, sizeof msg), "%s", msg);
-}
 
 /* The sign tasks, one at a time, on the arguments of the CPU kernels. */
 static void pack1_task(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats((float *)x, n), bytes_h(bits, _tsr_packed_bytes(n, 1))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats((float *)x, n), gt_register_bytes(bits, _tsr_packed_bytes(n, 1))};
   ck_assert_int_eq(_tsr_insert_sign_pack1(hs[0], hs[1], base, step, STARPU_DEFAULT_PRIO), 0);
-  done(hs, 2);
+  gt_done(hs, 2);
 }
 static void unpack1_task(const uint8_t *bits, size_t n, float *y) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), bytes_h((uint8_t *)bits, _tsr_packed_bytes(n, 1))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), gt_register_bytes((uint8_t *)bits, _tsr_packed_bytes(n, 1))};
   ck_assert_int_eq(_tsr_insert_sign_unpack1(hs[0], hs[1], STARPU_DEFAULT_PRIO), 0);
-  done(hs, 2);
+  gt_done(hs, 2);
 }
 static void vote1_task(float *x, size_t n, uint64_t base, int64_t step, const uint8_t *const *in, int nin,
                        uint8_t *out) {
   size_t nb = _tsr_packed_bytes(n, 1);
-  starpu_data_handle_t hin[4], hs[2] = {_tsr_register_floats(x, n), bytes_h(out, nb)};
-  for (int k = 0; k < nin; k++) hin[k] = bytes_h((uint8_t *)in[k], nb);
+  starpu_data_handle_t hin[4], hs[2] = {_tsr_register_floats(x, n), gt_register_bytes(out, nb)};
+  for (int k = 0; k < nin; k++) hin[k] = gt_register_bytes((uint8_t *)in[k], nb);
   ck_assert_int_eq(_tsr_insert_sign_vote1(hs[0], hs[1], base, step, nin, hin, STARPU_DEFAULT_PRIO), 0);
-  done(hs, 2);
-  done(hin, nin);
+  gt_done(hs, 2);
+  gt_done(hin, nin);
 }
 static void packp_task(float *x, size_t n, int p, int bias, enum _tsr_sign_mode mode, uint8_t *out) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats(x, n), bytes_h(out, _tsr_packed_bytes(n, p))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(x, n), gt_register_bytes(out, _tsr_packed_bytes(n, p))};
   ck_assert_int_eq(_tsr_insert_sign_packp(hs[0], hs[1], p, bias, mode, STARPU_DEFAULT_PRIO), 0);
-  done(hs, 2);
+  gt_done(hs, 2);
 }
 static void unpackp_task(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), bytes_h((uint8_t *)in, _tsr_packed_bytes(n, p))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), gt_register_bytes((uint8_t *)in, _tsr_packed_bytes(n, p))};
   ck_assert_int_eq(_tsr_insert_sign_unpackp(hs[0], hs[1], p, bias, mode, STARPU_DEFAULT_PRIO), 0);
-  done(hs, 2);
+  gt_done(hs, 2);
 }
 static void finish_task(float *x, size_t n, enum _tsr_sign_mode mode, int ranks) {
   starpu_data_handle_t h = _tsr_register_floats(x, n);
   ck_assert_int_eq(_tsr_insert_sign_finish(h, mode, ranks, "finish"), 0);
-  done(&h, 1);
+  gt_done(&h, 1);
 }
 static void sum_ordered_task(float *own, size_t n, const float *const *in, int me, int r) {
   starpu_data_handle_t hs[4] = {_tsr_register_floats(own, n)};
   for (int k = 0; k < r - 1; k++) hs[1 + k] = _tsr_register_floats((float *)in[k], n);
   ck_assert_int_eq(_tsr_insert_sum_ordered(hs[0], r - 1, hs + 1, me, STARPU_DEFAULT_PRIO), 0);
-  done(hs, r);
+  gt_done(hs, r);
 }
 
 static const struct sign_run on_gpu = {
@@ -361,7 +340,7 @@ static void lion_on_gpu(const struct _tsr_optim_args *a, size_t n, float *w, con
   ck_assert_int_eq(_tsr_optim_submit(a, hs[0], hs[1], &hs[2], NULL, "lion"), 0);
   ck_assert_int_eq(_tsr_optim_submit_direction(a, hs[4], &hs[5], "lion direction"), 0);
   ck_assert_int_eq(_tsr_optim_submit_apply(a, hs[3], hs[4], "lion apply"), 0);
-  done(hs, 6);
+  gt_done(hs, 6);
 }
 
 START_TEST(test_lion_cuda_matches_float64_reference) { lion_against_float64(lion_on_gpu, 1, "GPU"); }
@@ -371,7 +350,7 @@ Suite *make_gpu_sign_suite(void) {
   Suite *s = suite_create("gpu_sign");
   TCase *t = tcase_create("sign_codelets");
   tcase_set_timeout(t, 120);
-  tcase_add_checked_fixture(t, cuda_up, cuda_down);
+  tcase_add_checked_fixture(t, gt_cuda_up, cuda_down);
   tcase_add_test(t, test_one_bit_codelets_match_cpu);
   tcase_add_test(t, test_p_bit_codelets_match_cpu);
   tcase_add_test(t, test_finish_and_ordered_sum_codelets_match_cpu);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <starpu.h>
 
 #include "../testutil.h"
 
@@ -20,6 +21,14 @@ Suite *make_gpu_train_suite(void);
 Suite *make_gpu_sign_suite(void); /* the sign codelets and Lion's CUDA kernels */
 
 float *gt_rand(size_t n, uint64_t seed);
+/* The fixture of the GPU suites: StarPU with one CUDA worker and no CPU worker (nothing can fall
+ * back to a CPU), and no kernel failure recorded. */
+void gt_cuda_up(void);
+/* n bytes at p as a StarPU vector in main memory. */
+starpu_data_handle_t gt_register_bytes(void *p, size_t n);
+/* Waits for every task, unregisters the n handles (their data comes home) and asserts that no
+ * kernel reported a failure. */
+void gt_done(starpu_data_handle_t *hs, int n);
 /* Asserts |gpu - cpu| <= atol + rtol |cpu| element by element, naming `what`. */
 void gt_close(const float *gpu, const float *cpu, size_t n, double atol, double rtol, const char *what);
 void gt_close_d(const double *gpu, const double *cpu, size_t n, double rtol, const char *what);
