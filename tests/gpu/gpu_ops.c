@@ -221,7 +221,8 @@ static void pool_case(int is_max, int k, int s, int p, uint64_t seed) {
   for (size_t i = 0; i < nx; i++) x[i] = x[i] > 0 ? x[i] : 0.0f; /* ReLU output: ties */
   float *y = calloc(ny, 4), *yc = calloc(ny, 4), *dx = calloc(nx, 4), *dxc = calloc(nx, 4);
   unsigned char *ws = calloc(wsb + 1, 1), *wsc = calloc(wsb + 1, 1);
-  starpu_data_handle_t hs[4] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)}, hws = is_max ? gt_register_bytes(ws, wsb) : NULL;
+  starpu_data_handle_t hs[4] = {REG(x, nx), REG(y, ny), REG(dy, ny), REG(dx, nx)},
+                       hws = is_max ? gt_register_bytes(ws, wsb) : NULL;
   ck_assert_int_eq(_tsr_insert_pool_fwd(&d, hs[0], hs[1], hws, "pool fwd"), 0);
   ck_assert_int_eq(_tsr_insert_pool_bwd(&d, hs[2], hws, hs[3], "pool bwd"), 0);
   gt_done(hs, 4);

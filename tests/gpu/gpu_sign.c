@@ -3,12 +3,13 @@
  * (codelets/sign_wire_cuda.cu) run on the host against the CPU kernels (codelets/sign_wire.c), bitwise,
  * at lengths that are not multiples of 8, 32 or 64, for 2 to 5 voters and p-bit widths up to 3 bytes
  * per value. Suite "gpu_sign" (a StarPU with CUDA and a GPU; CUDA workers only): the same operations,
- * through the same checks (struct sign_run), as StarPU tasks on the GPU against the CPU kernels, bitwise (ranks may mix CPU and CUDA workers, so
- * the wire must not differ by one bit), and Lion's CUDA kernels (the fused update and the direction
- * and apply halves) against a float64 reference of the PyTorch rule within 1e-6 relative (3 float32
- * roundings), with sign(0) = 0 exactly, the invariant |w_new - w (1 - lr wd)| in {0, lr}, and the
- * fused update equal bitwise to direction + apply on the GPU (a 1-rank vote); the host suite checks
- * the Lion kernels' per-index code against the same reference. */
+ * through the same checks (struct sign_run), as StarPU tasks on the GPU against the CPU kernels,
+ * bitwise (ranks may mix CPU and CUDA workers, so the wire must not differ by one bit), and Lion's
+ * CUDA kernels (the fused update and the direction and apply halves) against a float64 reference of
+ * the PyTorch rule within 1e-6 relative (3 float32 roundings), with sign(0) = 0 exactly, the
+ * invariant |w_new - w (1 - lr wd)| in {0, lr}, and the fused update equal bitwise to direction +
+ * apply on the GPU (a 1-rank vote); the host suite checks the Lion kernels' per-index code against
+ * the same reference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,15 +272,16 @@ Suite *make_gpu_sign_host_suite(void) {
 
 static void cuda_down(void) { starpu_shutdown(); }
 
-
 /* The sign tasks, one at a time, on the arguments of the CPU kernels. */
 static void pack1_task(const float *x, size_t n, uint64_t base, int64_t step, uint8_t *bits) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats((float *)x, n), gt_register_bytes(bits, _tsr_packed_bytes(n, 1))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats((float *)x, n),
+                                gt_register_bytes(bits, _tsr_packed_bytes(n, 1))};
   ck_assert_int_eq(_tsr_insert_sign_pack1(hs[0], hs[1], base, step, STARPU_DEFAULT_PRIO), 0);
   gt_done(hs, 2);
 }
 static void unpack1_task(const uint8_t *bits, size_t n, float *y) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), gt_register_bytes((uint8_t *)bits, _tsr_packed_bytes(n, 1))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n),
+                                gt_register_bytes((uint8_t *)bits, _tsr_packed_bytes(n, 1))};
   ck_assert_int_eq(_tsr_insert_sign_unpack1(hs[0], hs[1], STARPU_DEFAULT_PRIO), 0);
   gt_done(hs, 2);
 }
@@ -298,7 +300,8 @@ static void packp_task(float *x, size_t n, int p, int bias, enum _tsr_sign_mode 
   gt_done(hs, 2);
 }
 static void unpackp_task(const uint8_t *in, size_t n, int p, int bias, enum _tsr_sign_mode mode, float *y) {
-  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n), gt_register_bytes((uint8_t *)in, _tsr_packed_bytes(n, p))};
+  starpu_data_handle_t hs[2] = {_tsr_register_floats(y, n),
+                                gt_register_bytes((uint8_t *)in, _tsr_packed_bytes(n, p))};
   ck_assert_int_eq(_tsr_insert_sign_unpackp(hs[0], hs[1], p, bias, mode, STARPU_DEFAULT_PRIO), 0);
   gt_done(hs, 2);
 }
