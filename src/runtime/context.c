@@ -12,6 +12,7 @@
 #include <tessera/context.h>
 #include "runtime/bus_calibration.h"
 #include "runtime/env.h"
+#include "runtime/hang.h"
 #include "runtime/idle.h"
 #include "runtime/progress.h"
 #include "runtime/switches.h"
@@ -151,6 +152,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   /* ranks started together must not all measure the bus at once (bus_calibration.h) */
   if (_tsr_bus_calibrate_once() != 0)
     _tsr_log(2, "context: could not make sure StarPU's bus calibration exists first; StarPU will calibrate");
+  _tsr_hang_watch_prepare();
   int ret;
   if (c->use_mpi) share_machine(&conf, opts->ncpus, !driving);
   if (c->use_mpi) {
@@ -187,6 +189,7 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision fp16 needs a CUDA worker (CPU convolutions have "
                                    "no fp16 path: oneDNN here creates no f16 convolution); use bf16 on CPUs");
   }
+  _tsr_hang_watch_start();
   context_alive = 1;
   _tsr_log(2, "context: rank %d/%d, %u CPU workers, %u CUDA workers, %s", c->rank, c->size,
            starpu_cpu_worker_get_count(), starpu_cuda_worker_get_count(),

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "comm/collective.h"
@@ -23,6 +22,7 @@
 #include "train/trainer.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
+#include "runtime/hang.h"
 #include "trace/trace.h"
 
 /* Where a step's samples come from: fill(user, ...), or samples idx[] of loader l; out: where an
@@ -168,23 +168,6 @@ static double step_timeout(const tsr_trainer *t) {
   return 30.0 + 20.0 * t->longest_step;
 }
 
-/* TESSERA_HANG_DUMP set: a rank past its step deadline prints every thread's stack (gdb attached
- * to this process) to stderr before it fails, so that a rare hang in a test leaves its trace in the
- * log. A debugging aid: nothing happens without the variable or without gdb. */
-static void hang_dump(int rank, int64_t step) {
-  if (!_tsr_env_is_set("TESSERA_HANG_DUMP")) return;
-#ifdef PR_SET_PTRACER
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* Yama: let the child attach to its parent */
-#endif
-  char cmd[256];
-  snprintf(cmd, sizeof cmd,
-           "timeout 60 gdb -p %d -batch -ex 'thread apply all bt' 2>/dev/null | "
-           "sed -n '/^Thread\\|^#/s/^/[rank %d step %lld] /p' >&2",
-           (int)getpid(), rank, (long long)step);
-  fflush(stderr);
-  if (system(cmd) != 0) fprintf(stderr, "rank %d: TESSERA_HANG_DUMP: gdb could not run\n", rank);
-}
-
 /* Waits for the loss task of a multi-rank step with a deadline instead of starpu_task_wait's
  * forever: polls its status (the task is not detached, so it stays valid until waited). */
 static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_t step) {
@@ -194,7 +177,9 @@ static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_
   while (task->status != STARPU_TASK_FINISHED) {
     double waited = (starpu_timing_now() - start) * 1e-6;
     if (waited > limit) {
-      hang_dump(t->rank, step);
+      char what[96];
+      snprintf(what, sizeof what, "rank %d: step %lld past its deadline", t->rank, (long long)step);
+      _tsr_hang_dump(what);
       return _tsr_error(TSR_ERR_RUNTIME,
                         "rank %d: step %lld has not finished after %.0f s: another rank has probably died or hung "
                         "(tsr_trainer_opts.step_timeout or TESSERA_STEP_TIMEOUT sets this limit)",
