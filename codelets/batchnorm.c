@@ -20,7 +20,8 @@
  * sum is then its lanes' in lane order, so the statistics do not depend on which worker or which
  * loops ran. Padding lanes get coefficients 0, so their outputs stay 0. relu: y = v > 0 ? v : v * 0
  * and the gradient's mask dy * (y > 0), bit for bit what the relu layer's oneDNN kernels compute.
- * x and y may be stored in bf16 (d->x_bf16, d->y_bf16), loaded and rounded inside the loops. */
+ * x, y, dy and dx may be stored in bf16 (d->x_bf16, y_bf16, dy_bf16, dx_bf16), loaded and rounded
+ * inside the loops. */
 
 enum { LANES = TSR_BN_LANES };
 
@@ -135,8 +136,8 @@ void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const f
     FILL_LANES(d, g, m, stat[ch]);
     for (int i = 0; i < d->n; i++) {
       double s[LANES] = {0}, sx[LANES] = {0}, fs[LANES], fsx[LANES];
-      k->bwd_stats(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, 0, d, i, g), d->relu ? row(y, d->y_bf16, d, i, g) : NULL,
-                   d->y_bf16, row_len(d), m, s, sx);
+      k->bwd_stats(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16,
+                   d->relu ? row(y, d->y_bf16, d, i, g) : NULL, d->y_bf16, row_len(d), m, s, sx);
       fold_lanes(d, s, fs), fold_lanes(d, sx, fsx);
       for (int q = 0; q < period(d); q++) {
         int ch = channel_of(d, g, q);
@@ -177,8 +178,9 @@ void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
     FILL_LANES(d, g, slope, bwd_coef(d, stat, gamma, acc, ch).slope);
     FILL_LANES(d, g, m, stat[ch]);
     for (int i = 0; i < d->n; i++)
-      k->bwd_data(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, 0, d, i, g), d->relu ? row(y, d->y_bf16, d, i, g) : NULL,
-                  d->y_bf16, ROW_W(dx, 0, d, i, g), row_len(d), kf, shift, slope, m);
+      k->bwd_data(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16,
+                  d->relu ? row(y, d->y_bf16, d, i, g) : NULL, d->y_bf16, ROW_W(dx, d->dx_bf16, d, i, g), d->dx_bf16,
+                  row_len(d), kf, shift, slope, m);
   }
 }
 

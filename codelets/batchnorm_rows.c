@@ -3,7 +3,7 @@
  * Both do the same operations in the same order on each lane, so they agree bit for bit:
  *  - no fused multiply-add where it would round differently (contraction is off in this file; the
  *    sums of squares and of g (x - m) take one, their products being exact in double);
- *  - bf16 loads widen exactly, bf16 stores round to nearest even with NaN kept quiet, the integer
+ *  - bf16 loads (x, y, dy) widen exactly, bf16 stores (y, dx) round to nearest even with NaN kept quiet, the integer
  *    formula of convert.c (AVX512-BF16's instruction flushes subnormals, so it is not used);
  *  - a row's last n mod 16 values go through the same full-width loop on a zero-padded copy, whose
  *    padding lanes add +0 to the sums and are not written back. */
@@ -32,9 +32,9 @@ enum { L = TSR_BN_LANES };
 
 typedef void stats_fn(const void *, int, size_t, double *, double *);
 typedef void fwd_fn(const void *, int, void *, int, size_t, const float *, const float *, const float *, int);
-typedef void bwd_stats_fn(const void *, int, const float *, const void *, int, size_t, const float *, double *,
+typedef void bwd_stats_fn(const void *, int, const void *, int, const void *, int, size_t, const float *, double *,
                           double *);
-typedef void bwd_data_fn(const void *, int, const float *, const void *, int, float *, size_t, const float *,
+typedef void bwd_data_fn(const void *, int, const void *, int, const void *, int, void *, int, size_t, const float *,
                          const float *, const float *, const float *);
 
 static size_t esize(int bf) { return bf ? sizeof(uint16_t) : sizeof(float); }
@@ -66,28 +66,28 @@ static void fwd_rows(fwd_fn *full, const void *x, int xb, void *y, int yb, size_
   memcpy((char *)y + k * esize(yb), py, (n - k) * esize(yb));
 }
 
-static void bwd_stats_rows(bwd_stats_fn *full, const void *x, int xb, const float *dy, const void *y, int yb,
+static void bwd_stats_rows(bwd_stats_fn *full, const void *x, int xb, const void *dy, int gb, const void *y, int yb,
                            size_t n, const float *m, double *s, double *sx) {
   size_t k = n / L * L;
-  if (k) full(x, xb, dy, y, yb, k, m, s, sx);
+  if (k) full(x, xb, dy, gb, y, yb, k, m, s, sx);
   if (k == n) return;
   float px[L], pg[L], py[L];
-  pad(px, x, xb, k, n), pad(pg, dy, 0, k, n);
+  pad(px, x, xb, k, n), pad(pg, dy, gb, k, n);
   if (y) pad(py, y, yb, k, n);
-  full(px, xb, pg, y ? py : NULL, yb, L, m, s, sx);
+  full(px, xb, pg, gb, y ? py : NULL, yb, L, m, s, sx);
 }
 
-static void bwd_data_rows(bwd_data_fn *full, const void *x, int xb, const float *dy, const void *y, int yb,
-                          float *dx, size_t n, const float *kf, const float *shift, const float *slope,
+static void bwd_data_rows(bwd_data_fn *full, const void *x, int xb, const void *dy, int gb, const void *y, int yb,
+                          void *dx, int db, size_t n, const float *kf, const float *shift, const float *slope,
                           const float *m) {
   size_t k = n / L * L;
-  if (k) full(x, xb, dy, y, yb, dx, k, kf, shift, slope, m);
+  if (k) full(x, xb, dy, gb, y, yb, dx, db, k, kf, shift, slope, m);
   if (k == n) return;
   float px[L], pg[L], py[L], pd[L];
-  pad(px, x, xb, k, n), pad(pg, dy, 0, k, n);
+  pad(px, x, xb, k, n), pad(pg, dy, gb, k, n);
   if (y) pad(py, y, yb, k, n);
-  full(px, xb, pg, y ? py : NULL, yb, pd, L, kf, shift, slope, m);
-  memcpy(dx + k, pd, (n - k) * sizeof *pd);
+  full(px, xb, pg, gb, y ? py : NULL, yb, pd, db, L, kf, shift, slope, m);
+  memcpy((char *)dx + k * esize(db), pd, (n - k) * esize(db));
 }
 
 /* ---- portable ---- */
@@ -127,13 +127,13 @@ INLINE void fwd_p(const void *x, int xb, void *y, int yb, size_t n, const float 
   }
 }
 
-INLINE void bwd_stats_p(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, size_t n,
+INLINE void bwd_stats_p(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, size_t n,
                         const float *m, double *s, double *sx) {
   double a[L], q[L];
   memcpy(a, s, sizeof a), memcpy(q, sx, sizeof q);
   for (size_t k = 0; k < n; k += L) {
     LANE_LOOP {
-      float g = has_y ? mask_p(dy[k + j], load1(y, yb, k + j)) : dy[k + j];
+      float g = has_y ? mask_p(load1(dy, gb, k + j), load1(y, yb, k + j)) : load1(dy, gb, k + j);
       float d = load1(x, xb, k + j) - m[j];
       a[j] += g;
       q[j] += (double)g * d;
@@ -142,18 +142,19 @@ INLINE void bwd_stats_p(const void *x, int xb, const float *dy, const void *y, i
   memcpy(s, a, sizeof a), memcpy(sx, q, sizeof q);
 }
 
-INLINE void bwd_data_p(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, float *dx,
-                       size_t n, const float *kf, const float *shift, const float *slope, const float *m) {
+INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, void *dx,
+                       int db, size_t n, const float *kf, const float *shift, const float *slope, const float *m) {
   for (size_t k = 0; k < n; k += L) {
     LANE_LOOP {
-      float g = has_y ? mask_p(dy[k + j], load1(y, yb, k + j)) : dy[k + j];
-      dx[k + j] = (kf[j] * g - shift[j]) - slope[j] * (load1(x, xb, k + j) - m[j]);
+      float g = has_y ? mask_p(load1(dy, gb, k + j), load1(y, yb, k + j)) : load1(dy, gb, k + j);
+      store1(dx, db, k + j, (kf[j] * g - shift[j]) - slope[j] * (load1(x, xb, k + j) - m[j]));
     }
   }
 }
 
-/* The storage flags and the relu as constants in each instance (a switch over the 8 cases), so
- * that each loop has one load and store kind and no branch. */
+/* The storage flags and the relu as constants in each instance (a switch over the cases: 8
+ * forward, 16 and 32 backward with dy's and dx's formats), so that each loop has one load and store
+ * kind and no branch. */
 #define CASE_STATS(f, i)                                                                           \
   case i:                                                                                          \
     f(x, i, n, s, ss);                                                                             \
@@ -164,19 +165,24 @@ INLINE void bwd_data_p(const void *x, int xb, const float *dy, const void *y, in
     break;
 #define CASE_BWD_STATS(f, i)                                                                       \
   case i:                                                                                          \
-    f(x, (i) & 1, dy, y, (i) >> 1 & 1, (i) >> 2, n, m, s, sx);                                    \
+    f(x, (i) & 1, dy, (i) >> 3 & 1, y, (i) >> 1 & 1, (i) >> 2 & 1, n, m, s, sx);                 \
     break;
 #define CASE_BWD_DATA(f, i)                                                                        \
   case i:                                                                                          \
-    f(x, (i) & 1, dy, y, (i) >> 1 & 1, (i) >> 2, dx, n, kf, shift, slope, m);                     \
+    f(x, (i) & 1, dy, (i) >> 3 & 1, y, (i) >> 1 & 1, (i) >> 2 & 1, dx, (i) >> 4, n, kf, shift, slope, m); \
     break;
 #define CASES8(C, f) C(f, 0) C(f, 1) C(f, 2) C(f, 3) C(f, 4) C(f, 5) C(f, 6) C(f, 7)
-/* the case index: x's format, y's, and the relu (backward: whether there is a y) */
+#define CASES16(C, f) CASES8(C, f) C(f, 8) C(f, 9) C(f, 10) C(f, 11) C(f, 12) C(f, 13) C(f, 14) C(f, 15)
+#define CASES32(C, f)                                                                              \
+  CASES16(C, f) C(f, 16) C(f, 17) C(f, 18) C(f, 19) C(f, 20) C(f, 21) C(f, 22) C(f, 23) C(f, 24) C(f, 25) \
+      C(f, 26) C(f, 27) C(f, 28) C(f, 29) C(f, 30) C(f, 31)
+/* the case index: x's format, y's, and the relu (backward: whether there is a y), then
+ * backward dy's format and dx's */
 static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1 | (relu != 0) << 2; }
-#define BWD_CASE case_of(xb, y && yb, y != NULL)
+#define BWD_CASE(gb, db) (case_of(xb, y && yb, y != NULL) | ((gb) != 0) << 3 | ((db) != 0) << 4)
 
 /* One set of loops from the kernels stats_<k>, fwd_<k>, bwd_stats_<k> and bwd_data_<k>: for each, the
- * switch over its 8 instances (with the attributes ATTR, those of the kernels' target, so that the
+ * switch over its instances (with the attributes ATTR, those of the kernels' target, so that the
  * kernels inline) and the function of whole rows around it (zero-padded tail), gathered in the
  * table TABLE named LABEL. Written once here and stamped out for each target below. */
 #define BN_ROWS_SET(ATTR, k, TABLE, LABEL)                                                          \
@@ -187,14 +193,14 @@ static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1
                             const float *m, const float *b, int relu) {                            \
     switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_##k) }                                   \
   }                                                                                                \
-  ATTR void bwd_stats_##k##_cases(const void *x, int xb, const float *dy, const void *y, int yb,   \
-                                  size_t n, const float *m, double *s, double *sx) {               \
-    switch (BWD_CASE) { CASES8(CASE_BWD_STATS, bwd_stats_##k) }                                    \
+  ATTR void bwd_stats_##k##_cases(const void *x, int xb, const void *dy, int gb, const void *y,    \
+                                  int yb, size_t n, const float *m, double *s, double *sx) {       \
+    switch (BWD_CASE(gb, 0)) { CASES16(CASE_BWD_STATS, bwd_stats_##k) }                            \
   }                                                                                                \
-  ATTR void bwd_data_##k##_cases(const void *x, int xb, const float *dy, const void *y, int yb,    \
-                                 float *dx, size_t n, const float *kf, const float *shift,         \
-                                 const float *slope, const float *m) {                             \
-    switch (BWD_CASE) { CASES8(CASE_BWD_DATA, bwd_data_##k) }                                      \
+  ATTR void bwd_data_##k##_cases(const void *x, int xb, const void *dy, int gb, const void *y,     \
+                                 int yb, void *dx, int db, size_t n, const float *kf,              \
+                                 const float *shift, const float *slope, const float *m) {         \
+    switch (BWD_CASE(gb, db)) { CASES32(CASE_BWD_DATA, bwd_data_##k) }                             \
   }                                                                                                \
   static void stats_##k##_rows(const void *x, int xb, size_t n, double *s, double *ss) {           \
     stats_rows(stats_##k##_cases, x, xb, n, s, ss);                                                \
@@ -203,14 +209,14 @@ static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1
                              const float *m, const float *b, int relu) {                           \
     fwd_rows(fwd_##k##_cases, x, xb, y, yb, n, a, m, b, relu);                                     \
   }                                                                                                \
-  static void bwd_stats_##k##_rows(const void *x, int xb, const float *dy, const void *y, int yb,  \
-                                   size_t n, const float *m, double *s, double *sx) {              \
-    bwd_stats_rows(bwd_stats_##k##_cases, x, xb, dy, y, yb, n, m, s, sx);                          \
+  static void bwd_stats_##k##_rows(const void *x, int xb, const void *dy, int gb, const void *y,   \
+                                   int yb, size_t n, const float *m, double *s, double *sx) {      \
+    bwd_stats_rows(bwd_stats_##k##_cases, x, xb, dy, gb, y, yb, n, m, s, sx);                      \
   }                                                                                                \
-  static void bwd_data_##k##_rows(const void *x, int xb, const float *dy, const void *y, int yb,   \
-                                  float *dx, size_t n, const float *kf, const float *shift,        \
-                                  const float *slope, const float *m) {                            \
-    bwd_data_rows(bwd_data_##k##_cases, x, xb, dy, y, yb, dx, n, kf, shift, slope, m);             \
+  static void bwd_data_##k##_rows(const void *x, int xb, const void *dy, int gb, const void *y,    \
+                                  int yb, void *dx, int db, size_t n, const float *kf,             \
+                                  const float *shift, const float *slope, const float *m) {        \
+    bwd_data_rows(bwd_data_##k##_cases, x, xb, dy, gb, y, yb, dx, db, n, kf, shift, slope, m);     \
   }                                                                                                \
   static const struct _tsr_bn_rows TABLE = {LABEL, stats_##k##_rows, fwd_##k##_rows,              \
                                             bwd_stats_##k##_rows, bwd_data_##k##_rows};
@@ -282,13 +288,13 @@ AVX void fwd_v(const void *x, int xb, void *y, int yb, size_t n, const float *a,
   }
 }
 
-AVX void bwd_stats_v(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, size_t n,
+AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, size_t n,
                      const float *m, double *s, double *sx) {
   const __m512 vm = _mm512_loadu_ps(m);
   __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
   __m512d q0 = _mm512_loadu_pd(sx), q1 = _mm512_loadu_pd(sx + 8);
   for (size_t k = 0; k < n; k += L) {
-    __m512 g = _mm512_loadu_ps(dy + k);
+    __m512 g = load16(dy, gb, k);
     if (has_y) g = relu16(g, load16(y, yb, k));
     __m512 d = _mm512_sub_ps(load16(x, xb, k), vm);
     __m512d g0 = lo8(g), g1 = hi8(g);
@@ -299,15 +305,15 @@ AVX void bwd_stats_v(const void *x, int xb, const float *dy, const void *y, int 
   _mm512_storeu_pd(sx, q0), _mm512_storeu_pd(sx + 8, q1);
 }
 
-AVX void bwd_data_v(const void *x, int xb, const float *dy, const void *y, int yb, int has_y, float *dx, size_t n,
-                    const float *kf, const float *shift, const float *slope, const float *m) {
+AVX void bwd_data_v(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, void *dx, int db,
+                    size_t n, const float *kf, const float *shift, const float *slope, const float *m) {
   const __m512 vk = _mm512_loadu_ps(kf), vs = _mm512_loadu_ps(shift), vl = _mm512_loadu_ps(slope),
                vm = _mm512_loadu_ps(m);
   for (size_t k = 0; k < n; k += L) {
-    __m512 g = _mm512_loadu_ps(dy + k);
+    __m512 g = load16(dy, gb, k);
     if (has_y) g = relu16(g, load16(y, yb, k));
     __m512 t = _mm512_sub_ps(_mm512_mul_ps(vk, g), vs);
-    _mm512_storeu_ps(dx + k, _mm512_sub_ps(t, _mm512_mul_ps(vl, _mm512_sub_ps(load16(x, xb, k), vm))));
+    store16(dx, db, k, _mm512_sub_ps(t, _mm512_mul_ps(vl, _mm512_sub_ps(load16(x, xb, k), vm))));
   }
 }
 

@@ -1,8 +1,8 @@
 /* Batch normalisation's inner loops (batchnorm_rows.c): each runs over one row of n contiguous
  * values in 16 lanes (lane j: values j, j + 16, j + 32, ... in order), with per-lane coefficients
  * (the caller repeats a channel's over the lanes that hold it: one channel for a plain row, 16 or
- * 8 for a blocked one) and per-lane sums in double. x and y are float32 or bf16 (uint16_t bit
- * patterns; y rounded to nearest even as convert.c does); dy and dx float32. Arithmetic float32,
+ * 8 for a blocked one) and per-lane sums in double. x, y, dy and dx are each float32 or bf16
+ * (uint16_t bit patterns; y and dx rounded to nearest even as convert.c does). Arithmetic float32,
  * sums double, with no fused multiply-add where its rounding would differ, so that the AVX-512
  * loops and the portable ones give bitwise equal results on any row. */
 #ifndef TSR_BATCHNORM_ROWS_H
@@ -20,11 +20,11 @@ struct _tsr_bn_rows {
   void (*fwd)(const void *x, int x_bf16, void *y, int y_bf16, size_t n, const float *a, const float *m,
               const float *b, int relu);
   /* g = dy, or y > 0 ? dy : dy 0 when y (the relu's output); s[j] += g, sx[j] += g (x - m) */
-  void (*bwd_stats)(const void *x, int x_bf16, const float *dy, const void *y, int y_bf16, size_t n,
+  void (*bwd_stats)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, size_t n,
                     const float *m, double *s, double *sx);
   /* dx = (kf g - shift) - slope (x - m), g as in bwd_stats */
-  void (*bwd_data)(const void *x, int x_bf16, const float *dy, const void *y, int y_bf16, float *dx, size_t n,
-                   const float *kf, const float *shift, const float *slope, const float *m);
+  void (*bwd_data)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, void *dx,
+                   int dx_bf16, size_t n, const float *kf, const float *shift, const float *slope, const float *m);
 };
 
 /* The loops in use: the AVX-512 ones where the CPU has AVX-512F, else the portable ones. */

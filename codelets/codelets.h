@@ -55,8 +55,9 @@ struct _tsr_conv_desc {
                          * gradients'), 0 plain NCHW; blocked nChw{B}c has zero padding channels */
   int overwrite;        /* bwd_weights: dw (and db) are written (STARPU_W), not added into */
   int src_bf16, dst_bf16; /* CPU: the input (read by fwd and bwd_weights) and the output (written by
-                           * fwd) are stored as bf16 (uint16_t bit patterns, same layout); their
-                           * gradients stay float32 */
+                           * fwd) are stored as bf16 (uint16_t bit patterns, same layout) */
+  int dsrc_bf16, ddst_bf16; /* CPU: the input's gradient (written by bwd_data) and the output's (read
+                             * by bwd_data and bwd_weights) are stored as bf16 */
 };
 
 void _tsr_conv2d_fwd_cpu(const struct _tsr_conv_desc *d, const float *x, const float *w, const float *b, float *y);
@@ -205,7 +206,8 @@ struct _tsr_bn_desc {
   int overwrite;        /* stats, bwd_stats: acc, bwd_params: dgamma and dbeta are written
                          * (STARPU_W), not added into (the first slice's task, the step's only one) */
   int x_bf16, y_bf16;   /* CPU: x, y stored as bf16 (uint16_t bit patterns, same layout), loaded into
-                         * float32 a sample at a time; arithmetic, statistics and gradients float32 */
+                         * float32 in the loops; arithmetic and statistics float32 */
+  int dy_bf16, dx_bf16; /* CPU backward: dy (of y, or of the relu's output), dx stored as bf16 */
 };
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc); /* acc += (=: overwrite) */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,
@@ -264,7 +266,10 @@ struct _tsr_concat_desc {
   int c[TSR_MAX_CONCAT];
   int blk;              /* CPU: channel block of every input and the output (0: plain NCHW) */
   int bf16;             /* CPU forward: every input and the output stored as bf16 (uint16_t bit
-                         * patterns, copied as they are); the gradients are float32 */
+                         * patterns, copied as they are) */
+  int dy_bf16;          /* CPU backward: the output's gradient stored as bf16 */
+  unsigned dx_bf16;     /* CPU backward: bit i, input i's gradient stored as bf16 (values rounded
+                         * to nearest even from a float32 dy, widened from a bf16 one) */
 };
 void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *xs, float *y);
 void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs);

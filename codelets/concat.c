@@ -1,11 +1,12 @@
 /* Channel concatenation of k tensors, plain NCHW or blocked (and its backward, which splits the
- * gradient), and the element-wise sum of k tensors (any layout). Tasks carry k + 1 buffers, so
+ * gradient, rounding it to bf16 or widening it where an input's gradient is stored otherwise), and the element-wise sum of k tensors (any layout). Tasks carry k + 1 buffers, so
  * past 7 inputs they rely on _tsr_submit's dynamic handles (the codelet's buffers[] array is then
  * StarPU's dynamic one). */
 #include <errno.h>
 #include <string.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "cuda_util.h"
 #include "runtime/error.h"
 
@@ -59,12 +60,50 @@ void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *x
                     (char *)y + s * ly * es, off, d->c[i]);
 }
 
+/* copy_channels between float32 and bf16: rounds (convert.h, nearest even) or widens each value. */
+static void convert_channels(int blk, size_t hw, int from_bf16, const char *src, int s0, char *dst, int d0, int nch) {
+  size_t es = from_bf16 ? 2 : 4, ed = from_bf16 ? 4 : 2;
+  while (nch > 0) {
+    int run = !blk ? nch : blk - s0 % blk < blk - d0 % blk ? blk - s0 % blk : blk - d0 % blk;
+    if (run > nch) run = nch;
+    size_t rows = blk ? hw : (size_t)run * hw, len = blk ? (size_t)run : 1, step = blk ? (size_t)blk : 1;
+    size_t so = blk ? (size_t)(s0 / blk) * hw * blk + s0 % blk : (size_t)s0 * hw;
+    size_t dof = blk ? (size_t)(d0 / blk) * hw * blk + d0 % blk : (size_t)d0 * hw;
+    for (size_t k = 0; k < rows; k++) {
+      const char *sp = src + (so + k * step) * es;
+      char *dp = dst + (dof + k * step) * ed;
+      if (from_bf16)
+        for (size_t j = 0; j < len; j++) ((float *)dp)[j] = _tsr_bf16_widen(((const uint16_t *)sp)[j]);
+      else
+        for (size_t j = 0; j < len; j++) ((uint16_t *)dp)[j] = _tsr_bf16_round(((const float *)sp)[j]);
+    }
+    s0 += run, d0 += run, nch -= run;
+  }
+}
+
+/* Zeroes the padding channels [c, c rounded up to blk) of one sample in layout blk, es bytes each. */
+static void zero_padding(int blk, size_t hw, size_t es, char *dst, int c) {
+  if (!blk || c % blk == 0) return;
+  char *p = dst + ((size_t)(c / blk) * hw * blk + c % blk) * es;
+  for (size_t k = 0; k < hw; k++) memset(p + k * blk * es, 0, (size_t)(blk - c % blk) * es);
+}
+
+/* Each input gradient is written whole, its padding channels zeroed too: gradients share memory
+ * (src/train/grad_share.c) with others of other shapes and element sizes, whose values there could
+ * read as NaN where the bf16 kernels read the padding (0 x NaN). */
 void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, float *const *dxs) {
-  size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw);
+  size_t hw = (size_t)d->h * d->w, ly = sample_elems(total_channels(d), d->blk, hw), eg = d->dy_bf16 ? 2 : 4;
   for (int s = 0; s < d->n; s++)
-    for (int i = 0, off = 0; i < d->k; off += d->c[i], i++)
-      copy_channels(d->blk, hw, sizeof(float), (const char *)(dy + s * ly), off,
-                    (char *)(dxs[i] + s * sample_elems(d->c[i], d->blk, hw)), 0, d->c[i]);
+    for (int i = 0, off = 0; i < d->k; off += d->c[i], i++) {
+      int xb = d->dx_bf16 >> i & 1;
+      const char *src = (const char *)dy + s * ly * eg;
+      char *dst = (char *)dxs[i] + s * sample_elems(d->c[i], d->blk, hw) * (xb ? 2 : 4);
+      if (xb == d->dy_bf16)
+        copy_channels(d->blk, hw, eg, src, off, dst, 0, d->c[i]);
+      else
+        convert_channels(d->blk, hw, d->dy_bf16, src, off, dst, 0, d->c[i]);
+      zero_padding(d->blk, hw, xb ? 2 : 4, dst, d->c[i]);
+    }
 }
 
 /* Blocked so that the partial sums stay in L1 while every input streams through once. */

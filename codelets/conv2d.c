@@ -69,7 +69,8 @@ int _tsr_conv_can_execute(unsigned workerid, struct starpu_task *task, unsigned 
 }
 
 /* bf16: the pass's inputs are asked for in bf16, so the reorders from the caller's float32 round
- * them; outputs and bias stay float32 (float32 accumulation, float32 master weights). */
+ * them; outputs and bias stay float32 (float32 accumulation, float32 master weights) unless the
+ * caller stores them in bf16 (stored_bf16: activations and their gradients, never parameters). */
 static int bf16_roles(int pass) {
   if (pass == TSR_CONV_FWD) return (1 << ROLE_SRC) | (1 << ROLE_WEI);
   if (pass == TSR_CONV_BWD_DATA) return (1 << ROLE_DST) | (1 << ROLE_WEI);
@@ -91,11 +92,12 @@ static void plan_free(void *p) {
 }
 
 /* Which roles of the pass the caller stores in bf16: the input where the pass reads the activation
- * (fwd, bwd_weights), the output where it writes it (fwd); gradients are float32. */
+ * (fwd, bwd_weights) or writes its gradient (bwd_data), the output where it writes it (fwd) or
+ * reads its gradient (bwd_data, bwd_weights). */
 static int stored_bf16(const struct _tsr_conv_desc *d, int pass) {
   int m = 0;
-  if (d->src_bf16 && pass != TSR_CONV_BWD_DATA) m |= 1 << ROLE_SRC;
-  if (d->dst_bf16 && pass == TSR_CONV_FWD) m |= 1 << ROLE_DST;
+  if (pass == TSR_CONV_BWD_DATA ? d->dsrc_bf16 : d->src_bf16) m |= 1 << ROLE_SRC;
+  if (pass == TSR_CONV_FWD ? d->dst_bf16 : d->ddst_bf16) m |= 1 << ROLE_DST;
   return m;
 }
 

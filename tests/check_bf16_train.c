@@ -70,6 +70,18 @@ START_TEST(bf16_is_stored_where_producer_and_consumers_take_it) {
     }
     for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++)
       ck_assert_msg(!t->ls[_tsr_model_find(m, f32[i])].bf16, "precision %d: '%s' stored in bf16", prec, f32[i]);
+    /* gradients in bf16: of a bf16 activation with one consumer, both sides taking bf16 gradients
+     * (conv, batch norm, concat): r0 (-> c1), c1 (-> cat), cat (-> bn1). Not c0 and r1, whose two
+     * consumers' gradients are summed in float32, nor pool's (max pooling's backward is float32). */
+    for (int l = 0; l < m->n; l++) {
+      const struct _tsr_lstate *st = &t->ls[l];
+      const char *nm = m->layers[l].name;
+      int want = prec == TSR_PRECISION_BF16 && (!strcmp(nm, "r0") || !strcmp(nm, "c1") || !strcmp(nm, "cat"));
+      ck_assert_msg(st->gbf16 == want, "precision %d: '%s' gradient in bf16 %d, expected %d", prec, nm, st->gbf16, want);
+      if (st->g && st->relu < 0 && l != t->input_layer)
+        ck_assert_msg(starpu_vector_get_elemsize(st->g[0]) == (want ? 2u : 4u), "'%s': gradient of %u bytes a value", nm,
+                      (unsigned)starpu_vector_get_elemsize(st->g[0]));
+    }
     tsr_trainer_destroy(t);
     tsr_model_destroy(m);
     tsr_context_destroy(ctx);
@@ -78,10 +90,12 @@ START_TEST(bf16_is_stored_where_producer_and_consumers_take_it) {
 END_TEST
 
 /* Input [1, 4, 4] -> conv 'a' (16 channels, 3x3) -> conv 'b' (16) -> conv 'out' (1), the output.
- * 'a' and 'b' are stored in bf16: per slice of 2 samples 16 x 16 x 2 = 512 values, 2048 bytes in
- * float32 and 1024 in bf16 (both multiples of zalloc's 64), so 2 outputs x 2 slices x 1024 = 4096
- * bytes fewer than the float32 trainer's; nothing else changes (gradients float32, the same layouts
- * and copies). The footprint reports what it needs when refused ("needs N bytes"). */
+ * 'a' and 'b' and their gradients (one consumer each, a convolution) are stored in bf16: per slice
+ * of 2 samples 16 x 16 x 2 = 512 values, 2048 bytes in float32 and 1024 in bf16 (both multiples of
+ * zalloc's 64), so 2 outputs x 2 slices x 1024 = 4096 bytes fewer than the float32 trainer's, and
+ * as much for the gradients (two shared buffers, as their lifetimes overlap at b's backward, each
+ * of one of them); nothing else changes (the same layouts and copies). The footprint reports what
+ * it needs when refused ("needs N bytes"). */
 static tsr_status create(tsr_context *ctx, tsr_model *m, long long limit, tsr_trainer **t) {
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
@@ -129,6 +143,8 @@ START_TEST(the_footprint_counts_bf16_outputs_at_two_bytes) {
     ck_assert_int_eq(t->ls[_tsr_model_find(m, "a")].bf16, prec);
     ck_assert_int_eq(t->ls[_tsr_model_find(m, "b")].bf16, prec);
     ck_assert_int_eq(t->ls[_tsr_model_find(m, "out")].bf16, 0);
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "a")].gbf16, prec);
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "b")].gbf16, prec);
     for (int i = 0; i < 3; i++) edges[prec][i] = t->ls[i + 1].edges;
     tsr_trainer_destroy(t);
     tsr_context_destroy(ctx);
@@ -140,8 +156,8 @@ START_TEST(the_footprint_counts_bf16_outputs_at_two_bytes) {
   ck_assert_int_eq(edges[0][1], edges[1][1]);
   long long copy = (edges[0][2] & TSR_EDGE_OUT ? 4096 : 0) - (edges[1][2] & TSR_EDGE_OUT ? 4096 : 0);
   ck_assert_int_eq(edges[0][2] & TSR_EDGE_IN, edges[1][2] & TSR_EDGE_IN);
-  ck_assert_msg(need[0] - need[1] == 4096 + copy,
-                "float32 trainer needs %lld bytes, the bf16 one %lld: not %lld fewer", need[0], need[1], 4096 + copy);
+  ck_assert_msg(need[0] - need[1] == 2 * 4096 + copy, "float32 trainer needs %lld bytes, the bf16 one %lld: not %lld fewer",
+                need[0], need[1], 2 * 4096 + copy);
   tsr_model_destroy(m);
 }
 END_TEST

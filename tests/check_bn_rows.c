@@ -1,11 +1,15 @@
 /* Suite "bn_rows": batch normalisation's kernels (codelets/batchnorm.c over batchnorm_rows.c) on
  * both sets of loops, the AVX-512F one (where the CPU has it) and the portable one, for plain NCHW
  * and the blocked layouts nChw8c and nChw16c, x and y in float32 or bf16, with and without the fused
- * relu, on shapes whose rows end in a partial vector and whose last channel block is padded:
+ * relu, the gradients dy and dx in float32 or (with bf16 x and y) bf16, on shapes whose rows end in
+ * a partial vector and whose last channel block is padded:
  *  - every output (statistics, running statistics, y, the gradient sums, dgamma, dbeta, dx) is
  *    bitwise the same on both sets;
- *  - each against a float64 reference on the stored x (bf16 x is exactly its bf16 values);
- *  - y's bf16 rounding is convert.c's (nearest even, subnormals, overflow, NaN) on both sets. */
+ *  - each against a float64 reference on the stored x and dy (bf16 x, dy are exactly their bf16
+ *    values);
+ *  - y's bf16 rounding is convert.c's (nearest even, subnormals, overflow, NaN) on both sets;
+ *  - with bf16 gradients, the sums are bitwise those of float32 dy holding the same values, and each
+ *    bf16 dx is the float32 dx of that run rounded by convert.c, bitwise. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +23,7 @@ enum { S = 2, NS = 2, C = 20, H = 5, W = 5, HW = H * W, NALL = S * NS * C * HW }
 static const float EPS = 1e-5f;
 
 struct cfg {
-  int blk, bf16, relu;
+  int blk, bf16, relu, grad; /* grad: dy and dx stored in bf16 */
 };
 
 /* index of (sample n, channel c, pixel k) in a slice stored in layout blk (0: plain) */
@@ -38,16 +42,16 @@ struct run {
   float stat[2 * C], rmean[C], rvar[C], dgamma[C], dbeta[C];
   double acc[2 * C], bacc[2 * C];
   void *x[S], *y[S]; /* stored (float32 or bf16, layout blk) */
-  float *dy[S], *dx[S];
+  void *dy[S], *dx[S]; /* float32, or bf16 with cfg.grad */
 };
 
 /* The trainer's sequence over S slices: stats, finalize, fwd, bwd stats, bwd params, bwd data. */
 static void run_bn(const struct cfg *g, const float *x, const float *dy, const float *gamma, const float *beta,
                    struct run *r) {
-  const size_t len = slice_len(g->blk), es = g->bf16 ? 2 : 4;
+  const size_t len = slice_len(g->blk), es = g->bf16 ? 2 : 4, eg = g->grad ? 2 : 4;
   for (int s = 0; s < S; s++) {
     r->x[s] = calloc(len, es), r->y[s] = calloc(len, es);
-    r->dy[s] = calloc(len, 4), r->dx[s] = calloc(len, 4);
+    r->dy[s] = calloc(len, eg), r->dx[s] = calloc(len, eg);
     for (int n = 0; n < NS; n++)
       for (int c = 0; c < C; c++)
         for (int k = 0; k < HW; k++) {
@@ -55,12 +59,14 @@ static void run_bn(const struct cfg *g, const float *x, const float *dy, const f
           float v = x[at(s * NS + n, c, k)];
           if (g->bf16) ((uint16_t *)r->x[s])[e] = _tsr_f32_to_bf16(v);
           else ((float *)r->x[s])[e] = v;
-          r->dy[s][e] = dy[at(s * NS + n, c, k)];
+          if (g->grad) ((uint16_t *)r->dy[s])[e] = _tsr_f32_to_bf16(dy[at(s * NS + n, c, k)]);
+          else ((float *)r->dy[s])[e] = dy[at(s * NS + n, c, k)];
         }
   }
   for (int c = 0; c < C; c++) r->rmean[c] = 0.5f, r->rvar[c] = 2.0f;
   struct _tsr_bn_desc d = {.n = NS, .c = C, .h = H, .w = W, .total = S * NS, .eps = EPS, .momentum = 0.1f,
-                           .blk = g->blk, .relu = g->relu, .x_bf16 = g->bf16, .y_bf16 = g->bf16};
+                           .blk = g->blk, .relu = g->relu, .x_bf16 = g->bf16, .y_bf16 = g->bf16,
+                           .dy_bf16 = g->grad, .dx_bf16 = g->grad};
   for (int s = 0; s < S; s++) {
     d.overwrite = s == 0;
     _tsr_bn_stats_cpu(&d, r->x[s], r->acc);
@@ -81,38 +87,44 @@ static void free_run(struct run *r) {
   for (int s = 0; s < S; s++) free(r->x[s]), free(r->y[s]), free(r->dy[s]), free(r->dx[s]);
 }
 
-/* element e of slice s's stored buffer as float32 */
-static float stored(const struct cfg *g, void *const *b, int s, size_t e) {
-  return g->bf16 ? _tsr_bf16_to_f32(((const uint16_t *)b[s])[e]) : ((const float *)b[s])[e];
+/* element e of slice s's stored buffer (bf16 or float32) as float32 */
+static float stored_as(int bf16, void *const *b, int s, size_t e) {
+  return bf16 ? _tsr_bf16_to_f32(((const uint16_t *)b[s])[e]) : ((const float *)b[s])[e];
 }
+static float stored(const struct cfg *g, void *const *b, int s, size_t e) { return stored_as(g->bf16, b, s, e); }
 
 static const char *name_of(const struct cfg *g) {
   static char buf[64];
-  snprintf(buf, sizeof buf, "%s, %s, %s", g->blk == 16 ? "nChw16c" : g->blk == 8 ? "nChw8c" : "nchw",
-           g->bf16 ? "bf16" : "f32", g->relu ? "relu" : "no relu");
+  snprintf(buf, sizeof buf, "%s, %s, %s, %s gradients", g->blk == 16 ? "nChw16c" : g->blk == 8 ? "nChw8c" : "nchw",
+           g->bf16 ? "bf16" : "f32", g->relu ? "relu" : "no relu", g->grad ? "bf16" : "f32");
   return buf;
 }
 
-/* Against float64 on the stored x: float32 arithmetic errs by 1e-5 + 1e-4 |ref| (the float32
- * suites' bound), bf16 y's one rounding by 2^-8 (|ref| + 1e-5) more; gradient sums over the batch
- * 1e-5 + 1e-4 sum |terms|. The relu's mask in the reference is the stored y's, as the kernels'. */
-static void check_reference(const struct cfg *g, const float *dy, const float *gamma, const float *beta,
+/* Against float64 on the stored x and dy: float32 arithmetic errs by 1e-5 + 1e-4 |ref| (the float32
+ * suites' bound), a bf16 y's or dx's one rounding (half an ulp, 2^-9 relative) by 2^-8 (|ref| + 1e-5)
+ * more; gradient sums over the batch 1e-5 + 1e-4 sum |terms|. The relu's mask in the reference is
+ * the stored y's, as the kernels'. */
+static void check_reference(const struct cfg *g, const float *dy_in, const float *gamma, const float *beta,
                             struct run *r) {
   const char *nm = name_of(g);
-  float *xv = malloc(NALL * 4), *yv = malloc(NALL * 4), *dxv = malloc(NALL * 4);
+  float *xv = malloc(NALL * 4), *yv = malloc(NALL * 4), *dxv = malloc(NALL * 4), *dy = malloc(NALL * 4);
   for (int s = 0; s < S; s++)
     for (int n = 0; n < NS; n++)
       for (int c = 0; c < C; c++)
         for (int k = 0; k < HW; k++) {
           size_t e = idx(g->blk, n, c, k), p = at(s * NS + n, c, k);
-          xv[p] = stored(g, r->x, s, e), yv[p] = stored(g, r->y, s, e), dxv[p] = r->dx[s][e];
+          xv[p] = stored(g, r->x, s, e), yv[p] = stored(g, r->y, s, e), dxv[p] = stored_as(g->grad, r->dx, s, e);
+          dy[p] = stored_as(g->grad, r->dy, s, e);
+          ck_assert_msg(dy[p] == (g->grad ? _tsr_bf16_to_f32(_tsr_f32_to_bf16(dy_in[p])) : dy_in[p]),
+                        "%s: dy[%zu] not stored as given", nm, p);
         }
   for (int s = 0; s < S && g->blk; s++) /* padding channels of the last block stay 0 */
     for (int n = 0; n < NS; n++)
       for (int c = C; c < (C + g->blk - 1) / g->blk * g->blk; c++)
         for (int k = 0; k < HW; k++) {
           size_t e = idx(g->blk, n, c, k);
-          ck_assert_msg(stored(g, r->y, s, e) == 0 && r->dx[s][e] == 0, "%s: padding channel %d not 0", nm, c);
+          ck_assert_msg(stored(g, r->y, s, e) == 0 && stored_as(g->grad, r->dx, s, e) == 0,
+                        "%s: padding channel %d not 0", nm, c);
         }
   double *yref = malloc(NALL * 8), *dxref = malloc(NALL * 8);
   const double M = (double)S * NS * HW;
@@ -151,8 +163,8 @@ static void check_reference(const struct cfg *g, const float *dy, const float *g
     double a = fabs(yref[p]), bound = 1e-5 + 1e-4 * a + (g->bf16 ? 0x1p-8 * (a + 1e-5) : 0);
     ck_assert_msg(fabs(yv[p] - yref[p]) <= bound, "%s: y[%zu] %.8g, float64 %.8g", nm, p, (double)yv[p], yref[p]);
   }
-  tt_assert_close(dxv, dxref, NALL, 1e-5, 1e-4, nm);
-  free(xv), free(yv), free(dxv), free(yref), free(dxref);
+  tt_assert_close(dxv, dxref, NALL, g->grad ? 1e-5 + 0x1p-8 * 1e-5 : 1e-5, g->grad ? 1e-4 + 0x1p-8 : 1e-4, nm);
+  free(xv), free(yv), free(dxv), free(dy), free(yref), free(dxref);
 }
 
 static void inputs(float *x, float *dy, float *gamma, float *beta, int seed) {
@@ -163,8 +175,9 @@ static void inputs(float *x, float *dy, float *gamma, float *beta, int seed) {
 }
 
 static const struct cfg cfgs[] = {
-    {0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 1, 1}, {8, 0, 0}, {8, 0, 1},
-    {8, 1, 0}, {8, 1, 1}, {16, 0, 0}, {16, 0, 1}, {16, 1, 0}, {16, 1, 1},
+    {0, 0, 0, 0},  {0, 0, 1, 0},  {0, 1, 0, 0},  {0, 1, 1, 0},  {8, 0, 0, 0},  {8, 0, 1, 0},
+    {8, 1, 0, 0},  {8, 1, 1, 0},  {16, 0, 0, 0}, {16, 0, 1, 0}, {16, 1, 0, 0}, {16, 1, 1, 0},
+    {0, 1, 0, 1},  {0, 1, 1, 1},  {8, 1, 0, 1},  {8, 1, 1, 1},  {16, 1, 0, 1}, {16, 1, 1, 1},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof cfgs[0]))
 
@@ -189,7 +202,7 @@ START_TEST(kernels_match_float64_and_both_loop_sets_agree_bitwise) {
   ck_assert_str_eq(_tsr_bn_rows()->name, "avx512f"); /* the default where the CPU has it */
   run_bn(g, x, dy, gamma, beta, &v);
   check_reference(g, dy, gamma, beta, &v);
-  const size_t len = slice_len(g->blk), es = g->bf16 ? 2 : 4;
+  const size_t len = slice_len(g->blk), es = g->bf16 ? 2 : 4, eg = g->grad ? 2 : 4;
   ck_assert_msg(!memcmp(p.acc, v.acc, sizeof p.acc) && !memcmp(p.stat, v.stat, sizeof p.stat) &&
                     !memcmp(p.rmean, v.rmean, sizeof p.rmean) && !memcmp(p.rvar, v.rvar, sizeof p.rvar),
                 "%s: statistics differ between the portable and AVX-512 loops", nm);
@@ -198,9 +211,40 @@ START_TEST(kernels_match_float64_and_both_loop_sets_agree_bitwise) {
                 "%s: gradient sums differ between the portable and AVX-512 loops", nm);
   for (int s = 0; s < S; s++) {
     ck_assert_msg(!memcmp(p.y[s], v.y[s], len * es), "%s: y of slice %d differs between the loop sets", nm, s);
-    ck_assert_msg(!memcmp(p.dx[s], v.dx[s], len * 4), "%s: dx of slice %d differs between the loop sets", nm, s);
+    ck_assert_msg(!memcmp(p.dx[s], v.dx[s], len * eg), "%s: dx of slice %d differs between the loop sets", nm, s);
   }
   free_run(&p), free_run(&v), free(x), free(dy);
+}
+END_TEST
+
+/* Loop _i over the configurations with bf16 gradients, on the loops in use: the run with bf16 dy
+ * and dx against the run with float32 dy holding the same (bf16) values and float32 dx. Loading a
+ * bf16 dy must change nothing (sums bitwise equal), and each bf16 dx must be that run's float32 dx
+ * rounded to nearest even (convert.c), bitwise: a wrong rounding (truncation, a lost tie rule) or a
+ * gradient read or written in the wrong format fails. */
+START_TEST(bf16_gradients_are_float32_ones_rounded) {
+  const struct cfg *g = &cfgs[_i];
+  if (!g->grad) return;
+  struct cfg f = *g;
+  f.grad = 0;
+  float *x = malloc(NALL * 4), *dy = malloc(NALL * 4), gamma[C], beta[C];
+  inputs(x, dy, gamma, beta, _i);
+  for (size_t p = 0; p < NALL; p++) dy[p] = _tsr_bf16_to_f32(_tsr_f32_to_bf16(dy[p]));
+  struct run b, r;
+  run_bn(g, x, dy, gamma, beta, &b);
+  run_bn(&f, x, dy, gamma, beta, &r);
+  const char *nm = name_of(g);
+  ck_assert_msg(!memcmp(b.bacc, r.bacc, sizeof b.bacc) && !memcmp(b.dgamma, r.dgamma, sizeof b.dgamma) &&
+                    !memcmp(b.dbeta, r.dbeta, sizeof b.dbeta),
+                "%s: gradient sums differ from float32 dy of the same values", nm);
+  const size_t len = slice_len(g->blk);
+  for (int s = 0; s < S; s++)
+    for (size_t e = 0; e < len; e++) {
+      uint16_t got = ((const uint16_t *)b.dx[s])[e], want = _tsr_f32_to_bf16(((const float *)r.dx[s])[e]);
+      ck_assert_msg(got == want, "%s: bf16 dx[%zu] of slice %d is 0x%04x, float32 dx %.9g rounds to 0x%04x", nm, e, s,
+                    got, (double)((const float *)r.dx[s])[e], want);
+    }
+  free_run(&b), free_run(&r), free(x), free(dy);
 }
 END_TEST
 
@@ -244,6 +288,7 @@ static Suite *make_suite(void) {
   TCase *t = tcase_create("kernels");
   tcase_add_loop_test(t, kernels_match_float64_and_both_loop_sets_agree_bitwise, 0, NCFG);
   tcase_add_test(t, bf16_rounding_is_convert_c_on_both_loop_sets);
+  tcase_add_loop_test(t, bf16_gradients_are_float32_ones_rounded, 0, NCFG);
   suite_add_tcase(s, t);
   return s;
 }

@@ -58,10 +58,10 @@ static void view_of(const tsr_model *m, const struct _tsr_layer *l, struct _tsr_
     const struct _tsr_layer *x = &m->layers[l->inputs[i]];
     v->in[i] = (struct _tsr_chw){x->c, x->h, x->w, x->d};
     v->in_blk[i] = 0; /* plain float32 unless a trainer says otherwise */
-    v->in_bf16[i] = 0;
+    v->in_bf16[i] = v->din_bf16[i] = 0;
   }
   v->out = (struct _tsr_chw){l->c, l->h, l->w, l->d};
-  v->out_blk = v->out_bf16 = 0;
+  v->out_blk = v->out_bf16 = v->dout_bf16 = 0;
 }
 
 void _tsr_model_view(const tsr_model *m, int l, struct _tsr_layer_view *v) { view_of(m, &m->layers[l], v); }

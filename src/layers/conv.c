@@ -66,7 +66,7 @@ static struct _tsr_conv_desc conv_desc(const struct _tsr_layer_view *v, int n) {
                             .ph = p->pad_h, .pw = p->pad_w, .dh = p->dilation_h, .dw = p->dilation_w,
                             .oph = p->output_pad_h, .opw = p->output_pad_w, .has_bias = p->bias,
                             .src_blk = v->in_blk[0], .dst_blk = v->out_blk, .src_bf16 = v->in_bf16[0],
-                            .dst_bf16 = v->out_bf16};
+                            .dst_bf16 = v->out_bf16, .dsrc_bf16 = v->din_bf16[0], .ddst_bf16 = v->dout_bf16};
   return d;
 }
 
@@ -118,7 +118,7 @@ static const struct _tsr_layer_field deconv_fields[] = {
 
 #define CONV_OPS                                                                                   \
   .min_inputs = 1, .max_inputs = 1, .infer = conv_infer, .num_tensors = conv_num_tensors, .tensor = conv_tensor, \
-  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .bf16 = TSR_BF16_EACH, .reorders = conv_reorders, .forward = conv_forward, \
+  .flops = conv_flops, .layout = TSR_LAYOUT_PRODUCE, .bf16 = TSR_BF16_EACH, .bf16_grad = 1, .reorders = conv_reorders, .forward = conv_forward, \
   .backward = conv_backward, \
   .private_wgrad = 1, .wgrad_first = 1
 

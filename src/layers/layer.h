@@ -41,8 +41,10 @@ struct _tsr_layer_view {
   struct _tsr_chw in[TSR_MAX_INPUTS];
   struct _tsr_chw out;
   int in_blk[TSR_MAX_INPUTS], out_blk;
-  int in_bf16[TSR_MAX_INPUTS], out_bf16; /* 1: the activation is stored in bf16 (its gradient stays
-                                          * float32); only for entries with a bf16 capability */
+  int in_bf16[TSR_MAX_INPUTS], out_bf16; /* 1: the activation is stored in bf16; only for entries
+                                          * with a bf16 capability */
+  int din_bf16[TSR_MAX_INPUTS], dout_bf16; /* 1: the activation's gradient is stored in bf16 too;
+                                            * only for entries with bf16_grad */
 };
 
 /* Which activations an entry can read and write in bf16 (struct _tsr_layer_ops.bf16). The trainer
@@ -202,6 +204,9 @@ struct _tsr_layer_ops {
   int layout;                     /* an enum _tsr_layout_cap */
   int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */
   int bf16;                       /* an enum _tsr_bf16_cap (CPU kernels) */
+  int bf16_grad;                  /* 1: its backward reads its output's gradient and writes each input's
+                                   * in bf16 or float32 independently, where the activation is bf16
+                                   * (the view's dout_bf16, din_bf16; CPU kernels) */
   /* (optional) Which of its activations the entry's tasks for a slice of n samples would reorder
    * inside themselves, given the layouts in v (TSR_EDGE_IN: input 0 and its gradient, TSR_EDGE_OUT:
    * the output and its gradient; bwd_data: input 0's gradient is computed), or -1 when that cannot

@@ -35,8 +35,8 @@ static tsr_status merge_infer(struct _tsr_layer_view *v, tsr_layer_spec *s, cons
 static struct _tsr_concat_desc concat_desc(const struct _tsr_layer_call *c) {
   const struct _tsr_layer_view *v = c->v;
   struct _tsr_concat_desc d = {.n = c->slice_n[c->s], .h = v->out.h * _tsr_chw_depth(&v->out), .w = v->out.w,
-                              .k = v->ninputs, .blk = v->out_blk, .bf16 = v->out_bf16};
-  for (int i = 0; i < v->ninputs; i++) d.c[i] = v->in[i].c;
+                              .k = v->ninputs, .blk = v->out_blk, .bf16 = v->out_bf16, .dy_bf16 = v->dout_bf16};
+  for (int i = 0; i < v->ninputs; i++) d.c[i] = v->in[i].c, d.dx_bf16 |= (unsigned)(v->din_bf16[i] != 0) << i;
   return d;
 }
 
@@ -72,7 +72,8 @@ static int add_backward(const struct _tsr_layer_call *c) {
 
 const struct _tsr_layer_ops _tsr_layers_merge[] = {
     {.name = "concat", .kind = TSR_LAYER_CONCAT, .min_inputs = 2, .max_inputs = TSR_MAX_INPUTS, .infer = merge_infer,
-     .scratch = 1, .layout = TSR_LAYOUT_FOLLOW, .bf16 = TSR_BF16_SAME, .forward = merge_forward, .backward = concat_backward,
+     .scratch = 1, .layout = TSR_LAYOUT_FOLLOW, .bf16 = TSR_BF16_SAME, .bf16_grad = 1, .forward = merge_forward,
+     .backward = concat_backward,
      .spatial = TSR_SPATIAL_POINTWISE},
     {.name = "add", .kind = TSR_LAYER_ADD, .min_inputs = 2, .max_inputs = TSR_MAX_INPUTS, .infer = merge_infer,
      .layout = TSR_LAYOUT_FOLLOW, .forward = merge_forward, .backward = add_backward, .spatial = TSR_SPATIAL_POINTWISE},

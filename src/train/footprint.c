@@ -105,8 +105,9 @@ static uint64_t act_bytes(const tsr_trainer *t, const struct _tsr_sp_layer *plan
   for (int s = 0; s < t->slices; s++) {
     uint64_t n = _tsr_mul_sat((uint64_t)t->slice_n[s], elems), sn = (uint64_t)t->slice_n[s];
     vector_fits(b, n, "layer", L->name);
-    /* an output stored in bf16 (layout.c) takes 2 bytes a value; its gradient stays float32 */
-    for (int k = K_OUT; k <= K_WS; k++) ADD(k, _tsr_mul_sat(per[k], k == K_OUT && t->ls[l].bf16 ? halves(n) : floats(n)));
+    /* an output stored in bf16 (layout.c) takes 2 bytes a value, and so does its gradient in bf16 */
+    int half[] = {[K_OUT] = t->ls[l].bf16, [K_GRAD] = t->ls[l].gbf16, [K_TMP] = 0, [K_WS] = 0};
+    for (int k = K_OUT; k <= K_WS; k++) ADD(k, _tsr_mul_sat(per[k], half[k] ? halves(n) : floats(n)));
     ADD(K_LAYOUT, _tsr_mul_sat(ein_copies, floats(_tsr_mul_sat(sn, ein))));
     ADD(K_LAYOUT, floats(_tsr_mul_sat(sn, eout)));
     ADD(K_SPATIAL, _tsr_mul_sat(2, floats(_tsr_mul_sat(sn, in))));

@@ -56,10 +56,11 @@ static int first_writer(const tsr_trainer *t, int l) {
 }
 
 /* Per sample floats of layer l's gradient buffer: its output with the padding channels of its layout
- * (as footprint.c counts them). */
+ * (as footprint.c counts them), half as many rounded up for a gradient stored in bf16. */
 static size_t grad_elems(const tsr_trainer *t, int l) {
   const struct _tsr_layer *L = &t->model->layers[l];
-  return (size_t)_tsr_layer_elems(L) / (size_t)L->c * (size_t)_tsr_blk_channels(L->c, t->ls[l].blk);
+  size_t n = (size_t)_tsr_layer_elems(L) / (size_t)L->c * (size_t)_tsr_blk_channels(L->c, t->ls[l].blk);
+  return t->ls[l].gbf16 ? (n + 1) / 2 : n;
 }
 
 static int by_start(const void *a, const void *b, void *arg) {

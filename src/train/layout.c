@@ -10,8 +10,11 @@
  * activation themselves where one layout serves all their passes.
  * With bf16 precision on CPUs, an activation is stored in bf16 where its producer and every
  * consumer read and write it so (the entries' bf16 capability; a fused relu counts as its input's
- * layer); its gradient stays float32. The model's input and output stay float32; a convolution
- * next to a float32 activation converts it inside its tasks, as it converts its float32 gradients. */
+ * layer). Its gradient is stored in bf16 too where it has a single consumer and the producer's and
+ * consumer's backward read and write bf16 gradients (bf16_grad): a gradient summed from several
+ * consumers stays float32, so the sum adds float32 contributions and is rounded by no one but its
+ * reader's kernel. The model's input and output stay float32; a convolution next to a float32
+ * activation or gradient converts it inside its tasks. */
 #include <stdlib.h>
 
 #include "codelets.h"
@@ -58,11 +61,19 @@ static int bf16_cap(const tsr_trainer *t, int l) {
   return m->layers[l].ops->bf16;
 }
 
+/* Layer l's backward takes bf16 gradients; a fused relu's is that of the layer that runs it. */
+static int bf16_grad_cap(const tsr_trainer *t, int l) {
+  const tsr_model *m = t->model;
+  if (t->ls[l].fused) l = m->layers[l].inputs[0];
+  return m->layers[l].ops->bf16_grad;
+}
+
 /* Which activations are stored in bf16 (ls[].bf16): those whose producer and live consumers all
  * have a bf16 capability, apart from the model's input and output; then, until nothing changes,
  * an entry that takes its inputs and output alike (TSR_BF16_SAME) with some of them float32 gets
  * them all float32 (they only drop out, so this ends). A fused batch norm's own output is not
- * stored (the relu's is). */
+ * stored (the relu's is). Then which of their gradients (ls[].gbf16): those of an activation in
+ * bf16 with one consumer (a single edge: no sum of contributions), both sides with bf16_grad. */
 static tsr_status plan_bf16(tsr_trainer *t) {
   const tsr_model *m = t->model;
   for (int l = 0; l < m->n; l++) {
@@ -85,9 +96,13 @@ static tsr_status plan_bf16(tsr_trainer *t) {
       changed = 1;
     }
   }
-  int n = 0;
-  for (int l = 0; l < m->n; l++) n += t->ls[l].bf16;
-  _tsr_log(2, "bf16: %d of %d activations stored in bf16", n, m->n);
+  int n = 0, ng = 0;
+  for (int l = 0; l < m->n; l++) {
+    int c = only_consumer(t, l);
+    t->ls[l].gbf16 = t->ls[l].bf16 && t->ls[l].needs_grad && c >= 0 && bf16_grad_cap(t, l) && bf16_grad_cap(t, c);
+    n += t->ls[l].bf16, ng += t->ls[l].gbf16;
+  }
+  _tsr_log(2, "bf16: %d of %d activations stored in bf16, %d of their gradients", n, m->n, ng);
   return TSR_OK;
 }
 
@@ -184,7 +199,7 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
     t->ls[l].relu = r;
     t->ls[r].fused = 1;
   }
-  for (int l = 0; l < m->n; l++) t->ls[l].bf16 = 0;
+  for (int l = 0; l < m->n; l++) t->ls[l].bf16 = t->ls[l].gbf16 = 0;
   /* oneDNN 2.6 has bf16 kernels (convolution, pooling) only on AVX-512 CPUs, where the block is 16:
    * elsewhere bf16 convolutions fall back to float32 (said once) and nothing is stored in bf16. */
   return on && blk == 16 && _tsr_get_precision() == TSR_PRECISION_BF16 ? plan_bf16(t) : TSR_OK;
@@ -201,9 +216,11 @@ void _tsr_trainer_view(const tsr_trainer *t, int l, struct _tsr_layer_view *v) {
   _tsr_model_view(t->model, l, v);
   for (int k = 0; k < L->ninputs; k++) v->in_blk[k] = t->ls[L->inputs[k]].blk;
   v->out_blk = t->ls[l].blk;
-  for (int k = 0; k < L->ninputs; k++) v->in_bf16[k] = t->ls[L->inputs[k]].bf16;
+  for (int k = 0; k < L->ninputs; k++)
+    v->in_bf16[k] = t->ls[L->inputs[k]].bf16, v->din_bf16[k] = t->ls[L->inputs[k]].gbf16;
   /* a fused relu's output stands for this layer's own */
-  v->out_bf16 = t->ls[t->ls[l].relu >= 0 ? t->ls[l].relu : l].bf16;
+  const struct _tsr_lstate *out = &t->ls[t->ls[l].relu >= 0 ? t->ls[l].relu : l];
+  v->out_bf16 = out->bf16, v->dout_bf16 = out->gbf16;
 }
 
 size_t _tsr_edge_elems(const tsr_trainer *t, int l, int side) {

@@ -175,19 +175,22 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
     /* with a fused relu, the relu's output and gradient are this layer's */
     /* a gradient that shares memory with others whose lifetimes do not overlap (grad_share.c) */
     int shared = t->gs_buf && t->gs_buf[l] >= 0;
-    if (shared && st->elems > t->gs_elems[t->gs_buf[l]])
-      return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %zu floats per sample in a shared gradient buffer of %zu",
-                        L->name, st->elems, t->gs_elems[t->gs_buf[l]]);
-    /* an output stored in bf16 (layout.c) takes 2 bytes a value, its gradient 4 */
-    size_t ysize = st->bf16 ? 2 : 4;
+    /* an output stored in bf16 (layout.c) takes 2 bytes a value, and so does its gradient in bf16 */
+    size_t ysize = st->bf16 ? 2 : 4, gsize = st->gbf16 ? 2 : 4;
+    if (shared && st->elems * gsize > t->gs_elems[t->gs_buf[l]] * 4)
+      return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %zu bytes per sample in a shared gradient buffer of %zu",
+                        L->name, st->elems * gsize, t->gs_elems[t->gs_buf[l]] * 4);
     if (st->relu < 0 &&
-        (!(st->ybuf[s] = zalloc(n * ysize)) || !(st->gbuf[s] = shared ? _tsr_grad_share_mem(t, l, s) : zalloc(n * 4))))
+        (!(st->ybuf[s] = zalloc(n * ysize)) || !(st->gbuf[s] = shared ? _tsr_grad_share_mem(t, l, s) : zalloc(n * gsize))))
       return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu values", L->name, n);
     if (st->relu < 0 && st->bf16)
       starpu_vector_data_register(&st->y[s], STARPU_MAIN_RAM, (uintptr_t)st->ybuf[s], (uint32_t)n, 2);
     else if (st->relu < 0)
       st->y[s] = _tsr_register_floats(st->ybuf[s], n);
-    if (st->relu < 0) st->g[s] = _tsr_register_floats(st->gbuf[s], n);
+    if (st->relu < 0 && st->gbf16)
+      starpu_vector_data_register(&st->g[s], STARPU_MAIN_RAM, (uintptr_t)st->gbuf[s], (uint32_t)n, 2);
+    else if (st->relu < 0)
+      st->g[s] = _tsr_register_floats(st->gbuf[s], n);
     if (tmp) {
       if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
       st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);

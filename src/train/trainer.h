@@ -32,7 +32,8 @@ struct _tsr_lstate {
   int first_tensor;     /* index of its first tensor in trainer->tensors, -1 if none */
   size_t elems;         /* per sample, with the padding channels of a blocked layout */
   int blk;              /* channel block of its output's layout: 0 plain NCHW (layout.c) */
-  int bf16;             /* its output stored in bf16, its gradient float32 (layout.c) */
+  int bf16;             /* its output stored in bf16 (layout.c) */
+  int gbf16;            /* its output's gradient stored in bf16 too (layout.c) */
   int relu;             /* the relu layer whose tasks this layer runs fused, -1 none */
   int fused;            /* a relu run by its input's tasks: submits nothing itself */
   /* Copies of input 0 (TSR_EDGE_IN in `edges`) or of the output (TSR_EDGE_OUT) in the layout its
