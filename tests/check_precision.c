@@ -297,6 +297,65 @@ START_TEST(test_bf16_stored_conv_within_bf16_bound) {
 }
 END_TEST
 
+/* Backward passes of a conv / transposed conv whose activation gradients are stored in bf16 too (the
+ * trainer's bf16 gradients), blocked layout, bf16 activations: a bf16 dy must give bitwise the
+ * results of a float32 dy holding the same (bf16) values, which the bf16 kernels round exactly (data
+ * and weight gradients); a bf16 dx must be that float32 dx rounded once: within 2^-8 of it (half an
+ * ulp of 8 significant bits is 2^-9 relative; the kernel rounds its float32 sums itself). */
+START_TEST(test_bf16_gradients_conv_follow_float32_gradients) {
+  if (!onednn_has_bf16_conv()) {
+    tt_skip("bf16 gradients of convolutions not checked (config %d): no bf16 convolution in this oneDNN here", _i);
+    return;
+  }
+  const struct cfg *c = &cfgs[_i];
+  struct _tsr_conv_desc d = desc_of(c);
+  int blk = _tsr_act_block();
+  d.src_blk = d.dst_blk = blk;
+  d.src_bf16 = d.dst_bf16 = 1;
+  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.ci * d.co * d.kh * d.kw;
+  size_t px = padded(d.n, d.ci, d.h, d.w, blk);
+  float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4);
+  tt_fill_uniform(x, nx, 71 + _i, -1, 1);
+  tt_fill_uniform(w, nw, 72 + _i, -1, 1);
+  tt_fill_uniform(dy, ny, 73 + _i, -1, 1);
+  float *dyr = bf16_rounded(dy, ny), *dyl = to_layout(dyr, d.n, d.co, d.oh, d.ow, blk);
+  uint16_t *xs = to_store(x, d.n, d.ci, d.h, d.w, blk), *dys = to_store(dy, d.n, d.co, d.oh, d.ow, blk);
+  float *dx32 = calloc(px, 4), *dx32b = calloc(px, 4), *dw32 = calloc(nw, 4), *dwb = calloc(nw, 4);
+  float *db32 = calloc(d.co, 4), *dbb = calloc(d.co, 4);
+  uint16_t *dx16 = calloc(px, 2);
+  _tsr_set_precision(TSR_PRECISION_BF16);
+  void (*bwd_data)(const struct _tsr_conv_desc *, const float *, const float *, float *) =
+      c->deconv ? _tsr_deconv2d_bwd_data_cpu : _tsr_conv2d_bwd_data_cpu;
+  void (*bwd_weights)(const struct _tsr_conv_desc *, const float *, const float *, float *, float *) =
+      c->deconv ? _tsr_deconv2d_bwd_weights_cpu : _tsr_conv2d_bwd_weights_cpu;
+  d.overwrite = 1;
+  bwd_data(&d, dyl, w, dx32);                         /* float32 dy (bf16 values), float32 dx */
+  bwd_weights(&d, (const float *)xs, dyl, dw32, c->bias ? db32 : NULL);
+  d.ddst_bf16 = 1;
+  bwd_data(&d, (const float *)dys, w, dx32b);        /* bf16 dy, float32 dx */
+  bwd_weights(&d, (const float *)xs, (const float *)dys, dwb, c->bias ? dbb : NULL);
+  d.dsrc_bf16 = 1;
+  bwd_data(&d, (const float *)dys, w, (float *)dx16); /* bf16 dy, bf16 dx */
+  _tsr_set_precision(TSR_PRECISION_F32);
+  ck_assert_msg(!memcmp(dx32, dx32b, px * 4), "config %d: data gradient from a bf16 dy differs from float32's", _i);
+  ck_assert_msg(!memcmp(dw32, dwb, nw * 4) && !memcmp(db32, dbb, (size_t)d.co * 4),
+                "config %d: weight gradient from a bf16 dy differs from float32's", _i);
+  struct _tsr_reorder_desc r = {.n = d.n, .c = d.ci, .h = d.h, .w = d.w, .from_blk = blk, .to_blk = 0};
+  float *a = malloc(nx * 4), *b = from_store(dx16, d.n, d.ci, d.h, d.w, blk);
+  if (blk) _tsr_reorder_cpu(&r, dx32, a);
+  else memcpy(a, dx32, nx * 4);
+  for (size_t i = 0; i < nx; i++)
+    ck_assert_msg(fabs(b[i] - a[i]) <= 0x1p-8 * fabs(a[i]) + 1e-30,
+                  "config %d: bf16 dx[%zu] %.8g, float32 dx %.8g: not one rounding", _i, i, (double)b[i], (double)a[i]);
+  const size_t plane = (size_t)d.h * d.w * blk, nb = blk ? ((size_t)d.ci + blk - 1) / blk : 0;
+  for (size_t i = 0; blk && i < px; i++) /* padding channels (where the last block is partial) stay 0 */
+    if ((i / plane) % nb * blk + i % blk >= (size_t)d.ci)
+      ck_assert_msg(dx16[i] == 0, "config %d: bf16 dx padding element %zu is 0x%04x", _i, i, dx16[i]);
+  free(x), free(w), free(dy), free(dyr), free(dyl), free(xs), free(dys), free(dx32), free(dx32b), free(dw32), free(dwb);
+  free(db32), free(dbb), free(dx16), free(a), free(b);
+}
+END_TEST
+
 /* Batch normalisation (with and without its fused relu) on x and y stored in bf16, over two slices
  * whose statistics span both, in the trainer's blocked layout (loop 0, 1) and plain (2, 3). x is
  * exactly its bf16 values, so against a float64 reference on those values the float32 arithmetic
@@ -423,6 +482,55 @@ START_TEST(test_bf16_stored_concat_copies_bits) {
       }
   for (int i = 0; i < 3; i++) free(parts[i]), free(xs[i]);
   free(y), free(yv);
+}
+END_TEST
+
+/* Concatenation backward with gradients stored in bf16 (the trainer's bf16 activation gradients):
+ * loop _i & 1 picks the layout (blocked, plain), _i & 2 a bf16 dy (else float32). Inputs of 8, 20
+ * and 7 channels (blocked: half blocks, unaligned runs, padded last blocks), input 1 and (with a
+ * float32 dy) input 2 with bf16 gradients, the others float32. Exact: a bf16 dx from a float32 dy is
+ * convert.c's rounding of it bit for bit, from a bf16 dy its bits; a float32 dx is dy's value (widened
+ * from bf16: exact). Every dx starts as all-ones bytes (NaN in both formats): its padding channels
+ * must come out +0, since gradients share memory with others whose values there may read as NaN. */
+START_TEST(test_bf16_gradient_concat_backward_rounds_and_zeroes_padding) {
+  const int blk = _i & 1 ? 0 : _tsr_act_block(), dyb = _i & 2 ? 1 : 0, n = 2, h = 3, w = 5, hw = h * w;
+  const int cs[3] = {8, 20, 7}, ct = 35;
+  const unsigned mask = dyb ? 2u : 6u;
+  struct _tsr_concat_desc d = {.n = n, .h = h, .w = w, .k = 3, .c = {8, 20, 7}, .blk = blk, .dy_bf16 = dyb,
+                               .dx_bf16 = mask};
+  float *dy = malloc((size_t)n * ct * hw * 4);
+  tt_fill_uniform(dy, (size_t)n * ct * hw, 61 + _i, -1, 1);
+  for (size_t q = 0; q < (size_t)n * ct * hw; q += 7) dy[q] *= 0x1p-130f; /* subnormals too */
+  void *dys = dyb ? (void *)to_store(dy, n, ct, h, w, blk) : (void *)to_layout(dy, n, ct, h, w, blk);
+  void *dxs[3];
+  for (int i = 0; i < 3; i++) {
+    size_t np = padded(n, cs[i], h, w, blk);
+    dxs[i] = malloc(np * 4);
+    memset(dxs[i], 0xff, np * 4);
+  }
+  _tsr_concat_bwd_cpu(&d, dys, (float *const *)dxs);
+  for (int i = 0, off = 0; i < 3; off += cs[i], i++) {
+    const int xb = mask >> i & 1, c = cs[i], cp = blk ? (c + blk - 1) / blk * blk : c;
+    for (int s = 0; s < n; s++)
+      for (int ch = 0; ch < cp; ch++)
+        for (int k = 0; k < hw; k++) {
+          size_t e = blk ? ((((size_t)s * (cp / blk) + ch / blk) * hw + k) * blk + ch % blk)
+                         : ((size_t)s * c + ch) * hw + k;
+          uint32_t got = xb ? ((const uint16_t *)dxs[i])[e] : ((const uint32_t *)dxs[i])[e], want = 0;
+          if (ch < c) {
+            float v = dy[((size_t)s * ct + off + ch) * hw + k];
+            uint16_t b = _tsr_f32_to_bf16(v);
+            float wv = dyb ? _tsr_bf16_to_f32(b) : v;
+            if (xb) want = b;
+            else memcpy(&want, &wv, 4);
+          }
+          ck_assert_msg(got == want, "layout %d, dy %s: input %d (%s), sample %d, channel %d%s, pixel %d: 0x%x, not 0x%x",
+                        blk, dyb ? "bf16" : "f32", i, xb ? "bf16" : "f32", s, ch, ch < c ? "" : " (padding)", k, got,
+                        want);
+        }
+  }
+  for (int i = 0; i < 3; i++) free(dxs[i]);
+  free(dy), free(dys);
 }
 END_TEST
 
@@ -833,8 +941,10 @@ static Suite *make_precision_suite(void) {
   tcase_set_timeout(k, 120);
   tcase_add_loop_test(k, test_bf16_conv_passes_within_bf16_bound, 0, NCFG);
   tcase_add_loop_test(k, test_bf16_stored_conv_within_bf16_bound, 0, NCFG);
+  tcase_add_loop_test(k, test_bf16_gradients_conv_follow_float32_gradients, 0, NCFG);
   tcase_add_loop_test(k, test_bf16_stored_batchnorm_against_float64, 0, 4);
   tcase_add_loop_test(k, test_bf16_stored_concat_copies_bits, 0, 2);
+  tcase_add_loop_test(k, test_bf16_gradient_concat_backward_rounds_and_zeroes_padding, 0, 4);
   tcase_add_loop_test(k, test_bf16_stored_pool_against_float64, 0, 2);
   tcase_add_test(k, test_f32_precision_is_unchanged_by_bf16_plans);
   tcase_add_test(k, test_conversions_round_to_nearest_even);
