@@ -60,22 +60,34 @@ void _tsr_concat_fwd_cpu(const struct _tsr_concat_desc *d, const float *const *x
                     (char *)y + s * ly * es, off, d->c[i]);
 }
 
-/* copy_channels between float32 and bf16: rounds (convert.h, nearest even) or widens each value. */
+/* n values from float32 to bf16 (rounded as convert.h does) or back (exact); loops gcc vectorises. */
+static void round_span(uint16_t *restrict d, const float *restrict s, size_t n) {
+#pragma omp simd
+  for (size_t j = 0; j < n; j++) d[j] = _tsr_bf16_round(s[j]);
+}
+static void widen_span(float *restrict d, const uint16_t *restrict s, size_t n) {
+#pragma omp simd
+  for (size_t j = 0; j < n; j++) d[j] = _tsr_bf16_widen(s[j]);
+}
+
+/* copy_channels between float32 and bf16: rounds or widens each value; whole planes or blocks as one
+ * span, partial blocks row by row. */
 static void convert_channels(int blk, size_t hw, int from_bf16, const char *src, int s0, char *dst, int d0, int nch) {
   size_t es = from_bf16 ? 2 : 4, ed = from_bf16 ? 4 : 2;
   while (nch > 0) {
     int run = !blk ? nch : blk - s0 % blk < blk - d0 % blk ? blk - s0 % blk : blk - d0 % blk;
     if (run > nch) run = nch;
-    size_t rows = blk ? hw : (size_t)run * hw, len = blk ? (size_t)run : 1, step = blk ? (size_t)blk : 1;
+    int whole = !blk || run == blk;
+    size_t rows = whole ? 1 : hw, len = !blk ? (size_t)run * hw : whole ? hw * blk : (size_t)run;
     size_t so = blk ? (size_t)(s0 / blk) * hw * blk + s0 % blk : (size_t)s0 * hw;
     size_t dof = blk ? (size_t)(d0 / blk) * hw * blk + d0 % blk : (size_t)d0 * hw;
     for (size_t k = 0; k < rows; k++) {
-      const char *sp = src + (so + k * step) * es;
-      char *dp = dst + (dof + k * step) * ed;
+      const char *sp = src + (so + k * blk) * es;
+      char *dp = dst + (dof + k * blk) * ed;
       if (from_bf16)
-        for (size_t j = 0; j < len; j++) ((float *)dp)[j] = _tsr_bf16_widen(((const uint16_t *)sp)[j]);
+        widen_span((float *)dp, (const uint16_t *)sp, len);
       else
-        for (size_t j = 0; j < len; j++) ((uint16_t *)dp)[j] = _tsr_bf16_round(((const float *)sp)[j]);
+        round_span((uint16_t *)dp, (const float *)sp, len);
     }
     s0 += run, d0 += run, nch -= run;
   }
