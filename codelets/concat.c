@@ -1,7 +1,7 @@
 /* Channel concatenation of k tensors, plain NCHW or blocked (and its backward, which splits the
- * gradient, rounding it to bf16 or widening it where an input's gradient is stored otherwise), and the element-wise sum of k tensors (any layout). Tasks carry k + 1 buffers, so
- * past 7 inputs they rely on _tsr_submit's dynamic handles (the codelet's buffers[] array is then
- * StarPU's dynamic one). */
+ * gradient, rounding it to bf16 or widening it where an input's gradient is stored otherwise), and
+ * the element-wise sum of k tensors (any layout). Tasks carry k + 1 buffers, so past 7 inputs they
+ * rely on _tsr_submit's dynamic handles (the codelet's buffers[] array is then StarPU's dynamic one). */
 #include <errno.h>
 #include <string.h>
 

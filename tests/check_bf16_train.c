@@ -77,10 +77,11 @@ START_TEST(bf16_is_stored_where_producer_and_consumers_take_it) {
       const struct _tsr_lstate *st = &t->ls[l];
       const char *nm = m->layers[l].name;
       int want = prec == TSR_PRECISION_BF16 && (!strcmp(nm, "r0") || !strcmp(nm, "c1") || !strcmp(nm, "cat"));
-      ck_assert_msg(st->gbf16 == want, "precision %d: '%s' gradient in bf16 %d, expected %d", prec, nm, st->gbf16, want);
+      ck_assert_msg(st->gbf16 == want, "precision %d: '%s' gradient in bf16 %d, expected %d", prec, nm, st->gbf16,
+                    want);
       if (st->g && st->relu < 0 && l != t->input_layer)
-        ck_assert_msg(starpu_vector_get_elemsize(st->g[0]) == (want ? 2u : 4u), "'%s': gradient of %u bytes a value", nm,
-                      (unsigned)starpu_vector_get_elemsize(st->g[0]));
+        ck_assert_msg(starpu_vector_get_elemsize(st->g[0]) == (want ? 2u : 4u), "'%s': gradient of %u bytes a value",
+                      nm, (unsigned)starpu_vector_get_elemsize(st->g[0]));
     }
     tsr_trainer_destroy(t);
     tsr_model_destroy(m);
@@ -156,7 +157,7 @@ START_TEST(the_footprint_counts_bf16_outputs_at_two_bytes) {
   ck_assert_int_eq(edges[0][1], edges[1][1]);
   long long copy = (edges[0][2] & TSR_EDGE_OUT ? 4096 : 0) - (edges[1][2] & TSR_EDGE_OUT ? 4096 : 0);
   ck_assert_int_eq(edges[0][2] & TSR_EDGE_IN, edges[1][2] & TSR_EDGE_IN);
-  ck_assert_msg(need[0] - need[1] == 2 * 4096 + copy, "float32 trainer needs %lld bytes, the bf16 one %lld: not %lld fewer",
+  ck_assert_msg(need[0] - need[1] == 2 * 4096 + copy, "float32 trainer needs %lld bytes, the bf16 one %lld: not %lld",
                 need[0], need[1], 2 * 4096 + copy);
   tsr_model_destroy(m);
 }

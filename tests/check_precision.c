@@ -312,7 +312,8 @@ START_TEST(test_bf16_gradients_conv_follow_float32_gradients) {
   int blk = _tsr_act_block();
   d.src_blk = d.dst_blk = blk;
   d.src_bf16 = d.dst_bf16 = 1;
-  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow, nw = (size_t)d.ci * d.co * d.kh * d.kw;
+  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow;
+  size_t nw = (size_t)d.ci * d.co * d.kh * d.kw;
   size_t px = padded(d.n, d.ci, d.h, d.w, blk);
   float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4);
   tt_fill_uniform(x, nx, 71 + _i, -1, 1);
@@ -524,9 +525,9 @@ START_TEST(test_bf16_gradient_concat_backward_rounds_and_zeroes_padding) {
             if (xb) want = b;
             else memcpy(&want, &wv, 4);
           }
-          ck_assert_msg(got == want, "layout %d, dy %s: input %d (%s), sample %d, channel %d%s, pixel %d: 0x%x, not 0x%x",
-                        blk, dyb ? "bf16" : "f32", i, xb ? "bf16" : "f32", s, ch, ch < c ? "" : " (padding)", k, got,
-                        want);
+          ck_assert_msg(got == want,
+                        "layout %d, dy %s: input %d (%s), sample %d, channel %d%s, pixel %d: 0x%x, not 0x%x", blk,
+                        dyb ? "bf16" : "f32", i, xb ? "bf16" : "f32", s, ch, ch < c ? "" : " (padding)", k, got, want);
         }
   }
   for (int i = 0; i < 3; i++) free(dxs[i]);

@@ -180,8 +180,8 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
     if (shared && st->elems * gsize > t->gs_elems[t->gs_buf[l]] * 4)
       return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %zu bytes per sample in a shared gradient buffer of %zu",
                         L->name, st->elems * gsize, t->gs_elems[t->gs_buf[l]] * 4);
-    if (st->relu < 0 &&
-        (!(st->ybuf[s] = zalloc(n * ysize)) || !(st->gbuf[s] = shared ? _tsr_grad_share_mem(t, l, s) : zalloc(n * gsize))))
+    if (st->relu < 0 && (!(st->ybuf[s] = zalloc(n * ysize)) ||
+                         !(st->gbuf[s] = shared ? _tsr_grad_share_mem(t, l, s) : zalloc(n * gsize))))
       return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu values", L->name, n);
     if (st->relu < 0 && st->bf16)
       starpu_vector_data_register(&st->y[s], STARPU_MAIN_RAM, (uintptr_t)st->ybuf[s], (uint32_t)n, 2);
