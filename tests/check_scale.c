@@ -57,6 +57,27 @@ START_TEST(ring_by_hand) {
 }
 END_TEST
 
+/* An exchange rate below the bandwidth slows the rounds in which ranks send and receive at once
+ * (ring, recursive doubling, halving), not the binomial tree's one-way rounds nor the hand-over of
+ * ranks beyond a power of two; one at or above the bandwidth (or 0) changes nothing. */
+START_TEST(exchange_rate_by_hand) {
+  tsr_machine m = hand_machine(1);
+  m.inter.exchange_gbit = 4; /* 500 bytes/us each way with both directions busy */
+  /* ring, 2 ranks, 4000 bytes: 2 rounds of (10 + 2000/500) and a sum of 2 */
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 2), 2 * 14.0 + 2, eps);
+  /* recursive doubling, 4 ranks: 2 rounds of (10 + 4000/500) + a sum of 4 */
+  ck_assert_double_eq_tol(cost(&m, "rd", 4000, 4), 2 * 22.0, eps);
+  /* 3 ranks: fold in and out one way (2 x 14 + 4), then one exchange of 22 */
+  ck_assert_double_eq_tol(cost(&m, "rd", 4000, 3), 32 + 22.0, eps);
+  /* binomial tree: one way, as without it */
+  ck_assert_double_eq_tol(cost(&m, "tree", 4000, 4), 2 * 18.0 + 2 * 14.0, eps);
+  m.inter.exchange_gbit = 8;
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 2), 26, eps);
+  m.inter.exchange_gbit = 16;
+  ck_assert_double_eq_tol(cost(&m, "f32", 4000, 2), 26, eps);
+}
+END_TEST
+
 START_TEST(other_models_by_hand) {
   tsr_machine m = hand_machine(1);
   /* recursive doubling, 4 ranks: 2 rounds of (10 + 4000/1000) + a sum of 4 us */
@@ -145,6 +166,7 @@ START_TEST(machine_files) {
   bad_machine("{\"intra\": {\"latency_us\": -1}}", "'intra.latency_us'");
   bad_machine("{\"inter\": {\"latency\": 3}}", "'inter.latency'");
   bad_machine("{\"inter\": {\"rendezvous_us\": -1}}", "'inter.rendezvous_us'");
+  bad_machine("{\"intra\": {\"exchange_gbit\": -2}}", "'intra.exchange_gbit'");
   bad_machine("{\"intra\": {\"eager_bytes\": \"64k\"}}", "'intra.eager_bytes'");
   bad_machine("{\"inter\": {\"shared\": 1}}", "'inter.shared'");
   bad_machine("{\"inter\": 5}", "'inter'");
@@ -170,10 +192,13 @@ START_TEST(machine_files) {
   ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
   ck_assert_double_eq(m.intra.bandwidth_gbit, 100);
   ck_assert(m.inter.rendezvous_us == 0 && m.inter.eager_bytes == 65472 && m.intra.eager_bytes == 4032);
-  ck_assert_int_eq(tsr_machine_parse("{\"inter\": {\"rendezvous_us\": 250.5, \"eager_bytes\": 12288}}", "m.json", &back),
+  ck_assert(m.inter.exchange_gbit == 0 && m.intra.exchange_gbit == 0);
+  ck_assert_int_eq(tsr_machine_parse("{\"inter\": {\"rendezvous_us\": 250.5, \"eager_bytes\": 12288, "
+                                     "\"exchange_gbit\": 0.75}}", "m.json", &back),
                    TSR_OK);
   m.inter.rendezvous_us = back.inter.rendezvous_us, m.inter.eager_bytes = back.inter.eager_bytes;
-  ck_assert(m.inter.rendezvous_us == 250.5 && m.inter.eager_bytes == 12288);
+  m.inter.exchange_gbit = back.inter.exchange_gbit;
+  ck_assert(m.inter.rendezvous_us == 250.5 && m.inter.eager_bytes == 12288 && m.inter.exchange_gbit == 0.75);
   const char *path = tt_path_in(tt_tmpdir(), "m.json");
   ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
   ck_assert_int_eq(tsr_machine_load(path, &back), TSR_OK);
@@ -182,7 +207,8 @@ START_TEST(machine_files) {
             back.inter.bandwidth_gbit == m.inter.bandwidth_gbit && back.inter.shared == m.inter.shared &&
             back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit &&
             back.progress == m.progress && back.inter.rendezvous_us == m.inter.rendezvous_us &&
-            back.inter.eager_bytes == m.inter.eager_bytes && back.intra.eager_bytes == m.intra.eager_bytes);
+            back.inter.eager_bytes == m.inter.eager_bytes && back.intra.eager_bytes == m.intra.eager_bytes &&
+            back.inter.exchange_gbit == m.inter.exchange_gbit);
   ck_assert_int_eq(tsr_machine_parse("{\"progress\": \"thread\"}", "m.json", &m), TSR_OK);
   ck_assert_int_eq(m.progress, TSR_MPI_PROGRESS_THREAD);
   ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
@@ -399,6 +425,7 @@ static Suite *make_scale_suite(void) {
   Suite *s = suite_create("scale");
   TCase *tc = tcase_create("scale");
   tcase_add_test(tc, ring_by_hand);
+  tcase_add_test(tc, exchange_rate_by_hand);
   tcase_add_test(tc, other_models_by_hand);
   tcase_add_test(tc, rounds_add_up);
   tcase_add_test(tc, machine_files);

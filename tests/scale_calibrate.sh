@@ -37,6 +37,14 @@ if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/rdv.json" | awk '$1 ==
 else
   echo "FAIL: --cost with a rendezvous: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/rdv.json")"; fail=1
 fi
+# an exchange rate of 4 Gbit/s (500 bytes/us each way with both directions busy): the ring's two
+# rounds are exchanges, 2 x (10 + 4) + 2 = 30 us
+echo '{"inter": {"latency_us": 10, "bandwidth_gbit": 8, "exchange_gbit": 4}, "reduce_gbit": 8}' >"$tmp/ex.json"
+if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/ex.json" | awk '$1 == 2 { exit !($2 == 30.0) }'; then
+  echo "PASS: --cost moves the ring's exchanges at the machine file's exchange rate: 30 us"
+else
+  echo "FAIL: --cost with an exchange rate: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/ex.json")"; fail=1
+fi
 [ $fail = 0 ] || exit 1
 # The calibration measures time over a link: the project's tests must not depend on timing or load,
 # so it runs only when asked for (on a machine known to be quiet).
@@ -68,4 +76,11 @@ if grep -q "above 300000 bytes .* median of 2 sizes" "$tmp/cal.log" && awk -v r=
   echo "PASS: rendezvous $rdv us per message, from the 2 sizes above the 300000-byte eager limit"
 else
   echo "FAIL: rendezvous '${rdv:-nothing}' us or its log line (eager limit 300000, 2 sizes above it)"; exit 1
+fi
+# the exchange rate (a time, its value not checked) is measured over the sizes the bandwidth uses
+ex=$(sed -n 's/.*"exchange_gbit": *\([0-9.e+-]*\).*/\1/p' "$tmp/lab.json" | tail -1)
+if grep -q "^exchange .* Gbit/s each way .* sizes >= 262144 bytes" "$tmp/cal.log" && awk -v x="$ex" 'BEGIN { exit !(x != "" && x > 0) }'; then
+  echo "PASS: exchange rate $ex Gbit/s each way, from the sizes >= 262144 bytes"
+else
+  echo "FAIL: exchange rate '${ex:-nothing}' Gbit/s or its log line (sizes >= 262144 bytes)"; exit 1
 fi

@@ -6,8 +6,9 @@
 # at 4 ranks, 13 of them timed; 1 worker per rank); the
 # prediction replays that same trace (rank 0's task durations: the same load as the measured steps)
 # on the link's machine file, measured by tessera-scale --calibrate (+ --from-trace for the sums).
-# Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv; its last two
-# columns: the same replay with --progress thread, messages moving at once, and its error)
+# Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv; its columns 9-10:
+# the same replay with --progress thread, messages moving at once, and its error; 11-12: the replay
+# with the links' exchange_gbit left out (full duplex, the model before it), and its error)
 # A subset, or other reductions: LINKS="loop 1gbit 10gbit" LAYOUTS="262144 layer 1000000000000"
 # RANKS="1 2 3 4" COLLECTIVES="ring" (tessera-train --collective names, each predicted with the cost
 # model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
@@ -33,7 +34,7 @@ MPI="mpirun --allow-run-as-root --oversubscribe -x STARPU_HOME -x STARPU_SILENT 
 "$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 \
   --workers 1 -q >/dev/null 2>&1 # StarPU's bus and kernel models, once
 csv=$out/validate.csv
-echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective,predicted_thread_ms,error_thread" >"$csv"
+echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective,predicted_thread_ms,error_thread,predicted_duplex_ms,error_duplex" >"$csv"
 
 train_s=${TRAIN_TIMEOUT:-900} cal_s=${CAL_TIMEOUT:-180} cal_tries=${CAL_TRIES:-3}
 
@@ -95,6 +96,7 @@ for link in $links; do
       "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra --machine "$mf" \
       --save "$mf" || exit 1
   fi
+  sed 's/"exchange_gbit": *[0-9.e+-]*/"exchange_gbit": 0/' "$mf" >"$out/machine-$link-duplex.json"
   for layout in ${LAYOUTS:-262144 layer 1000000000000}; do
     for n in ${RANKS:-1 2 3 4}; do
       [ "$link" != loop ] && [ "$n" = 1 ] && continue # one rank uses no link
@@ -108,10 +110,12 @@ for link in $links; do
         # progress rule), for comparison
         thr=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv \
           --progress thread | tail -1 | cut -d, -f2)
+        dup=$("$B/tessera-scale" "$tmp/tr" --machine "$out/machine-$link-duplex.json" --from-trace "$tmp/tr" --ranks "$n" \
+          --algo "$model" --csv | tail -1 | cut -d, -f2)
         load=$(cut -d' ' -f1 /proc/loadavg)
-        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" -v th="$thr" \
-          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s,%.3f,%.4f\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld, c,
-             th / 1e3, (th - $3) / $3 }' |
+        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" -v th="$thr" -v du="$dup" \
+          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s,%.3f,%.4f,%.3f,%.4f\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld, c,
+             th / 1e3, (th - $3) / $3, du / 1e3, (du - $3) / $3 }' |
           tee -a "$csv"
       done
     done
@@ -120,6 +124,10 @@ done
 tail -n +2 "$csv" | awk -F, '{ print ($6 < 0 ? -$6 : $6) }' | sort -g |
   awk '{ v[++n] = $1 } END { m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
         printf "%d configurations: median |error| %.1f%%, worst %.1f%%\n", n, 100 * m, 100 * v[n] }' | tee "$out/summary.txt"
+tail -n +2 "$csv" | awk -F, '{ print ($12 < 0 ? -$12 : $12) }' | sort -g |
+  awk '{ v[++n] = $1 } END { m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
+        printf "without exchange_gbit (full duplex): median |error| %.1f%%, worst %.1f%%\n", 100 * m, 100 * v[n] }' |
+  tee -a "$out/summary.txt"
 if command -v gnuplot >/dev/null; then
   gnuplot <<GP
 set terminal pngcairo size 700,600

@@ -21,6 +21,8 @@ typedef struct tsr_link {
   int shared;            /* 1: the flows of a node's ranks share it (a node's network link) */
   double rendezvous_us;  /* added to every message above eager_bytes: the MPI rendezvous' handshake */
   double eager_bytes;    /* largest message sent without a rendezvous */
+  double exchange_gbit;  /* Gbit/s each way while both directions carry a message at once (the rounds
+                            in which every rank sends and receives); 0: bandwidth_gbit (full duplex) */
 } tsr_link;
 
 typedef struct tsr_machine {

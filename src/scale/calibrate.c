@@ -3,7 +3,9 @@
  * (bandwidth) at several sizes, medians over repetitions. Other ranks take no part. A message above
  * the link's eager limit waits for the receiver's answer to MPI's rendezvous before its bulk: a
  * stream overlaps those waits, a ping-pong (like the dependent rounds of a reduction) does not; what
- * a ping-pong takes beyond latency + size / bandwidth is the link's rendezvous time. */
+ * a ping-pong takes beyond latency + size / bandwidth is the link's rendezvous time. Exchanges (both
+ * ranks send to each other at once, as in a ring's or a halving's round) give the rate each way with
+ * both directions busy, which the MPI stack need not keep at the one-way bandwidth. */
 #include <math.h>
 #include <stdlib.h>
 #include <starpu_mpi.h>
@@ -31,7 +33,7 @@ static double median(double *v, int n) {
  * waiting for its acknowledgement for ever (runtime/progress.h). Every request posted is waited
  * for, so no handle is unregistered with a transfer pending. */
 static int measure(int rank, starpu_data_handle_t *h, starpu_data_handle_t ack, int reps, double *half, double *per_msg,
-                   double ack_us, double *tv) {
+                   double *exch, double ack_us, double *tv) {
   int peer = 1 - rank, ret = 0;
   for (int r = -2; !ret && r < reps; r++) { /* two warm-up rounds */
     double t0 = starpu_timing_now();
@@ -61,6 +63,19 @@ static int measure(int rank, starpu_data_handle_t *h, starpu_data_handle_t ack, 
     if (r >= 0) tv[r] = (starpu_timing_now() - t0 - ack_us) / STREAM;
   }
   *per_msg = median(tv, reps);
+  /* Exchange: both ranks send one message to the other at once and wait for both, as a ring's round
+   * at 2 ranks does (both directions of the link busy); dependent repetitions, like the rounds. */
+  for (int r = -2; !ret && r < reps; r++) {
+    starpu_mpi_req req[2];
+    double t0 = starpu_timing_now();
+    ret = starpu_mpi_isend(h[0], &req[0], peer, TAG + 50, MPI_COMM_WORLD);
+    if (ret) break;
+    ret = starpu_mpi_irecv(h[1], &req[1], peer, TAG + 50, MPI_COMM_WORLD);
+    _tsr_mpi_wait(&req[0]);
+    if (!ret) _tsr_mpi_wait(&req[1]);
+    if (r >= 0) tv[r] = starpu_timing_now() - t0;
+  }
+  *exch = median(tv, reps);
   return ret;
 }
 
@@ -82,9 +97,10 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
   }
   if (rank > 1) return TSR_OK;
   char *buf = calloc(STREAM, (size_t)maxb), ackb = 0;
-  double *tv = malloc(reps * sizeof *tv), *half = calloc(nsizes, sizeof *half), *per = calloc(nsizes, sizeof *per);
-  if (!buf || !tv || !half || !per) {
-    free(buf), free(tv), free(half), free(per);
+  double *tv = malloc(reps * sizeof *tv), *half = calloc(nsizes, sizeof *half), *per = calloc(nsizes, sizeof *per),
+         *exch = calloc(nsizes, sizeof *exch);
+  if (!buf || !tv || !half || !per || !exch) {
+    free(buf), free(tv), free(half), free(per), free(exch);
     return _tsr_error(TSR_ERR_NOMEM, "tsr_scale_calibrate: out of memory for %lld-byte messages", (long long)maxb);
   }
   starpu_data_handle_t ack;
@@ -94,7 +110,7 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
     starpu_data_handle_t h[STREAM];
     for (int k = 0; k < STREAM; k++)
       starpu_vector_data_register(&h[k], STARPU_MAIN_RAM, (uintptr_t)(buf + k * maxb), (uint32_t)sizes[i], 1);
-    ret = measure(rank, h, ack, reps, &half[i], &per[i], i ? half[0] : 0, tv);
+    ret = measure(rank, h, ack, reps, &half[i], &per[i], &exch[i], i ? half[0] : 0, tv);
     for (int k = 0; k < STREAM; k++) starpu_data_unregister(h[k]);
   }
   starpu_data_unregister(ack);
@@ -118,22 +134,32 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
   for (int i = 1; i < nsizes && nx < 64; i++)
     if (sizes[i] > link->eager_bytes) extra[nx++] = half[i] - half[0] - sizes[i] * slope;
   double rdv = nx ? median(extra, nx) : 0;
+  /* Exchange rate: median over the same sizes as the bandwidth of size / (exchange time - latency). */
+  double xr[64];
+  int nr = 0;
+  for (int i = from; i < nsizes && nr < 64; i++)
+    if (exch[i] > half[0]) xr[nr++] = sizes[i] / (exch[i] - half[0]) / 125.0;
+  double xgbit = nr ? median(xr, nr) : 0;
   if (st == TSR_OK && rank == 0) {
     link->latency_us = half[0];
     link->bandwidth_gbit = 1 / slope / 125.0;
     link->rendezvous_us = rdv > 0 ? rdv : 0;
+    link->exchange_gbit = xgbit;
     if (log) {
-      fprintf(log, "%12s %14s %16s %12s\n", "bytes", "half RTT us", "stream us/msg", "Gbit/s");
+      fprintf(log, "%12s %14s %16s %12s %14s\n", "bytes", "half RTT us", "stream us/msg", "Gbit/s", "exchange us");
       for (int i = 0; i < nsizes; i++)
-        fprintf(log, "%12lld %14.2f %16.2f %12.3f\n", (long long)sizes[i], half[i], per[i],
-                per[i] > 0 ? sizes[i] / per[i] / 125.0 : 0.0);
+        fprintf(log, "%12lld %14.2f %16.2f %12.3f %14.2f\n", (long long)sizes[i], half[i], per[i],
+                per[i] > 0 ? sizes[i] / per[i] / 125.0 : 0.0, exch[i]);
       fprintf(log, "latency %.2f us, bandwidth %.3f Gbit/s (slope over sizes >= %lld bytes)\n", link->latency_us,
               link->bandwidth_gbit, (long long)sizes[from]);
       fprintf(log, "rendezvous %.2f us per message above %.0f bytes (ping-pong beyond latency + stream, median of %d "
                    "sizes)\n",
               link->rendezvous_us, link->eager_bytes, nx);
+      fprintf(log, "exchange %.3f Gbit/s each way with both directions busy (median over sizes >= %lld bytes of "
+                   "size / (exchange - latency))\n",
+              link->exchange_gbit, (long long)sizes[from]);
     }
   }
-  free(buf), free(tv), free(half), free(per);
+  free(buf), free(tv), free(half), free(per), free(exch);
   return st;
 }

@@ -33,11 +33,16 @@ static double rounds(struct _tsr_rounds *r, int count, double wire, double work)
 }
 
 /* One message of m bytes over link l while `flows` messages share it (when it is shared); above the
- * eager limit MPI waits for the receiver's answer to a rendezvous before the bulk of the data. */
-static double hop(const tsr_link *l, double m, int flows) {
-  return l->latency_us + (m > l->eager_bytes ? l->rendezvous_us : 0) +
-         m * (l->shared && flows > 1 ? flows : 1) / rate(l->bandwidth_gbit);
+ * eager limit MPI waits for the receiver's answer to a rendezvous before the bulk of the data. In an
+ * exchange (ex: the round's ranks send and receive at once, both directions of the link busy) the
+ * bytes move at the link's exchange rate when it has one below its bandwidth. */
+static double hop_ex(const tsr_link *l, double m, int flows, int ex) {
+  double bw = ex && l->exchange_gbit > 0 && l->exchange_gbit < l->bandwidth_gbit ? l->exchange_gbit : l->bandwidth_gbit;
+  return l->latency_us + (m > l->eager_bytes ? l->rendezvous_us : 0) + m * (l->shared && flows > 1 ? flows : 1) / rate(bw);
 }
+/* The rounds of every model are exchanges but the binomial tree's and the hand-overs of ranks beyond a
+ * power of two (one way). */
+static double hop(const tsr_link *l, double m, int flows) { return hop_ex(l, m, flows, 1); }
 static double sum_us(const tsr_machine *mc, double b) { return b / rate(mc->reduce_gbit); }
 static double pack_us(const tsr_machine *mc, double b) { return b / rate(mc->pack_gbit); }
 static int per_node(const tsr_machine *mc, int p) { return mc->ranks_per_node < p ? mc->ranks_per_node : p; }
@@ -64,7 +69,7 @@ static double ring_half(const tsr_machine *mc, double n, int p, struct _tsr_roun
 static double recdouble(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
-  double t = 0, fold = hop(p > k ? &mc->inter : &mc->intra, n, 1);
+  double t = 0, fold = hop_ex(p > k ? &mc->inter : &mc->intra, n, 1, 0); /* one way */
   if (p2 < p) t += rounds(r, 1, fold, sum_us(mc, n));
   for (int d = 1; d < p2; d *= 2) t += rounds(r, 1, d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k), sum_us(mc, n));
   if (p2 < p) t += rounds(r, 1, fold, 0);
@@ -76,7 +81,7 @@ static double recdouble(const tsr_machine *mc, double n, int p, struct _tsr_roun
 static double tree_half(const tsr_machine *mc, double n, int p, int up, struct _tsr_rounds *r) {
   int k = per_node(mc, p), levels = 0;
   double h[32], t = 0;
-  for (int d = 1; d < p; d *= 2) h[levels++] = d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, 1);
+  for (int d = 1; d < p; d *= 2) h[levels++] = hop_ex(d < k ? &mc->intra : &mc->inter, n, 1, 0); /* one way */
   for (int i = 0; i < levels; i++) t += up ? rounds(r, 1, h[i], sum_us(mc, n)) : rounds(r, 1, h[levels - 1 - i], 0);
   return t;
 }
@@ -103,7 +108,7 @@ static double hier(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r
 static double halving(const tsr_machine *mc, double n, int p, int stride, int flows, int fold, struct _tsr_rounds *r) {
   int k = per_node(mc, p * stride), p2 = 1, levels = 0;
   while (p2 * 2 <= p) p2 *= 2;
-  double t = 0, m = n, h[32], f = hop(p * stride > k ? &mc->inter : &mc->intra, n, fold);
+  double t = 0, m = n, h[32], f = hop_ex(p * stride > k ? &mc->inter : &mc->intra, n, fold, 0); /* one way */
   if (p2 < p) t += rounds(r, 1, f, sum_us(mc, n));
   for (int d = 1; d < p2; d *= 2) {
     m /= 2;

@@ -62,11 +62,13 @@ static tsr_status link_of(const char *what, const char *name, const json_t *o, t
       TSR_TRY(num(what, f, v, 1, &l->rendezvous_us));
     else if (!strcmp(key, "eager_bytes"))
       TSR_TRY(num(what, f, v, 1, &l->eager_bytes));
+    else if (!strcmp(key, "exchange_gbit"))
+      TSR_TRY(num(what, f, v, 1, &l->exchange_gbit));
     else if (!strcmp(key, "shared")) {
       if (!json_is_boolean(v)) return _tsr_error(TSR_ERR_FORMAT, "%s: field '%s': expected true or false", what, f);
       l->shared = json_is_true(v);
     } else
-      return _tsr_error(TSR_ERR_FORMAT, "%s: unknown field '%s' (latency_us, bandwidth_gbit, shared, rendezvous_us, eager_bytes)", what, f);
+      return _tsr_error(TSR_ERR_FORMAT, "%s: unknown field '%s' (latency_us, bandwidth_gbit, shared, rendezvous_us, eager_bytes, exchange_gbit)", what, f);
   }
   return TSR_OK;
 }
@@ -148,12 +150,14 @@ tsr_status tsr_machine_load(const char *path, tsr_machine *m) {
 tsr_status tsr_machine_save(const char *path, const tsr_machine *m) {
   if (!path || !m) return _tsr_error(TSR_ERR_ARG, "tsr_machine_save: path and machine are required");
   json_t *root = json_pack(
-      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:f}, s:f, s:f, s:s}", "name", m->name, "workers_per_rank",
+      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b, s:f, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:f, s:f}, s:f, s:f, s:s}", "name", m->name, "workers_per_rank",
       m->workers_per_rank, "ranks_per_node", m->ranks_per_node, "compute_scale", m->compute_scale, "task_overhead_us",
       m->task_overhead_us, "intra", "latency_us", m->intra.latency_us, "bandwidth_gbit", m->intra.bandwidth_gbit,
-      "shared", m->intra.shared, "rendezvous_us", m->intra.rendezvous_us, "eager_bytes", m->intra.eager_bytes, "inter",
+      "shared", m->intra.shared, "rendezvous_us", m->intra.rendezvous_us, "eager_bytes", m->intra.eager_bytes,
+      "exchange_gbit", m->intra.exchange_gbit, "inter",
       "latency_us", m->inter.latency_us, "bandwidth_gbit", m->inter.bandwidth_gbit, "shared", m->inter.shared,
-      "rendezvous_us", m->inter.rendezvous_us, "eager_bytes", m->inter.eager_bytes, "reduce_gbit", m->reduce_gbit, "pack_gbit", m->pack_gbit,
+      "rendezvous_us", m->inter.rendezvous_us, "eager_bytes", m->inter.eager_bytes,
+      "exchange_gbit", m->inter.exchange_gbit, "reduce_gbit", m->reduce_gbit, "pack_gbit", m->pack_gbit,
       "progress", m->progress == TSR_MPI_PROGRESS_THREAD ? "thread" : "worker");
   if (!root) return _tsr_error(TSR_ERR_NOMEM, "machine file %s: out of memory", path);
   int ret = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
