@@ -362,6 +362,42 @@ START_TEST(group_size_falls_back_to_the_environment) {
 }
 END_TEST
 
+static tsr_model *tiny_conv_relu(void) {
+  tsr_model *m;
+  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
+  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
+  return m;
+}
+
+/* The step deadline of a multi-rank run before any step is timed: 30 s plus 20 times the step's
+ * FLOPs at 1 GFLOP/s per worker. tiny_conv_relu's conv: 2 x 4 x 4 outputs x 9 multiply-adds = 288 per
+ * sample; batch 4, 2 workers: 6 x 288 x 4 / 2e9 = 3.456e-6 s, so 30 + 6.912e-5 s. Set, the option
+ * wins; TESSERA_STEP_TIMEOUT=0 means no limit (-1). */
+START_TEST(the_first_step_deadline_follows_the_models_flops) {
+  tsr_context *ctx = start(1, 2);
+  tsr_model *m = tiny_conv_relu();
+  ck_assert_double_eq(tsr_model_forward_flops(m), 288.0);
+  unsetenv("TESSERA_STEP_TIMEOUT");
+  double opt[] = {0, 7, 0}, expect[] = {30 + 20 * 6 * 288.0 * 4 / 2e9, 7, -1};
+  for (int k = 0; k < 3; k++) {
+    if (k == 2) ck_assert_int_eq(setenv("TESSERA_STEP_TIMEOUT", "0", 1), 0);
+    tsr_trainer_opts o;
+    tsr_trainer_opts_default(&o);
+    o.batch = 4, o.step_timeout = opt[k];
+    tsr_trainer *t;
+    ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_OK);
+    double d = _tsr_step_deadline(t);
+    ck_assert_msg(fabs(d - expect[k]) <= 1e-12, "case %d: deadline %.12g s, expected %.12g", k, d, expect[k]);
+    tsr_trainer_destroy(t);
+  }
+  unsetenv("TESSERA_STEP_TIMEOUT");
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* The control word on one rank: each training step reports the value set before its submission
  * (0 before any set), evaluation steps report 0, and unsubmitted steps are refused. */
 START_TEST(control_word_reports_the_value_of_each_step) {
@@ -532,14 +568,6 @@ START_TEST(a_model_that_cannot_fit_is_refused_naming_its_largest_layer) {
 END_TEST
 
 /* The footprint tests' model: input 'in' [1, 4, 4] -> conv2d 'c' (2 outputs, 3x3, padding 1) -> relu 'r'. */
-static tsr_model *tiny_conv_relu(void) {
-  tsr_model *m;
-  ck_assert_int_eq(tsr_model_create(&m, "tiny"), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_input(m, "in", 1, 4, 4), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_conv2d(m, "c", "in", 2, 3, 1, 1), TSR_OK);
-  ck_assert_int_eq(tsr_model_add_simple(m, "r", TSR_LAYER_RELU, "c"), TSR_OK);
-  return m;
-}
 
 /* Input [1, 4, 4] -> conv 'c' [2, 4, 4] -> relu 'r' (the output), batch 4 in 2 slices of 2, in
  * bytes. Parameters (padded to 16 floats; weights, gradients, 2 moments): weight 18 -> 32 floats,
@@ -701,6 +729,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   tcase_add_test(tc, group_size_falls_back_to_the_environment);
+  tcase_add_test(tc, the_first_step_deadline_follows_the_models_flops);
   tcase_add_test(tc, every_trainable_tensor_is_updated_by_a_step);
   tcase_add_test(tc, control_word_reports_the_value_of_each_step);
   tcase_add_test(tc, kernel_failure_is_returned_by_the_trainer);

@@ -95,7 +95,8 @@ typedef struct tsr_trainer_opts {
    * the default (README, "Environment variables"). */
   double step_timeout; /* seconds a rank waits for a step before concluding that another rank died
                           or hung (the step then fails): 0 = TESSERA_STEP_TIMEOUT (<= 0 there: wait
-                          forever), else 30 s plus 20 times the slowest step so far; < 0 = forever */
+                          forever), else 30 s plus 20 times the slowest step so far (before the
+                          first step ends: 20 times its FLOPs at 1 GFLOP/s per worker); < 0 = forever */
   int skip_reduce;     /* benchmarks only, results are wrong: 1 = gradients are not reduced across
                           ranks; 0 = TESSERA_SKIP_ALLREDUCE (a nonzero integer: skip), else reduce;
                           -1 = reduce */

@@ -161,17 +161,18 @@ static struct _tsr_loss_desc loss_desc(const tsr_trainer *t, int s, int nvalid) 
 
 /* Seconds a rank waits for a step of a multi-rank run before concluding that a peer is gone:
  * tsr_trainer_opts.step_timeout or TESSERA_STEP_TIMEOUT (<= 0: wait forever), else 30 s plus 20
- * times the longest step seen so far. Launchers usually kill the other ranks when one dies (mpirun
- * within a second); this catches the rest (a hung peer, srun without --kill-on-bad-exit). */
-static double step_timeout(const tsr_trainer *t) {
+ * times the longest step seen so far, or before any step is timed, 20 times first_step (trainer.c:
+ * the step's FLOPs at 1 GFLOP/s per worker). Launchers usually kill the other ranks when one dies
+ * (mpirun within a second); this catches the rest (a hung peer, srun without --kill-on-bad-exit). */
+double _tsr_step_deadline(const tsr_trainer *t) {
   if (t->step_timeout != 0) return t->step_timeout;
-  return 30.0 + 20.0 * t->longest_step;
+  return 30.0 + 20.0 * (t->longest_step > 0 ? t->longest_step : t->first_step);
 }
 
 /* Waits for the loss task of a multi-rank step with a deadline instead of starpu_task_wait's
  * forever: polls its status (the task is not detached, so it stays valid until waited). */
 static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_t step) {
-  double limit = step_timeout(t);
+  double limit = _tsr_step_deadline(t);
   if (limit <= 0) return TSR_OK;
   double start = starpu_timing_now(), pause = 50;
   while (task->status != STARPU_TASK_FINISHED) {

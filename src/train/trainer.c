@@ -375,6 +375,10 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   int nw = (int)starpu_cpu_worker_get_count() + (int)starpu_cuda_worker_get_count();
   t->slices = o->slices ? o->slices : (nw > 0 ? nw : 1);
   if (t->slices > t->batch) t->slices = t->batch;
+  /* Before any step is timed, the step deadline (step.c) assumes the rank's step (forward and
+   * backward: 3x the forward's multiply-adds, 2 FLOPs each) runs at 1 GFLOP/s per worker, far below
+   * any core's rate: a first step of a large model is not taken for a dead peer after 30 s. */
+  t->first_step = 6.0 * tsr_model_forward_flops(m) * t->batch / (1e9 * (nw > 0 ? nw : 1));
   t->slice_n = calloc(t->slices, sizeof(int));
   t->slice_off = calloc(t->slices, sizeof(int));
   t->ls = calloc(m->n, sizeof *t->ls);

@@ -130,6 +130,7 @@ struct tsr_trainer {
   int use_nccl;         /* reduce over NCCL when CUDA workers exist (tsr_trainer_opts.nccl) */
   double step_timeout;  /* seconds a multi-rank step may take; 0 = adaptive, < 0 = no limit */
   double longest_step;  /* seconds from submission to loss of the slowest step so far */
+  double first_step;    /* the step deadline's stand-in for longest_step before a step is timed */
   /* data parallelism: the batch is split over the world, gradient groups summed over it (src/comm) */
   struct _tsr_comm world;
   struct _tsr_dist batch_dist;
@@ -281,6 +282,8 @@ int _tsr_slow_submit(tsr_trainer *t, int p, int64_t step);
 tsr_status _tsr_flush_updates(tsr_trainer *t);
 tsr_status _tsr_submit_step(tsr_trainer *t, tsr_sample_fn fill, void *user, int train, int nvalid, int64_t *id);
 tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step);
+/* Seconds a rank waits for the next step of a multi-rank run (<= 0: forever); step.c. */
+double _tsr_step_deadline(const tsr_trainer *t);
 /* Grows the loss and flag histories to hold step `step`. */
 tsr_status _tsr_history_reserve(tsr_trainer *t, int64_t step);
 
