@@ -166,10 +166,12 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
 }
 
 tsr_status tsr_scale_calibrate_timeslice(tsr_context *ctx, int reps, double latency_us, double *slice_us, FILE *log) {
-  if (!ctx || !slice_us) return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate_timeslice: context and result are required");
+  if (!ctx || !slice_us)
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate_timeslice: context and result are required");
   if (reps < 1 || reps > 100000 || !(latency_us >= 0))
-    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate_timeslice: %d repetitions (need 1..100000), latency %g us (need >= 0)",
-                      reps, latency_us);
+    return _tsr_error(TSR_ERR_ARG,
+                      "tsr_scale_calibrate_timeslice: %d repetitions (need 1..100000), latency %g us (need >= 0)", reps,
+                      latency_us);
   int rank = tsr_context_rank(ctx);
   if (tsr_context_size(ctx) < 2)
     return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate_timeslice: needs 2 ranks (run it under mpirun -np 2)");
@@ -193,7 +195,8 @@ tsr_status tsr_scale_calibrate_timeslice(tsr_context *ctx, int reps, double late
   }
   starpu_data_unregister(h);
   tsr_status st = TSR_OK;
-  if (ret) st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate_timeslice: StarPU-MPI transfer failed (%d)", ret);
+  if (ret)
+    st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate_timeslice: StarPU-MPI transfer failed (%d)", ret);
   else if (rank == 0) {
     double half = median(tv, reps);
     *slice_us = half > latency_us ? half - latency_us : 0;

@@ -80,7 +80,8 @@ static double recdouble(const tsr_machine *mc, double n, int p, struct _tsr_roun
   while (p2 * 2 <= p) p2 *= 2;
   double t = 0, fold = hop_ex(p > k ? &mc->inter : &mc->intra, n, 1, 0); /* one way */
   if (p2 < p) t += rounds(mc, p, r, 1, fold, sum_us(mc, n));
-  for (int d = 1; d < p2; d *= 2) t += rounds(mc, p, r, 1, d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k), sum_us(mc, n));
+  for (int d = 1; d < p2; d *= 2)
+    t += rounds(mc, p, r, 1, d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k), sum_us(mc, n));
   if (p2 < p) t += rounds(mc, p, r, 1, fold, 0);
   return t;
 }
