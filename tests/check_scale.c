@@ -78,6 +78,33 @@ START_TEST(exchange_rate_by_hand) {
 }
 END_TEST
 
+/* Ranks of a node taking turns on one core (timeslice_us = 40): every round waits (k - 1.5) slices
+ * beyond its messages for the node's ranks to have run: 20 us at 2 per node, 60 at 3; nothing at 1
+ * per node, nor with one rank, nor with the field at 0. */
+START_TEST(timeslice_by_hand) {
+  tsr_machine m2 = hand_machine(2);
+  m2.timeslice_us = 40;
+  /* ring, 4 ranks in 2 nodes: 6 rounds of (10 + 1 + 20) and 3 sums of 1 (69 + 6 x 20) */
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 6 * 31.0 + 3 * 1.0, eps);
+  /* halving-doubling: 4 rounds (4.32 + 25 + 4 x 20) */
+  ck_assert_double_eq_tol(cost(&m2, "rabenseifner", 4000, 4), 4.32 + 25 + 80, 1e-9);
+  /* hierarchical: 2 tree rounds inside and 2 ring rounds across the leaders (30.64 + 4 x 20) */
+  ck_assert_double_eq_tol(cost(&m2, "hier", 4000, 4), 1.32 + 4 + 1.32 + 24 + 2 + 80, 1e-9);
+  /* 2 ranks on one node: one ring round inside each way, (1 + 2000/12500 + 20) twice, a sum of 2 */
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 2), 2 * 21.16 + 2, 1e-9);
+  tsr_machine m3 = hand_machine(3);
+  m3.timeslice_us = 40;
+  /* ring, 6 ranks in 2 nodes of 3: chunks of 4000/6; 10 rounds of (10 + 0.667 + 60), 5 sums */
+  ck_assert_double_eq_tol(cost(&m3, "f32", 4000, 6), 10 * (10 + 4.0 / 6 + 60) + 5 * 4.0 / 6, 1e-9);
+  tsr_machine m1 = hand_machine(1);
+  m1.timeslice_us = 40;
+  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 4), 6 * 11.0 + 3 * 1.0, eps);
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 1), 0, eps);
+  m2.timeslice_us = 0;
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 69, eps);
+}
+END_TEST
+
 START_TEST(other_models_by_hand) {
   tsr_machine m = hand_machine(1);
   /* recursive doubling, 4 ranks: 2 rounds of (10 + 4000/1000) + a sum of 4 us */
@@ -175,6 +202,7 @@ START_TEST(machine_files) {
   bad_machine("{\"reduce_gbit\": \"fast\"}", "'reduce_gbit'");
   bad_machine("{\"bogus\": 1}", "'bogus'");
   bad_machine("{\"progress\": \"poll\"}", "'progress'");
+  bad_machine("{\"timeslice_us\": -4000}", "'timeslice_us'");
   bad_machine("{\"progress\": 1}", "'progress'");
   bad_machine("[1, 2]", "object");
   bad_machine("{\"inter\": ", "m.json:1:");
@@ -192,10 +220,12 @@ START_TEST(machine_files) {
   ck_assert_double_eq(m.inter.bandwidth_gbit, 200);
   ck_assert_double_eq(m.intra.bandwidth_gbit, 100);
   ck_assert(m.inter.rendezvous_us == 0 && m.inter.eager_bytes == 65472 && m.intra.eager_bytes == 4032);
-  ck_assert(m.inter.exchange_gbit == 0 && m.intra.exchange_gbit == 0);
+  ck_assert(m.inter.exchange_gbit == 0 && m.intra.exchange_gbit == 0 && m.timeslice_us == 0);
   ck_assert_int_eq(tsr_machine_parse("{\"inter\": {\"rendezvous_us\": 250.5, \"eager_bytes\": 12288, "
-                                     "\"exchange_gbit\": 0.75}}", "m.json", &back),
+                                     "\"exchange_gbit\": 0.75}, \"timeslice_us\": 3978.5}", "m.json", &back),
                    TSR_OK);
+  m.timeslice_us = back.timeslice_us;
+  ck_assert(m.timeslice_us == 3978.5);
   m.inter.rendezvous_us = back.inter.rendezvous_us, m.inter.eager_bytes = back.inter.eager_bytes;
   m.inter.exchange_gbit = back.inter.exchange_gbit;
   ck_assert(m.inter.rendezvous_us == 250.5 && m.inter.eager_bytes == 12288 && m.inter.exchange_gbit == 0.75);
@@ -208,7 +238,7 @@ START_TEST(machine_files) {
             back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit &&
             back.progress == m.progress && back.inter.rendezvous_us == m.inter.rendezvous_us &&
             back.inter.eager_bytes == m.inter.eager_bytes && back.intra.eager_bytes == m.intra.eager_bytes &&
-            back.inter.exchange_gbit == m.inter.exchange_gbit);
+            back.inter.exchange_gbit == m.inter.exchange_gbit && back.timeslice_us == m.timeslice_us);
   ck_assert_int_eq(tsr_machine_parse("{\"progress\": \"thread\"}", "m.json", &m), TSR_OK);
   ck_assert_int_eq(m.progress, TSR_MPI_PROGRESS_THREAD);
   ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
@@ -426,6 +456,7 @@ static Suite *make_scale_suite(void) {
   TCase *tc = tcase_create("scale");
   tcase_add_test(tc, ring_by_hand);
   tcase_add_test(tc, exchange_rate_by_hand);
+  tcase_add_test(tc, timeslice_by_hand);
   tcase_add_test(tc, other_models_by_hand);
   tcase_add_test(tc, rounds_add_up);
   tcase_add_test(tc, machine_files);

@@ -45,6 +45,15 @@ if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/ex.json" | awk '$1 == 
 else
   echo "FAIL: --cost with an exchange rate: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/ex.json")"; fail=1
 fi
+# two ranks per node taking turns on one core with a 40 us time slice: each of the ring's 6 rounds at
+# 4 ranks waits half a slice more, (10 + 1 + 20) x 6 + 3 sums of 1 = 189 us (69 without the field)
+echo '{"ranks_per_node": 2, "inter": {"latency_us": 10, "bandwidth_gbit": 8}, "reduce_gbit": 8, "timeslice_us": 40}' \
+  >"$tmp/ts.json"
+if "$scale" --cost --bytes 4000 --ranks 4 --machine "$tmp/ts.json" | awk '$1 == 4 { exit !($2 == 189.0) }'; then
+  echo "PASS: --cost adds half the machine file's time slice to each round of ranks sharing a core: 189 us"
+else
+  echo "FAIL: --cost with a time slice: $("$scale" --cost --bytes 4000 --ranks 4 --machine "$tmp/ts.json")"; fail=1
+fi
 [ $fail = 0 ] || exit 1
 # The calibration measures time over a link: the project's tests must not depend on timing or load,
 # so it runs only when asked for (on a machine known to be quiet).
@@ -83,4 +92,18 @@ if grep -q "^exchange .* Gbit/s each way .* sizes >= 262144 bytes" "$tmp/cal.log
   echo "PASS: exchange rate $ex Gbit/s each way, from the sizes >= 262144 bytes"
 else
   echo "FAIL: exchange rate '${ex:-nothing}' Gbit/s or its log line (sizes >= 262144 bytes)"; exit 1
+fi
+# the time slice (a time, its value not checked): two ranks on this machine, written into the
+# machine file given, whose other fields are kept
+echo '{"intra": {"latency_us": 3}, "inter": {"latency_us": 77}}' >"$tmp/tsin.json"
+timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT "$scale" --calibrate \
+  --link timeslice --reps 5 --machine "$tmp/tsin.json" --save "$tmp/ts-out.json" >"$tmp/ts.log" 2>&1
+rc=$?
+cat "$tmp/ts.log"
+sl=$(sed -n 's/.*"timeslice_us": *\([0-9.e+-]*\).*/\1/p' "$tmp/ts-out.json" 2>/dev/null | tail -1)
+if [ $rc = 0 ] && grep -q "latency 3.00 us: time slice" "$tmp/ts.log" && grep -q '"latency_us": 77' "$tmp/ts-out.json" &&
+  awk -v x="$sl" 'BEGIN { exit !(x != "" && x >= 0) }'; then
+  echo "PASS: time slice $sl us (ping-pong beyond the file's intra latency of 3 us), other fields kept"
+else
+  echo "FAIL: --link timeslice (rc $rc) wrote '${sl:-nothing}' us"; exit 1
 fi

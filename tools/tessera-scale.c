@@ -41,7 +41,8 @@ static void usage(void) {
          "      --bytes B         group size for --cost\n"
          "      --calibrate       measure the link between ranks 0 and 1 (ping-pong and streaming)\n"
          "      --save FILE       machine file written by --calibrate\n"
-         "      --link inter|intra  which link of the machine file --calibrate sets (default inter)\n"
+         "      --link inter|intra|timeslice  what of the machine file --calibrate sets (default inter;\n"
+         "                        timeslice: ranks 0 and 1 on one core, the ping-pong beyond intra latency)\n"
          "      --from-trace DIR  workers, dispatch time per task and sum/pack rates from a traced run: with\n"
          "                        --calibrate, or alone with --save (into the file), or when predicting\n"
          "                        (over the machine file's; the replayed trace itself: the same load)\n"
@@ -178,8 +179,8 @@ static void parse(int argc, char **argv, struct options *o) {
       o->save = optarg;
       break;
     case O_LINK:
-      if (strcmp(optarg, "inter") && strcmp(optarg, "intra"))
-        cli_usage_error("--link: inter or intra, not '%s'", optarg);
+      if (strcmp(optarg, "inter") && strcmp(optarg, "intra") && strcmp(optarg, "timeslice"))
+        cli_usage_error("--link: inter, intra or timeslice, not '%s'", optarg);
       o->link = optarg;
       break;
     case O_FROM:
@@ -239,8 +240,10 @@ static void calibrate(const struct options *o, tsr_machine *m, int *argc, char *
   check(tsr_context_create(&ctx, &co, argc, argv));
   tsr_link *l = strcmp(o->link, "intra") ? &m->inter : &m->intra;
   int rank = tsr_context_rank(ctx);
-  tsr_status st = tsr_scale_calibrate(ctx, o->nsizes ? o->sizes : NULL, o->nsizes, o->reps, l,
-                                      rank == 0 && !o->quiet ? stdout : NULL);
+  FILE *log = rank == 0 && !o->quiet ? stdout : NULL;
+  tsr_status st = strcmp(o->link, "timeslice")
+                      ? tsr_scale_calibrate(ctx, o->nsizes ? o->sizes : NULL, o->nsizes, o->reps, l, log)
+                      : tsr_scale_calibrate_timeslice(ctx, o->reps, m->intra.latency_us, &m->timeslice_us, log);
   tsr_context_destroy(ctx);
   check(st);
   if (rank != 0) exit(0);

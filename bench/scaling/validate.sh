@@ -8,12 +8,14 @@
 # on the link's machine file, measured by tessera-scale --calibrate (+ --from-trace for the sums).
 # Usage: bench/scaling/validate.sh BUILD_DIR [OUT_DIR]   (writes OUT_DIR/validate.csv; its columns 9-10:
 # the same replay with --progress thread, messages moving at once, and its error; 11-12: the replay
-# with the links' exchange_gbit left out (full duplex, the model before it), and its error)
+# with the links' exchange_gbit left out (full duplex, the model before it), and its error; 13-14: the
+# replay with timeslice_us left out (a core per rank), and its error)
 # A subset, or other reductions: LINKS="loop 1gbit 10gbit" LAYOUTS="262144 layer 1000000000000"
 # RANKS="1 2 3 4" COLLECTIVES="ring" (tessera-train --collective names, each predicted with the cost
 # model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
 # ranks or TESSERA_NODE_SIZE=k on loopback; the machine file's intra link then comes from a
-# calibration over shared memory, and rank counts that are not a multiple of k are skipped).
+# calibration over shared memory, its timeslice_us from two ranks on one node of 2 nodes of k ranks,
+# and rank counts that are not a multiple of k are skipped).
 # Every launch runs under timeout: TRAIN_TIMEOUT s for a training run (default 900), CAL_TIMEOUT s for
 # a calibration (default 180; one takes seconds). A calibration is tried CAL_TRIES times (default 3):
 # a loaded machine can drown the small sizes' times in scheduling noise (refused), and a try that
@@ -34,7 +36,7 @@ MPI="mpirun --allow-run-as-root --oversubscribe -x STARPU_HOME -x STARPU_SILENT 
 "$B/tessera-train" --model "$here/validate_model.json" --data "$tmp/data.h5" --val-fraction 0 --epochs 1 --batch 4 \
   --workers 1 -q >/dev/null 2>&1 # StarPU's bus and kernel models, once
 csv=$out/validate.csv
-echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective,predicted_thread_ms,error_thread,predicted_duplex_ms,error_duplex" >"$csv"
+echo "link,ranks,layout,measured_ms,predicted_ms,error,load,collective,predicted_thread_ms,error_thread,predicted_duplex_ms,error_duplex,predicted_noslice_ms,error_noslice" >"$csv"
 
 train_s=${TRAIN_TIMEOUT:-900} cal_s=${CAL_TIMEOUT:-180} cal_tries=${CAL_TRIES:-3}
 
@@ -95,8 +97,13 @@ for link in $links; do
     calibrate "$out/calibrate-$link.log" "calibration of the intra link" timeout "$cal_s" $MPI -np 2 \
       "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra --machine "$mf" \
       --save "$mf" || exit 1
+    # the time slice of two ranks on a node of the runs' shape (2 nodes of k ranks: netlab splits the
+    # CPUs among the nodes, so on a small machine a node's ranks take turns on its cores)
+    calibrate "$out/calibrate-$link.log" "calibration of the time slice" launch "$link" $((2 * k)) "$k" \
+      "$B/tessera-scale" --calibrate --link timeslice --reps 20 --machine "$mf" --save "$mf" || exit 1
   fi
   sed 's/"exchange_gbit": *[0-9.e+-]*/"exchange_gbit": 0/' "$mf" >"$out/machine-$link-duplex.json"
+  sed 's/"timeslice_us": *[0-9.e+-]*/"timeslice_us": 0/' "$mf" >"$out/machine-$link-noslice.json"
   for layout in ${LAYOUTS:-262144 layer 1000000000000}; do
     for n in ${RANKS:-1 2 3 4}; do
       [ "$link" != loop ] && [ "$n" = 1 ] && continue # one rank uses no link
@@ -112,10 +119,12 @@ for link in $links; do
           --progress thread | tail -1 | cut -d, -f2)
         dup=$("$B/tessera-scale" "$tmp/tr" --machine "$out/machine-$link-duplex.json" --from-trace "$tmp/tr" --ranks "$n" \
           --algo "$model" --csv | tail -1 | cut -d, -f2)
+        nos=$("$B/tessera-scale" "$tmp/tr" --machine "$out/machine-$link-noslice.json" --from-trace "$tmp/tr" --ranks "$n" \
+          --algo "$model" --csv | tail -1 | cut -d, -f2)
         load=$(cut -d' ' -f1 /proc/loadavg)
-        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" -v th="$thr" -v du="$dup" \
-          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s,%.3f,%.4f,%.3f,%.4f\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3, ld, c,
-             th / 1e3, (th - $3) / $3, du / 1e3, (du - $3) / $3 }' |
+        echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" -v th="$thr" -v du="$dup" -v ns="$nos" \
+          '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3,
+             ld, c, th / 1e3, (th - $3) / $3, du / 1e3, (du - $3) / $3, ns / 1e3, (ns - $3) / $3 }' |
           tee -a "$csv"
       done
     done
@@ -127,6 +136,10 @@ tail -n +2 "$csv" | awk -F, '{ print ($6 < 0 ? -$6 : $6) }' | sort -g |
 tail -n +2 "$csv" | awk -F, '{ print ($12 < 0 ? -$12 : $12) }' | sort -g |
   awk '{ v[++n] = $1 } END { m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
         printf "without exchange_gbit (full duplex): median |error| %.1f%%, worst %.1f%%\n", 100 * m, 100 * v[n] }' |
+  tee -a "$out/summary.txt"
+tail -n +2 "$csv" | awk -F, '{ print ($14 < 0 ? -$14 : $14) }' | sort -g |
+  awk '{ v[++n] = $1 } END { m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
+        printf "without timeslice_us (a core per rank): median |error| %.1f%%, worst %.1f%%\n", 100 * m, 100 * v[n] }' |
   tee -a "$out/summary.txt"
 if command -v gnuplot >/dev/null; then
   gnuplot <<GP

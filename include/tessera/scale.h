@@ -35,6 +35,11 @@ typedef struct tsr_machine {
   tsr_link inter;          /* a node's link to the other nodes */
   double reduce_gbit;      /* float32 sums on receipt: Gbit/s of float32 input */
   double pack_gbit;        /* packing and unpacking bf16/fp16 wire chunks: Gbit/s of float32 */
+  double timeslice_us;     /* the ranks of a node take turns on one core (each rank's progress loop
+                              polls without sleeping): the operating system's time slice. A round of a
+                              reduction then ends only once every rank of the node has run after its
+                              message arrived: (ranks_per_node - 1.5) slices more on average, half
+                              the running rank's slice for two. 0 (the default): cores of their own */
   tsr_mpi_progress progress; /* who moves the reductions' messages (TESSERA_MPI_PROGRESS): WORKER (the
                                 default): worker 0's progress loop, between its tasks, so a message is
                                 posted and seen complete only when worker 0 is between two tasks;
@@ -102,6 +107,12 @@ void tsr_scale_result_free(tsr_scale_result *r);
  * latency: the smallest size's half round trip; bandwidth: least-squares slope of the streaming time
  * per message over the sizes from 64 KiB. A table per size goes to `log` (rank 0; NULL: none). */
 tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsizes, int reps, tsr_link *link, FILE *log);
+/* Measures the time slice of ranks 0 and 1 placed on one core (tsr_machine.timeslice_us): the median
+ * half round trip of `reps` 8-byte ping-pongs between them, less `latency_us` (the same ping-pong's
+ * time with a core per rank: the intra link's latency), into *slice_us (0 when not above it). Each
+ * rank polls for the other's message while it holds the core, so each message waits for the
+ * sender's slice to end. Every rank calls it; only ranks 0 and 1 take part. */
+tsr_status tsr_scale_calibrate_timeslice(tsr_context *ctx, int reps, double latency_us, double *slice_us, FILE *log);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,8 @@
  * stream overlaps those waits, a ping-pong (like the dependent rounds of a reduction) does not; what
  * a ping-pong takes beyond latency + size / bandwidth is the link's rendezvous time. Exchanges (both
  * ranks send to each other at once, as in a ring's or a halving's round) give the rate each way with
- * both directions busy, which the MPI stack need not keep at the one-way bandwidth. */
+ * both directions busy, which the MPI stack need not keep at the one-way bandwidth. The time slice of
+ * two ranks on one core is the ping-pong's time beyond the latency of ranks with a core each. */
 #include <math.h>
 #include <stdlib.h>
 #include <starpu_mpi.h>
@@ -161,5 +162,48 @@ tsr_status tsr_scale_calibrate(tsr_context *ctx, const int64_t *sizes, int nsize
     }
   }
   free(buf), free(tv), free(half), free(per), free(exch);
+  return st;
+}
+
+tsr_status tsr_scale_calibrate_timeslice(tsr_context *ctx, int reps, double latency_us, double *slice_us, FILE *log) {
+  if (!ctx || !slice_us)
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate_timeslice: context and result are required");
+  if (reps < 1 || reps > 100000 || !(latency_us >= 0))
+    return _tsr_error(TSR_ERR_ARG,
+                      "tsr_scale_calibrate_timeslice: %d repetitions (need 1..100000), latency %g us (need >= 0)", reps,
+                      latency_us);
+  int rank = tsr_context_rank(ctx);
+  if (tsr_context_size(ctx) < 2)
+    return _tsr_error(TSR_ERR_ARG, "tsr_scale_calibrate_timeslice: needs 2 ranks (run it under mpirun -np 2)");
+  if (rank > 1) return TSR_OK;
+  char b = 0;
+  double *tv = malloc(reps * sizeof *tv);
+  if (!tv) return _tsr_error(TSR_ERR_NOMEM, "tsr_scale_calibrate_timeslice: out of memory");
+  starpu_data_handle_t h;
+  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)&b, 1, 1);
+  int peer = 1 - rank, ret = 0;
+  for (int r = -2; !ret && r < reps; r++) { /* two warm-up rounds */
+    double t0 = starpu_timing_now();
+    if (rank == 0) {
+      ret = starpu_mpi_send(h, peer, TAG + 200, MPI_COMM_WORLD);
+      if (!ret) ret = starpu_mpi_recv(h, peer, TAG + 200, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      ret = starpu_mpi_recv(h, peer, TAG + 200, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (!ret) ret = starpu_mpi_send(h, peer, TAG + 200, MPI_COMM_WORLD);
+    }
+    if (r >= 0) tv[r] = (starpu_timing_now() - t0) / 2;
+  }
+  starpu_data_unregister(h);
+  tsr_status st = TSR_OK;
+  if (ret)
+    st = _tsr_error(TSR_ERR_RUNTIME, "tsr_scale_calibrate_timeslice: StarPU-MPI transfer failed (%d)", ret);
+  else if (rank == 0) {
+    double half = median(tv, reps);
+    *slice_us = half > latency_us ? half - latency_us : 0;
+    if (log)
+      fprintf(log, "half round trip %.2f us (8 bytes, median of %d), latency %.2f us: time slice %.2f us\n", half, reps,
+              latency_us, *slice_us);
+  }
+  free(tv);
   return st;
 }

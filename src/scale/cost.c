@@ -4,7 +4,8 @@
  * k to a node, consecutive ranks together, so a ring crosses each node boundary once per direction.
  * Each model is written as the sequence of its rounds, a message followed by the work on what
  * arrived, and its time is their sum: the replay under progress `worker` plays the rounds one by one.
- * A new collective is one entry here (docs/scaling.md gives each formula). */
+ * Ranks of a node that take turns on one core (the machine's timeslice_us) add to every round the
+ * wait for each of them to have run. A new collective is one entry here (docs/scaling.md gives each formula). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,20 @@
 #include "scale/scale.h"
 
 static double rate(double gbit) { return gbit * 125.0; } /* Gbit/s -> bytes per us */
+static int per_node(const tsr_machine *mc, int p) { return mc->ranks_per_node < p ? mc->ranks_per_node : p; }
 
-/* `count` rounds of one message (wire us) followed by work (us) on what arrived: their time, and
- * appended to r when the rounds are wanted. */
-static double rounds(struct _tsr_rounds *r, int count, double wire, double work) {
+/* Ranks of a node taking turns on one core (timeslice_us): a round ends once every rank of the node
+ * has run after its message arrived. The rank running then finishes its slice (half of it left on
+ * average), the others follow one whole slice each: (k - 1.5) slices beyond the last arrival. */
+static double turn_wait(const tsr_machine *mc, int p) {
+  int k = per_node(mc, p);
+  return mc->timeslice_us > 0 && k > 1 ? (k - 1.5) * mc->timeslice_us : 0;
+}
+
+/* `count` rounds over p ranks of one message (wire us, the wait for the ranks' turns added) followed
+ * by work (us) on what arrived: their time, and appended to r when the rounds are wanted. */
+static double rounds(const tsr_machine *mc, int p, struct _tsr_rounds *r, int count, double wire, double work) {
+  wire += turn_wait(mc, p);
   for (int i = 0; r && i < count; i++) {
     if (r->n == r->cap) {
       int cap = r->cap ? 2 * r->cap : 64;
@@ -45,8 +56,6 @@ static double hop_ex(const tsr_link *l, double m, int flows, int ex) {
 static double hop(const tsr_link *l, double m, int flows) { return hop_ex(l, m, flows, 1); }
 static double sum_us(const tsr_machine *mc, double b) { return b / rate(mc->reduce_gbit); }
 static double pack_us(const tsr_machine *mc, double b) { return b / rate(mc->pack_gbit); }
-static int per_node(const tsr_machine *mc, int p) { return mc->ranks_per_node < p ? mc->ranks_per_node : p; }
-
 /* One round in which every rank sends m bytes to its ring neighbour: the slowest hop. */
 static double ring_round(const tsr_machine *mc, int p, double m) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
@@ -58,7 +67,7 @@ static double ring_round(const tsr_machine *mc, int p, double m) {
  * round; half formats halve the bytes and pack/unpack each round. */
 static double ring(const tsr_machine *mc, double n, int p, double wire, struct _tsr_rounds *r) {
   double c = n / p, w = ring_round(mc, p, c * wire), pk = wire < 1 ? pack_us(mc, c) : 0;
-  return rounds(r, p - 1, w, sum_us(mc, c) + pk) + rounds(r, p - 1, w, pk);
+  return rounds(mc, p, r, p - 1, w, sum_us(mc, c) + pk) + rounds(mc, p, r, p - 1, w, pk);
 }
 static double ring_f32(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) { return ring(mc, n, p, 1.0, r); }
 static double ring_half(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) { return ring(mc, n, p, 0.5, r); }
@@ -70,9 +79,10 @@ static double recdouble(const tsr_machine *mc, double n, int p, struct _tsr_roun
   int k = per_node(mc, p), p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
   double t = 0, fold = hop_ex(p > k ? &mc->inter : &mc->intra, n, 1, 0); /* one way */
-  if (p2 < p) t += rounds(r, 1, fold, sum_us(mc, n));
-  for (int d = 1; d < p2; d *= 2) t += rounds(r, 1, d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k), sum_us(mc, n));
-  if (p2 < p) t += rounds(r, 1, fold, 0);
+  if (p2 < p) t += rounds(mc, p, r, 1, fold, sum_us(mc, n));
+  for (int d = 1; d < p2; d *= 2)
+    t += rounds(mc, p, r, 1, d < k ? hop(&mc->intra, n, 1) : hop(&mc->inter, n, k), sum_us(mc, n));
+  if (p2 < p) t += rounds(mc, p, r, 1, fold, 0);
   return t;
 }
 
@@ -82,7 +92,8 @@ static double tree_half(const tsr_machine *mc, double n, int p, int up, struct _
   int k = per_node(mc, p), levels = 0;
   double h[32], t = 0;
   for (int d = 1; d < p; d *= 2) h[levels++] = hop_ex(d < k ? &mc->intra : &mc->inter, n, 1, 0); /* one way */
-  for (int i = 0; i < levels; i++) t += up ? rounds(r, 1, h[i], sum_us(mc, n)) : rounds(r, 1, h[levels - 1 - i], 0);
+  for (int i = 0; i < levels; i++)
+    t += up ? rounds(mc, p, r, 1, h[i], sum_us(mc, n)) : rounds(mc, p, r, 1, h[levels - 1 - i], 0);
   return t;
 }
 static double tree(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
@@ -95,7 +106,7 @@ static double tree(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r
 static double hier(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
   double t = tree_half(mc, n, k, 1, r), w = hop(&mc->inter, n / nodes, 1);
-  if (nodes > 1) t += rounds(r, nodes - 1, w, sum_us(mc, n / nodes)) + rounds(r, nodes - 1, w, 0);
+  if (nodes > 1) t += rounds(mc, p, r, nodes - 1, w, sum_us(mc, n / nodes)) + rounds(mc, p, r, nodes - 1, w, 0);
   return t + tree_half(mc, n, k, 0, r);
 }
 
@@ -109,14 +120,14 @@ static double halving(const tsr_machine *mc, double n, int p, int stride, int fl
   int k = per_node(mc, p * stride), p2 = 1, levels = 0;
   while (p2 * 2 <= p) p2 *= 2;
   double t = 0, m = n, h[32], f = hop_ex(p * stride > k ? &mc->inter : &mc->intra, n, fold, 0); /* one way */
-  if (p2 < p) t += rounds(r, 1, f, sum_us(mc, n));
+  if (p2 < p) t += rounds(mc, p * stride, r, 1, f, sum_us(mc, n));
   for (int d = 1; d < p2; d *= 2) {
     m /= 2;
     h[levels++] = d * stride < k ? hop(&mc->intra, m, 1) : hop(&mc->inter, m, flows);
-    t += rounds(r, 1, h[levels - 1], sum_us(mc, m));
+    t += rounds(mc, p * stride, r, 1, h[levels - 1], sum_us(mc, m));
   }
-  for (int i = levels - 1; i >= 0; i--) t += rounds(r, 1, h[i], 0);
-  if (p2 < p) t += rounds(r, 1, f, 0);
+  for (int i = levels - 1; i >= 0; i--) t += rounds(mc, p * stride, r, 1, h[i], 0);
+  if (p2 < p) t += rounds(mc, p * stride, r, 1, f, 0);
   return t;
 }
 /* Over all ranks: in a round between nodes every rank of a node sends across at once (k flows); the
@@ -132,9 +143,9 @@ static double rabenseifner(const tsr_machine *mc, double n, int p, struct _tsr_r
  * slice's reduction hands over at once when N is not a power of two (k flows). */
 static double hier_rh(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   int k = per_node(mc, p), nodes = (p + k - 1) / k;
-  double s = n / k, w = hop(&mc->intra, s, 1), t = rounds(r, k - 1, w, sum_us(mc, s));
+  double s = n / k, w = hop(&mc->intra, s, 1), t = rounds(mc, p, r, k - 1, w, sum_us(mc, s));
   if (nodes > 1) t += halving(mc, s, nodes, k, k, k, r);
-  return t + rounds(r, k - 1, w, 0);
+  return t + rounds(mc, p, r, k - 1, w, 0);
 }
 
 /* 1-bit sign votes (sign.c, "sign1"): a reduce-scatter and an allgather of packed signs, one bit
@@ -143,7 +154,8 @@ static double hier_rh(const tsr_machine *mc, double n, int p, struct _tsr_rounds
  * packing of n values is counted as work of the last round. */
 static double sign_ring(const tsr_machine *mc, double n, int p, double msg, struct _tsr_rounds *r) {
   double w = ring_round(mc, p, msg);
-  return rounds(r, p - 1, w, sum_us(mc, n / 4 / p)) + rounds(r, p - 2, w, 0) + rounds(r, 1, w, pack_us(mc, n));
+  return rounds(mc, p, r, p - 1, w, sum_us(mc, n / 4 / p)) + rounds(mc, p, r, p - 2, w, 0) +
+         rounds(mc, p, r, 1, w, pack_us(mc, n));
 }
 static double sign1(const tsr_machine *mc, double n, int p, struct _tsr_rounds *r) {
   return sign_ring(mc, n, p, n / 32 / p, r);
