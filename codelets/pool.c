@@ -1,11 +1,13 @@
 /* 2-D and 3-D pooling (max, and average counting the padding as PyTorch's default) on NCHW, NCDHW
- * or (2-D) blocked nChw{B}c float32 (2-D: x and y also bf16, gradients float32) with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
+ * or (2-D) blocked nChw{B}c float32 (2-D: x and y also bf16, and each of dy and dx float32 or bf16)
+ * with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
  * workspace (the argmax of each window) during the forward so that the backward need not read x.
  * Primitives and their memory objects are built once per (thread, descriptor); a call only swaps
  * data pointers. Scratchpads are user-managed (per-thread scratch), so no call allocates. */
 #include <errno.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
@@ -86,7 +88,11 @@ static size_t md_bytes(dnnl_primitive_desc_t pd, dnnl_query_t what) {
   return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
-static struct pool_prim *pool_get(const struct _tsr_pool_desc *d, int bwd) {
+static struct pool_prim *pool_get(const struct _tsr_pool_desc *desc, int bwd) {
+  /* the gradients' storage does not change the primitive (it runs on float32 gradients) */
+  struct _tsr_pool_desc key = *desc;
+  key.dy_bf16 = key.dx_bf16 = 0;
+  const struct _tsr_pool_desc *d = &key;
   int tag = bwd ? TAG_POOL_BWD : TAG_POOL_FWD;
   struct pool_prim *pp = _tsr_cache_get(tag, d, sizeof *d);
   if (pp) return pp;
@@ -155,9 +161,42 @@ static void pool_fwd_body(void *arg) {
   pool_run(pool_get(c->d, 0), DNNL_ARG_SRC, c->in, DNNL_ARG_DST, c->out, c->ws);
 }
 
+/* Elements of one side (x or y) of all n samples, padding channels included. */
+static size_t side_elems(const struct _tsr_pool_desc *d, int out) {
+  size_t c = d->blk ? (size_t)(d->c + d->blk - 1) / d->blk * d->blk : (size_t)d->c;
+  return (size_t)d->n * c * (out ? (size_t)d->oh * d->ow : (size_t)d->h * d->w) * (d->d > 0 ? (out ? d->od : d->d) : 1);
+}
+
+/* Zeroes dx's padding channels [c, c rounded up to blk) in each sample, es bytes each: gradients
+ * share memory (src/train/grad_share.c) with others of other element sizes, whose bits there could
+ * read as NaN in bf16 in the next kernel. */
+static void zero_padding(const struct _tsr_pool_desc *d, size_t es, char *dx) {
+  if (!d->blk || d->c % d->blk == 0) return;
+  size_t hw = (size_t)d->h * d->w, cb = (size_t)(d->c + d->blk - 1) / d->blk;
+  for (int s = 0; s < d->n; s++) {
+    char *p = dx + (((size_t)s * cb + d->c / d->blk) * hw * d->blk + d->c % d->blk) * es;
+    for (size_t k = 0; k < hw; k++) memset(p + k * d->blk * es, 0, (size_t)(d->blk - d->c % d->blk) * es);
+  }
+}
+
+/* The kernel runs on float32 gradients: a bf16 dy is widened (exactly) into a scratch buffer first,
+ * and a bf16 dx is the float32 one rounded once (nearest even, convert.h), so bf16 gradients give
+ * bitwise the float32 path's values rounded. */
 static void pool_bwd_body(void *arg) {
   struct pool_call *c = arg;
-  pool_run(pool_get(c->d, 1), DNNL_ARG_DIFF_DST, c->in, DNNL_ARG_DIFF_SRC, c->out, c->ws);
+  const struct _tsr_pool_desc *d = c->d;
+  size_t ny = side_elems(d, 1), nx = side_elems(d, 0);
+  const void *dy = c->in;
+  void *dx = c->out;
+  if (d->dy_bf16) {
+    float *w = _tsr_scratch(1, ny * sizeof(float));
+    _tsr_bf16_to_f32_cpu(c->in, w, ny);
+    dy = w;
+  }
+  if (d->dx_bf16) dx = _tsr_scratch(2, nx * sizeof(float));
+  pool_run(pool_get(d, 1), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
+  if (d->dx_bf16) _tsr_f32_to_bf16_cpu(dx, c->out, nx);
+  if (d->dy_bf16 || d->dx_bf16) zero_padding(d, d->dx_bf16 ? 2 : 4, c->out);
 }
 
 void _tsr_pool_fwd_cpu(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws) {
