@@ -43,12 +43,13 @@ static int pool_axes(const struct _tsr_pool_desc *d, dnnl_dim_t *in, dnnl_dim_t 
   return a;
 }
 
-/* x and y (bwd 0: bf16 where stored so), or their gradients (bwd 1: float32). */
+/* x and y (bwd 0: bf16 where stored so), or their gradients (bwd 1: the kernel's type, bf16 where
+ * pool_get's key has dy_bf16). */
 static void pool_mds(const struct _tsr_pool_desc *d, int bwd, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
   dnnl_dims_t sd = {d->n, d->c}, dd = {d->n, d->c}, k, s, p;
   int nd = 2 + pool_axes(d, sd + 2, dd + 2, k, s, p);
   dnnl_format_tag_t tag = nd == 5 ? dnnl_ncdhw : _tsr_act_tag(d->blk);
-  dnnl_data_type_t dt = d->bf16 && !bwd ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t dt = (bwd ? d->dy_bf16 : d->bf16) ? dnnl_bf16 : dnnl_f32;
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, nd, sd, dt, tag));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dt, tag));
 }
@@ -88,10 +89,11 @@ static size_t md_bytes(dnnl_primitive_desc_t pd, dnnl_query_t what) {
   return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
-static struct pool_prim *pool_get(const struct _tsr_pool_desc *desc, int bwd) {
-  /* the gradients' storage does not change the primitive (it runs on float32 gradients) */
+/* The primitive of a pass; a backward one on bf16 gradients (both dy and dx) with bf16_grads, else
+ * float32 ones, whatever the caller stores. */
+static struct pool_prim *pool_get(const struct _tsr_pool_desc *desc, int bwd, int bf16_grads) {
   struct _tsr_pool_desc key = *desc;
-  key.dy_bf16 = key.dx_bf16 = 0;
+  key.dy_bf16 = key.dx_bf16 = bwd && bf16_grads;
   const struct _tsr_pool_desc *d = &key;
   int tag = bwd ? TAG_POOL_BWD : TAG_POOL_FWD;
   struct pool_prim *pp = _tsr_cache_get(tag, d, sizeof *d);
@@ -158,7 +160,7 @@ size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d) {
 
 static void pool_fwd_body(void *arg) {
   struct pool_call *c = arg;
-  pool_run(pool_get(c->d, 0), DNNL_ARG_SRC, c->in, DNNL_ARG_DST, c->out, c->ws);
+  pool_run(pool_get(c->d, 0, 0), DNNL_ARG_SRC, c->in, DNNL_ARG_DST, c->out, c->ws);
 }
 
 /* Elements of one side (x or y) of all n samples, padding channels included. */
@@ -179,22 +181,36 @@ static void zero_padding(const struct _tsr_pool_desc *d, size_t es, char *dx) {
   }
 }
 
-/* The kernel runs on float32 gradients: a bf16 dy is widened (exactly) into a scratch buffer first,
- * and a bf16 dx is the float32 one rounded once (nearest even, convert.h), so bf16 gradients give
- * bitwise the float32 path's values rounded. */
+/* bf16 gradients give bitwise the float32 path's dx rounded once (nearest even, convert.h). Max
+ * pooling whose windows do not overlap (kernel at most the stride) writes into each dx element one
+ * dy value or zero, so rounding dy first is the same: a bf16 dx comes from oneDNN's bf16 kernel on
+ * dy (rounded into a scratch buffer a quarter of dx's size for a 2x2 window when it is float32).
+ * Otherwise the kernel runs on float32 gradients: a bf16 dy widened (exactly) into a scratch
+ * buffer, a bf16 dx rounded from a float32 one. */
 static void pool_bwd_body(void *arg) {
   struct pool_call *c = arg;
   const struct _tsr_pool_desc *d = c->d;
   size_t ny = side_elems(d, 1), nx = side_elems(d, 0);
   const void *dy = c->in;
   void *dx = c->out;
+  int one_each = d->is_max && d->kh <= d->sh && d->kw <= d->sw && (d->d == 0 || d->kd <= d->sd);
+  if (d->dx_bf16 && one_each) {
+    if (!d->dy_bf16) {
+      uint16_t *r = _tsr_scratch(1, ny * sizeof(uint16_t));
+      _tsr_f32_to_bf16_cpu(c->in, r, ny);
+      dy = r;
+    }
+    /* oneDNN writes dx's padding channels as zeros here (tests/check_precision checks them) */
+    pool_run(pool_get(d, 1, 1), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
+    return;
+  }
   if (d->dy_bf16) {
     float *w = _tsr_scratch(1, ny * sizeof(float));
     _tsr_bf16_to_f32_cpu(c->in, w, ny);
     dy = w;
   }
   if (d->dx_bf16) dx = _tsr_scratch(2, nx * sizeof(float));
-  pool_run(pool_get(d, 1), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
+  pool_run(pool_get(d, 1, 0), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
   if (d->dx_bf16) _tsr_f32_to_bf16_cpu(dx, c->out, nx);
   if (d->dy_bf16 || d->dx_bf16) zero_padding(d, d->dx_bf16 ? 2 : 4, c->out);
 }

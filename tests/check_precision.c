@@ -621,9 +621,10 @@ END_TEST
 /* Pooling backward with bf16 gradients (the trainer's where both sides take them), blocked layout,
  * bf16 x and y, 20 channels (padding channels in a block of 16), windows 2x2 stride 2 and 3x3
  * stride 2 padding 1 (overlapping: dx sums): each of dy and dx in bf16 or float32 must give
- * bitwise the float32 path's dx from a float32 dy of the same (bf16) values, rounded once to bf16
- * where dx is bf16 (nearest even, convert.h), and zeros in dx's padding channels even where dy's
- * padding holds NaN bits (gradients share memory with others of other element sizes). */
+ * bitwise the float32 path's dx from a float32 dy of the same values (a bf16 dy's, or a float32
+ * dy's that bf16 cannot hold), rounded once to bf16 where dx is bf16 (nearest even, convert.h),
+ * and zeros in dx's padding channels even where dy's padding holds NaN bits (gradients share
+ * memory with others of other element sizes). */
 START_TEST(test_bf16_gradient_pool_backward_rounds_the_float32_path) {
   if (!onednn_has_bf16_conv()) {
     tt_skip("pooling with bf16 gradients not checked: no bf16 kernels in this oneDNN on this CPU");
@@ -638,35 +639,38 @@ START_TEST(test_bf16_gradient_pool_backward_rounds_the_float32_path) {
   float *x = malloc(nx * 4), *dy = malloc(ny * 4);
   tt_fill_uniform(x, nx, 61 + _i, -1, 1);
   tt_fill_uniform(dy, ny, 62 + _i, -1, 1);
-  float *dyr = bf16_rounded(dy, ny), *dyl = to_layout(dyr, n, c, 3, 3, blk);
+  float *dyr = bf16_rounded(dy, ny), *dyl = to_layout(dyr, n, c, 3, 3, blk), *dyu = to_layout(dy, n, c, 3, 3, blk);
   uint16_t *xs = to_store(x, n, c, h, w, blk), *ys = calloc(py, 2), *dys = to_store(dy, n, c, 3, 3, blk);
   void *ws = malloc(_tsr_pool_ws_bytes(&d) + 1);
-  float *dx32 = calloc(px, 4), *dxf = malloc(px * 4);
+  float *dx32 = calloc(px, 4), *dx32u = calloc(px, 4), *dxf = malloc(px * 4);
   uint16_t *dxh = malloc(px * 2);
   const size_t plane = (size_t)3 * 3 * blk, nb = blk ? ((size_t)c + blk - 1) / blk : 0;
   for (size_t i = 0; blk && i < py; i++) /* NaN bits in dy's padding channels */
     if ((i / plane) % nb * blk + i % blk >= (size_t)c) dys[i] = 0xffff;
   _tsr_pool_fwd_cpu(&d, (const float *)xs, (float *)ys, ws);
-  _tsr_pool_bwd_cpu(&d, dyl, ws, dx32); /* the float32 path */
+  _tsr_pool_bwd_cpu(&d, dyl, ws, dx32);   /* the float32 path on bf16 values */
+  _tsr_pool_bwd_cpu(&d, dyu, ws, dx32u);  /* and on float32 ones */
   const size_t xplane = (size_t)h * w * blk;
   for (int dyb = 0; dyb < 2; dyb++)
     for (int dxb = 0; dxb < 2; dxb++) {
       if (!dyb && !dxb) continue;
       d.dy_bf16 = dyb, d.dx_bf16 = dxb;
       memset(dxf, 0xff, px * 4), memset(dxh, 0xff, px * 2);
-      _tsr_pool_bwd_cpu(&d, dyb ? (const float *)dys : dyl, ws, dxb ? (float *)dxh : dxf);
+      _tsr_pool_bwd_cpu(&d, dyb ? (const float *)dys : dyu, ws, dxb ? (float *)dxh : dxf);
+      const float *ref = dyb ? dx32 : dx32u;
       for (size_t i = 0; i < px; i++) {
         int pad = blk && (i / xplane) % nb * blk + i % blk >= (size_t)c;
         uint32_t got = dxb ? dxh[i] : 0, want = 0;
         if (!dxb) memcpy(&got, &dxf[i], 4);
-        if (!pad && dxb) want = _tsr_f32_to_bf16(dx32[i]);
-        else if (!pad) memcpy(&want, &dx32[i], 4);
+        if (!pad && dxb) want = _tsr_f32_to_bf16(ref[i]);
+        else if (!pad) memcpy(&want, &ref[i], 4);
         ck_assert_msg(got == want, "%s pooling, window %d, dy %s, dx %s: element %zu%s is 0x%x, not 0x%x",
                       is_max ? "max" : "average", k, dyb ? "bf16" : "f32", dxb ? "bf16" : "f32", i,
                       pad ? " (padding)" : "", got, want);
       }
     }
-  free(x), free(dy), free(dyr), free(dyl), free(xs), free(ys), free(dys), free(ws), free(dx32), free(dxf), free(dxh);
+  free(x), free(dy), free(dyr), free(dyl), free(dyu), free(xs), free(ys), free(dys), free(ws), free(dx32), free(dx32u);
+  free(dxf), free(dxh);
 }
 END_TEST
 
