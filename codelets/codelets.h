@@ -143,7 +143,9 @@ struct _tsr_pool_desc {
   int is_max;           /* 1 max, 0 average (padding counted, as PyTorch's default) */
   int blk;              /* CPU: channel block of x and y (and their gradients), 0 plain NCHW */
   int d, od, kd, sd, pd; /* depth axis of 3-D pooling; all 0 for 2-D */
-  int bf16;             /* CPU, 2-D: x and y stored as bf16 (uint16_t bit patterns); gradients float32 */
+  int bf16;             /* CPU, 2-D: x and y stored as bf16 (uint16_t bit patterns) */
+  int dy_bf16, dx_bf16; /* CPU, 2-D: y's and x's gradients stored as bf16; each independently of
+                         * the other and of bf16 */
 };
 /* Bytes of the saved state of max pooling for one slice (0 for average). */
 size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d);

@@ -230,10 +230,20 @@ static int is_ref(dnnl_primitive_desc_t pd) {
          strstr(impl, "ref");
 }
 
+/* Passes that compute in float32 with bf16 precision: oneDNN 2.6 runs a strided transposed
+ * convolution's forward in bf16 as a strided backward-data convolution (jit_bf16), and that and its
+ * weight gradient took 4-8x the time of the float32 kernels on an AVX512-BF16 CPU (the example's
+ * 2x2 stride-2 transitions up; bench/README.md). These passes take their bf16-stored inputs widened
+ * (exactly) by the plan's reorders and the float32 weights, and a bf16-stored output is their
+ * float32 result rounded once. A fixed rule, so results never depend on timings. */
+int _tsr_conv_bf16_in_f32(const struct _tsr_conv_desc *d, int deconv, int pass) {
+  return deconv && (d->sh > 1 || d->sw > 1) && pass != TSR_CONV_BWD_DATA;
+}
+
 /* NULL when precision is bf16 and oneDNN has no bf16 implementation for this shape. */
 static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int pass, int precision) {
   dnnl_memory_desc_t user[NROLE];
-  int bf16 = precision == TSR_PRECISION_BF16;
+  int bf16 = precision == TSR_PRECISION_BF16 && !_tsr_conv_bf16_in_f32(d, deconv, pass);
   plain_mds(d, deconv, pass, user);
   dnnl_primitive_desc_t pd;
   /* The caller's blocked layouts first; a layout oneDNN chooses (and reorders) when no fast kernel

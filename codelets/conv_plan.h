@@ -13,6 +13,9 @@ void _tsr_convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_con
 void _tsr_convlike_cpu(void *buffers[], const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 const char *_tsr_convlike_impl(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass);
 int _tsr_convlike_types(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, dnnl_data_type_t types[3]);
+/* 1: with bf16 precision this pass computes in float32 all the same (strided transposed
+ * convolutions' forward and weight gradient: oneDNN's bf16 kernels for them are slow). */
+int _tsr_conv_bf16_in_f32(const struct _tsr_conv_desc *d, int deconv, int pass);
 
 /* The buffers (and their count) of a task of pass `pass`, as below; conv3d.c's tasks use them too. */
 int _tsr_convlike_bufs(enum _tsr_conv_pass pass, int has_bias, int overwrite, starpu_data_handle_t h0,

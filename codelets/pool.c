@@ -1,11 +1,13 @@
 /* 2-D and 3-D pooling (max, and average counting the padding as PyTorch's default) on NCHW, NCDHW
- * or (2-D) blocked nChw{B}c float32 (2-D: x and y also bf16, gradients float32) with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
+ * or (2-D) blocked nChw{B}c float32 (2-D: x and y also bf16, and each of dy and dx float32 or bf16)
+ * with oneDNN: the raw kernels, their codelets and insert functions. Max pooling saves oneDNN's
  * workspace (the argmax of each window) during the forward so that the backward need not read x.
  * Primitives and their memory objects are built once per (thread, descriptor); a call only swaps
  * data pointers. Scratchpads are user-managed (per-thread scratch), so no call allocates. */
 #include <errno.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
@@ -41,12 +43,13 @@ static int pool_axes(const struct _tsr_pool_desc *d, dnnl_dim_t *in, dnnl_dim_t 
   return a;
 }
 
-/* x and y (bwd 0: bf16 where stored so), or their gradients (bwd 1: float32). */
+/* x and y (bwd 0: bf16 where stored so), or their gradients (bwd 1: the kernel's type, bf16 where
+ * pool_get's key has dy_bf16). */
 static void pool_mds(const struct _tsr_pool_desc *d, int bwd, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
   dnnl_dims_t sd = {d->n, d->c}, dd = {d->n, d->c}, k, s, p;
   int nd = 2 + pool_axes(d, sd + 2, dd + 2, k, s, p);
   dnnl_format_tag_t tag = nd == 5 ? dnnl_ncdhw : _tsr_act_tag(d->blk);
-  dnnl_data_type_t dt = d->bf16 && !bwd ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t dt = (bwd ? d->dy_bf16 : d->bf16) ? dnnl_bf16 : dnnl_f32;
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(src, nd, sd, dt, tag));
   TSR_DNNL_CHECK(dnnl_memory_desc_init_by_tag(dst, nd, dd, dt, tag));
 }
@@ -86,7 +89,12 @@ static size_t md_bytes(dnnl_primitive_desc_t pd, dnnl_query_t what) {
   return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
-static struct pool_prim *pool_get(const struct _tsr_pool_desc *d, int bwd) {
+/* The primitive of a pass; a backward one on bf16 gradients (both dy and dx) with bf16_grads, else
+ * float32 ones, whatever the caller stores. */
+static struct pool_prim *pool_get(const struct _tsr_pool_desc *desc, int bwd, int bf16_grads) {
+  struct _tsr_pool_desc key = *desc;
+  key.dy_bf16 = key.dx_bf16 = bwd && bf16_grads;
+  const struct _tsr_pool_desc *d = &key;
   int tag = bwd ? TAG_POOL_BWD : TAG_POOL_FWD;
   struct pool_prim *pp = _tsr_cache_get(tag, d, sizeof *d);
   if (pp) return pp;
@@ -152,12 +160,59 @@ size_t _tsr_pool_ws_bytes(const struct _tsr_pool_desc *d) {
 
 static void pool_fwd_body(void *arg) {
   struct pool_call *c = arg;
-  pool_run(pool_get(c->d, 0), DNNL_ARG_SRC, c->in, DNNL_ARG_DST, c->out, c->ws);
+  pool_run(pool_get(c->d, 0, 0), DNNL_ARG_SRC, c->in, DNNL_ARG_DST, c->out, c->ws);
 }
 
+/* Elements of one side (x or y) of all n samples, padding channels included. */
+static size_t side_elems(const struct _tsr_pool_desc *d, int out) {
+  size_t c = d->blk ? (size_t)(d->c + d->blk - 1) / d->blk * d->blk : (size_t)d->c;
+  return (size_t)d->n * c * (out ? (size_t)d->oh * d->ow : (size_t)d->h * d->w) * (d->d > 0 ? (out ? d->od : d->d) : 1);
+}
+
+/* Zeroes dx's padding channels [c, c rounded up to blk) in each sample, es bytes each: gradients
+ * share memory (src/train/grad_share.c) with others of other element sizes, whose bits there could
+ * read as NaN in bf16 in the next kernel. */
+static void zero_padding(const struct _tsr_pool_desc *d, size_t es, char *dx) {
+  if (!d->blk || d->c % d->blk == 0) return;
+  size_t hw = (size_t)d->h * d->w, cb = (size_t)(d->c + d->blk - 1) / d->blk;
+  for (int s = 0; s < d->n; s++) {
+    char *p = dx + (((size_t)s * cb + d->c / d->blk) * hw * d->blk + d->c % d->blk) * es;
+    for (size_t k = 0; k < hw; k++) memset(p + k * d->blk * es, 0, (size_t)(d->blk - d->c % d->blk) * es);
+  }
+}
+
+/* bf16 gradients give bitwise the float32 path's dx rounded once (nearest even, convert.h). Max
+ * pooling whose windows do not overlap (kernel at most the stride) writes into each dx element one
+ * dy value or zero, so rounding dy first is the same: a bf16 dx comes from oneDNN's bf16 kernel on
+ * dy (rounded into a scratch buffer a quarter of dx's size for a 2x2 window when it is float32).
+ * Otherwise the kernel runs on float32 gradients: a bf16 dy widened (exactly) into a scratch
+ * buffer, a bf16 dx rounded from a float32 one. */
 static void pool_bwd_body(void *arg) {
   struct pool_call *c = arg;
-  pool_run(pool_get(c->d, 1), DNNL_ARG_DIFF_DST, c->in, DNNL_ARG_DIFF_SRC, c->out, c->ws);
+  const struct _tsr_pool_desc *d = c->d;
+  size_t ny = side_elems(d, 1), nx = side_elems(d, 0);
+  const void *dy = c->in;
+  void *dx = c->out;
+  int one_each = d->is_max && d->kh <= d->sh && d->kw <= d->sw && (d->d == 0 || d->kd <= d->sd);
+  if (d->dx_bf16 && one_each) {
+    if (!d->dy_bf16) {
+      uint16_t *r = _tsr_scratch(1, ny * sizeof(uint16_t));
+      _tsr_f32_to_bf16_cpu(c->in, r, ny);
+      dy = r;
+    }
+    /* oneDNN writes dx's padding channels as zeros here (tests/check_precision checks them) */
+    pool_run(pool_get(d, 1, 1), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
+    return;
+  }
+  if (d->dy_bf16) {
+    float *w = _tsr_scratch(1, ny * sizeof(float));
+    _tsr_bf16_to_f32_cpu(c->in, w, ny);
+    dy = w;
+  }
+  if (d->dx_bf16) dx = _tsr_scratch(2, nx * sizeof(float));
+  pool_run(pool_get(d, 1, 0), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
+  if (d->dx_bf16) _tsr_f32_to_bf16_cpu(dx, c->out, nx);
+  if (d->dy_bf16 || d->dx_bf16) zero_padding(d, d->dx_bf16 ? 2 : 4, c->out);
 }
 
 void _tsr_pool_fwd_cpu(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws) {

@@ -1,6 +1,6 @@
 /* Suite "precision": bf16 conv and transposed conv (all three passes) against float64 references
  * with a bound derived from bf16 rounding, the data types of the oneDNN primitives that run them
- * (bf16 inputs, float32 outputs), convolutions, batch
+ * (bf16 inputs, float32 outputs; float32 for the passes that bf16 precision runs so), convolutions, batch
  * normalisation, concatenation and pooling on activations stored in bf16, float32 <-> bf16/fp16 conversions (nearest, ties to even,
  * specials), the half-precision wire format of gradient reductions, and loss scaling in training
  * (power-of-two scales exact, overflowing steps skipped), fp16 refused on CPUs. */
@@ -140,6 +140,16 @@ static void check_pass(int cfg, int pass, const float *got, size_t n, const doub
                 cfg, pass_names[pass], near, far);
 }
 
+/* A pass that computes in float32 under bf16 precision (_tsr_conv_bf16_in_f32) on the float64
+ * result of its inputs as it takes them: float32 accumulation only, F32_REL sum |products| + 1e-6. */
+#define F32_REL 1e-5
+static void check_f32_pass(int cfg, int pass, const float *got, size_t n, const double *ref, const double *mag) {
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(fabs(got[i] - ref[i]) <= F32_REL * mag[i] + 1e-6,
+                  "config %d, %s in float32 under bf16 precision: element %zu is %.8g, float64 reference %.8g", cfg,
+                  pass_names[pass], i, (double)got[i], ref[i]);
+}
+
 START_TEST(test_bf16_conv_passes_within_bf16_bound) {
   if (!onednn_has_bf16_conv()) {
     tt_skip("bf16 convolutions not checked (config %d): this oneDNN refuses them on this CPU (oneDNN 2.6 needs "
@@ -164,10 +174,12 @@ START_TEST(test_bf16_conv_passes_within_bf16_bound) {
   for (int pass = TSR_CONV_FWD; pass <= TSR_CONV_BWD_WEIGHTS; pass++) {
     /* what oneDNN was asked for, and took: whichever implementation it picked (jit, brgemm, gemm) */
     dnnl_data_type_t t[3];
+    int f32 = _tsr_conv_bf16_in_f32(&d, c->deconv, pass), want = f32 ? dnnl_f32 : dnnl_bf16;
     ck_assert_msg(_tsr_convlike_types(&d, c->deconv, pass, t) == 0, "config %d, %s: no plan", _i, pass_names[pass]);
-    ck_assert_msg(t[0] == dnnl_bf16 && t[1] == dnnl_bf16 && t[2] == dnnl_f32,
-                  "config %d, bf16 %s: oneDNN's primitive takes %s and %s to %s, not bf16 and bf16 to f32", _i,
-                  pass_names[pass], dnnl_dt2str(t[0]), dnnl_dt2str(t[1]), dnnl_dt2str(t[2]));
+    ck_assert_msg((int)t[0] == want && (int)t[1] == want && t[2] == dnnl_f32,
+                  "config %d, bf16 %s: oneDNN's primitive takes %s and %s to %s, not %s and %s to f32", _i,
+                  pass_names[pass], dnnl_dt2str(t[0]), dnnl_dt2str(t[1]), dnnl_dt2str(t[2]),
+                  dnnl_dt2str((dnnl_data_type_t)want), dnnl_dt2str((dnnl_data_type_t)want));
     size_t n = pass == TSR_CONV_FWD ? ny : pass == TSR_CONV_BWD_DATA ? nx : nw;
     float *got = pass == TSR_CONV_FWD ? y : pass == TSR_CONV_BWD_DATA ? dx : dw;
     if (pass == TSR_CONV_FWD)
@@ -178,7 +190,8 @@ START_TEST(test_bf16_conv_passes_within_bf16_bound) {
       (c->deconv ? _tsr_deconv2d_bwd_weights_cpu : _tsr_conv2d_bwd_weights_cpu)(&d, x, dy, dw, c->bias ? db : NULL);
     reference_pass(&d, c->deconv, pass, x, w, dy, bias, n, ref, mag);
     reference_pass(&d, c->deconv, pass, xr, wr, dyr, bias, n, ref_r, mag_r);
-    check_pass(_i, pass, got, n, ref, mag, ref_r);
+    if (f32) check_f32_pass(_i, pass, got, n, ref, mag);
+    else check_pass(_i, pass, got, n, ref, mag, ref_r);
   }
   /* db sums the bf16-rounded dy in float32: within 2^-8 sum |dy| */
   for (int o = 0; c->bias && o < d.co; o++) {
@@ -238,6 +251,30 @@ static float *to_layout(const float *v, int n, int c, int h, int w, int blk) {
   return t;
 }
 
+/* The set-up of the tests of convolutions on bf16-stored activations: config c's descriptor with its
+ * input and output blocked as the trainer stores them (the activation block) and in bf16, and x,
+ * w and dy in plain float32, uniform in [-1, 1] (seeds seed + 1, + 2, + 3). */
+struct stored_case {
+  struct _tsr_conv_desc d;
+  int blk;
+  size_t nx, ny, nw;
+  float *x, *w, *dy;
+};
+
+static struct stored_case stored_case(const struct cfg *c, uint64_t seed) {
+  struct stored_case k = {.d = desc_of(c), .blk = _tsr_act_block()};
+  struct _tsr_conv_desc *d = &k.d;
+  d->src_blk = d->dst_blk = k.blk;
+  d->src_bf16 = d->dst_bf16 = 1;
+  k.nx = (size_t)d->n * d->ci * d->h * d->w, k.ny = (size_t)d->n * d->co * d->oh * d->ow;
+  k.nw = (size_t)d->ci * d->co * d->kh * d->kw;
+  k.x = malloc(k.nx * 4), k.w = malloc(k.nw * 4), k.dy = malloc(k.ny * 4);
+  tt_fill_uniform(k.x, k.nx, seed + 1, -1, 1);
+  tt_fill_uniform(k.w, k.nw, seed + 2, -1, 1);
+  tt_fill_uniform(k.dy, k.ny, seed + 3, -1, 1);
+  return k;
+}
+
 /* Forward and backward for weights of a conv / transposed conv whose input and output are stored in
  * bf16, in the trainer's blocked layout: the forward reads the bf16 input and writes the bf16 output
  * without a reorder inside the task; the backward for weights reads the bf16 input. Bounds: the
@@ -245,26 +282,21 @@ static float *to_layout(const float *v, int n, int c, int h, int w, int blk) {
  * its rounding to bf16 (8 significant bits, nearest) moves it by at most 2^-8 of itself, and
  * |y| <= sum |products| + |bias| + that bound, so |y - ref| <= BF16_REL mag + 2^-8 (1.01 mag + |b|)
  * + 1e-5. The backward for weights takes the same bf16-rounded input as in the test above: same
- * bound, and the same check that it is far closer to the float64 result on rounded inputs. */
+ * bound, and the same check that it is far closer to the float64 result on rounded inputs (a pass
+ * that bf16 precision runs in float32: the float32 bound on the rounded input and float32 dy). */
 START_TEST(test_bf16_stored_conv_within_bf16_bound) {
   if (!onednn_has_bf16_conv()) {
     tt_skip("bf16-stored convolutions not checked (config %d): no bf16 convolution in this oneDNN on this CPU", _i);
     return;
   }
   const struct cfg *c = &cfgs[_i];
-  struct _tsr_conv_desc d = desc_of(c);
-  int blk = _tsr_act_block();
-  d.src_blk = d.dst_blk = blk;
-  d.src_bf16 = d.dst_bf16 = 1;
-  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow;
-  size_t nw = (size_t)d.ci * d.co * d.kh * d.kw, nmax = nx > ny ? (nx > nw ? nx : nw) : (ny > nw ? ny : nw);
-  float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(d.co * 4), *dy = malloc(ny * 4);
-  float *dw = calloc(nw, 4), *db = calloc(d.co, 4);
+  struct stored_case k = stored_case(c, 20 + _i);
+  struct _tsr_conv_desc d = k.d;
+  const int blk = k.blk;
+  const size_t nx = k.nx, ny = k.ny, nw = k.nw, nmax = nx > ny ? (nx > nw ? nx : nw) : (ny > nw ? ny : nw);
+  float *x = k.x, *w = k.w, *dy = k.dy, *b = malloc(d.co * 4), *dw = calloc(nw, 4), *db = calloc(d.co, 4);
   double *ref = malloc(nmax * 8), *mag = malloc(nmax * 8), *ref_r = malloc(nmax * 8), *mag_r = malloc(nmax * 8);
-  tt_fill_uniform(x, nx, 21 + _i, -1, 1);
-  tt_fill_uniform(w, nw, 22 + _i, -1, 1);
-  tt_fill_uniform(b, d.co, 23 + _i, -1, 1);
-  tt_fill_uniform(dy, ny, 24 + _i, -1, 1);
+  tt_fill_uniform(b, d.co, 24 + _i, -1, 1);
   const float *bias = c->bias ? b : NULL;
   uint16_t *xs = to_store(x, d.n, d.ci, d.h, d.w, blk);
   uint16_t *ys = calloc(padded(d.n, d.co, d.oh, d.ow, blk), 2);
@@ -288,9 +320,15 @@ START_TEST(test_bf16_stored_conv_within_bf16_bound) {
   }
   (c->deconv ? _tsr_deconv2d_bwd_weights_cpu : _tsr_conv2d_bwd_weights_cpu)(&d, (const float *)xs, dyb, dw,
                                                                             c->bias ? db : NULL);
-  reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, x, w, dy, NULL, nw, ref, mag);
-  reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, xr, wr, dyr, NULL, nw, ref_r, mag_r);
-  check_pass(_i, TSR_CONV_BWD_WEIGHTS, dw, nw, ref, mag, ref_r);
+  if (_tsr_conv_bf16_in_f32(&d, c->deconv, TSR_CONV_BWD_WEIGHTS)) {
+    /* float32 arithmetic on the widened bf16 input and the float32 dy */
+    reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, xr, w, dy, NULL, nw, ref, mag);
+    check_f32_pass(_i, TSR_CONV_BWD_WEIGHTS, dw, nw, ref, mag);
+  } else {
+    reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, x, w, dy, NULL, nw, ref, mag);
+    reference_pass(&d, c->deconv, TSR_CONV_BWD_WEIGHTS, xr, wr, dyr, NULL, nw, ref_r, mag_r);
+    check_pass(_i, TSR_CONV_BWD_WEIGHTS, dw, nw, ref, mag, ref_r);
+  }
   _tsr_set_precision(TSR_PRECISION_F32);
   free(x), free(w), free(b), free(dy), free(dw), free(db), free(ref), free(mag), free(ref_r), free(mag_r);
   free(xs), free(ys), free(dyb), free(xr), free(wr), free(dyr), free(y);
@@ -308,17 +346,11 @@ START_TEST(test_bf16_gradients_conv_follow_float32_gradients) {
     return;
   }
   const struct cfg *c = &cfgs[_i];
-  struct _tsr_conv_desc d = desc_of(c);
-  int blk = _tsr_act_block();
-  d.src_blk = d.dst_blk = blk;
-  d.src_bf16 = d.dst_bf16 = 1;
-  size_t nx = (size_t)d.n * d.ci * d.h * d.w, ny = (size_t)d.n * d.co * d.oh * d.ow;
-  size_t nw = (size_t)d.ci * d.co * d.kh * d.kw;
-  size_t px = padded(d.n, d.ci, d.h, d.w, blk);
-  float *x = malloc(nx * 4), *w = malloc(nw * 4), *dy = malloc(ny * 4);
-  tt_fill_uniform(x, nx, 71 + _i, -1, 1);
-  tt_fill_uniform(w, nw, 72 + _i, -1, 1);
-  tt_fill_uniform(dy, ny, 73 + _i, -1, 1);
+  struct stored_case k = stored_case(c, 70 + _i);
+  struct _tsr_conv_desc d = k.d;
+  const int blk = k.blk;
+  const size_t nx = k.nx, ny = k.ny, nw = k.nw, px = padded(d.n, d.ci, d.h, d.w, blk);
+  float *x = k.x, *w = k.w, *dy = k.dy;
   float *dyr = bf16_rounded(dy, ny), *dyl = to_layout(dyr, d.n, d.co, d.oh, d.ow, blk);
   uint16_t *xs = to_store(x, d.n, d.ci, d.h, d.w, blk), *dys = to_store(dy, d.n, d.co, d.oh, d.ow, blk);
   float *dx32 = calloc(px, 4), *dx32b = calloc(px, 4), *dw32 = calloc(nw, 4), *dwb = calloc(nw, 4);
@@ -583,6 +615,62 @@ START_TEST(test_bf16_stored_pool_against_float64) {
       }
   tt_assert_close(dxv, dxref, nx, 1e-7, 1e-6, is_max ? "max pooling dx" : "average pooling dx");
   free(x), free(dy), free(xs), free(ys), free(dyb), free(dxb), free(ws), free(xv), free(yv), free(dxv), free(dxref);
+}
+END_TEST
+
+/* Pooling backward with bf16 gradients (the trainer's where both sides take them), blocked layout,
+ * bf16 x and y, 20 channels (padding channels in a block of 16), windows 2x2 stride 2 and 3x3
+ * stride 2 padding 1 (overlapping: dx sums): each of dy and dx in bf16 or float32 must give
+ * bitwise the float32 path's dx from a float32 dy of the same values (a bf16 dy's, or a float32
+ * dy's that bf16 cannot hold), rounded once to bf16 where dx is bf16 (nearest even, convert.h),
+ * and zeros in dx's padding channels even where dy's padding holds NaN bits (gradients share
+ * memory with others of other element sizes). */
+START_TEST(test_bf16_gradient_pool_backward_rounds_the_float32_path) {
+  if (!onednn_has_bf16_conv()) {
+    tt_skip("pooling with bf16 gradients not checked: no bf16 kernels in this oneDNN on this CPU");
+    return;
+  }
+  const int is_max = _i & 1, overlap = _i >> 1, blk = _tsr_act_block(), n = 2, c = 20, h = 6, w = 6;
+  const int k = overlap ? 3 : 2, p = overlap ? 1 : 0;
+  struct _tsr_pool_desc d = {.n = n, .c = c, .h = h, .w = w, .oh = 3, .ow = 3, .kh = k, .kw = k, .sh = 2, .sw = 2,
+                             .ph = p, .pw = p, .is_max = is_max, .blk = blk, .bf16 = 1};
+  const size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * 9, px = padded(n, c, h, w, blk),
+               py = padded(n, c, 3, 3, blk);
+  float *x = malloc(nx * 4), *dy = malloc(ny * 4);
+  tt_fill_uniform(x, nx, 61 + _i, -1, 1);
+  tt_fill_uniform(dy, ny, 62 + _i, -1, 1);
+  float *dyr = bf16_rounded(dy, ny), *dyl = to_layout(dyr, n, c, 3, 3, blk), *dyu = to_layout(dy, n, c, 3, 3, blk);
+  uint16_t *xs = to_store(x, n, c, h, w, blk), *ys = calloc(py, 2), *dys = to_store(dy, n, c, 3, 3, blk);
+  void *ws = malloc(_tsr_pool_ws_bytes(&d) + 1);
+  float *dx32 = calloc(px, 4), *dx32u = calloc(px, 4), *dxf = malloc(px * 4);
+  uint16_t *dxh = malloc(px * 2);
+  const size_t plane = (size_t)3 * 3 * blk, nb = blk ? ((size_t)c + blk - 1) / blk : 0;
+  for (size_t i = 0; blk && i < py; i++) /* NaN bits in dy's padding channels */
+    if ((i / plane) % nb * blk + i % blk >= (size_t)c) dys[i] = 0xffff;
+  _tsr_pool_fwd_cpu(&d, (const float *)xs, (float *)ys, ws);
+  _tsr_pool_bwd_cpu(&d, dyl, ws, dx32);   /* the float32 path on bf16 values */
+  _tsr_pool_bwd_cpu(&d, dyu, ws, dx32u);  /* and on float32 ones */
+  const size_t xplane = (size_t)h * w * blk;
+  for (int dyb = 0; dyb < 2; dyb++)
+    for (int dxb = 0; dxb < 2; dxb++) {
+      if (!dyb && !dxb) continue;
+      d.dy_bf16 = dyb, d.dx_bf16 = dxb;
+      memset(dxf, 0xff, px * 4), memset(dxh, 0xff, px * 2);
+      _tsr_pool_bwd_cpu(&d, dyb ? (const float *)dys : dyu, ws, dxb ? (float *)dxh : dxf);
+      const float *ref = dyb ? dx32 : dx32u;
+      for (size_t i = 0; i < px; i++) {
+        int pad = blk && (i / xplane) % nb * blk + i % blk >= (size_t)c;
+        uint32_t got = dxb ? dxh[i] : 0, want = 0;
+        if (!dxb) memcpy(&got, &dxf[i], 4);
+        if (!pad && dxb) want = _tsr_f32_to_bf16(ref[i]);
+        else if (!pad) memcpy(&want, &ref[i], 4);
+        ck_assert_msg(got == want, "%s pooling, window %d, dy %s, dx %s: element %zu%s is 0x%x, not 0x%x",
+                      is_max ? "max" : "average", k, dyb ? "bf16" : "f32", dxb ? "bf16" : "f32", i,
+                      pad ? " (padding)" : "", got, want);
+      }
+    }
+  free(x), free(dy), free(dyr), free(dyl), free(dyu), free(xs), free(ys), free(dys), free(ws), free(dx32), free(dx32u);
+  free(dxf), free(dxh);
 }
 END_TEST
 
@@ -947,6 +1035,7 @@ static Suite *make_precision_suite(void) {
   tcase_add_loop_test(k, test_bf16_stored_concat_copies_bits, 0, 2);
   tcase_add_loop_test(k, test_bf16_gradient_concat_backward_rounds_and_zeroes_padding, 0, 4);
   tcase_add_loop_test(k, test_bf16_stored_pool_against_float64, 0, 2);
+  tcase_add_loop_test(k, test_bf16_gradient_pool_backward_rounds_the_float32_path, 0, 4);
   tcase_add_test(k, test_f32_precision_is_unchanged_by_bf16_plans);
   tcase_add_test(k, test_conversions_round_to_nearest_even);
   tcase_add_test(k, test_array_conversions_and_accumulation);

@@ -182,7 +182,8 @@ static const struct opt_def defs[] = {
      "seed of initialisation, dropout and shuffling"},
     {"deterministic", 0, OPT_FLAG, F(deterministic), NULL, NULL, "bitwise-reproducible runs for one seed"},
     {"precision", 0, OPT_CHOICE, F(precision), "P", "f32",
-     "f32, or bf16: convolutions in bf16, activations stored in bf16 between the layers that take it "
+     "f32, or bf16: convolutions in bf16 (strided transposed ones' forward and weight gradient in float32), "
+     "activations stored in bf16 between the layers that take it "
      "(AVX-512 CPUs), float32 weights; fp16 on GPUs only (cuDNN; refused without a CUDA worker)", .choices = precisions},
     {"grad-reduce", 0, OPT_CUSTOM, 0, "P", "f32",
      "f32, bf16 or fp16: gradients cross ranks in that format (half the bytes), summed in float32; with Lion, "

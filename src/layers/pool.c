@@ -53,7 +53,7 @@ static struct _tsr_pool_desc pool_desc(const struct _tsr_layer_view *v, int n) {
   struct _tsr_pool_desc d = {.n = n, .c = I->c, .h = I->h, .w = I->w, .oh = v->out.h, .ow = v->out.w,
                             .kh = p->kernel_h, .kw = p->kernel_w, .sh = p->stride_h, .sw = p->stride_w,
                             .ph = p->pad_h, .pw = p->pad_w, .is_max = is_max(p), .blk = v->out_blk,
-                            .bf16 = v->out_bf16};
+                            .bf16 = v->out_bf16, .dy_bf16 = v->dout_bf16, .dx_bf16 = v->din_bf16[0]};
   if (is3d(p)) d.d = I->d, d.od = v->out.d, d.kd = p->kernel_d, d.sd = p->stride_d, d.pd = p->pad_d;
   return d;
 }
@@ -97,13 +97,14 @@ static const struct _tsr_layer_field pool3d_fields[] = {
   .min_inputs = 1, .max_inputs = 1, .infer = pool_infer, .forward = pool_forward, \
   .backward = pool_backward
 
-/* The 2-D kinds also run on blocked activations and on spatially split samples. */
+/* The 2-D kinds also run on blocked activations, on bf16 activations and gradients, and on
+ * spatially split samples. */
 const struct _tsr_layer_ops _tsr_layers_pool[] = {
     {.name = "maxpool2d", .kind = TSR_LAYER_MAXPOOL2D, .fields = pool_fields, .defaults = pool_defaults,
-     .workspace = pool_workspace, .layout = TSR_LAYOUT_FOLLOW, .bf16 = TSR_BF16_SAME, .spatial = TSR_SPATIAL_WINDOW_MAX,
+     .workspace = pool_workspace, .layout = TSR_LAYOUT_FOLLOW, .bf16 = TSR_BF16_SAME, .bf16_grad = 1, .spatial = TSR_SPATIAL_WINDOW_MAX,
      POOL_OPS},
     {.name = "avgpool2d", .kind = TSR_LAYER_AVGPOOL2D, .fields = pool_fields, .defaults = pool_defaults,
-     .layout = TSR_LAYOUT_FOLLOW, .bf16 = TSR_BF16_SAME, .spatial = TSR_SPATIAL_WINDOW, POOL_OPS},
+     .layout = TSR_LAYOUT_FOLLOW, .bf16 = TSR_BF16_SAME, .bf16_grad = 1, .spatial = TSR_SPATIAL_WINDOW, POOL_OPS},
     {.name = NULL},
 };
 
