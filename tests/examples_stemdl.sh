@@ -24,7 +24,7 @@ for m in "${models[@]}"; do
   IFS='|' read -r name file args in outs <<<"$m"
   # shellcheck disable=SC2086 # args is a list of options
   python3 "$make" $args -o "$tmp/$name.json" 2>/dev/null && cmp -s "$tmp/$name.json" "$file" &&
-    ok "$name: the JSON is what make_model.py $args writes" || ko "$name: $file differs from what make_model.py $args writes"
+    ok "$name: the JSON is what make_model.py${args:+ $args} writes" || ko "$name: $file differs from what make_model.py${args:+ $args} writes"
   python3 "$val" "$file" --input "$in" --output "$outs" && ok "$name: valid for inputs [$in], targets [$outs]" ||
     ko "$name: valid for inputs [$in], targets [$outs]"
 done
@@ -42,6 +42,20 @@ assert (L["gmix_up"]["type"], L["gmix_up"]["kernel"], L["gmix_up"]["out_channels
 assert L["gmix_cat"]["inputs"] == ["db4_new", "gmix_up"], L["gmix_cat"]
 assert L["tu3"]["input"] == "gmix_cat", L["tu3"]
 EOF
+# --input-mix dense:N: the input (16 x 32 x 32, batchnorm, no relu) flattened (16384), dense 256, and
+# a 32x32 transposed conv gives back 16 full-size maps, concatenated to conv0's 16 (no model file)
+inmix=$tmp/inmix.json
+python3 "$make" --size 32 --in-channels 16 --input-mix dense:256 -o "$inmix" 2>/dev/null &&
+  python3 "$val" "$inmix" --input 16,32,32 --output 1,32,32 && python3 - "$inmix" <<'EOF' &&
+import json, sys
+L = {l["name"]: l for l in json.load(open(sys.argv[1]))["layers"]}
+assert L["imix_bn"]["input"] == "input" and L["imix_flat"]["input"] == "imix_bn", L["imix_flat"]
+assert L["imix_dense"]["out_features"] == 256, L["imix_dense"]
+assert (L["imix_up"]["type"], L["imix_up"]["kernel"], L["imix_up"]["out_channels"]) == ("conv_transpose2d", 32, 16)
+assert L["imix_cat"]["inputs"] == ["conv0", "imix_up"] and L["db1_l1_bn"]["input"] == "imix_cat", L["imix_cat"]
+EOF
+  ok "input-mix dense:256: bn -> flatten 16384 -> dense 256 -> conv_transpose2d 32x32 -> concat with conv0" ||
+  ko "input-mix dense:256 layers"
 python3 "$make" --size 32 --in-channels 16 --bottleneck dense:0 -o "$tmp/bad.json" 2>/dev/null &&
   ko "make_model.py accepts --bottleneck dense:0" || ok "make_model.py refuses --bottleneck dense:0"
 # a transposed conv whose kernel is not the lowest resolution: its output is not 4x4, the concat fails
@@ -58,17 +72,22 @@ elif ! "$B/tessera-cbed" --out "$tmp/cbed.h5" --samples 8 --seed 3 --grid 32 --p
   --fov 10 --workers 2 -q; then
   ko "tessera-cbed writes 8 samples"
 else
-  if timeout 600 "$B/tessera-train" --model "$d256" --data "$tmp/cbed.h5" --epochs 1 --batch 4 --workers 2 \
-    --standardize-targets --export-params "$tmp/p.h5" --log "$tmp/log.csv" >"$tmp/train.log" 2>&1 &&
-    awk -F, 'NR == 2 && $2 == 1 && $3 + 0 > 0 && $3 + 0 < 1e9 { ok = 1 } END { exit !ok }' "$tmp/log.csv"; then
-    ok "dense:256: tessera-train runs a step (train loss $(awk -F, 'NR == 2 { print $3 }' "$tmp/log.csv"))"
-  else
-    cat "$tmp/train.log"; ko "dense:256: tessera-train runs a step"
-  fi
-  shapes=$(h5ls "$tmp/p.h5" 2>/dev/null | grep -E '^gmix_(dense|up)\.weight ')
-  echo "$shapes" | grep -q '^gmix_dense\.weight .*{256, 1024}' && echo "$shapes" | grep -q '^gmix_up\.weight .*{256, 16, 4, 4}' &&
-    ok "dense:256: exported weights gmix_dense [256, 1024], gmix_up [256, 16, 4, 4]" ||
-    ko "dense:256: exported weights of the stated shapes (got: $shapes)"
+  # model | name | the global path's layer prefix | its dense weight's shape | its transposed conv's
+  for m in "$d256|dense:256|gmix|256, 1024|256, 16, 4, 4" "$inmix|input-mix dense:256|imix|256, 16384|256, 16, 32, 32"; do
+    IFS='|' read -r file name p wd wu <<<"$m"
+    rm -f "$tmp/log.csv" "$tmp/p.h5"
+    if timeout 600 "$B/tessera-train" --model "$file" --data "$tmp/cbed.h5" --epochs 1 --batch 4 --workers 2 \
+      --standardize-targets --export-params "$tmp/p.h5" --log "$tmp/log.csv" >"$tmp/train.log" 2>&1 &&
+      awk -F, 'NR == 2 && $2 == 1 && $3 + 0 > 0 && $3 + 0 < 1e9 { ok = 1 } END { exit !ok }' "$tmp/log.csv"; then
+      ok "$name: tessera-train runs a step (train loss $(awk -F, 'NR == 2 { print $3 }' "$tmp/log.csv"))"
+    else
+      cat "$tmp/train.log"; ko "$name: tessera-train runs a step"
+    fi
+    shapes=$(h5ls "$tmp/p.h5" 2>/dev/null | grep -E "^${p}_(dense|up)\.weight ")
+    echo "$shapes" | grep -q "^${p}_dense\.weight .*{$wd}" && echo "$shapes" | grep -q "^${p}_up\.weight .*{$wu}" &&
+      ok "$name: exported weights ${p}_dense [$wd], ${p}_up [$wu]" ||
+      ko "$name: exported weights of the stated shapes (got: $shapes)"
+  done
   timeout 600 "$B/tessera-train" --model "$tmp/broken.json" --data "$tmp/cbed.h5" --epochs 1 --batch 8 --workers 2 \
     >"$tmp/broken.log" 2>&1 && ko "tessera-train accepts a 3x3 gmix_up kernel" ||
     { grep -q gmix "$tmp/broken.log" && ok "tessera-train refuses a 3x3 gmix_up kernel: $(grep -m1 gmix "$tmp/broken.log")" ||

@@ -82,26 +82,30 @@ class Builder:
         return None, self.add(name + "_new", "concat", new) if len(new) > 1 else new[0]
 
 
-def global_mix(b, x, width, channels):
-    """A global path beside the bottleneck's dense block: every output pixel depends on every input
-    pixel of the lowest resolution (a diffraction pattern relates to the whole illuminated area, not
-    pixel by pixel). batchnorm -> relu -> flatten -> dense `width` -> relu -> a transposed conv whose
-    kernel is the lowest resolution, from [width, 1, 1] back to [channels, h, w] (the model format has
-    no reshape; a transposed conv of a 1x1 map with an h x w kernel is one)."""
+def global_mix(b, p, x, width, channels, relu_first=True):
+    """A global path: every output pixel depends on every pixel of x (a diffraction pattern relates to
+    the whole illuminated area, not pixel by pixel). batchnorm [-> relu] -> flatten -> dense `width`
+    -> relu -> a transposed conv whose kernel is x's side, from [width, 1, 1] back to
+    [channels, h, w] (the model format has no reshape; a transposed conv of a 1x1 map with an h x w
+    kernel is one). Layer names start with p."""
     _, h, w = b.shape[x]
-    y = b.add("gmix_bn", "batchnorm", x)
-    y = b.add("gmix_relu", "relu", y)
-    y = b.add("gmix_flat", "flatten", y)
-    y = b.add("gmix_dense", "dense", y, out_features=width)
-    y = b.add("gmix_dense_relu", "relu", y)
     assert h == w, "square maps only"
-    return b.add("gmix_up", "conv_transpose2d", y, out_channels=channels, kernel=h)
+    y = b.add(p + "_bn", "batchnorm", x)
+    if relu_first:
+        y = b.add(p + "_relu", "relu", y)
+    y = b.add(p + "_flat", "flatten", y)
+    y = b.add(p + "_dense", "dense", y, out_features=width)
+    y = b.add(p + "_dense_relu", "relu", y)
+    return b.add(p + "_up", "conv_transpose2d", y, out_channels=channels, kernel=h)
 
 
 def build(args):
     b = Builder()
     x = b.add("input", "input", None, shape=[args.in_channels, args.size, args.size])
-    x = b.add("conv0", "conv2d", x, out_channels=args.stem, kernel=3, padding=1)
+    stem = b.add("conv0", "conv2d", x, out_channels=args.stem, kernel=3, padding=1)
+    if args.input_mix:  # the input normalised per channel, no relu (it would drop half of the pattern)
+        stem = b.add("imix_cat", "concat", [stem, global_mix(b, "imix", x, args.input_mix, args.stem, False)])
+    x = stem
     levels = len(args.layers) - 1          # the last entry is the bottleneck
     skips = []
     for lv in range(1, levels + 1):
@@ -112,7 +116,7 @@ def build(args):
         x = b.add(td + "_pool", "maxpool2d", y, kernel=2)
     _, new = b.dense_block("db%d" % (levels + 1), x, args.layers[-1], args.growth, True)
     if args.bottleneck:
-        new = b.add("gmix_cat", "concat", [new, global_mix(b, x, args.bottleneck, args.mix_channels)])
+        new = b.add("gmix_cat", "concat", [new, global_mix(b, "gmix", x, args.bottleneck, args.mix_channels)])
     for i, lv in enumerate(range(levels, 0, -1)):
         nb = levels + 2 + i                  # up-path blocks continue the numbering
         up = b.add("tu%d" % lv, "conv_transpose2d", new, out_channels=b.shape[new][0], kernel=2, stride=2)
@@ -121,7 +125,8 @@ def build(args):
     b.add("final", "conv2d", full, out_channels=1, kernel=1)
     model = {
         "name": "stemdl-fcdensenet" + ("-cbed%d" % args.in_channels if args.in_channels > 1 else "")
-                + ("-dense%d" % args.bottleneck if args.bottleneck else ""),
+                + ("-dense%d" % args.bottleneck if args.bottleneck else "")
+                + ("-inmix%d" % args.input_mix if args.input_mix else ""),
         "layers": b.layers,
         "output": "final",
         "loss": {"type": "mse"},
@@ -147,12 +152,17 @@ def main():
                          "transposed conv back to the map), concatenated to the bottleneck's new maps")
     ap.add_argument("--mix-channels", type=int, default=0,
                     help="channels the global path gives back (default: the bottleneck block's, growth x layers)")
+    ap.add_argument("--input-mix", default="",
+                    help="dense:N adds a global path at the input (flatten -> dense N -> relu -> transposed "
+                         "conv back to --stem maps of full size), concatenated to the first conv's maps")
     args = ap.parse_args()
-    if args.bottleneck:
-        kind, _, n = args.bottleneck.partition(":")
-        if kind != "dense" or not n.isdigit() or int(n) < 1:
-            ap.error("--bottleneck takes dense:N with N >= 1, not %r" % args.bottleneck)
-        args.bottleneck = int(n)
+    for opt in ("bottleneck", "input_mix"):
+        v = getattr(args, opt)
+        if v:
+            kind, _, n = v.partition(":")
+            if kind != "dense" or not n.isdigit() or int(n) < 1:
+                ap.error("--%s takes dense:N with N >= 1, not %r" % (opt.replace("_", "-"), v))
+            setattr(args, opt, int(n))
     args.layers = [int(v) for v in args.layers.split(",")]
     if len(args.layers) < 2 or min(args.layers) < 1:
         ap.error("--layers needs at least one level and the bottleneck, all >= 1")
