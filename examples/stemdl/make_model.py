@@ -6,6 +6,9 @@ Plain Python (no torch): the JSON is the model; this script only saves typing it
     python3 make_model.py                      # writes fcdensenet.json next to this script
     python3 make_model.py --growth 16 --layers 4,4,4,4 -o bigger.json
     python3 make_model.py --size 32 --in-channels 16 --bottleneck dense:256 -o fcdensenet_cbed_dense256.json
+    python3 make_model.py --size 32 --in-channels 16 --input-mix dense:256 -o inmix256.json
+The last two add a global mixing path (README, held-out section): at the lowest resolution, or
+from the input itself.
 """
 import argparse
 import json
