@@ -37,7 +37,8 @@
 #   STEPS [unset]: train this many optimizer steps instead of EPOCHS epochs: the epochs are
 #     STEPS / (training samples / BATCH), rounded to the nearest whole epoch (at least 1), so runs with
 #     different amounts of data can be compared at the same training length (learning_curve.sh)
-#   MODEL [fcdensenet_cbed.json]: the model file (e.g. one of make_model.py with another --growth)
+#   MODEL [fcdensenet_cbed.json]: the model file (e.g. one of make_model.py with another --growth, or
+#     fcdensenet_cbed_dense256.json: a global mixing path at the lowest resolution, README)
 #   DATA_DIR [OUT_DIR]: where the simulated data files are kept; a file is simulated only if it is not
 #     there yet. Its name holds the structures, voltage, thickness, sample count and a checksum of the
 #     simulation settings (GRID, PROBES, FOV, CBED_ARGS), so changed settings never reuse stale files

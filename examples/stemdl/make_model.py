@@ -5,6 +5,10 @@ STEMDL-style inverse problem, 1x64x64 diffraction pattern -> 1x64x64 projected p
 Plain Python (no torch): the JSON is the model; this script only saves typing its ~80 layers.
     python3 make_model.py                      # writes fcdensenet.json next to this script
     python3 make_model.py --growth 16 --layers 4,4,4,4 -o bigger.json
+    python3 make_model.py --size 32 --in-channels 16 --bottleneck dense:256 -o fcdensenet_cbed_dense256.json
+    python3 make_model.py --size 32 --in-channels 16 --input-mix dense:256 -o inmix256.json
+The last two add a global mixing path (README, held-out section): at the lowest resolution, or
+from the input itself.
 """
 import argparse
 import json
@@ -44,6 +48,12 @@ class Builder:
             c = fields["out_channels"]
         elif kind == "maxpool2d":
             h, w = h // k, w // k
+        elif kind == "flatten":
+            c, h, w = c * h * w, 1, 1
+        elif kind == "dense":
+            assert (h, w) == (1, 1), "dense needs a flatten before it"
+            self.macs += c * fields["out_features"]
+            c = fields["out_features"]
         elif kind == "concat":
             assert len(src) <= 32, "concat takes at most 32 inputs"
             assert all(self.shape[s][1:] == (h, w) for s in src), src
@@ -75,10 +85,30 @@ class Builder:
         return None, self.add(name + "_new", "concat", new) if len(new) > 1 else new[0]
 
 
+def global_mix(b, p, x, width, channels, relu_first=True):
+    """A global path: every output pixel depends on every pixel of x (a diffraction pattern relates to
+    the whole illuminated area, not pixel by pixel). batchnorm [-> relu] -> flatten -> dense `width`
+    -> relu -> a transposed conv whose kernel is x's side, from [width, 1, 1] back to
+    [channels, h, w] (the model format has no reshape; a transposed conv of a 1x1 map with an h x w
+    kernel is one). Layer names start with p."""
+    _, h, w = b.shape[x]
+    assert h == w, "square maps only"
+    y = b.add(p + "_bn", "batchnorm", x)
+    if relu_first:
+        y = b.add(p + "_relu", "relu", y)
+    y = b.add(p + "_flat", "flatten", y)
+    y = b.add(p + "_dense", "dense", y, out_features=width)
+    y = b.add(p + "_dense_relu", "relu", y)
+    return b.add(p + "_up", "conv_transpose2d", y, out_channels=channels, kernel=h)
+
+
 def build(args):
     b = Builder()
     x = b.add("input", "input", None, shape=[args.in_channels, args.size, args.size])
-    x = b.add("conv0", "conv2d", x, out_channels=args.stem, kernel=3, padding=1)
+    stem = b.add("conv0", "conv2d", x, out_channels=args.stem, kernel=3, padding=1)
+    if args.input_mix:  # the input normalised per channel, no relu (it would drop half of the pattern)
+        stem = b.add("imix_cat", "concat", [stem, global_mix(b, "imix", x, args.input_mix, args.stem, False)])
+    x = stem
     levels = len(args.layers) - 1          # the last entry is the bottleneck
     skips = []
     for lv in range(1, levels + 1):
@@ -88,6 +118,8 @@ def build(args):
         y = b.bn_relu_conv(td, full, b.shape[full][0], 1)
         x = b.add(td + "_pool", "maxpool2d", y, kernel=2)
     _, new = b.dense_block("db%d" % (levels + 1), x, args.layers[-1], args.growth, True)
+    if args.bottleneck:
+        new = b.add("gmix_cat", "concat", [new, global_mix(b, "gmix", x, args.bottleneck, args.mix_channels)])
     for i, lv in enumerate(range(levels, 0, -1)):
         nb = levels + 2 + i                  # up-path blocks continue the numbering
         up = b.add("tu%d" % lv, "conv_transpose2d", new, out_channels=b.shape[new][0], kernel=2, stride=2)
@@ -95,7 +127,9 @@ def build(args):
         full, new = b.dense_block("db%d" % nb, x, args.layers[lv - 1], args.growth, lv > 1)
     b.add("final", "conv2d", full, out_channels=1, kernel=1)
     model = {
-        "name": "stemdl-fcdensenet" + ("-cbed%d" % args.in_channels if args.in_channels > 1 else ""),
+        "name": "stemdl-fcdensenet" + ("-cbed%d" % args.in_channels if args.in_channels > 1 else "")
+                + ("-dense%d" % args.bottleneck if args.bottleneck else "")
+                + ("-inmix%d" % args.input_mix if args.input_mix else ""),
         "layers": b.layers,
         "output": "final",
         "loss": {"type": "mse"},
@@ -116,12 +150,30 @@ def main():
     ap.add_argument("--growth", type=int, default=8, help="growth rate k (default 8)")
     ap.add_argument("--layers", default="2,2,2,2",
                     help="layers per dense block on the way down, then the bottleneck's (default 2,2,2,2)")
+    ap.add_argument("--bottleneck", default="",
+                    help="dense:N adds a global path at the lowest resolution (flatten -> dense N -> relu -> "
+                         "transposed conv back to the map), concatenated to the bottleneck's new maps")
+    ap.add_argument("--mix-channels", type=int, default=0,
+                    help="channels the global path gives back (default: the bottleneck block's, growth x layers)")
+    ap.add_argument("--input-mix", default="",
+                    help="dense:N adds a global path at the input (flatten -> dense N -> relu -> transposed "
+                         "conv back to --stem maps of full size), concatenated to the first conv's maps")
     args = ap.parse_args()
+    for opt in ("bottleneck", "input_mix"):
+        v = getattr(args, opt)
+        if v:
+            kind, _, n = v.partition(":")
+            if kind != "dense" or not n.isdigit() or int(n) < 1:
+                ap.error("--%s takes dense:N with N >= 1, not %r" % (opt.replace("_", "-"), v))
+            setattr(args, opt, int(n))
     args.layers = [int(v) for v in args.layers.split(",")]
     if len(args.layers) < 2 or min(args.layers) < 1:
         ap.error("--layers needs at least one level and the bottleneck, all >= 1")
     if args.size % (1 << (len(args.layers) - 1)):
         ap.error("--size must be divisible by 2^levels")
+    if args.mix_channels < 0:
+        ap.error("--mix-channels must be >= 0")
+    args.mix_channels = args.mix_channels or args.growth * args.layers[-1]
     model, b = build(args)
     with open(args.out, "w") as f:
         json.dump(model, f, indent=1)
