@@ -14,8 +14,9 @@
 # RANKS="1 2 3 4" COLLECTIVES="ring" (tessera-train --collective names, each predicted with the cost
 # model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
 # ranks or TESSERA_NODE_SIZE=k on loopback; the machine file's intra link then comes from a
-# calibration over shared memory, its timeslice_us from two ranks on one node of 2 nodes of k ranks,
-# and rank counts that are not a multiple of k are skipped).
+# calibration over shared memory, with TIMESLICE=1 its timeslice_us from two ranks on one node of 2
+# nodes of k ranks (else 0: columns 13-14 then repeat 5-6), and rank counts that are not a multiple
+# of k are skipped).
 # Every launch runs under timeout: TRAIN_TIMEOUT s for a training run (default 900), CAL_TIMEOUT s for
 # a calibration (default 180; one takes seconds). A calibration is tried CAL_TRIES times (default 3):
 # a loaded machine can drown the small sizes' times in scheduling noise (refused), and a try that
@@ -97,10 +98,13 @@ for link in $links; do
     calibrate "$out/calibrate-$link.log" "calibration of the intra link" timeout "$cal_s" $MPI -np 2 \
       "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra --machine "$mf" \
       --save "$mf" || exit 1
-    # the time slice of two ranks on a node of the runs' shape (2 nodes of k ranks: netlab splits the
-    # CPUs among the nodes, so on a small machine a node's ranks take turns on its cores)
-    calibrate "$out/calibrate-$link.log" "calibration of the time slice" launch "$link" $((2 * k)) "$k" \
-      "$B/tessera-scale" --calibrate --link timeslice --reps 20 --machine "$mf" --save "$mf" || exit 1
+    # TIMESLICE=1: the time slice of two ranks on a node of the runs' shape (2 nodes of k ranks: netlab
+    # splits the CPUs among the nodes, so on a small machine a node's ranks take turns on its cores).
+    # Off by default: on a quiet machine it over-predicted layouts of many groups (docs/scaling.md)
+    if [ "${TIMESLICE:-0}" = 1 ]; then
+      calibrate "$out/calibrate-$link.log" "calibration of the time slice" launch "$link" $((2 * k)) "$k" \
+        "$B/tessera-scale" --calibrate --link timeslice --reps 20 --machine "$mf" --save "$mf" || exit 1
+    fi
   fi
   sed 's/"exchange_gbit": *[0-9.e+-]*/"exchange_gbit": 0/' "$mf" >"$out/machine-$link-duplex.json"
   sed 's/"timeslice_us": *[0-9.e+-]*/"timeslice_us": 0/' "$mf" >"$out/machine-$link-noslice.json"
