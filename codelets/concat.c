@@ -7,6 +7,7 @@
 
 #include "codelets.h"
 #include "convert.h"
+#include "kernel_util.h"
 #include "cuda_util.h"
 #include "runtime/error.h"
 
@@ -93,13 +94,6 @@ static void convert_channels(int blk, size_t hw, int from_bf16, const char *src,
   }
 }
 
-/* Zeroes the padding channels [c, c rounded up to blk) of one sample in layout blk, es bytes each. */
-static void zero_padding(int blk, size_t hw, size_t es, char *dst, int c) {
-  if (!blk || c % blk == 0) return;
-  char *p = dst + ((size_t)(c / blk) * hw * blk + c % blk) * es;
-  for (size_t k = 0; k < hw; k++) memset(p + k * blk * es, 0, (size_t)(blk - c % blk) * es);
-}
-
 /* Each input gradient is written whole, its padding channels zeroed too: gradients share memory
  * (src/train/grad_share.c) with others of other shapes and element sizes, whose values there could
  * read as NaN where the bf16 kernels read the padding (0 x NaN). */
@@ -114,7 +108,7 @@ void _tsr_concat_bwd_cpu(const struct _tsr_concat_desc *d, const float *dy, floa
         copy_channels(d->blk, hw, eg, src, off, dst, 0, d->c[i]);
       else
         convert_channels(d->blk, hw, d->dy_bf16, src, off, dst, 0, d->c[i]);
-      zero_padding(d->blk, hw, xb ? 2 : 4, dst, d->c[i]);
+      _tsr_zero_pad_channels(d->blk, hw, xb ? 2 : 4, dst, d->c[i]);
     }
 }
 

@@ -220,3 +220,9 @@ int _tsr_act_block(void) {
 }
 
 dnnl_format_tag_t _tsr_act_tag(int blk) { return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw; }
+
+void _tsr_zero_pad_channels(int blk, size_t hw, size_t es, void *sample, int c) {
+  if (!blk || c % blk == 0) return;
+  char *p = (char *)sample + ((size_t)(c / blk) * hw * blk + c % blk) * es;
+  for (size_t k = 0; k < hw; k++) memset(p + k * blk * es, 0, (size_t)(blk - c % blk) * es);
+}

@@ -49,6 +49,11 @@ void *_tsr_scratch(int slot, size_t bytes);
 int _tsr_act_block(void);
 /* oneDNN's format tag of an activation [n, c, h, w] with channel block blk (0: nchw). */
 dnnl_format_tag_t _tsr_act_tag(int blk);
+/* Zeroes the padding channels [c, c rounded up to blk) of one sample of hw pixels in layout blk,
+ * es bytes each (nothing for a plain layout or c a multiple of blk): gradients share memory
+ * (src/train/grad_share.c) with others of other element sizes, whose bits there could read as NaN
+ * in the bf16 kernels. */
+void _tsr_zero_pad_channels(int blk, size_t hw, size_t es, void *sample, int c);
 
 /* Runs a primitive with (arg, memory) pairs and waits for it. */
 void _tsr_dnnl_run(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args);

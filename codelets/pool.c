@@ -169,18 +169,6 @@ static size_t side_elems(const struct _tsr_pool_desc *d, int out) {
   return (size_t)d->n * c * (out ? (size_t)d->oh * d->ow : (size_t)d->h * d->w) * (d->d > 0 ? (out ? d->od : d->d) : 1);
 }
 
-/* Zeroes dx's padding channels [c, c rounded up to blk) in each sample, es bytes each: gradients
- * share memory (src/train/grad_share.c) with others of other element sizes, whose bits there could
- * read as NaN in bf16 in the next kernel. */
-static void zero_padding(const struct _tsr_pool_desc *d, size_t es, char *dx) {
-  if (!d->blk || d->c % d->blk == 0) return;
-  size_t hw = (size_t)d->h * d->w, cb = (size_t)(d->c + d->blk - 1) / d->blk;
-  for (int s = 0; s < d->n; s++) {
-    char *p = dx + (((size_t)s * cb + d->c / d->blk) * hw * d->blk + d->c % d->blk) * es;
-    for (size_t k = 0; k < hw; k++) memset(p + k * d->blk * es, 0, (size_t)(d->blk - d->c % d->blk) * es);
-  }
-}
-
 /* bf16 gradients give bitwise the float32 path's dx rounded once (nearest even, convert.h). Max
  * pooling whose windows do not overlap (kernel at most the stride) writes into each dx element one
  * dy value or zero, so rounding dy first is the same: a bf16 dx comes from oneDNN's bf16 kernel on
@@ -212,7 +200,10 @@ static void pool_bwd_body(void *arg) {
   if (d->dx_bf16) dx = _tsr_scratch(2, nx * sizeof(float));
   pool_run(pool_get(d, 1, 0), DNNL_ARG_DIFF_DST, dy, DNNL_ARG_DIFF_SRC, dx, c->ws);
   if (d->dx_bf16) _tsr_f32_to_bf16_cpu(dx, c->out, nx);
-  if (d->dy_bf16 || d->dx_bf16) zero_padding(d, d->dx_bf16 ? 2 : 4, c->out);
+  if (d->dy_bf16 || d->dx_bf16) { /* padding channels zeroed (kernel_util.h says why) */
+    size_t hw = (size_t)d->h * d->w, es = d->dx_bf16 ? 2 : 4, per = side_elems(d, 0) / d->n * es;
+    for (int s = 0; s < d->n; s++) _tsr_zero_pad_channels(d->blk, hw, es, (char *)c->out + s * per, d->c);
+  }
 }
 
 void _tsr_pool_fwd_cpu(const struct _tsr_pool_desc *d, const float *x, float *y, void *ws) {
