@@ -176,6 +176,19 @@ static double run_graph(struct run *r, double *cpu) {
   return ret ? -1 : wall;
 }
 
+/* Rank 0's *rate to every rank (StarPU-MPI's point-to-point calls: MPI belongs to its thread). */
+static int share_rate(int rank, int size, double *rate) {
+  starpu_data_handle_t h;
+  int ret = 0;
+  starpu_variable_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)rate, sizeof *rate);
+  for (int k = 1; !ret && k < size; k++) {
+    if (rank == 0) ret = starpu_mpi_send(h, k, 998, MPI_COMM_WORLD);
+    if (rank == k) ret = starpu_mpi_recv(h, 0, 998, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  starpu_data_unregister(h);
+  return ret;
+}
+
 int main(int argc, char **argv) {
   long max_grain = argc > 1 ? atol(argv[1]) : 1 << 20, min_grain = argc > 2 ? atol(argv[2]) : 64;
   double budget = argc > 3 ? atof(argv[3]) : 0.15; /* seconds of ideal work per run */
@@ -207,6 +220,10 @@ int main(int argc, char **argv) {
   tsr_context *ctx;
   if (tsr_context_create(&ctx, &co, &argc, &argv) != TSR_OK) return fprintf(stderr, "%s\n", tsr_last_error()), 1;
   int rank = tsr_context_rank(ctx), size = tsr_context_size(ctx), nw = (int)starpu_cpu_worker_get_count();
+  /* Every rank must submit the same graph: the step counts below follow from the kernel's rate, so
+   * all ranks take rank 0's (each measuring its own, they differed by a step now and then, and a
+   * rank waited for ever for a message its neighbour's graph did not have). */
+  if (size > 1 && share_rate(rank, size, &per_iter)) return fprintf(stderr, "taskbench: cannot share the kernel's rate\n"), 1;
   int w = 4 * nw * size;
   starpu_data_handle_t(*h)[2] = calloc(w, sizeof *h);
   if (rank == 0)
