@@ -23,7 +23,8 @@
  *  - the one explicit ordering between steps: slice s's forward of layer l in step k + 1 starts
  *    after slice s's own update of l in step k. A task with no computation (STARPU_NOWHERE) right
  *    after that update takes the slice's gradient buffers of l in RW (so it follows the update,
- *    which reads them) and layer l's output handle of slice s in RW (so the forward, which writes
+ *    which reads them) and the handle layer l's forward writes for slice s (its output, or the copy in the
+ *    kernels' layout that a reorder task turns into the output) in RW (so the forward, which writes
  *    it, follows the task). All these handles are slice s's own: nothing ties slice s to another
  *    slice.
  * So slice s computes step k + 1 of layer l with W after its own updates of steps <= k and after
@@ -152,9 +153,12 @@ int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step) {
     b[nb++] = (struct _tsr_buf){g, STARPU_RW};
   }
   if (!nb) return 0;
-  /* the handle layer l's forward writes: its own output, or that of the relu fused into it */
+  /* the handle layer l's forward writes: its copy in the kernels' layout when a task of its own
+   * reorders that into the output (layout.c; the gate on the output alone ordered only that
+   * reorder, and the next step's forward read W before this update now and then), else its own
+   * output or that of the relu fused into it */
   const struct _tsr_lstate *out = st->relu >= 0 ? &t->ls[st->relu] : st;
-  b[nb++] = (struct _tsr_buf){out->y[s], STARPU_RW};
+  b[nb++] = (struct _tsr_buf){st->edges & TSR_EDGE_OUT ? st->ey[s] : out->y[s], STARPU_RW};
   return _tsr_submit(&gate_cl, NULL, 0, STARPU_DEFAULT_PRIO, "async_gate", nb, b);
 }
 
