@@ -4,14 +4,11 @@
 # shapes and attributes; the same seed writes the same data with 1 and 2 threads, another seed other
 # data; segmentation files hold [N, 3, S, S, S] targets.
 set -u
+. "$(dirname "$0")/script_common.sh"
 B=${TESSERA_BUILDDIR:-.}
 gen=$B/tessera-cosmogen
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 command -v h5ls >/dev/null && command -v h5diff >/dev/null || { echo "SKIP: h5ls/h5diff not found (apt-get install hdf5-tools)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-cosmogen-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp cosmogen
 
 "$gen" --help >"$tmp/help" && grep -q -- "--omega-m" "$tmp/help" && grep -q -- "--redshifts" "$tmp/help" &&
   grep -q "t = 2 (p - min) / (max - min) - 1" "$tmp/help" && ok "--help lists the options and the targets' formula" ||
@@ -61,5 +58,4 @@ h5ls "$tmp/s.h5" >"$tmp/ls" 2>&1
 grep -q "^inputs *Dataset {2, 1, 16, 16, 16}" "$tmp/ls" && grep -q "^targets *Dataset {2, 3, 16, 16, 16}" "$tmp/ls" &&
   ok "segmentation: inputs [2, 1, 16, 16, 16], targets [2, 3, 16, 16, 16]" || { cat "$tmp/out" "$tmp/ls"; ko "segmentation file shapes"; }
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

@@ -4,14 +4,11 @@
 # copies fail it (so the check can fail); and the CosmoFlow and U-Net models each train one epoch on
 # a few samples from tessera-cosmogen through tessera-train.
 set -u
+. "$(dirname "$0")/script_common.sh"
 B=${TESSERA_BUILDDIR:-.}
 S=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-examples3d-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp examples3d
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
 val="$S/tests/validate_model.py"
 cf=$S/examples/cosmoflow un=$S/examples/unet3d
@@ -60,5 +57,4 @@ else
       { cat "$tmp/$name.log"; ko "$name: tessera-train runs an epoch"; }
   done
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

@@ -5,14 +5,11 @@
 # resolution) is refused by the validator and by tessera-train, and the bottleneck model trains one
 # step on tessera-cbed data, its exported parameters of the stated shapes.
 set -u
+. "$(dirname "$0")/script_common.sh"
 B=${TESSERA_BUILDDIR:-.}
 S=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 command -v python3 >/dev/null || { echo "SKIP: python3 not found"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-stemdl-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp stemdl
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
 val="$S/tests/validate_model.py" ex=$S/examples/stemdl make=$S/examples/stemdl/make_model.py
 
@@ -93,5 +90,4 @@ else
     { grep -q gmix "$tmp/broken.log" && ok "tessera-train refuses a 3x3 gmix_up kernel: $(grep -m1 gmix "$tmp/broken.log")" ||
       { cat "$tmp/broken.log"; ko "tessera-train's message names the layer"; }; }
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

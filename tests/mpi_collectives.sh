@@ -12,15 +12,12 @@
 # links so the choice is known). Every run is bounded by `timeout 300` (status 124), far beyond
 # the seconds a run takes.
 set -u
+. "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-coll-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp coll
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_NODE_SIZE=2 TESSERA_SKIP_ALLREDUCE=0
 unset TESSERA_COLLECTIVE TESSERA_LINK
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 run() { # ranks out extra...
   local n=$1 out=$2; shift 2
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT -x TESSERA_NODE_SIZE \
@@ -123,5 +120,4 @@ TESSERA_SKIP_ALLREDUCE=1 run 3 "$tmp/skip" --deterministic --collective rd
 if ! same_ranks "$tmp/skip" 3; then ok "without reductions the ranks diverge (the checks above can fail)"
 else ko "without reductions the ranks diverge (the checks above can fail)"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

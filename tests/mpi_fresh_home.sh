@@ -6,13 +6,10 @@
 # aborted StarPU (check_bus_affinity_file) now and then; the check of the count catches the missing
 # lock even when no rank happens to abort. Every run is bounded by `timeout 300`.
 set -u
+. "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-home-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
+test_tmp home
 for try in 1 2; do
   export STARPU_HOME=$tmp/home$try STARPU_SILENT=0
   if timeout 300 mpirun --allow-run-as-root --oversubscribe -np 4 -x STARPU_HOME -x STARPU_SILENT \

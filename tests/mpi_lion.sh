@@ -9,14 +9,11 @@
 # ranks and adds their float32 bytes; momentum averaging without a sign reduction and Adam with one
 # are refused.
 set -u
+. "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-lion-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp lion
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 run() { # ranks out extra...
   local n=$1 out=$2; shift 2
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
@@ -113,5 +110,4 @@ else
   grep -q "combines update directions: optimizer adam has none" "$tmp/adam.log" &&
     ok "Adam with sign1 is refused naming both" || { ko "Adam with sign1 is refused naming both"; cat "$tmp/adam.log"; }
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

@@ -8,14 +8,11 @@
 # a deterministic run with S > 0 is refused on every rank naming both options. Every run is bounded
 # by `timeout 300` (status 124).
 set -u
+. "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-ssp-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp ssp
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_HANG_DUMP=1
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 run() { # ranks out extra...
   local n=$1 out=$2; shift 2
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT -x TESSERA_SLOW_RANK \

@@ -8,14 +8,11 @@
 # takes); StarPU-MPI's progress as worker 0 (the default) and as a thread of its own give bitwise the
 # same deterministic runs; and, as a check of the checks, skipping the reductions breaks the equality.
 set -u
+. "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
-tmp=$(mktemp -d /tmp/tessera-mpi-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp mpi
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_HANG_DUMP=1 # a rank past its step deadline prints its stacks
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 run() { # ranks out extra...
   local n=$1 out=$2; shift 2
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" -x STARPU_HOME -x STARPU_SILENT \
@@ -136,5 +133,4 @@ TESSERA_SKIP_ALLREDUCE=1 run 2 "$tmp/skip" --deterministic
 if ! same_ranks "$tmp/skip" 2; then ok "without reductions the ranks diverge (the checks above can fail)"
 else ko "without reductions the ranks diverge (the checks above can fail)"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

@@ -10,17 +10,14 @@
 # too (`netlab cleanup`). Skips (77) without root, ip, tc, unshare or namespaces. Waits end on events;
 # HANG_S only bounds hangs.
 set -u
+. "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
 netlab=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/scripts/netlab
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 why=$("$netlab" check) || { echo "SKIP: ${why:-netlab check failed}"; exit 77; }
 HANG_S=${HANG_S:-300}
-tmp=$(mktemp -d /tmp/tessera-netlab-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp netlab
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 TESSERA_SKIP_ALLREDUCE=0
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
 same_ranks() { # prefix n
   local r
   for ((r = 1; r < $2; r++)); do cmp -s "$1.rank0.params" "$1.rank$r.params" || return 1; done
@@ -143,5 +140,4 @@ done
 if [ "$(ip -o link | wc -l)" -eq "$links_before" ]; then ok "no link was left in this namespace"
 else ko "no link was left in this namespace"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

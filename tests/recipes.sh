@@ -6,15 +6,12 @@
 # defines is passed by the recipe or named below as not for packages; every library configure
 # requires is a dependency of the recipe.
 set -u
+. "$(dirname "$0")/script_common.sh"
 top=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 B=${TESSERA_BUILDDIR:-.}
 py=/usr/bin/python3
 [ -x $py ] || { echo "SKIP: $py not found (the recipe check runs it)"; exit 77; }
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d /tmp/tessera-recipes-XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+test_tmp recipes
 
 # ---- Slurm ----
 "$B/tessera-train" --help >"$tmp/help" || ko "tessera-train --help"
@@ -128,5 +125,4 @@ done
 if [ -n "$required" ] && [ -z "$missing" ]; then ok "every library configure requires is a dependency: $(echo $required)"
 else ko "libraries configure requires that the recipe lacks:$missing"; fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tests_done

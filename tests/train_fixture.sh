@@ -4,15 +4,12 @@
 # and for processes to end, and the helpers that find mpirun's ranks.
 B=${TESSERA_BUILDDIR:-.}
 train=$B/tessera-train gen=$B/tessera-datagen
-pass=0 fail=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1"; fail=$((fail + 1)); }
-fixture_done() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; }
+. "$(dirname "${BASH_SOURCE[0]}")/script_common.sh"
+fixture_done() { tests_done; }
 
 # fixture_setup NAME SAMPLES: $tmp, $tmp/model.json and $tmp/data.h5 (16x16 samples)
 fixture_setup() {
-  tmp=$(mktemp -d "/tmp/tessera-$1-XXXXXX")
-  trap 'rm -rf "$tmp"' EXIT
+  test_tmp "$1"
   export STARPU_HOME=$tmp/starpu STARPU_SILENT=1
   cat >"$tmp/model.json" <<'JSON'
 {"name": "kill", "layers": [
