@@ -5,7 +5,8 @@
  *    trainer's implicit dependencies connect them;
  *  - activation gradients whose lifetimes do not overlap share memory through handles of their own
  *    (grad_share.c), ordered by gates: every pair of accesses to overlapping memory through two
- *    handles where one writes must be connected (synchronous training, 1 and 2 slices).
+ *    handles where one writes must be connected (synchronous training, 1 and 2 slices, also with
+ *    staleness 2, whose extra gradient sets are buffers of their own).
  * A test of results (check_async_bn, train_async_slices.sh) sees a missing edge only when the
  * scheduler happens to run the two tasks the wrong way round; this one rebuilds the graph StarPU
  * builds from every task submitted (the submit hook: the handles each task accesses, in submission
@@ -148,7 +149,7 @@ struct result {
 /* Records the tasks of STEPS training steps and checks every conflicting pair of accesses that StarPU
  * does not order by itself: on one handle without sequential consistency, and on two handles whose
  * memory overlaps. */
-static struct result run(int dense, int adam, int slices, int async) {
+static struct result run(int dense, int adam, int slices, int async, int staleness) {
   setenv("STARPU_CALIBRATE", "1", 1); /* see check_async_slices.c */
   tsr_context_opts co;
   tsr_context_opts_default(&co);
@@ -160,7 +161,7 @@ static struct result run(int dense, int adam, int slices, int async) {
   tsr_optim_spec opt = tsr_optim_spec_default(adam ? TSR_OPTIM_ADAM : TSR_OPTIM_SGD);
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
-  o.batch = BATCH, o.slices = slices, o.seed = 5, o.async_slices = async;
+  o.batch = BATCH, o.slices = slices, o.seed = 5, o.async_slices = async, o.staleness = staleness;
   tsr_trainer *t = NULL;
   ck_assert_msg(tsr_trainer_create(&t, ctx, m, &opt, &o) == TSR_OK, "%s", tsr_last_error());
 
@@ -176,8 +177,8 @@ static struct result run(int dense, int adam, int slices, int async) {
   ck_assert_msg(!g.overflow, "more tasks, handles or accesses than the recorder holds");
 
   char what[96];
-  snprintf(what, sizeof what, "%s, %s, %d slice(s)%s", dense ? "dense" : "narrow", adam ? "Adam" : "SGD", slices,
-           async ? ", asynchronous" : "");
+  snprintf(what, sizeof what, "%s, %s, %d slice(s)%s, staleness %d", dense ? "dense" : "narrow", adam ? "Adam" : "SGD",
+           slices, async ? ", asynchronous" : "", staleness);
   struct result r = {0};
   int shown = 0;
   for (int b = 1; b < g.nacc; b++)
@@ -205,7 +206,7 @@ static struct result run(int dense, int adam, int slices, int async) {
 START_TEST(asynchronous_slices_order_every_conflicting_access_to_the_parameters) {
   for (int dense = 0; dense < 2; dense++)
     for (int adam = 0; adam < 2; adam++) {
-      struct result r = run(dense, adam, 1, 1);
+      struct result r = run(dense, adam, 1, 1, 0);
       ck_assert_msg(r.seq_off > 0, "no access to a handle without sequential consistency was recorded");
       ck_assert_msg(r.seq_off_bad == 0,
                     "%s network, %s: %d of %d pairs of accesses to a parameter, an optimizer state or a running "
@@ -222,15 +223,18 @@ END_TEST
 
 START_TEST(gradients_sharing_memory_are_ordered) {
   for (int dense = 0; dense < 2; dense++)
-    for (int slices = 1; slices <= 2; slices++) {
-      struct result r = run(dense, 1, slices, 0);
-      ck_assert_msg(r.seq_off == 0, "a handle without sequential consistency in synchronous training");
-      ck_assert_msg(r.alias_bad == 0,
-                    "%s network, %d slice(s): %d of %d pairs of accesses to memory that two handles share (one of "
-                    "them a write) have no path between them in the task graph",
-                    dense ? "dense" : "narrow", slices, r.alias_bad, r.alias);
-      if (dense) ck_assert_msg(r.alias > 0, "dense network, %d slice(s): no two handles share memory", slices);
-    }
+    for (int slices = 1; slices <= 2; slices++)
+      for (int staleness = 0; staleness <= 2; staleness += 2) {
+        struct result r = run(dense, 1, slices, 0, staleness);
+        ck_assert_msg(r.seq_off == 0, "a handle without sequential consistency in synchronous training");
+        ck_assert_msg(r.alias_bad == 0,
+                      "%s network, %d slice(s), staleness %d: %d of %d pairs of accesses to memory that two handles "
+                      "share (one of them a write) have no path between them in the task graph",
+                      dense ? "dense" : "narrow", slices, staleness, r.alias_bad, r.alias);
+        if (dense)
+          ck_assert_msg(r.alias > 0, "dense network, %d slice(s), staleness %d: no two handles share memory", slices,
+                        staleness);
+      }
 }
 END_TEST
 
