@@ -22,38 +22,28 @@ elif grep -q "bad.json: field 'inter.bandwidth_gbit'" "$tmp/bad.log"; then
 else
   echo "FAIL: the message does not name the field: $(cat "$tmp/bad.log")"; fail=1
 fi
+# cost_case RANKS US MACHINE-JSON WHAT: --cost of 4000 bytes at RANKS ranks is US microseconds
+cost_case() {
+  echo "$3" >"$tmp/case.json"
+  if "$scale" --cost --bytes 4000 --ranks "$1" --machine "$tmp/case.json" | awk -v r="$1" -v us="$2" '$1 == r { exit !($2 == us) }'; then
+    echo "PASS: --cost $4: $2 us"
+  else
+    echo "FAIL: --cost $4 (expected $2 us): $("$scale" --cost --bytes 4000 --ranks "$1" --machine "$tmp/case.json")"; fail=1
+  fi
+}
 # 2 ranks, 4000 bytes, inter 10 us at 8 Gbit/s (1000 bytes/us), sums at 8 Gbit/s: 2 x (10 + 2) + 2 = 26 us
-echo '{"inter": {"latency_us": 10, "bandwidth_gbit": 8}, "reduce_gbit": 8}' >"$tmp/hand.json"
-if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/hand.json" | awk '$1 == 2 { exit !($2 == 26.0) }'; then
-  echo "PASS: --cost gives the ring's hand-computed 26 us"
-else
-  echo "FAIL: --cost: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/hand.json")"; fail=1
-fi
+cost_case 2 26 '{"inter": {"latency_us": 10, "bandwidth_gbit": 8}, "reduce_gbit": 8}' "gives the ring's hand-computed time"
 # the same with a rendezvous of 100 us above 1500 bytes: both rounds' 2000-byte chunks pay it, 226 us
-echo '{"inter": {"latency_us": 10, "bandwidth_gbit": 8, "rendezvous_us": 100, "eager_bytes": 1500}, "reduce_gbit": 8}' \
-  >"$tmp/rdv.json"
-if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/rdv.json" | awk '$1 == 2 { exit !($2 == 226.0) }'; then
-  echo "PASS: --cost adds the machine file's rendezvous to the messages above its eager limit: 226 us"
-else
-  echo "FAIL: --cost with a rendezvous: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/rdv.json")"; fail=1
-fi
+cost_case 2 226 '{"inter": {"latency_us": 10, "bandwidth_gbit": 8, "rendezvous_us": 100, "eager_bytes": 1500}, "reduce_gbit": 8}' \
+  "adds the machine file's rendezvous to the messages above its eager limit"
 # an exchange rate of 4 Gbit/s (500 bytes/us each way with both directions busy): the ring's two
 # rounds are exchanges, 2 x (10 + 4) + 2 = 30 us
-echo '{"inter": {"latency_us": 10, "bandwidth_gbit": 8, "exchange_gbit": 4}, "reduce_gbit": 8}' >"$tmp/ex.json"
-if "$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/ex.json" | awk '$1 == 2 { exit !($2 == 30.0) }'; then
-  echo "PASS: --cost moves the ring's exchanges at the machine file's exchange rate: 30 us"
-else
-  echo "FAIL: --cost with an exchange rate: $("$scale" --cost --bytes 4000 --ranks 2 --machine "$tmp/ex.json")"; fail=1
-fi
+cost_case 2 30 '{"inter": {"latency_us": 10, "bandwidth_gbit": 8, "exchange_gbit": 4}, "reduce_gbit": 8}' \
+  "moves the ring's exchanges at the machine file's exchange rate"
 # two ranks per node taking turns on one core with a 40 us time slice: each of the ring's 6 rounds at
 # 4 ranks waits half a slice more, (10 + 1 + 20) x 6 + 3 sums of 1 = 189 us (69 without the field)
-echo '{"ranks_per_node": 2, "inter": {"latency_us": 10, "bandwidth_gbit": 8}, "reduce_gbit": 8, "timeslice_us": 40}' \
-  >"$tmp/ts.json"
-if "$scale" --cost --bytes 4000 --ranks 4 --machine "$tmp/ts.json" | awk '$1 == 4 { exit !($2 == 189.0) }'; then
-  echo "PASS: --cost adds half the machine file's time slice to each round of ranks sharing a core: 189 us"
-else
-  echo "FAIL: --cost with a time slice: $("$scale" --cost --bytes 4000 --ranks 4 --machine "$tmp/ts.json")"; fail=1
-fi
+cost_case 4 189 '{"ranks_per_node": 2, "inter": {"latency_us": 10, "bandwidth_gbit": 8}, "reduce_gbit": 8, "timeslice_us": 40}' \
+  "adds half the machine file's time slice to each round of ranks sharing a core"
 [ $fail = 0 ] || exit 1
 # The calibration measures time over a link: the project's tests must not depend on timing or load,
 # so it runs only when asked for (on a machine known to be quiet).
