@@ -42,6 +42,9 @@ def parse_args():
     ap.add_argument("--model", default=os.path.join(HERE, "..", "examples", "stemdl", "fcdensenet.json"),
                     help="model file (default examples/stemdl/fcdensenet.json)")
     ap.add_argument("--tessera-train", help="tessera-train program (default ./build/tessera-train, else PATH)")
+    ap.add_argument("--baseline-train", help="a second tessera-train (another build, e.g. main's) measured in the same "
+                    "rounds, right before or after --tessera-train's run of each precision (the order alternates "
+                    "by round), with a StarPU home of its own; reported as 'baseline' rows and per-round ratios")
     ap.add_argument("--tessera-datagen", help="tessera-datagen program (default next to tessera-train, else PATH)")
     ap.add_argument("--samples", type=int, help="synthetic training samples = one Tessera epoch "
                     "(default 512, --quick 256)")
@@ -333,7 +336,8 @@ def report(a, m, res, configs, sg1, sgn, out):
           % (m["name"], m["label"], info["nlayers"], info["nconv"], info["nparams"],
              train_flops * 1e-9, m["size"], m["size"], m["batch"]))
     print("%-26s %10s %9s %9s %11s %9s" % ("", "samples/s", "best", "GFLOP/s", "/ SGEMM %d" % a.threads, "peak MiB"))
-    rows = [("tessera " + p, "tessera " + p) for p in a.precisions if res["tessera " + p]] + \
+    ours = [k + " " + p for p in a.precisions for k in ("tessera", "baseline") if res.get(k + " " + p)]
+    rows = [(k, k) for k in ours] + \
         [(label, label + (" *" if label == best else "")) for _, _, label in configs]
     for key, label in rows:
         s = summarize(res[key])
@@ -350,6 +354,14 @@ def report(a, m, res, configs, sg1, sgn, out):
                                                    "per_round": per_round}
         print("ratio Tessera %s / PyTorch (best: %s): %.2fx (median of per-round ratios; range %.2f-%.2f)"
               % (p, best, statistics.median(per_round), min(per_round), max(per_round)))
+    for p in a.precisions:
+        if not res.get("baseline " + p):
+            continue
+        per_round = [x / y for x, y in zip(res["tessera " + p], res["baseline " + p])]
+        mo["ratio_tessera_over_baseline_%s" % p] = {"median_of_rounds": statistics.median(per_round),
+                                                    "per_round": per_round}
+        print("ratio Tessera / baseline, %s: %.3fx (median of per-round ratios; range %.3f-%.3f)"
+              % (p, statistics.median(per_round), min(per_round), max(per_round)))
     if len([p for p in a.precisions if res["tessera " + p]]) == 2:
         p0, p1 = a.precisions[:2]
         per_round = [x / y for x, y in zip(res["tessera " + p1], res["tessera " + p0])]
@@ -372,27 +384,34 @@ def run(a, tmp, workers):
     if not a.skip_tessera:
         train = find_program(a.tessera_train, "tessera-train")
         datagen = find_program(a.tessera_datagen, "tessera-datagen", os.path.dirname(train))
-        starpu_home = os.path.join(tmp, "starpu")
-        os.makedirs(starpu_home)
+        progs = [("tessera", train, os.path.join(tmp, "starpu"))]
+        if a.baseline_train:
+            base = find_program(a.baseline_train, "tessera-train")
+            progs.append(("baseline", base, os.path.join(tmp, "starpu-base")))
+        for _, _, home in progs:
+            os.makedirs(home)
         for m in ms:
             m["data"] = make_dataset(datagen, tmp, a, m)
             for p in a.precisions:  # warm-up: StarPU calibrates its perfmodels
-                tessera_run(train, m, tmp, a, 2, starpu_home, p)
+                for _, prog, home in progs:
+                    tessera_run(prog, m, tmp, a, 2, home, p)
 
     res = {"sgemm 1": [], "sgemm %d" % a.threads: []}
     for m in ms:
         m["configs"] = [(w, fmt, "torch %s %s" % (w.name, "cl" if fmt == "channels_last" else "nchw"))
                         for w in m["workers"] for fmt in FORMATS]
-        m["res"] = {"tessera " + p: [] for p in a.precisions}
+        m["res"] = {k + " " + p: [] for p in a.precisions for k in (["tessera", "baseline"] if a.baseline_train
+                                                                   else ["tessera"])}
         m["res"].update({label: [] for _, _, label in m["configs"]})
         m["rss"] = {}
     for r in range(1, a.rounds + 1):
         for m in ms:
             steps = max(1, a.samples // m["batch"])   # one Tessera epoch's worth of steps per PyTorch measurement
             for p in a.precisions if not a.skip_tessera else []:
-                rate, rss = tessera_run(train, m, tmp, a, a.epochs, starpu_home, p)
-                m["res"]["tessera " + p].append(rate)
-                m["rss"]["tessera " + p] = max(rss, m["rss"].get("tessera " + p, 0))
+                for key, prog, home in progs if r % 2 else progs[::-1]:
+                    rate, rss = tessera_run(prog, m, tmp, a, a.epochs, home, p)
+                    m["res"][key + " " + p].append(rate)
+                    m["rss"][key + " " + p] = max(rss, m["rss"].get(key + " " + p, 0))
             for w, fmt, label in m["configs"]:
                 m["res"][label].append(w.steps(fmt, steps))
             print("round %d/%d, %s: %s" % (r, a.rounds, m["name"], ", ".join("%s %.1f" % (k, v[-1])

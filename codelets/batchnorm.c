@@ -4,6 +4,7 @@
  * our own loops. Layouts of the [2c] buffers are planar: acc = [sum[c] |
  * sumsq[c]] (forward) or [sum dy[c] | sum dy*xhat[c]] (backward), stat = [mean[c] | invstd[c]].
  * The loops over values are in batchnorm_rows.c (AVX-512 or portable, bitwise equal). */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #include "codelets.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
+#include "runtime/error.h"
 
 /* ---- raw kernels ----
  * The loops over values are batchnorm_rows.c's, on rows of 16 lanes. A row is h*w values of one
@@ -171,6 +173,7 @@ static struct bwd_coef bwd_coef(const struct _tsr_bn_desc *d, const float *stat,
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx) {
   const struct _tsr_bn_rows *k = _tsr_bn_rows();
+  const int mode = d->dx_add ? TSR_BN_DX_ADD : d->dx_bf16; /* _tsr_insert_bn_bwd_data refuses both */
   for (int g = 0; g < groups(d); g++) {
     float kf[LANES], shift[LANES], slope[LANES], m[LANES];
     FILL_LANES(d, g, kf, bwd_coef(d, stat, gamma, acc, ch).kf);
@@ -179,7 +182,7 @@ void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
     FILL_LANES(d, g, m, stat[ch]);
     for (int i = 0; i < d->n; i++)
       k->bwd_data(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16,
-                  d->relu ? row(y, d->y_bf16, d, i, g) : NULL, d->y_bf16, ROW_W(dx, d->dx_bf16, d, i, g), d->dx_bf16,
+                  d->relu ? row(y, d->y_bf16, d, i, g) : NULL, d->y_bf16, ROW_W(dx, d->dx_bf16, d, i, g), mode,
                   row_len(d), kf, shift, slope, m);
   }
 }
@@ -328,9 +331,14 @@ int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                             starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
                             starpu_data_handle_t y, starpu_data_handle_t dx, const char *name) {
+  if (d->dx_add && d->dx_bf16) {
+    _tsr_error(TSR_ERR_ARG, "'%s': a bf16 data gradient cannot be added into", name);
+    return -EINVAL;
+  }
+  const enum starpu_data_access_mode dx_mode = d->dx_add ? STARPU_RW : STARPU_W;
   if (d->relu)
     SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
-           {dy, STARPU_R}, {dx, STARPU_W}, {y, STARPU_R});
+           {dy, STARPU_R}, {dx, dx_mode}, {y, STARPU_R});
   SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
-         {dy, STARPU_R}, {dx, STARPU_W});
+         {dy, STARPU_R}, {dx, dx_mode});
 }

@@ -55,7 +55,8 @@ __global__ static void bn_elem_k(_tsr_bn_desc d, int op, const float *x, const f
     } else { /* TSR_BN_BWD_DATA: dx = k dy - k mean(dy) - k invstd mean(dy xhat) (x - mean) */
       double invstd = f0[d.c + ch], k = f1[ch] * invstd;
       float shift = (float)(k * acc[ch] / m), slope = (float)(k * invstd * acc[d.c + ch] / m);
-      y[i] = (float)k * f2[i] - shift - slope * (x[i] - f0[ch]);
+      float v = (float)k * f2[i] - shift - slope * (x[i] - f0[ch]);
+      y[i] = d.dx_add ? y[i] + v : v; /* dx holds other consumers' contributions */
     }
   }
 }

@@ -11,6 +11,9 @@
 #include <stddef.h>
 
 enum { TSR_BN_LANES = 16 };
+/* bwd_data's dx_mode beyond 0 (float32) and 1 (bf16): dx float32, the value added into it (a
+ * gradient that holds other consumers' contributions), the one addition as the accumulate task's */
+enum { TSR_BN_DX_ADD = 2 };
 
 struct _tsr_bn_rows {
   const char *name; /* "avx512f" or "portable" */
@@ -22,9 +25,10 @@ struct _tsr_bn_rows {
   /* g = dy, or y > 0 ? dy : dy 0 when y (the relu's output); s[j] += g, sx[j] += g (x - m) */
   void (*bwd_stats)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, size_t n,
                     const float *m, double *s, double *sx);
-  /* dx = (kf g - shift) - slope (x - m), g as in bwd_stats */
+  /* dx = (kf g - shift) - slope (x - m), g as in bwd_stats; dx_mode 0 float32, 1 bf16, TSR_BN_DX_ADD
+   * dx += that value (float32) */
   void (*bwd_data)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, void *dx,
-                   int dx_bf16, size_t n, const float *kf, const float *shift, const float *slope, const float *m);
+                   int dx_mode, size_t n, const float *kf, const float *shift, const float *slope, const float *m);
 };
 
 /* The loops in use: the AVX-512 ones where the CPU has AVX-512F, else the portable ones. */

@@ -210,6 +210,8 @@ struct _tsr_bn_desc {
   int x_bf16, y_bf16;   /* CPU: x, y stored as bf16 (uint16_t bit patterns, same layout), loaded into
                          * float32 in the loops; arithmetic and statistics float32 */
   int dy_bf16, dx_bf16; /* CPU backward: dy (of y, or of the relu's output), dx stored as bf16 */
+  int dx_add;           /* bwd_data: dx (float32) holds other consumers' contributions, this one is
+                         * added into it (STARPU_RW) instead of written */
 };
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc); /* acc += (=: overwrite) */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,

@@ -9,7 +9,9 @@
  *    values);
  *  - y's bf16 rounding is convert.c's (nearest even, subnormals, overflow, NaN) on both sets;
  *  - with bf16 gradients, the sums are bitwise those of float32 dy holding the same values, and each
- *    bf16 dx is the float32 dx of that run rounded by convert.c, bitwise. */
+ *    bf16 dx is the float32 dx of that run rounded by convert.c, bitwise;
+ *  - a float32 dx added into (dx_add: a gradient holding other consumers' contributions) is the
+ *    written dx plus those contents, bitwise (the accumulate task's one addition), on both sets. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,13 +47,16 @@ struct run {
   void *dy[S], *dx[S]; /* float32, or bf16 with cfg.grad */
 };
 
-/* The trainer's sequence over S slices: stats, finalize, fwd, bwd stats, bwd params, bwd data. */
-static void run_bn(const struct cfg *g, const float *x, const float *dy, const float *gamma, const float *beta,
-                   struct run *r) {
+/* The trainer's sequence over S slices: stats, finalize, fwd, bwd stats, bwd params, bwd data. With
+ * `pre` (float32 gradients only), each slice's dx starts as pre's first slice_len values and the
+ * data gradient is added into it (dx_add). */
+static void run_bn_into(const struct cfg *g, const float *x, const float *dy, const float *gamma, const float *beta,
+                        const float *pre, struct run *r) {
   const size_t len = slice_len(g->blk), es = g->bf16 ? 2 : 4, eg = g->grad ? 2 : 4;
   for (int s = 0; s < S; s++) {
     r->x[s] = calloc(len, es), r->y[s] = calloc(len, es);
     r->dy[s] = calloc(len, eg), r->dx[s] = calloc(len, eg);
+    if (pre) memcpy(r->dx[s], pre, len * eg);
     for (int n = 0; n < NS; n++)
       for (int c = 0; c < C; c++)
         for (int k = 0; k < HW; k++) {
@@ -79,8 +84,14 @@ static void run_bn(const struct cfg *g, const float *x, const float *dy, const f
   }
   d.overwrite = 1;
   _tsr_bn_bwd_params_cpu(&d, r->bacc, r->dgamma, r->dbeta);
+  d.dx_add = pre != NULL;
   for (int s = 0; s < S; s++)
     _tsr_bn_bwd_data_cpu(&d, r->x[s], r->stat, gamma, r->bacc, r->dy[s], g->relu ? r->y[s] : NULL, r->dx[s]);
+}
+
+static void run_bn(const struct cfg *g, const float *x, const float *dy, const float *gamma, const float *beta,
+                   struct run *r) {
+  run_bn_into(g, x, dy, gamma, beta, NULL, r);
 }
 
 static void free_run(struct run *r) {
@@ -248,6 +259,39 @@ START_TEST(bf16_gradients_are_float32_ones_rounded) {
 }
 END_TEST
 
+/* Loop _i over the configurations with float32 gradients, on each loop set: dx added into a buffer
+ * of other values (padding channels included, rows with partial vectors) is bitwise that buffer plus
+ * the dx written into a zeroed one, element by element. A kernel that overwrote, added twice, added
+ * a rounded or contracted value, or lost a row's tail fails. */
+START_TEST(dx_added_into_is_the_written_dx_plus_the_contents) {
+  const struct cfg *g = &cfgs[_i];
+  if (g->grad) return;
+  float *x = malloc(NALL * 4), *dy = malloc(NALL * 4), gamma[C], beta[C];
+  inputs(x, dy, gamma, beta, _i);
+  const size_t len = slice_len(g->blk);
+  float *pre = malloc(len * 4);
+  tt_fill_uniform(pre, len, 500 + _i, -3, 3);
+  const struct _tsr_bn_rows *sets[2] = {_tsr_bn_rows_portable(), _tsr_bn_rows_avx512()};
+  for (int k = 0; k < 2 && sets[k]; k++) {
+    _tsr_bn_rows_use(sets[k]);
+    struct run w, a;
+    run_bn(g, x, dy, gamma, beta, &w);
+    run_bn_into(g, x, dy, gamma, beta, pre, &a);
+    for (int s = 0; s < S; s++)
+      for (size_t e = 0; e < len; e++) {
+        float want = pre[e] + ((const float *)w.dx[s])[e], got = ((const float *)a.dx[s])[e];
+        ck_assert_msg(!memcmp(&got, &want, sizeof got), "%s, %s loops: dx[%zu] of slice %d is %.9g, %.9g + %.9g = %.9g",
+                      name_of(g), sets[k]->name, e, s, (double)got, (double)pre[e], (double)((const float *)w.dx[s])[e],
+                      (double)want);
+      }
+    free_run(&w), free_run(&a);
+  }
+  _tsr_bn_rows_use(NULL);
+  free(pre), free(x), free(dy);
+  if (!sets[1]) tt_skip("AVX-512 loops not checked: this CPU (or build) has no AVX-512F");
+}
+END_TEST
+
 /* y = 1 (x - 0) + (-0) is x exactly, so a bf16 y is x rounded: convert.c's _tsr_f32_to_bf16 on
  * ties (to even), subnormals, the largest floats (to infinity), infinities and NaNs (quiet). */
 START_TEST(bf16_rounding_is_convert_c_on_both_loop_sets) {
@@ -289,6 +333,7 @@ static Suite *make_suite(void) {
   tcase_add_loop_test(t, kernels_match_float64_and_both_loop_sets_agree_bitwise, 0, NCFG);
   tcase_add_test(t, bf16_rounding_is_convert_c_on_both_loop_sets);
   tcase_add_loop_test(t, bf16_gradients_are_float32_ones_rounded, 0, NCFG);
+  tcase_add_loop_test(t, dx_added_into_is_the_written_dx_plus_the_contents, 0, NCFG);
   suite_add_tcase(s, t);
   return s;
 }

@@ -2,7 +2,9 @@
  * worked out by hand (which gradients share a buffer, in which order, and the bytes it saves), and
  * training with shared gradients against every gradient in its own buffer, bitwise, in
  * deterministic mode, on a model with branches, a concatenation, an addition and batch
- * normalisation, with 1 and 2 slices. CPU workers only (STARPU_NCUDA=0): with CUDA workers the
+ * normalisation, with 1 and 2 slices; there the shared run's batch normalisation also adds its
+ * contribution to a gradient in its own task (trainer.c's edge_add), the separate run by a task of
+ * its own. CPU workers only (STARPU_NCUDA=0): with CUDA workers the
  * gradients do not share. */
 #include <math.h>
 #include <stdio.h>
@@ -239,6 +241,11 @@ static void run(int slices, int separate, double *loss, float **params, size_t *
   o.batch = 6, o.slices = slices, o.seed = 11, o.separate_grads = separate;
   tsr_trainer *t;
   ck_assert_msg(tsr_trainer_create(&t, ctx, m, &adam, &o) == TSR_OK, "%s", tsr_last_error());
+  /* bn adds its contribution to a's gradient (cat's comes first in backward order) in its own task,
+   * except with separate buffers, where a task of its own adds it */
+  int bn = _tsr_model_find(m, "bn"), cat = _tsr_model_find(m, "cat");
+  ck_assert_int_eq(t->edge_add[bn * TSR_MAX_CONCAT], !separate);
+  ck_assert_int_eq(t->edge_first[cat * TSR_MAX_CONCAT], 1);
   /* gradients that share: fewer buffers than gradients */
   int grads = 0;
   for (int l = 0; l < m->n; l++) grads += t->gs_buf[l] >= 0;

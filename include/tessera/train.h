@@ -132,10 +132,13 @@ typedef struct tsr_trainer_opts {
                           rank only; refused with deterministic contexts, loss scaling,
                           staleness > 0 and spatial parallelism. tsr_trainer_sync, an evaluation
                           step and every read or write of tensors first wait for every update. */
-  int separate_grads;  /* 1 = every activation gradient in a buffer of its own; 0 (default) =
-                          gradients whose lifetimes in a step do not overlap share memory (same
-                          results, less memory). Always separate with spatial parallelism,
-                          asynchronous slices and CUDA workers. */
+  int separate_grads;  /* 1 = every activation gradient in a buffer of its own, and every later
+                          consumer's contribution to one too, added by a task of its own; 0
+                          (default) = gradients whose lifetimes in a step do not overlap share
+                          memory, and batch normalisation adds its contribution into the gradient
+                          in its own task (same results, less memory and fewer passes). Always
+                          separate buffers with spatial parallelism, asynchronous slices and CUDA
+                          workers. */
 } tsr_trainer_opts;
 
 /* Largest tsr_trainer_opts.staleness (each step in flight holds its own gradient buffer). */

@@ -60,7 +60,7 @@ static struct _tsr_bn_desc bn_desc(const struct _tsr_layer_call *c, int s) {
                           .total = (int64_t)(c->slice_stats ? c->slice_n[s] : c->batch) * c->parts,
                           .eps = v->spec->eps, .momentum = v->spec->momentum, .blk = v->out_blk, .relu = c->relu,
                           .x_bf16 = v->in_bf16[0], .y_bf16 = v->out_bf16, .dy_bf16 = v->dout_bf16,
-                          .dx_bf16 = v->din_bf16[0]};
+                          .dx_bf16 = v->din_bf16[0], .dx_add = c->dx_add[0]};
   return d;
 }
 
@@ -148,7 +148,8 @@ static const struct _tsr_layer_field bn_fields[] = {
 const struct _tsr_layer_ops _tsr_layers_batchnorm[] = {
     {.name = "batchnorm", .kind = TSR_LAYER_BATCHNORM, .fields = bn_fields, .min_inputs = 1, .max_inputs = 1,
      .infer = bn_infer, .num_tensors = bn_num_tensors, .tensor = bn_tensor, .init = bn_init,
-     .num_state = bn_num_state, .state = bn_state, .layout = TSR_LAYOUT_FOLLOW, .fuse_relu = 1, .bf16 = TSR_BF16_EACH, .bf16_grad = 1,
+     .num_state = bn_num_state, .state = bn_state, .layout = TSR_LAYOUT_FOLLOW, .fuse_relu = 1, .bf16 = TSR_BF16_EACH,
+     .bf16_grad = 1, .dx_add = 1,
      .forward = bn_forward, .backward = bn_backward, .spatial = TSR_SPATIAL_POINTWISE, .wgrad_first = 1},
     {.name = NULL},
 };

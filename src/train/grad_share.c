@@ -82,7 +82,8 @@ static starpu_data_handle_t member(const tsr_trainer *t, int id, int s) {
   return id < t->model->n ? t->ls[id].g[s] : t->gs_ch[id - t->model->n][s];
 }
 
-/* Counts the contributions (later consumers' gradients of an input) and numbers them. */
+/* Counts the contributions (later consumers' gradients of an input that are not added in place:
+ * edge_add) and numbers them. */
 static int contributions(tsr_trainer *t) {
   const tsr_model *m = t->model;
   int nc = 0;
@@ -90,7 +91,8 @@ static int contributions(tsr_trainer *t) {
     for (int k = 0; t->ls[c].live && k < m->layers[c].ninputs; k++) {
       int j = m->layers[c].inputs[k];
       t->gs_cidx[c * TSR_MAX_CONCAT + k] = -1;
-      if (t->ls[j].needs_grad && !t->edge_first[c * TSR_MAX_CONCAT + k] && shareable(t, j))
+      if (t->ls[j].needs_grad && !t->edge_first[c * TSR_MAX_CONCAT + k] && !t->edge_add[c * TSR_MAX_CONCAT + k] &&
+          shareable(t, j))
         t->gs_cidx[c * TSR_MAX_CONCAT + k] = nc++;
     }
   return nc;

@@ -1,9 +1,10 @@
 /* Layer dispatch: forward and backward of one layer on one micro-batch slice through its registry
  * entry (src/layers), which submits the tasks; the trainer only fills the entry's call with
  * handles. Gradients of a layer's output that has several consumers are summed in a fixed order:
- * the first consumer in backward order writes the gradient buffer, later ones write a temporary
- * (the input's tmp, or a contribution buffer in memory that gradients share: grad_share.c) that is
- * added when the entry reports it written (grad_fold). With spatially split samples
+ * the first consumer in backward order writes the gradient buffer, later ones add into it in their
+ * own tasks where the entry can (edge_add, trainer.c), or write a temporary (the input's tmp, or a
+ * contribution buffer in memory that gradients share: grad_share.c) that is added when the entry
+ * reports it written (grad_fold). With spatially split samples
  * (spatial.c) a layer's input is exchanged with halos or gathered before its forward, and its
  * gradient handed back to the blocks when the entry reports it written. A relu fused into its
  * input's tasks (layout.c) submits nothing; that layer's entry gets the relu's output and gradient
@@ -37,6 +38,7 @@ static int grad_fold(void *owner, int k, int s) {
   const struct owner *o = owner;
   tsr_trainer *t = o->t;
   int j = t->model->layers[o->l].inputs[k], first = t->edge_first[o->l * TSR_MAX_CONCAT + k];
+  if (t->edge_add[o->l * TSR_MAX_CONCAT + k]) return 0; /* added into the gradient (no spatial parts, no copy) */
   starpu_data_handle_t *contrib = _tsr_grad_share_contribution(t, o->l, k);
   starpu_data_handle_t target = first ? t->ls[j].g[s] : contrib ? contrib[s] : t->ls[j].tmp[s];
   if (t->sp && k == 0 && ((t->sp->l[o->l].window && !t->sp->l[o->l].direct) || t->sp->l[o->l].gather)) {
@@ -76,10 +78,12 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     int j = L->inputs[k];
     c->x[k] = outputs(t, j, p);
     starpu_data_handle_t *contrib = _tsr_grad_share_contribution(t, l, k); /* in a shared buffer */
-    c->dx[k] = !wants(t, l, k)                         ? NULL
-               : t->edge_first[l * TSR_MAX_CONCAT + k] ? t->ls[j].g
-               : contrib                               ? contrib
-                                                       : t->ls[j].tmp;
+    int add = t->edge_add[l * TSR_MAX_CONCAT + k];
+    c->dx[k] = !wants(t, l, k)                                ? NULL
+               : t->edge_first[l * TSR_MAX_CONCAT + k] || add ? t->ls[j].g
+               : contrib                                      ? contrib
+                                                              : t->ls[j].tmp;
+    c->dx_add[k] = add && c->dx[k];
   }
   if (P && P->window && !P->direct) {
     c->block = c->x[0];

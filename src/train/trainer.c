@@ -114,6 +114,28 @@ static tsr_status analyse(tsr_trainer *t) {
   return TSR_OK;
 }
 
+/* Later contributions that the consumer's backward adds into the gradient itself (edge_add): entries
+ * with dx_add (which have no `reorders`, so no copy of the input in another layout), a float32
+ * gradient, whole samples (spatial parts exchange gradients of halo'd or gathered copies), and not
+ * with separate_grads (every contribution in a buffer of its own: tests compare). The sum is the
+ * accumulate task's one addition, done in the consumer's kernel: the same values, one pass over the
+ * gradient less and no contribution buffer. */
+static tsr_status plan_grad_adds(tsr_trainer *t, const tsr_trainer_opts *o, int spatial) {
+  const tsr_model *m = t->model;
+  if (!(t->edge_add = calloc((size_t)m->n * TSR_MAX_CONCAT, 1)))
+    return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
+  int adds = 0;
+  for (int l = 0; !spatial && !(o && o->separate_grads) && l < m->n; l++) {
+    const struct _tsr_layer *L = &m->layers[l];
+    if (!t->ls[l].live || !L->ops->dx_add || L->ops->reorders || L->ninputs < 1) continue;
+    int j = L->inputs[0];
+    t->edge_add[l * TSR_MAX_CONCAT] = !t->edge_first[l * TSR_MAX_CONCAT] && t->ls[j].needs_grad && !t->ls[j].gbf16;
+    adds += t->edge_add[l * TSR_MAX_CONCAT];
+  }
+  if (adds) _tsr_log(2, "trainer: %d gradient contributions added into their gradient by their consumers' tasks", adds);
+  return TSR_OK;
+}
+
 int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
   const tsr_model *m = t->model;
   /* the entry's scratch takes the gradients of the inputs that need none (merge.c) */
@@ -122,6 +144,7 @@ int _tsr_layer_needs_tmp(const tsr_trainer *t, int j) {
   for (int l = 0; l < m->n; l++)
     for (int k = 0; k < m->layers[l].ninputs; k++)
       if (t->ls[l].live && m->layers[l].inputs[k] == j && !t->edge_first[l * TSR_MAX_CONCAT + k] &&
+          !t->edge_add[l * TSR_MAX_CONCAT + k] &&
           !(t->gs_cidx && t->gs_cidx[l * TSR_MAX_CONCAT + k] >= 0)) /* else in a shared buffer (grad_share.c) */
         return 1;
   return 0;
@@ -400,6 +423,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
   if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
+  if (st == TSR_OK) st = plan_grad_adds(t, o, spatial_split(o));
   if (st == TSR_OK) st = _tsr_grad_share_plan(t, o, spatial_split(o));
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);
   if (st == TSR_OK) st = _tsr_trainer_plan_edges(t);
@@ -470,7 +494,7 @@ void tsr_trainer_destroy(tsr_trainer *t) {
   }
   free(t->params), free(t->grads), free(t->opt_state), free(t->state);
   _tsr_grad_share_free(t);
-  free(t->tensors), free(t->ls), free(t->edge_first), free(t->slice_n), free(t->slice_off);
+  free(t->tensors), free(t->ls), free(t->edge_first), free(t->edge_add), free(t->slice_n), free(t->slice_off);
   free(t->lossbuf), free(t->pending), free(t->history), free(t->flag_history);
   free(t->norm_mean), free(t->norm_std), free(t->tnorm_mean), free(t->tnorm_std);
   pthread_mutex_destroy(&t->nonfinite.lock);

@@ -100,6 +100,8 @@ struct tsr_trainer {
   struct _tsr_lstate *ls;
   int act_blk;          /* channel block of the blocked activation layout here, 0 none (layout.c) */
   char *edge_first;     /* per (layer, input slot): first gradient contribution in backward order */
+  char *edge_add;       /* per (layer, input slot): a later contribution the layer's backward adds into
+                         * the gradient itself (_tsr_layer_call.dx_add), with no buffer of its own */
   /* activation gradients sharing memory (grad_share.c). Members: layer l's output gradient (id l)
    * and contribution i (id model->n + i: consumer gs_cl[i]'s gradient of its input gs_ck[i] that
    * is added into that input's gradient, handles gs_ch[i][slices]; gs_cidx[l * TSR_MAX_CONCAT + k]
@@ -191,7 +193,7 @@ starpu_data_handle_t *_tsr_grad_share_contribution(const tsr_trainer *t, int c, 
 void _tsr_grad_share_free(tsr_trainer *t);
 int _tsr_grad_share_gates(tsr_trainer *t, int at);
 /* footprint.c: refuses, before anything large is allocated, a trainer whose buffers exceed the
- * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live and edge_first. */
+ * memory limit or a StarPU vector's 2^32 - 1 elements. Needs ls[].live, edge_first and edge_add. */
 tsr_status _tsr_trainer_footprint(const tsr_trainer *t, const tsr_trainer_opts *o);
 /* grad_reduce.c: the world, the batch's distribution, the gradient groups and their collective
  * (after the tensors are laid out; agrees with the other ranks on the trainer's fingerprint). */
