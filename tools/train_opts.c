@@ -221,8 +221,9 @@ static const struct opt_def defs[] = {
      "--loss-scale, --staleness > 0 or --spatial); batchnorm layers then normalise each slice with its own "
      "statistics (batch / slices samples, not the batch's)"},
     {"separate-grads", 0, OPT_FLAG, F(separate_grads), NULL, NULL,
-     "every activation gradient in a buffer of its own (by default gradients whose lifetimes in a step do not "
-     "overlap share memory; the results are the same, bitwise)"},
+     "every activation gradient, and every later consumer's contribution to one, in a buffer of its own (by "
+     "default gradients whose lifetimes in a step do not overlap share memory, and batch normalisation adds its "
+     "contribution in its own task; the results are the same, bitwise)"},
     {"loss-scale", 0, OPT_CUSTOM, 0, "S", NULL,
      "off, dynamic (halve and skip the step on overflow, double after 2000 good steps) or a fixed scale",
      .deftext = "dynamic with fp16, else off", .parse = parse_loss_scale, .text = text_loss_scale},
