@@ -153,12 +153,10 @@ int _tsr_async_update(tsr_trainer *t, int l, int s, int64_t step) {
     b[nb++] = (struct _tsr_buf){g, STARPU_RW};
   }
   if (!nb) return 0;
-  /* the handle layer l's forward writes: its copy in the kernels' layout when a task of its own
-   * reorders that into the output (layout.c; the gate on the output alone ordered only that
-   * reorder, and the next step's forward read W before this update now and then), else its own
-   * output or that of the relu fused into it */
-  const struct _tsr_lstate *out = st->relu >= 0 ? &t->ls[st->relu] : st;
-  b[nb++] = (struct _tsr_buf){st->edges & TSR_EDGE_OUT ? st->ey[s] : out->y[s], STARPU_RW};
+  /* the handle layer l's forward writes, the one fill_call gives its entry (a gate on the output
+   * alone, where a reorder task of its own converts a copy into it, ordered only that reorder, and
+   * the next step's forward read W before this update now and then) */
+  b[nb++] = (struct _tsr_buf){_tsr_layer_out_handles(t, l, 0)[s], STARPU_RW};
   return _tsr_submit(&gate_cl, NULL, 0, STARPU_DEFAULT_PRIO, "async_gate", nb, b);
 }
 

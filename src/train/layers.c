@@ -58,19 +58,25 @@ static int group_sum(void *owner, starpu_data_handle_t acc, int kind) {
   return _tsr_spatial_sum(o->t, o->l, acc, kind, o->step);
 }
 
+starpu_data_handle_t *_tsr_layer_out_handles(const tsr_trainer *t, int l, int grad) {
+  const struct _tsr_lstate *st = &t->ls[l];
+  if (st->edges & TSR_EDGE_OUT) return st->ey;
+  const struct _tsr_lstate *out = st->relu >= 0 ? &t->ls[st->relu] : st;
+  return grad ? out->g : out->y;
+}
+
 /* The entry's view of layer l and its handles for slice s. */
 static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t step, struct _tsr_layer_view *v,
                       struct owner *o, struct _tsr_layer_call *c) {
   const struct _tsr_layer *L = &t->model->layers[l];
   struct _tsr_lstate *st = &t->ls[l];
-  /* a fused relu's output and gradient stand for this layer's own */
-  const struct _tsr_lstate *out = st->relu >= 0 ? &t->ls[st->relu] : st;
   _tsr_trainer_view(t, l, v);
   _tsr_spatial_view(t, l, v);
   *o = (struct owner){t, l, step};
   const struct _tsr_sp_layer *P = t->sp ? &t->sp->l[l] : NULL;
   *c = (struct _tsr_layer_call){.v = v, .s = s, .slices = t->slices, .slice_n = t->slice_n, .batch = t->batch,
-                                .train = train, .seed = dropout_seed(t, l, s, step), .y = out->y, .dy = out->g,
+                                .train = train, .seed = dropout_seed(t, l, s, step),
+                                .y = _tsr_layer_out_handles(t, l, 0), .dy = _tsr_layer_out_handles(t, l, 1),
                                 .scratch = st->tmp, .ws = st->ws, .relu = st->relu >= 0, .dx_done = grad_fold,
                                 .owner = o, .parts = P && P->split ? t->sp->parts : 1,
                                 .group_sum = P && P->split ? group_sum : NULL};
@@ -98,7 +104,7 @@ static void fill_call(tsr_trainer *t, int l, int s, int p, int train, int64_t st
     c->x[0] = P->x, c->dx[0] = c->dx[0] ? P->dx : NULL;
   /* copies in the layout the kernels take, reordered in tasks of their own (layout.c) */
   if (st->edges & TSR_EDGE_IN) v->in_blk[0] = st->copy_blk[0], c->x[0] = st->ex, c->dx[0] = c->dx[0] ? st->edx : NULL;
-  if (st->edges & TSR_EDGE_OUT) v->out_blk = st->copy_blk[1], c->y = st->ey, c->dy = st->ey;
+  if (st->edges & TSR_EDGE_OUT) v->out_blk = st->copy_blk[1]; /* c->y, c->dy: the copy (_tsr_layer_out_handles) */
   for (int i = 0; st->first_tensor >= 0 && i < _tsr_layer_num_tensors(L); i++) {
     const struct _tsr_ptensor *pt = &t->tensors[st->first_tensor + i];
     c->w[i] = pt->hw;

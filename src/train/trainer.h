@@ -296,5 +296,9 @@ int _tsr_layer_backward(tsr_trainer *t, int l, int s, int p, int64_t step);
 /* The distinct handles layer l's backward of slice s writes its inputs' gradients into (at most
  * TSR_MAX_INPUTS): the tasks that write them read the layer's parameters. */
 int _tsr_layer_dx_handles(tsr_trainer *t, int l, int s, starpu_data_handle_t *h);
+/* [slice] The handles layer l's tasks write as its output (grad 0) and read as its output's gradient
+ * (grad 1): its copy in the kernels' layout when reorder tasks of their own convert it (layout.c;
+ * the copy's buffer carries both), else those of the relu fused into it, else its own. */
+starpu_data_handle_t *_tsr_layer_out_handles(const tsr_trainer *t, int l, int grad);
 
 #endif
