@@ -11,6 +11,7 @@
 
 #include "codelets.h"
 #include "conv_plan.h"
+#include "convert.h"
 #include "cuda_util.h"
 #include "kernel_util.h"
 #include "runtime/error.h"
@@ -288,16 +289,17 @@ static struct plan *plan_create(const struct _tsr_conv_desc *d, int deconv, int 
   return p;
 }
 
-static struct plan *plan_get(const struct _tsr_conv_desc *d, int deconv, int pass) {
+/* The plan of the pass at `precision` (the context's, or float32 for the taps' 1x1 convolution). */
+static struct plan *plan_at(const struct _tsr_conv_desc *d, int deconv, int pass, int precision) {
   struct plan_key key;
   memset(&key, 0, sizeof key);
   key.d = *d;
   key.deconv = deconv;
   key.pass = pass;
-  key.precision = _tsr_get_precision();
+  key.precision = precision;
   struct plan *p = _tsr_cache_get(CONV_CACHE_TAG, &key, sizeof key);
   if (!p) {
-    p = plan_create(d, deconv, pass, _tsr_get_precision());
+    p = plan_create(d, deconv, pass, precision);
     if (!p && key.precision == TSR_PRECISION_BF16) { /* no bf16 kernel here: float32, said once */
       static atomic_int warned;
       if (!atomic_exchange(&warned, 1))
@@ -308,6 +310,67 @@ static struct plan *plan_get(const struct _tsr_conv_desc *d, int deconv, int pas
     _tsr_cache_put(CONV_CACHE_TAG, &key, sizeof key, p, plan_free);
   }
   return p;
+}
+
+static struct plan *plan_get(const struct _tsr_conv_desc *d, int deconv, int pass) {
+  return plan_at(d, deconv, pass, _tsr_get_precision());
+}
+
+/* ---- transposed convolutions whose kernel equals their stride ----
+ * (kh x kw = sh x sw, no padding, dilation or output padding). Each input pixel then scatters into
+ * its own kh x kw block of the output, so the forward is a 1x1 convolution from ci to kh kw co
+ * channels (tap t = a kw + b, output channel o at t co + o) and a pixel shuffle that adds the bias.
+ * oneDNN 2.6 runs the transposed forward as a strided backward-data convolution, about 10x slower
+ * than its 1x1 kernel on the example's 2x2 stride-2 shapes (bench/README.md). Float32 throughout, as
+ * oneDNN's pass ran with bf16 precision (_tsr_conv_bf16_in_f32); the backward passes stay oneDNN's. */
+static int taps_fwd(const struct _tsr_conv_desc *d, int deconv, int pass) {
+  return deconv && pass == TSR_CONV_FWD && d->kh == d->sh && d->kw == d->sw && d->kh * d->kw > 1 && !d->ph &&
+         !d->pw && d->dh == 1 && d->dw == 1 && !d->oph && !d->opw && (!d->dst_blk || d->co % d->dst_blk == 0);
+}
+
+/* The 1x1 convolution: the taps' outputs z in the layout of y's block, float32 */
+static struct _tsr_conv_desc taps_desc(const struct _tsr_conv_desc *d) {
+  struct _tsr_conv_desc e = *d;
+  e.co = d->co * d->kh * d->kw, e.oh = d->h, e.ow = d->w;
+  e.kh = e.kw = e.sh = e.sw = e.dh = e.dw = 1;
+  e.ph = e.pw = e.oph = e.opw = e.has_bias = e.overwrite = 0;
+  e.dst_bf16 = e.dsrc_bf16 = e.ddst_bf16 = 0;
+  return e;
+}
+
+/* The plan that runs the pass: oneDNN's, or the taps' 1x1 convolution (its descriptor into *e). */
+static struct plan *pass_plan(const struct _tsr_conv_desc *d, int deconv, int pass, struct _tsr_conv_desc *e) {
+  if (!taps_fwd(d, deconv, pass)) return plan_get(d, deconv, pass);
+  *e = taps_desc(d);
+  return plan_at(e, 0, TSR_CONV_FWD, TSR_PRECISION_F32);
+}
+
+/* y[n][o][sh i + a][sw j + b] = z[n][(a kw + b) co + o][i][j] (+ bias[o]), z and y in the layout of
+ * block d->dst_blk (a plain plane is a block of 1), y float32 or bf16 (rounded once). */
+static void taps_shuffle(const struct _tsr_conv_desc *d, const float *z, const float *bias, void *y) {
+  const int B = d->dst_blk ? d->dst_blk : 1, kk = d->kh * d->kw, cb = d->co / B;
+  const size_t hw = (size_t)d->h * d->w, ohw = (size_t)d->oh * d->ow;
+  static const float zero[16];
+  for (int n = 0; n < d->n; n++)
+    for (int ob = 0; ob < cb; ob++)
+      for (int t = 0; t < kk; t++) {
+        const float *zb = z + ((size_t)n * kk * cb + (size_t)t * cb + ob) * hw * B, *bb = bias ? bias + ob * B : zero;
+        size_t yb = ((size_t)n * cb + ob) * ohw;
+        for (int i = 0; i < d->h; i++)
+          for (int j = 0; j < d->w; j++) {
+            const float *restrict zp = zb + ((size_t)i * d->w + j) * B;
+            size_t yo = (yb + (size_t)(i * d->sh + t / d->kw) * d->ow + (size_t)j * d->sw + t % d->kw) * B;
+            if (d->dst_bf16) {
+              uint16_t *restrict yp = (uint16_t *)y + yo;
+#pragma omp simd
+              for (int c = 0; c < B; c++) yp[c] = _tsr_bf16_round(bias ? zp[c] + bb[c] : zp[c]);
+            } else {
+              float *restrict yp = (float *)y + yo;
+#pragma omp simd
+              for (int c = 0; c < B; c++) yp[c] = bias ? zp[c] + bb[c] : zp[c];
+            }
+          }
+      }
 }
 
 
@@ -327,9 +390,8 @@ __attribute__((noinline)) static void run_reorder(struct plan_arg *a) {
 
 /* Inputs and outputs in the order the plan declared them (fwd: x, w, [b] -> y; bwd_data:
  * dy, w -> dx; bwd_weights: x, dy -> dw, [db]); absent bias pointers are skipped. */
-static void convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
-                         const float *in1, const float *in2, float *out0, float *out1) {
-  struct plan *p = plan_get(d, deconv, pass);
+static void plan_run(struct plan *p, const struct _tsr_conv_desc *d, enum _tsr_conv_pass pass, const float *in0,
+                     const float *in1, const float *in2, float *out0, float *out1) {
   void *ptr[NROLE];
   int k = 0;
   if (pass == TSR_CONV_FWD) {
@@ -365,6 +427,25 @@ static void convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_c
     if (p->a[i].inner && p->a[i].is_out) run_reorder(&p->a[i]);
 }
 
+static void convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
+                         const float *in1, const float *in2, float *out0, float *out1) {
+  struct _tsr_conv_desc e;
+  struct plan *p = pass_plan(d, deconv, pass, &e);
+  if (!taps_fwd(d, deconv, pass)) {
+    plan_run(p, d, pass, in0, in1, in2, out0, out1);
+    return;
+  }
+  /* the taps' weights [t co + o][ci] from the transposed convolution's [ci][co][kh][kw] (IOHW) */
+  const int kk = d->kh * d->kw;
+  float *w1 = _tsr_scratch(NROLE + 1, (size_t)kk * d->co * d->ci * sizeof(float));
+  for (int i = 0; i < d->ci; i++)
+    for (int o = 0; o < d->co; o++)
+      for (int t = 0; t < kk; t++) w1[((size_t)t * d->co + o) * d->ci + i] = in1[((size_t)i * d->co + o) * kk + t];
+  float *z = _tsr_scratch(NROLE + 2, (size_t)d->n * e.co * d->h * d->w * sizeof(float));
+  plan_run(p, &e, TSR_CONV_FWD, in0, w1, NULL, z, NULL);
+  taps_shuffle(d, z, d->has_bias ? in2 : NULL, out0);
+}
+
 /* ---- entry points, each under a kernel guard ---- */
 
 struct convlike_call {
@@ -385,7 +466,8 @@ static const char *convlike_op(int deconv, enum _tsr_conv_pass pass) {
 
 static void convlike_impl_body(void *arg) {
   struct convlike_call *c = arg;
-  TSR_DNNL_CHECK(dnnl_primitive_desc_query(plan_get(c->d, c->deconv, c->pass)->pd, dnnl_query_impl_info_str, 0,
+  struct _tsr_conv_desc e;
+  TSR_DNNL_CHECK(dnnl_primitive_desc_query(pass_plan(c->d, c->deconv, c->pass, &e)->pd, dnnl_query_impl_info_str, 0,
                                            &c->impl));
 }
 
@@ -400,7 +482,8 @@ static void convlike_types_body(void *arg) {
                                        {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
                                        {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
   struct convlike_call *c = arg;
-  dnnl_primitive_desc_t pd = plan_get(c->d, c->deconv, c->pass)->pd;
+  struct _tsr_conv_desc e;
+  dnnl_primitive_desc_t pd = pass_plan(c->d, c->deconv, c->pass, &e)->pd;
   for (int k = 0; k < 3; k++) c->types[k] = dnnl_primitive_desc_query_md(pd, q[c->pass][k], 0)->data_type;
 }
 
@@ -422,10 +505,13 @@ static void convlike_reorders_body(void *arg) {
   struct reorders_call *c = arg;
   for (int pass = TSR_CONV_FWD; pass <= TSR_CONV_BWD_WEIGHTS; pass++) {
     if (pass == TSR_CONV_BWD_DATA && !c->bwd_data) continue;
-    struct plan *p = plan_create(c->d, c->deconv, pass, _tsr_get_precision());
-    if (!p) p = plan_create(c->d, c->deconv, pass, TSR_PRECISION_F32);
+    /* the taps' 1x1 convolution reorders its input as the caller stores it; its output is theirs */
+    int taps = taps_fwd(c->d, c->deconv, pass);
+    struct _tsr_conv_desc e = taps ? taps_desc(c->d) : *c->d;
+    struct plan *p = plan_create(&e, taps ? 0 : c->deconv, pass, taps ? TSR_PRECISION_F32 : _tsr_get_precision());
+    if (!p) p = plan_create(&e, taps ? 0 : c->deconv, pass, TSR_PRECISION_F32);
     for (int i = 0; i < p->nargs; i++)
-      if (p->a[i].reorder && (p->a[i].role == ROLE_SRC || p->a[i].role == ROLE_DST))
+      if (p->a[i].reorder && (p->a[i].role == ROLE_SRC || (p->a[i].role == ROLE_DST && !taps)))
         c->mask |= p->a[i].role == ROLE_SRC ? TSR_CONV_REORDERS_SRC : TSR_CONV_REORDERS_DST;
     plan_free(p);
   }

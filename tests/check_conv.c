@@ -2,13 +2,16 @@
  * gradients against finite differences of sum(y * r), weight-gradient accumulation, the
  * transposed conv as the adjoint of the conv, the size formulas, the oneDNN implementation
  * chosen for the FCDenseNet shapes, each pass run as a StarPU task, and a oneDNN failure inside a
- * kernel recorded as an error (output zeroed) instead of ending the process. */
+ * kernel recorded as an error (output zeroed) instead of ending the process; transposed
+ * convolutions whose kernel equals their stride (run as a 1x1 convolution and a pixel shuffle) in
+ * every layout and output format the trainer stores. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codelets.h"
 #include "conv_plan.h"
+#include "convert.h"
 #include "tensor/shape.h"
 #include "kernel_util.h"
 #include "testutil.h"
@@ -129,6 +132,47 @@ START_TEST(test_conv2d_fwd_matches_direct_convolution) { check_fwd(0, _i); }
 END_TEST
 
 START_TEST(test_deconv2d_fwd_matches_direct_scatter) { check_fwd(1, _i); }
+END_TEST
+
+/* Transposed convolutions whose kernel equals their stride (conv2d.c's taps: a 1x1 convolution to
+ * kh kw co channels, then a pixel shuffle adding the bias), loop _i over 24 cases: layouts plain,
+ * nChw8c and nChw16c (input channels not a multiple of the block, so the input has padding
+ * channels), bias or none, output float32 or stored in bf16, 2x2 taps and non-square 2x3 ones with
+ * 16 and 32 outputs; against the float64 scatter, with one bf16 rounding (2^-8 relative) more for a
+ * bf16 output. A tap or channel put in the wrong place, a lost bias or a wrong block offset fails. */
+START_TEST(test_deconv2d_taps_fwd_in_every_layout) {
+  static const struct cfg shapes[] = {
+      {2, 20, 5, 4, 16, 2, 2, 2, 2, 0, 0, 1, 1, 0, 0, 1},
+      {1, 9, 3, 4, 32, 2, 3, 2, 3, 0, 0, 1, 1, 0, 0, 1},
+  };
+  static const int blks[] = {0, 8, 16};
+  const struct cfg *c = &shapes[_i % 2];
+  const int blk = blks[_i / 2 % 3], bias = _i / 6 % 2, bf16 = _i / 12;
+  struct _tsr_conv_desc d = make_desc(c, 1);
+  d.has_bias = bias, d.src_blk = d.dst_blk = blk, d.dst_bf16 = bf16;
+  const size_t cpx = (size_t)(blk ? (d.ci + blk - 1) / blk * blk : d.ci), cpy = (size_t)d.co; /* co % blk == 0 */
+  float *x = malloc(nx(&d) * 4), *w = malloc(nw(&d) * 4), *b = malloc(d.co * 4);
+  float *xl = calloc(cpx * d.n * d.h * d.w, 4), *yl = calloc(cpy * d.n * d.oh * d.ow, 4), *y = malloc(ny(&d) * 4);
+  uint16_t *yh = calloc(cpy * d.n * d.oh * d.ow, 2);
+  double *ref = malloc(ny(&d) * sizeof *ref);
+  tt_fill_uniform(x, nx(&d), 40 + _i, -1, 1);
+  tt_fill_uniform(w, nw(&d), 50 + _i, -1, 1);
+  tt_fill_uniform(b, d.co, 60 + _i, -1, 1);
+  struct _tsr_reorder_desc in = {.n = d.n, .c = d.ci, .h = d.h, .w = d.w, .from_blk = 0, .to_blk = blk};
+  struct _tsr_reorder_desc out = {.n = d.n, .c = d.co, .h = d.oh, .w = d.ow, .from_blk = blk, .to_blk = 0};
+  if (blk) _tsr_reorder_cpu(&in, x, xl);
+  else memcpy(xl, x, nx(&d) * 4);
+  _tsr_deconv2d_fwd_cpu(&d, xl, w, bias ? b : NULL, bf16 ? (float *)yh : yl);
+  if (bf16) _tsr_bf16_to_f32_cpu(yh, yl, cpy * d.n * d.oh * d.ow);
+  if (blk) _tsr_reorder_cpu(&out, yl, y);
+  else memcpy(y, yl, ny(&d) * 4);
+  ref_fwd(&d, 1, x, w, bias ? b : NULL, ref);
+  char what[96];
+  snprintf(what, sizeof what, "taps %dx%d, %d outputs, block %d, %s, %s output", d.kh, d.kw, d.co, blk,
+           bias ? "bias" : "no bias", bf16 ? "bf16" : "float32");
+  tt_assert_close(y, ref, ny(&d), FWD_ATOL, FWD_RTOL + (bf16 ? 0x1p-8 : 0), what);
+  free(x), free(w), free(b), free(xl), free(yl), free(y), free(yh), free(ref);
+}
 END_TEST
 
 /* ---- gradients against finite differences of L = sum(y * r), y from the float64 reference ---- */
@@ -435,6 +479,7 @@ static Suite *make_conv_suite(void) {
   tcase_add_test(k, test_output_sizes_follow_pytorch);
   tcase_add_loop_test(k, test_conv2d_fwd_matches_direct_convolution, 0, NCONV);
   tcase_add_loop_test(k, test_deconv2d_fwd_matches_direct_scatter, 0, NDECONV);
+  tcase_add_loop_test(k, test_deconv2d_taps_fwd_in_every_layout, 0, 24);
   tcase_add_loop_test(k, test_conv2d_bwd_data_matches_finite_differences, 0, NCONV);
   tcase_add_loop_test(k, test_deconv2d_bwd_data_matches_finite_differences, 0, NDECONV);
   tcase_add_loop_test(k, test_conv2d_bwd_weights_matches_fd_and_accumulates, 0, NCONV);
