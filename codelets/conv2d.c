@@ -429,12 +429,12 @@ static void plan_run(struct plan *p, const struct _tsr_conv_desc *d, enum _tsr_c
 
 static void convlike_run(const struct _tsr_conv_desc *d, int deconv, enum _tsr_conv_pass pass, const float *in0,
                          const float *in1, const float *in2, float *out0, float *out1) {
-  struct _tsr_conv_desc e;
-  struct plan *p = pass_plan(d, deconv, pass, &e);
   if (!taps_fwd(d, deconv, pass)) {
-    plan_run(p, d, pass, in0, in1, in2, out0, out1);
+    plan_run(plan_get(d, deconv, pass), d, pass, in0, in1, in2, out0, out1);
     return;
   }
+  struct _tsr_conv_desc e;
+  struct plan *p = pass_plan(d, deconv, pass, &e);
   /* the taps' weights [t co + o][ci] from the transposed convolution's [ci][co][kh][kw] (IOHW) */
   const int kk = d->kh * d->kw;
   float *w1 = _tsr_scratch(NROLE + 1, (size_t)kk * d->co * d->ci * sizeof(float));
@@ -506,10 +506,10 @@ static void convlike_reorders_body(void *arg) {
   for (int pass = TSR_CONV_FWD; pass <= TSR_CONV_BWD_WEIGHTS; pass++) {
     if (pass == TSR_CONV_BWD_DATA && !c->bwd_data) continue;
     /* the taps' 1x1 convolution reorders its input as the caller stores it; its output is theirs */
-    int taps = taps_fwd(c->d, c->deconv, pass);
+    int taps = taps_fwd(c->d, c->deconv, pass), deconv = taps ? 0 : c->deconv;
     struct _tsr_conv_desc e = taps ? taps_desc(c->d) : *c->d;
-    struct plan *p = plan_create(&e, taps ? 0 : c->deconv, pass, taps ? TSR_PRECISION_F32 : _tsr_get_precision());
-    if (!p) p = plan_create(&e, taps ? 0 : c->deconv, pass, TSR_PRECISION_F32);
+    struct plan *p = plan_create(&e, deconv, pass, taps ? TSR_PRECISION_F32 : _tsr_get_precision());
+    if (!p) p = plan_create(&e, deconv, pass, TSR_PRECISION_F32);
     for (int i = 0; i < p->nargs; i++)
       if (p->a[i].reorder && (p->a[i].role == ROLE_SRC || (p->a[i].role == ROLE_DST && !taps)))
         c->mask |= p->a[i].role == ROLE_SRC ? TSR_CONV_REORDERS_SRC : TSR_CONV_REORDERS_DST;
