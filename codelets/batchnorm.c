@@ -173,7 +173,7 @@ static struct bwd_coef bwd_coef(const struct _tsr_bn_desc *d, const float *stat,
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
                           const double *acc, const float *dy, const float *y, float *dx) {
   const struct _tsr_bn_rows *k = _tsr_bn_rows();
-  const int mode = d->dx_add ? TSR_BN_DX_ADD : d->dx_bf16; /* _tsr_insert_bn_bwd_data refuses both */
+  const int mode = d->dx_add ? (d->dx_bf16 ? TSR_BN_DX_ADD_BF16 : TSR_BN_DX_ADD) : d->dx_bf16;
   for (int g = 0; g < groups(d); g++) {
     float kf[LANES], shift[LANES], slope[LANES], m[LANES];
     FILL_LANES(d, g, kf, bwd_coef(d, stat, gamma, acc, ch).kf);
@@ -331,10 +331,6 @@ int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
                             starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
                             starpu_data_handle_t y, starpu_data_handle_t dx, const char *name) {
-  if (d->dx_add && d->dx_bf16) {
-    _tsr_error(TSR_ERR_ARG, "'%s': a bf16 data gradient cannot be added into", name);
-    return -EINVAL;
-  }
   const enum starpu_data_access_mode dx_mode = d->dx_add ? STARPU_RW : STARPU_W;
   if (d->relu)
     SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},

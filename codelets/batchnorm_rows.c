@@ -37,8 +37,8 @@ typedef void bwd_stats_fn(const void *, int, const void *, int, const void *, in
 typedef void bwd_data_fn(const void *, int, const void *, int, const void *, int, void *, int, size_t, const float *,
                          const float *, const float *, const float *);
 
-/* bf: 1 bf16, else float32 (dx's TSR_BN_DX_ADD included) */
-static size_t esize(int bf) { return bf == 1 ? sizeof(uint16_t) : sizeof(float); }
+/* bf: 1 bf16 (and dx's TSR_BN_DX_ADD_BF16), else float32 (dx's TSR_BN_DX_ADD included) */
+static size_t esize(int bf) { return bf == 1 || bf == TSR_BN_DX_ADD_BF16 ? sizeof(uint16_t) : sizeof(float); }
 static const char *at(const void *p, int bf, size_t k) { return (const char *)p + k * esize(bf); }
 
 /* Values [k, n) of p (n - k < 16) into a zeroed row of 16. */
@@ -87,7 +87,7 @@ static void bwd_data_rows(bwd_data_fn *full, const void *x, int xb, const void *
   float px[L], pg[L], py[L], pd[L];
   pad(px, x, xb, k, n), pad(pg, dy, gb, k, n);
   if (y) pad(py, y, yb, k, n);
-  if (db == TSR_BN_DX_ADD) pad(pd, dx, 0, k, n); /* the values added into */
+  if (db >= TSR_BN_DX_ADD) pad(pd, dx, db, k, n); /* the values added into */
   full(px, xb, pg, gb, y ? py : NULL, yb, pd, db, L, kf, shift, slope, m);
   memcpy((char *)dx + k * esize(db), pd, (n - k) * esize(db));
 }
@@ -98,9 +98,12 @@ INLINE float load1(const void *p, int bf, size_t k) {
   return bf ? _tsr_bf16_widen(((const uint16_t *)p)[k]) : ((const float *)p)[k];
 }
 
-/* bf: 0 float32, 1 bf16, TSR_BN_DX_ADD added into float32 */
+/* bf: 0 float32, 1 bf16, TSR_BN_DX_ADD added into float32, TSR_BN_DX_ADD_BF16 rounded and added
+ * into bf16 (the sum rounded) */
 INLINE void store1(void *p, int bf, size_t k, float v) {
+  uint16_t *h = p;
   if (bf == TSR_BN_DX_ADD) ((float *)p)[k] += v;
+  else if (bf == TSR_BN_DX_ADD_BF16) h[k] = _tsr_bf16_round(_tsr_bf16_widen(h[k]) + _tsr_bf16_widen(_tsr_bf16_round(v)));
   else if (bf) ((uint16_t *)p)[k] = _tsr_bf16_round(v);
   else ((float *)p)[k] = v;
 }
@@ -157,7 +160,7 @@ INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, const void
 }
 
 /* The storage flags and the relu as constants in each instance (a switch over the cases: 8
- * forward, 16 and 32 backward with dy's and dx's formats), so that each loop has one load and store
+ * forward, 16 and 64 backward with dy's and dx's formats), so that each loop has one load and store
  * kind and no branch. */
 #define CASE_STATS(f, i)                                                                           \
   case i:                                                                                          \
@@ -180,11 +183,12 @@ INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, const void
 #define CASES32(C, f)                                                                              \
   CASES16(C, f) C(f, 16) C(f, 17) C(f, 18) C(f, 19) C(f, 20) C(f, 21) C(f, 22) C(f, 23) C(f, 24) C(f, 25) \
       C(f, 26) C(f, 27) C(f, 28) C(f, 29) C(f, 30) C(f, 31)
-#define CASES48(C, f)                                                                              \
+#define CASES64(C, f)                                                                              \
   CASES32(C, f) C(f, 32) C(f, 33) C(f, 34) C(f, 35) C(f, 36) C(f, 37) C(f, 38) C(f, 39) C(f, 40) C(f, 41) \
-      C(f, 42) C(f, 43) C(f, 44) C(f, 45) C(f, 46) C(f, 47)
+      C(f, 42) C(f, 43) C(f, 44) C(f, 45) C(f, 46) C(f, 47) C(f, 48) C(f, 49) C(f, 50) C(f, 51) C(f, 52)   \
+      C(f, 53) C(f, 54) C(f, 55) C(f, 56) C(f, 57) C(f, 58) C(f, 59) C(f, 60) C(f, 61) C(f, 62) C(f, 63)
 /* the case index: x's format, y's, and the relu (backward: whether there is a y), then
- * backward dy's format and dx's (0, 1 or TSR_BN_DX_ADD: 16 cases each) */
+ * backward dy's format and dx's (0, 1, TSR_BN_DX_ADD or TSR_BN_DX_ADD_BF16: 16 cases each) */
 static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1 | (relu != 0) << 2; }
 #define BWD_CASE(gb, db) (case_of(xb, y && yb, y != NULL) | ((gb) != 0) << 3 | (db) << 4)
 
@@ -207,7 +211,7 @@ static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1
   ATTR void bwd_data_##k##_cases(const void *x, int xb, const void *dy, int gb, const void *y,     \
                                  int yb, void *dx, int db, size_t n, const float *kf,              \
                                  const float *shift, const float *slope, const float *m) {         \
-    switch (BWD_CASE(gb, db)) { CASES48(CASE_BWD_DATA, bwd_data_##k) }                             \
+    switch (BWD_CASE(gb, db)) { CASES64(CASE_BWD_DATA, bwd_data_##k) }                             \
   }                                                                                                \
   static void stats_##k##_rows(const void *x, int xb, size_t n, double *s, double *ss) {           \
     stats_rows(stats_##k##_cases, x, xb, n, s, ss);                                                \
@@ -246,7 +250,21 @@ AVX __m512 load16(const void *p, int bf, size_t k) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* bf 0: float32; 1: _tsr_bf16_round on 16 lanes; TSR_BN_DX_ADD: added into float32 */
+/* _tsr_bf16_round on 16 lanes: the bf16 bit patterns in the low halves of the 32-bit lanes */
+AVX __m512i round16(__m512 v) {
+  __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
+  __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+
+/* those patterns widened back to float32 (exact) */
+AVX __m512 widen16(__m512i r) { return _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)); }
+
+/* bf 0: float32; 1: rounded to bf16; TSR_BN_DX_ADD: added into float32; TSR_BN_DX_ADD_BF16: rounded,
+ * added into bf16, the sum rounded */
 AVX void store16(void *p, int bf, size_t k, __m512 v) {
   if (!bf) {
     _mm512_storeu_ps((float *)p + k, v);
@@ -256,13 +274,8 @@ AVX void store16(void *p, int bf, size_t k, __m512 v) {
     _mm512_storeu_ps((float *)p + k, _mm512_add_ps(_mm512_loadu_ps((const float *)p + k), v));
     return;
   }
-  __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
-  __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                          _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-  _mm256_storeu_si256((__m256i *)((uint16_t *)p + k), _mm512_cvtepi32_epi16(r));
+  if (bf == TSR_BN_DX_ADD_BF16) v = _mm512_add_ps(load16(p, 1, k), widen16(round16(v)));
+  _mm256_storeu_si256((__m256i *)((uint16_t *)p + k), _mm512_cvtepi32_epi16(round16(v)));
 }
 
 /* v > 0 ? v : v 0 (and g where y > 0, else g 0) */

@@ -11,9 +11,11 @@
 #include <stddef.h>
 
 enum { TSR_BN_LANES = 16 };
-/* bwd_data's dx_mode beyond 0 (float32) and 1 (bf16): dx float32, the value added into it (a
- * gradient that holds other consumers' contributions), the one addition as the accumulate task's */
-enum { TSR_BN_DX_ADD = 2 };
+/* bwd_data's dx_mode beyond 0 (float32) and 1 (bf16): dx holds other consumers' contributions and
+ * the value is added into it, the one addition as the accumulate task's. TSR_BN_DX_ADD: dx float32,
+ * dx += v. TSR_BN_DX_ADD_BF16: dx bf16, dx = bf16(dx + bf16(v)) (the value rounded as a contribution
+ * written to a buffer of its own would be, then the sum rounded as the accumulate task rounds it). */
+enum { TSR_BN_DX_ADD = 2, TSR_BN_DX_ADD_BF16 = 3 };
 
 struct _tsr_bn_rows {
   const char *name; /* "avx512f" or "portable" */
@@ -26,7 +28,7 @@ struct _tsr_bn_rows {
   void (*bwd_stats)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, size_t n,
                     const float *m, double *s, double *sx);
   /* dx = (kf g - shift) - slope (x - m), g as in bwd_stats; dx_mode 0 float32, 1 bf16, TSR_BN_DX_ADD
-   * dx += that value (float32) */
+   * or TSR_BN_DX_ADD_BF16 added into dx as above */
   void (*bwd_data)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, void *dx,
                    int dx_mode, size_t n, const float *kf, const float *shift, const float *slope, const float *m);
 };

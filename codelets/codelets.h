@@ -36,7 +36,8 @@ void _tsr_axpy_cpu(float *y, const float *x, float a, size_t n); /* y += a x */
 void _tsr_copy_cpu(float *y, const float *x, size_t n);
 int _tsr_insert_zero(starpu_data_handle_t x, const char *name);            /* x = 0 (W) */
 int _tsr_insert_fill(starpu_data_handle_t x, float value, const char *name); /* x = 0, x[0] = value (W) */
-int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name); /* y += x */
+/* y += x; vectors of 2-byte elements (gradients stored in bf16, CPU): y = bf16(y + x) */
+int _tsr_insert_accumulate(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);
 int _tsr_insert_accumulate_prio(starpu_data_handle_t y, starpu_data_handle_t x, const char *name, int prio);
 /* y += x into a gradient that several tasks add into: y in the accumulation mode (_tsr_accum_mode) */
 int _tsr_insert_accumulate_grad(starpu_data_handle_t y, starpu_data_handle_t x, const char *name);
@@ -210,8 +211,9 @@ struct _tsr_bn_desc {
   int x_bf16, y_bf16;   /* CPU: x, y stored as bf16 (uint16_t bit patterns, same layout), loaded into
                          * float32 in the loops; arithmetic and statistics float32 */
   int dy_bf16, dx_bf16; /* CPU backward: dy (of y, or of the relu's output), dx stored as bf16 */
-  int dx_add;           /* bwd_data: dx (float32) holds other consumers' contributions, this one is
-                         * added into it (STARPU_RW) instead of written */
+  int dx_add;           /* bwd_data: dx holds other consumers' contributions, this one is added into
+                         * it (STARPU_RW) instead of written; with dx_bf16, rounded to bf16 first and
+                         * the sum rounded (CPU), as the accumulate task sums bf16 contributions */
 };
 void _tsr_bn_stats_cpu(const struct _tsr_bn_desc *d, const float *x, double *acc); /* acc += (=: overwrite) */
 void _tsr_bn_finalize_cpu(const struct _tsr_bn_desc *d, const double *acc, float *stat,

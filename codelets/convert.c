@@ -72,6 +72,11 @@ void _tsr_bf16_accumulate_cpu(float *restrict y, const uint16_t *restrict x, siz
   for (size_t i = 0; i < n; i++) y[i] += from_bf16(x[i]);
 }
 
+void _tsr_bf16_add_cpu(uint16_t *restrict y, const uint16_t *restrict x, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) y[i] = _tsr_bf16_round(_tsr_bf16_widen(y[i]) + _tsr_bf16_widen(x[i]));
+}
+
 void _tsr_f16_accumulate_cpu(float *restrict y, const uint16_t *restrict x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += _tsr_f16_to_f32(x[i]);
 }

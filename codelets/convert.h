@@ -42,6 +42,8 @@ void _tsr_f16_to_f32_cpu(const uint16_t *x, float *y, size_t n);
 /* y += x, x in bf16 or fp16 (summing a received half-size buffer into float32) */
 void _tsr_bf16_accumulate_cpu(float *y, const uint16_t *x, size_t n);
 void _tsr_f16_accumulate_cpu(float *y, const uint16_t *x, size_t n);
+/* y = bf16(y + x), both bf16 (summing gradient contributions stored in bf16) */
+void _tsr_bf16_add_cpu(uint16_t *y, const uint16_t *x, size_t n);
 /* 1 when every value is finite */
 int _tsr_all_finite_cpu(const float *x, size_t n);
 

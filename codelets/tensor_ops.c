@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "cuda_util.h"
 #include "runtime/error.h"
 
@@ -27,9 +28,14 @@ static void zero_cpu(void *buffers[], void *cl_arg) {
   _tsr_zero_cpu(TSR_BUF(buffers, 0), TSR_NX(buffers, 0));
 }
 
+/* float32 y += x, or both bf16 (vectors of 2-byte elements: gradients stored in bf16) y = bf16(y + x) */
 static void accumulate_cpu(void *buffers[], void *cl_arg) {
   _tsr_worker_enter();
-  _tsr_axpy_cpu(TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), 1.0f, TSR_NX(buffers, 0));
+  if (STARPU_VECTOR_GET_ELEMSIZE(buffers[0]) == sizeof(uint16_t))
+    _tsr_bf16_add_cpu((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[0]), (const uint16_t *)STARPU_VECTOR_GET_PTR(buffers[1]),
+                      TSR_NX(buffers, 0));
+  else
+    _tsr_axpy_cpu(TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), 1.0f, TSR_NX(buffers, 0));
 }
 
 static void copy_cpu(void *buffers[], void *cl_arg) {

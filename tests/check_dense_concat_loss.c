@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "codelets.h"
+#include "convert.h"
 #include "testutil.h"
 
 /* ---- dense ---- */
@@ -431,6 +432,37 @@ START_TEST(tensor_ops_and_loss_sum_run_through_starpu) {
 }
 END_TEST
 
+/* Vectors of 2-byte elements (gradients stored in bf16): the accumulate task sums two bf16
+ * contributions as y = bf16(y + x), each sum rounded to nearest even (convert.c), bitwise; the exact
+ * sum of two bf16 values fits a double, so the reference is the double sum rounded once to float32
+ * (as the task's float32 addition rounds it) and then to bf16. A task that added float32 bit patterns,
+ * truncated, or read the halves as floats fails. */
+START_TEST(accumulate_sums_bf16_vectors_rounded) {
+  enum { N = 999 };
+  float a[N], b[N];
+  uint16_t ha16[N], hb16[N], want[N];
+  tt_fill_uniform(a, N, 62, -4, 4);
+  tt_fill_uniform(b, N, 63, -1e-2, 1e-2);
+  b[0] = 1e-30f, a[1] = 65504.0f, b[1] = 3e38f; /* far apart; towards overflow */
+  for (int i = 0; i < N; i++) {
+    ha16[i] = _tsr_f32_to_bf16(a[i]), hb16[i] = _tsr_f32_to_bf16(b[i]);
+    double sum = (double)_tsr_bf16_to_f32(ha16[i]) + _tsr_bf16_to_f32(hb16[i]);
+    want[i] = _tsr_f32_to_bf16((float)sum);
+  }
+  starpu_data_handle_t hy, hx;
+  starpu_vector_data_register(&hy, STARPU_MAIN_RAM, (uintptr_t)ha16, N, sizeof(uint16_t));
+  starpu_vector_data_register(&hx, STARPU_MAIN_RAM, (uintptr_t)hb16, N, sizeof(uint16_t));
+  ck_assert_int_eq(_tsr_insert_accumulate(hy, hx, "y += x in bf16"), 0);
+  starpu_task_wait_for_all();
+  starpu_data_unregister(hy);
+  starpu_data_unregister(hx);
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(ha16[i] == want[i], "element %d: 0x%04x, want 0x%04x (%.9g + %.9g)", i, ha16[i], want[i],
+                  (double)a[i], (double)b[i]);
+  ck_assert_uint_ne(want[1], _tsr_f32_to_bf16(a[1])); /* the big term counted */
+}
+END_TEST
+
 START_TEST(dense_runs_through_starpu) {
   enum { N = 8, IN = 20, OUT = 6 };
   struct _tsr_dense_desc d = {N, IN, OUT, 1};
@@ -554,6 +586,7 @@ static Suite *make_dense_concat_loss_suite(void) {
   tcase_add_checked_fixture(sp, starpu_up, starpu_down);
   tcase_set_timeout(sp, 20);
   tcase_add_test(sp, tensor_ops_and_loss_sum_run_through_starpu);
+  tcase_add_test(sp, accumulate_sums_bf16_vectors_rounded);
   tcase_add_test(sp, dense_runs_through_starpu);
   tcase_add_test(sp, concat_and_add_with_nine_inputs_run_through_starpu);
   tcase_add_test(sp, loss_runs_through_starpu);

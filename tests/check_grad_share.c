@@ -4,7 +4,8 @@
  * deterministic mode, on a model with branches, a concatenation, an addition and batch
  * normalisation, with 1 and 2 slices; there the shared run's batch normalisation also adds its
  * contribution to a gradient in its own task (trainer.c's edge_add), the separate run by a task of
- * its own. CPU workers only (STARPU_NCUDA=0): with CUDA workers the
+ * its own; and the same with --precision bf16 on a DenseNet-like model, where gradients summed from
+ * two consumers are stored and summed in bf16. CPU workers only (STARPU_NCUDA=0): with CUDA workers the
  * gradients do not share. */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <tessera.h>
 
+#include "kernel_util.h"
 #include "testutil.h"
 #include "train/trainer.h"
 
@@ -25,15 +27,17 @@ static int fill(void *user, int64_t step, int index, float *x, float *y) {
 }
 
 /* CPU workers only, also where a GPU is: with CUDA workers every gradient keeps its own buffer. */
-static tsr_context *start(int deterministic) {
+static tsr_context *start_prec(int deterministic, int precision) {
   setenv("STARPU_NCUDA", "0", 1);
   tsr_context_opts o;
   tsr_context_opts_default(&o);
-  o.ncpus = 2, o.use_mpi = 0, o.deterministic = deterministic, o.verbose = 0;
+  o.ncpus = 2, o.use_mpi = 0, o.deterministic = deterministic, o.verbose = 0, o.precision = precision;
   tsr_context *ctx = NULL;
   ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   return ctx;
 }
+
+static tsr_context *start(int deterministic) { return start_prec(deterministic, TSR_PRECISION_F32); }
 
 /* in [2, S, S] -> c1 -> c2 -> c3 -> c4 (the output), convolutions of 2, 3, 2, 1 channels. */
 static tsr_model *chain(void) {
@@ -230,10 +234,14 @@ static tsr_model *branches(void) {
 
 #define STEPS 6
 
-/* Trains STEPS steps (deterministic); the losses and the parameters into loss[], *params. */
-static void run(int slices, int separate, double *loss, float **params, size_t *n, int *shared) {
-  tsr_context *ctx = start(1);
-  tsr_model *m = branches();
+/* Trains STEPS steps (deterministic); the losses and the parameters into loss[], *params. With
+ * bf16, the DenseNet-like model of check_bf16_train with --precision bf16: c0's gradient sums two
+ * bf16 contributions (cat's first in backward order, then bn0's added in its own task, or with
+ * separate buffers by the accumulate task), and so does r1's (c2's first, then pool's through a
+ * contribution buffer and the accumulate task). */
+static void run(int slices, int separate, int bf16, double *loss, float **params, size_t *n, int *shared) {
+  tsr_context *ctx = start_prec(1, bf16 ? TSR_PRECISION_BF16 : TSR_PRECISION_F32);
+  tsr_model *m = bf16 ? tt_dense_model(S, 16, 8, 16, TSR_LAYER_RELU, TSR_LAYER_MAXPOOL2D) : branches();
   tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
   tsr_trainer_opts o;
@@ -243,9 +251,12 @@ static void run(int slices, int separate, double *loss, float **params, size_t *
   ck_assert_msg(tsr_trainer_create(&t, ctx, m, &adam, &o) == TSR_OK, "%s", tsr_last_error());
   /* bn adds its contribution to a's gradient (cat's comes first in backward order) in its own task,
    * except with separate buffers, where a task of its own adds it */
-  int bn = _tsr_model_find(m, "bn"), cat = _tsr_model_find(m, "cat");
+  int bn = _tsr_model_find(m, bf16 ? "bn0" : "bn"), cat = _tsr_model_find(m, "cat");
+  int a = _tsr_model_find(m, bf16 ? "c0" : "a");
   ck_assert_int_eq(t->edge_add[bn * TSR_MAX_CONCAT], !separate);
   ck_assert_int_eq(t->edge_first[cat * TSR_MAX_CONCAT], 1);
+  ck_assert_int_eq(t->ls[a].gbf16, bf16);
+  if (bf16) ck_assert_int_eq(t->ls[_tsr_model_find(m, "r1")].gbf16, 1);
   /* gradients that share: fewer buffers than gradients */
   int grads = 0;
   for (int l = 0; l < m->n; l++) grads += t->gs_buf[l] >= 0;
@@ -271,22 +282,28 @@ static void run(int slices, int separate, double *loss, float **params, size_t *
   tsr_context_destroy(ctx);
 }
 
+/* Loop _i: slices 1 or 2 (_i % 2), float32 or (_i >= 2) bf16 gradients summed in bf16. */
 START_TEST(shared_gradients_train_bitwise_as_separate_ones) {
-  int slices = _i + 1;
+  int slices = _i % 2 + 1, bf16 = _i >= 2;
+  if (bf16 && _tsr_act_block() != 16) {
+    tt_skip("bf16 gradients not checked: this CPU has no AVX-512 (no bf16 kernels in oneDNN 2.6)");
+    return;
+  }
   double l0[STEPS], l1[STEPS];
   float *p0, *p1;
   size_t n0, n1;
   int sh0, sh1;
-  run(slices, 0, l0, &p0, &n0, &sh0);
-  run(slices, 1, l1, &p1, &n1, &sh1);
-  ck_assert_msg(sh0 > 0, "%d slices: no gradients share a buffer", slices);
+  run(slices, 0, bf16, l0, &p0, &n0, &sh0);
+  run(slices, 1, bf16, l1, &p1, &n1, &sh1);
+  const char *what = bf16 ? "bf16" : "float32";
+  ck_assert_msg(sh0 > 0, "%s, %d slices: no gradients share a buffer", what, slices);
   ck_assert_int_eq(sh1, 0);
   ck_assert_uint_eq(n0, n1);
   for (int i = 0; i < STEPS; i++)
-    ck_assert_msg(memcmp(&l0[i], &l1[i], sizeof(double)) == 0 && isfinite(l0[i]), "%d slices, step %d: %.17g vs %.17g",
-                  slices, i, l0[i], l1[i]);
-  ck_assert_msg(l0[STEPS - 1] < l0[0], "%d slices: the loss went from %g to %g", slices, l0[0], l0[STEPS - 1]);
-  ck_assert_msg(memcmp(p0, p1, n0 * sizeof(float)) == 0, "%d slices: the final parameters differ", slices);
+    ck_assert_msg(memcmp(&l0[i], &l1[i], sizeof(double)) == 0 && isfinite(l0[i]), "%s, %d slices, step %d: %.17g vs %.17g",
+                  what, slices, i, l0[i], l1[i]);
+  ck_assert_msg(l0[STEPS - 1] < l0[0], "%s, %d slices: the loss went from %g to %g", what, slices, l0[0], l0[STEPS - 1]);
+  ck_assert_msg(memcmp(p0, p1, n0 * sizeof(float)) == 0, "%s, %d slices: the final parameters differ", what, slices);
   free(p0), free(p1);
 }
 END_TEST
@@ -298,7 +315,7 @@ static Suite *make_suite(void) {
   tcase_add_test(tc, a_chain_alternates_two_buffers);
   tcase_add_test(tc, a_gradient_with_two_contributions_stays_live_until_its_layer);
   tcase_add_test(tc, a_fused_relu_s_gradient_lives_until_the_layer_that_runs_it);
-  tcase_add_loop_test(tc, shared_gradients_train_bitwise_as_separate_ones, 0, 2);
+  tcase_add_loop_test(tc, shared_gradients_train_bitwise_as_separate_ones, 0, 4);
   suite_add_tcase(s, tc);
   return s;
 }

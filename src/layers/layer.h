@@ -141,8 +141,8 @@ struct _tsr_layer_call {
   int edge_nb[3][2];
   starpu_data_handle_t *dx[TSR_MAX_INPUTS]; /* [slice] where input k's gradient goes; NULL: not needed */
   /* Entries with dx_add: 1 when dx[k] is input k's gradient itself, already holding the contributions
-   * of the consumers before this one in backward order, and the entry adds its own into it (float32)
-   * instead of writing it; dx_done is still called. 0: dx[k] is written whole. */
+   * of the consumers before this one in backward order, and the entry adds its own into it (in the
+   * gradient's format, as ops.dx_add says) instead of writing it; dx_done is still called. 0: dx[k] is written whole. */
   int dx_add[TSR_MAX_INPUTS];
   starpu_data_handle_t *y, *dy;             /* [slice] output and its gradient */
   starpu_data_handle_t *scratch, *ws;       /* [slice] scratch of the output's size, workspace (or NULL) */
@@ -208,8 +208,10 @@ struct _tsr_layer_ops {
   int layout;                     /* an enum _tsr_layout_cap */
   int fuse_relu;                  /* 1: can apply a following relu to its output (see _tsr_layer_call.relu) */
   int bf16;                       /* an enum _tsr_bf16_cap (CPU kernels) */
-  /* 1: its backward can add input 0's float32 gradient into a buffer holding other contributions
-   * (_tsr_layer_call.dx_add), saving the trainer's separate sum; entries without `reorders` only */
+  /* 1: its backward can add input 0's gradient into a buffer holding other contributions
+   * (_tsr_layer_call.dx_add), saving the trainer's separate sum; entries without `reorders` only.
+   * A bf16 gradient (din_bf16) gets the contribution rounded to bf16 and the sum rounded, the
+   * accumulate task's arithmetic on two bf16 buffers. */
   int dx_add;
   int bf16_grad;                  /* 1: its backward reads its output's gradient and writes each input's
                                    * in bf16 or float32 independently, where the activation is bf16

@@ -187,13 +187,18 @@ tsr_status _tsr_grad_share_alloc(tsr_trainer *t) {
     int j = C->inputs[t->gs_ck[i]];
     if (!(t->gs_ch[i] = calloc((size_t)t->slices, sizeof *t->gs_ch[i])))
       return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
-    if (t->ls[j].elems > t->gs_elems[t->gs_buf[t->model->n + i]])
-      return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %zu floats per sample in a shared buffer of %zu", C->name,
-                        t->ls[j].elems, t->gs_elems[t->gs_buf[t->model->n + i]]);
+    size_t esize = t->ls[j].gbf16 ? 2 : 4; /* a contribution to a bf16 gradient is bf16 */
+    if (t->ls[j].elems * esize > t->gs_elems[t->gs_buf[t->model->n + i]] * 4)
+      return _tsr_error(TSR_ERR_RUNTIME, "layer '%s': %zu bytes per sample in a shared buffer of %zu", C->name,
+                        t->ls[j].elems * esize, t->gs_elems[t->gs_buf[t->model->n + i]] * 4);
     for (int s = 0; s < t->slices; s++) {
       float *mem = _tsr_grad_share_mem(t, t->model->n + i, s);
       if (!mem) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", C->name);
-      t->gs_ch[i][s] = _tsr_register_floats(mem, (size_t)t->slice_n[s] * t->ls[j].elems);
+      size_t n = (size_t)t->slice_n[s] * t->ls[j].elems;
+      if (esize == 2)
+        starpu_vector_data_register(&t->gs_ch[i][s], STARPU_MAIN_RAM, (uintptr_t)mem, (uint32_t)n, 2);
+      else
+        t->gs_ch[i][s] = _tsr_register_floats(mem, n);
     }
   }
   return TSR_OK;

@@ -10,11 +10,12 @@
  * activation themselves where one layout serves all their passes.
  * With bf16 precision on CPUs, an activation is stored in bf16 where its producer and every
  * consumer read and write it so (the entries' bf16 capability; a fused relu counts as its input's
- * layer). Its gradient is stored in bf16 too where it has a single consumer and the producer's and
- * consumer's backward read and write bf16 gradients (bf16_grad): a gradient summed from several
- * consumers stays float32, so the sum adds float32 contributions and is rounded by no one but its
- * reader's kernel. The model's input and output stay float32; a convolution next to a float32
- * activation or gradient converts it inside its tasks. */
+ * layer). Its gradient is stored in bf16 too where the producer's and every consumer's backward read
+ * and write bf16 gradients (bf16_grad). A gradient summed from several consumers then sums bf16
+ * contributions: each rounded to bf16, and each sum rounded (the accumulate task, or a batch norm
+ * adding its contribution in its own task), as PyTorch's autocast sums bf16 gradients. The model's
+ * input and output stay float32; a convolution next to a float32 activation or gradient converts it
+ * inside its tasks. */
 #include <stdlib.h>
 
 #include "codelets.h"
@@ -68,12 +69,25 @@ static int bf16_grad_cap(const tsr_trainer *t, int l) {
   return m->layers[l].ops->bf16_grad;
 }
 
+/* Every live consumer of layer l (one at least) has bf16_grad. */
+static int consumers_bf16_grad(const tsr_trainer *t, int l) {
+  const tsr_model *m = t->model;
+  int n = 0;
+  for (int c = l + 1; c < m->n; c++)
+    for (int k = 0; t->ls[c].live && k < m->layers[c].ninputs; k++)
+      if (m->layers[c].inputs[k] == l) {
+        if (!bf16_grad_cap(t, c)) return 0;
+        n++;
+      }
+  return n > 0;
+}
+
 /* Which activations are stored in bf16 (ls[].bf16): those whose producer and live consumers all
  * have a bf16 capability, apart from the model's input and output; then, until nothing changes,
  * an entry that takes its inputs and output alike (TSR_BF16_SAME) with some of them float32 gets
  * them all float32 (they only drop out, so this ends). A fused batch norm's own output is not
  * stored (the relu's is). Then which of their gradients (ls[].gbf16): those of an activation in
- * bf16 with one consumer (a single edge: no sum of contributions), both sides with bf16_grad. */
+ * bf16 whose producer and live consumers all have bf16_grad. */
 static tsr_status plan_bf16(tsr_trainer *t) {
   const tsr_model *m = t->model;
   for (int l = 0; l < m->n; l++) {
@@ -98,8 +112,7 @@ static tsr_status plan_bf16(tsr_trainer *t) {
   }
   int n = 0, ng = 0;
   for (int l = 0; l < m->n; l++) {
-    int c = only_consumer(t, l);
-    t->ls[l].gbf16 = t->ls[l].bf16 && t->ls[l].needs_grad && c >= 0 && bf16_grad_cap(t, l) && bf16_grad_cap(t, c);
+    t->ls[l].gbf16 = t->ls[l].bf16 && t->ls[l].needs_grad && bf16_grad_cap(t, l) && consumers_bf16_grad(t, l);
     n += t->ls[l].bf16, ng += t->ls[l].gbf16;
   }
   _tsr_log(2, "bf16: %d of %d activations stored in bf16, %d of their gradients", n, m->n, ng);

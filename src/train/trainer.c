@@ -115,8 +115,8 @@ static tsr_status analyse(tsr_trainer *t) {
 }
 
 /* Later contributions that the consumer's backward adds into the gradient itself (edge_add): entries
- * with dx_add (which have no `reorders`, so no copy of the input in another layout), a float32
- * gradient, whole samples (spatial parts exchange gradients of halo'd or gathered copies), and not
+ * with dx_add (which have no `reorders`, so no copy of the input in another layout; a gradient in
+ * bf16 gets the contribution rounded and the sum rounded, as the accumulate task's), whole samples (spatial parts exchange gradients of halo'd or gathered copies), and not
  * with separate_grads (every contribution in a buffer of its own: tests compare). The sum is the
  * accumulate task's one addition, done in the consumer's kernel: the same values, one pass over the
  * gradient less and no contribution buffer. */
@@ -129,7 +129,7 @@ static tsr_status plan_grad_adds(tsr_trainer *t, const tsr_trainer_opts *o, int 
     const struct _tsr_layer *L = &m->layers[l];
     if (!t->ls[l].live || !L->ops->dx_add || L->ops->reorders || L->ninputs < 1) continue;
     int j = L->inputs[0];
-    t->edge_add[l * TSR_MAX_CONCAT] = !t->edge_first[l * TSR_MAX_CONCAT] && t->ls[j].needs_grad && !t->ls[j].gbf16;
+    t->edge_add[l * TSR_MAX_CONCAT] = !t->edge_first[l * TSR_MAX_CONCAT] && t->ls[j].needs_grad;
     adds += t->edge_add[l * TSR_MAX_CONCAT];
   }
   if (adds) _tsr_log(2, "trainer: %d gradient contributions added into their gradient by their consumers' tasks", adds);
@@ -214,9 +214,12 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
       starpu_vector_data_register(&st->g[s], STARPU_MAIN_RAM, (uintptr_t)st->gbuf[s], (uint32_t)n, 2);
     else if (st->relu < 0)
       st->g[s] = _tsr_register_floats(st->gbuf[s], n);
-    if (tmp) {
+    if (tmp) { /* float32 sized: also the scratch of a concatenation's float32 input gradients (merge.c) */
       if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
-      st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
+      if (st->gbf16) /* a contribution to a bf16 gradient: bf16 too (its handle's size for the sum) */
+        starpu_vector_data_register(&st->tmp[s], STARPU_MAIN_RAM, (uintptr_t)st->tmpbuf[s], (uint32_t)n, 2);
+      else
+        st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
     }
     if (L->ops->workspace) {
       size_t bytes;
