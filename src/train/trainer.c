@@ -117,9 +117,10 @@ static tsr_status analyse(tsr_trainer *t) {
 /* Later contributions that the consumer's backward adds into the gradient itself (edge_add): entries
  * with dx_add (which have no `reorders`, so no copy of the input in another layout; a gradient in
  * bf16 gets the contribution rounded and the sum rounded, as the accumulate task's), whole samples
- * (spatial parts exchange gradients of halo'd or gathered copies), and not with separate_grads (every contribution in a buffer of its own: tests compare). The sum is the
- * accumulate task's one addition, done in the consumer's kernel: the same values, one pass over the
- * gradient less and no contribution buffer. */
+ * (spatial parts exchange gradients of halo'd or gathered copies), and not with separate_grads
+ * (every contribution in a buffer of its own: tests compare). The sum is the accumulate task's one
+ * addition, done in the consumer's kernel: the same values, one pass over the gradient less and no
+ * contribution buffer. */
 static tsr_status plan_grad_adds(tsr_trainer *t, const tsr_trainer_opts *o, int spatial) {
   const tsr_model *m = t->model;
   if (!(t->edge_add = calloc((size_t)m->n * TSR_MAX_CONCAT, 1)))
