@@ -278,6 +278,33 @@ START_TEST(idle_workers_sleep_when_yielding) {
 }
 END_TEST
 
+/* The scheduler of a process without MPI: eager where STARPU_SCHED is unset (dmdas on a StarPU with
+ * CUDA), the named one where it is set; in idle yield mode Tessera's copy keeps the policy's name. */
+START_TEST(a_single_process_schedules_with_eager_unless_told) {
+  char *was = getenv("STARPU_SCHED") ? strdup(getenv("STARPU_SCHED")) : NULL;
+  const char *set[] = {NULL, "lws"};
+#ifdef STARPU_USE_CUDA
+  const char *want[] = {"dmdas", "lws"};
+#else
+  const char *want[] = {"eager", "lws"};
+#endif
+  for (int i = 0; i < 2; i++)
+    for (int idle = TSR_IDLE_YIELD; idle <= TSR_IDLE_SPIN; idle++) {
+      if (set[i]) setenv("STARPU_SCHED", set[i], 1);
+      else unsetenv("STARPU_SCHED");
+      tsr_context *ctx = start_idle(0, 2, idle);
+      struct starpu_sched_policy *p = starpu_sched_ctx_get_sched_policy(0);
+      ck_assert_msg(p && p->policy_name && !strcmp(p->policy_name, want[i]),
+                    "STARPU_SCHED %s, idle mode %d: policy '%s', want '%s'", set[i] ? set[i] : "unset", idle,
+                    p && p->policy_name ? p->policy_name : "(none)", want[i]);
+      tsr_context_destroy(ctx);
+    }
+  if (was) setenv("STARPU_SCHED", was, 1);
+  else unsetenv("STARPU_SCHED");
+  free(was);
+}
+END_TEST
+
 START_TEST(eval_counts_only_valid_samples) {
   tsr_context *ctx = start(1, 2);
   tsr_model *m = dag_model();
@@ -726,6 +753,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, deterministic_mode_reproduces_bitwise);
   tcase_add_test(tc, idle_workers_sleeping_or_polling_train_identically);
   tcase_add_test(tc, idle_workers_sleep_when_yielding);
+  tcase_add_test(tc, a_single_process_schedules_with_eager_unless_told);
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   tcase_add_test(tc, group_size_falls_back_to_the_environment);
