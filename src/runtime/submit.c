@@ -16,9 +16,11 @@ enum starpu_data_access_mode _tsr_accum_mode(void) {
   return _tsr_get_deterministic() ? STARPU_RW : (enum starpu_data_access_mode)(STARPU_RW | STARPU_COMMUTE);
 }
 
-starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n) {
+starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n) { return _tsr_register_values(ptr, n, 0); }
+
+starpu_data_handle_t _tsr_register_values(void *ptr, size_t n, int bf16) {
   starpu_data_handle_t h = NULL;
-  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, sizeof(float));
+  starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)ptr, (uint32_t)n, bf16 ? sizeof(uint16_t) : sizeof(float));
   return h;
 }
 

@@ -32,6 +32,8 @@ int _tsr_submit_task(struct starpu_task *task, const char *name);
 enum starpu_data_access_mode _tsr_accum_mode(void);
 /* Registers a host buffer of n floats as a vector handle. */
 starpu_data_handle_t _tsr_register_floats(float *ptr, size_t n);
+/* The same for n values stored in bf16 (2-byte elements) when bf16, else in float32. */
+starpu_data_handle_t _tsr_register_values(void *ptr, size_t n, int bf16);
 
 /* Pointer/length of a vector handle's buffer inside a codelet. */
 #define TSR_BUF(buffers, i) ((float *)STARPU_VECTOR_GET_PTR((buffers)[i]))

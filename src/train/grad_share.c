@@ -194,11 +194,7 @@ tsr_status _tsr_grad_share_alloc(tsr_trainer *t) {
     for (int s = 0; s < t->slices; s++) {
       float *mem = _tsr_grad_share_mem(t, t->model->n + i, s);
       if (!mem) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", C->name);
-      size_t n = (size_t)t->slice_n[s] * t->ls[j].elems;
-      if (esize == 2)
-        starpu_vector_data_register(&t->gs_ch[i][s], STARPU_MAIN_RAM, (uintptr_t)mem, (uint32_t)n, 2);
-      else
-        t->gs_ch[i][s] = _tsr_register_floats(mem, n);
+      t->gs_ch[i][s] = _tsr_register_values(mem, (size_t)t->slice_n[s] * t->ls[j].elems, t->ls[j].gbf16);
     }
   }
   return TSR_OK;

@@ -207,20 +207,14 @@ static tsr_status alloc_layer(tsr_trainer *t, int l) {
     if (st->relu < 0 && (!(st->ybuf[s] = zalloc(n * ysize)) ||
                          !(st->gbuf[s] = shared ? _tsr_grad_share_mem(t, l, s) : zalloc(n * gsize))))
       return _tsr_error(TSR_ERR_NOMEM, "layer '%s': cannot allocate activations of %zu values", L->name, n);
-    if (st->relu < 0 && st->bf16)
-      starpu_vector_data_register(&st->y[s], STARPU_MAIN_RAM, (uintptr_t)st->ybuf[s], (uint32_t)n, 2);
-    else if (st->relu < 0)
-      st->y[s] = _tsr_register_floats(st->ybuf[s], n);
-    if (st->relu < 0 && st->gbf16)
-      starpu_vector_data_register(&st->g[s], STARPU_MAIN_RAM, (uintptr_t)st->gbuf[s], (uint32_t)n, 2);
-    else if (st->relu < 0)
-      st->g[s] = _tsr_register_floats(st->gbuf[s], n);
+    if (st->relu < 0) {
+      st->y[s] = _tsr_register_values(st->ybuf[s], n, st->bf16);
+      st->g[s] = _tsr_register_values(st->gbuf[s], n, st->gbf16);
+    }
     if (tmp) { /* float32 sized: also the scratch of a concatenation's float32 input gradients (merge.c) */
       if (!(st->tmpbuf[s] = zalloc(n * 4))) return _tsr_error(TSR_ERR_NOMEM, "layer '%s': out of memory", L->name);
-      if (st->gbf16) /* a contribution to a bf16 gradient: bf16 too (its handle's size for the sum) */
-        starpu_vector_data_register(&st->tmp[s], STARPU_MAIN_RAM, (uintptr_t)st->tmpbuf[s], (uint32_t)n, 2);
-      else
-        st->tmp[s] = _tsr_register_floats(st->tmpbuf[s], n);
+      /* a contribution to a bf16 gradient is bf16 too (its handle's size for the sum) */
+      st->tmp[s] = _tsr_register_values(st->tmpbuf[s], n, st->gbf16);
     }
     if (L->ops->workspace) {
       size_t bytes;
