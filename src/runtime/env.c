@@ -57,6 +57,12 @@ int _tsr_env_mpi_progress(void) {
   return strcmp(v, "thread") == 0 ? 1 : strcmp(v, "worker") == 0 ? 2 : -1;
 }
 
+int _tsr_env_act_block(void) {
+  const char *v = nonempty("TESSERA_ACT_BLOCK");
+  if (!v) return 0;
+  return strcmp(v, "8") == 0 ? 8 : strcmp(v, "16") == 0 ? 16 : -1;
+}
+
 int _tsr_env_int(const char *name, int fallback) {
   const char *v = nonempty(name);
   return v ? atoi(v) : fallback;

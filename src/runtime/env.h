@@ -38,6 +38,9 @@ int _tsr_env_idle(void);
 /* TESSERA_MPI_PROGRESS: 1 for "thread", 2 for "worker" (tsr_mpi_progress), 0 when unset or empty, -1 for
  * anything else. */
 int _tsr_env_mpi_progress(void);
+/* TESSERA_ACT_BLOCK: 8 or 16 (the channel block of the activations' layout), 0 when unset or empty,
+ * -1 for anything else. */
+int _tsr_env_act_block(void);
 /* The integer value of `name`, or `fallback` when it is unset or empty (StarPU's own settings). */
 int _tsr_env_int(const char *name, int fallback);
 /* STARPU_WORKERS_GETBIND: 1 when set to a nonzero integer (StarPU keeps to the process's CPUs). */

@@ -1,7 +1,8 @@
 /* How a trainer stores its activations and which layers run fused, decided once at creation.
- * Activations stay in oneDNN's blocked layout (nChw16c on AVX-512) wherever their producer and
- * every consumer handle it, so convolutions read and write it directly instead of reordering on
- * every call; the model's input and output stay plain NCHW (load, loss and predictions read them).
+ * Activations stay in oneDNN's blocked layout (nChw16c or nChw8c: choose_block) wherever their
+ * producer and every consumer handle it, so convolutions read and write it directly instead of
+ * reordering on every call; the model's input and output stay plain NCHW (load, loss and predictions
+ * read them).
  * A relu that is the only consumer of an entry with fuse_relu (batchnorm) runs inside its tasks.
  * Where a convolution's kernels take another layout than its input's or output's (a blocked one
  * next to the model's input and output or a layer that takes only plain data; a plain one for some
@@ -20,6 +21,7 @@
 
 #include "codelets.h"
 #include "kernel_util.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/switches.h"
 #include "train/trainer.h"
@@ -182,18 +184,59 @@ static tsr_status plan_edges(tsr_trainer *t, int l, int blk) {
   return TSR_OK;
 }
 
+static double padded(int c, int blk) { return blk ? (double)_tsr_blk_channels(c, blk) / c : 1; }
+
+/* The convolutions' work (forward FLOPs) with their blocked activations' channels padded to blocks
+ * of blk (ok: the activations that are blocked). */
+static double padded_work(const tsr_trainer *t, const char *ok, int blk) {
+  const tsr_model *m = t->model;
+  double w = 0;
+  for (int l = 0; l < m->n; l++) {
+    const struct _tsr_layer *L = &m->layers[l];
+    if (!t->ls[l].live || (L->spec.kind != TSR_LAYER_CONV2D && L->spec.kind != TSR_LAYER_CONV_TRANSPOSE2D))
+      continue;
+    struct _tsr_layer_view v;
+    _tsr_model_view(m, l, &v);
+    w += L->ops->flops(&v) * padded(v.in[0].c, ok[L->inputs[0]] ? blk : 0) * padded(v.out.c, ok[l] ? blk : 0);
+  }
+  return w;
+}
+
+/* The channel block of the blocked activations (cpu: the CPU's widest, 16 on AVX-512, 8 on AVX2).
+ * TESSERA_ACT_BLOCK sets it. Otherwise bf16 takes 16 (its kernels need it), and float32 on AVX-512
+ * takes 8 where blocks of 16 would pad the convolutions' channels into 5% more work or more: a
+ * DenseNet's layers of 8 or 12 channels fill half or three quarters of a 16-lane vector, and
+ * oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs that run a 512-bit
+ * FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8 channels: twice the
+ * work at 16) and a variant (12 channels: 1.11x), bench/README. */
+static tsr_status choose_block(const tsr_trainer *t, const char *ok, int cpu, int *blk) {
+  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16, env = _tsr_env_act_block();
+  if (env < 0) return _tsr_error(TSR_ERR_ARG, "TESSERA_ACT_BLOCK must be 8 or 16");
+  if (env > cpu)
+    return _tsr_error(TSR_ERR_ARG, "TESSERA_ACT_BLOCK=%d: this CPU's kernels take blocks of %d at most", env, cpu);
+  if (env && env < 16 && bf16)
+    return _tsr_error(TSR_ERR_ARG, "TESSERA_ACT_BLOCK=%d with bf16 precision: bf16 kernels take blocks of 16", env);
+  *blk = env ? env : cpu;
+  if (!env && cpu == 16 && !bf16) {
+    double w16 = padded_work(t, ok, 16), w8 = padded_work(t, ok, 8);
+    if (w16 >= 1.05 * w8) *blk = 8;
+    _tsr_log(2, "activations in blocks of %d channels: the convolutions' padded work is %.3gx at 16 what it is "
+                "at 8 (TESSERA_ACT_BLOCK sets the block)", *blk, w8 > 0 ? w16 / w8 : 1.0);
+  }
+  return TSR_OK;
+}
+
 tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
   const tsr_model *m = t->model;
   /* CUDA kernels take plain NCHW, and the fused and blocked kernels are CPU ones; the halo exchanges
    * and gathers of spatially split samples (spatial.c) copy plain boxes. The switch turns both off
    * (tests compare). */
   int on = starpu_cuda_worker_get_count() == 0 && !spatial && _tsr_get_blocked_fused();
-  int blk = on ? _tsr_act_block() : 0;
-  t->act_blk = blk;
+  int cpu = on ? _tsr_act_block() : 0, blk = 0;
   char *ok = calloc(m->n, 1);
   if (!ok) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int l = 0; l < m->n; l++)
-    ok[l] = blk && t->ls[l].live && l != t->input_layer && l != t->output_layer &&
+    ok[l] = cpu && t->ls[l].live && l != t->input_layer && l != t->output_layer &&
             layout_of(t, l) != TSR_LAYOUT_PLAIN;
   /* Candidates only drop out, so this ends within n passes. */
   for (int changed = 1; changed;) {
@@ -201,6 +244,12 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
     for (int l = 0; l < m->n; l++)
       if (ok[l] && !keeps_blocked(t, ok, l)) ok[l] = 0, changed = 1;
   }
+  tsr_status st = cpu ? choose_block(t, ok, cpu, &blk) : TSR_OK;
+  if (st != TSR_OK) {
+    free(ok);
+    return st;
+  }
+  t->act_blk = blk;
   for (int l = 0; l < m->n; l++) {
     t->ls[l].blk = ok[l] ? blk : 0;
     t->ls[l].relu = -1;
