@@ -113,31 +113,38 @@ START_TEST(blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them
 }
 END_TEST
 
-/* The trainer's block for m (TESSERA_ACT_BLOCK as set). */
-static int block_of(tsr_context *ctx, tsr_model *m) {
-  tsr_trainer *t = trainer(ctx, m, NULL);
+/* The trainer's block for m with tsr_trainer_opts.act_block = opt (TESSERA_ACT_BLOCK as set). */
+static int block_at(tsr_context *ctx, tsr_model *m, int opt) {
+  tsr_trainer_opts o;
+  tsr_trainer_opts_default(&o);
+  o.batch = 5, o.slices = 2, o.act_block = opt;
+  tsr_trainer *t = NULL;
+  ck_assert_msg(tsr_trainer_create(&t, ctx, m, NULL, &o) == TSR_OK, "%s", tsr_last_error());
   int blk = t->act_blk;
   tsr_trainer_destroy(t);
   return blk;
 }
 
-/* TESSERA_ACT_BLOCK=value refused for m, the message naming the variable and saying `why`. */
-static void assert_refused(tsr_context *ctx, tsr_model *m, const char *value, const char *why) {
-  setenv("TESSERA_ACT_BLOCK", value, 1);
+static int block_of(tsr_context *ctx, tsr_model *m) { return block_at(ctx, m, 0); }
+
+/* The block refused for m: TESSERA_ACT_BLOCK=env (NULL: unset) and tsr_trainer_opts.act_block = opt;
+ * the message names the setting (`by`) and says `why`. */
+static void assert_refused(tsr_context *ctx, tsr_model *m, const char *env, int opt, const char *by, const char *why) {
+  if (env) setenv("TESSERA_ACT_BLOCK", env, 1);
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
-  o.batch = 5, o.slices = 2;
+  o.batch = 5, o.slices = 2, o.act_block = opt;
   tsr_trainer *t = NULL;
   ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_ARG);
-  ck_assert_msg(strstr(tsr_last_error(), "TESSERA_ACT_BLOCK") && strstr(tsr_last_error(), why), "%s", tsr_last_error());
+  ck_assert_msg(strstr(tsr_last_error(), by) && strstr(tsr_last_error(), why), "%s", tsr_last_error());
   unsetenv("TESSERA_ACT_BLOCK");
 }
 
 /* The block: float32 on an AVX-512 CPU takes 8 where blocks of 16 would pad the convolutions'
  * channels into 5% more work or more (the dense model's 3, 5 and 4 channels), 16 where they pad no
  * more (16 channels throughout) and in bf16 (its kernels take 16); a CPU with blocks of 8 at most
- * takes 8. TESSERA_ACT_BLOCK sets it; a value other than 8 or 16, one above the CPU's and 8 with
- * bf16 are refused, naming the variable. */
+ * takes 8. tsr_trainer_opts.act_block, else TESSERA_ACT_BLOCK, sets it; a value other than 8 or 16,
+ * one above the CPU's and 8 with bf16 are refused, naming the setting. */
 START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
   int cpu = _tsr_act_block();
   if (!cpu) {
@@ -150,20 +157,25 @@ START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
   tsr_model *wide = tt_dense_model(S, 16, 16, 16, TSR_LAYER_RELU, TSR_LAYER_AVGPOOL2D);
   ck_assert_int_eq(block_of(ctx, narrow), 8);
   ck_assert_int_eq(block_of(ctx, wide), cpu);
+  ck_assert_int_eq(block_at(ctx, wide, 8), 8);
   setenv("TESSERA_ACT_BLOCK", "8", 1);
   ck_assert_int_eq(block_of(ctx, wide), 8);
   if (cpu == 16) {
+    ck_assert_int_eq(block_at(ctx, narrow, 16), 16); /* the option over the variable */
     setenv("TESSERA_ACT_BLOCK", "16", 1);
     ck_assert_int_eq(block_of(ctx, narrow), 16);
   } else {
-    assert_refused(ctx, narrow, "16", "blocks of 8 at most");
+    assert_refused(ctx, narrow, "16", 0, "TESSERA_ACT_BLOCK 16", "blocks of 8 at most");
+    assert_refused(ctx, narrow, NULL, 16, "--act-block) 16", "blocks of 8 at most");
   }
-  assert_refused(ctx, narrow, "12", "must be 8 or 16");
+  assert_refused(ctx, narrow, "12", 0, "TESSERA_ACT_BLOCK", "must be 8 or 16");
+  assert_refused(ctx, narrow, NULL, 12, "--act-block", "must be 8 or 16");
   tsr_context_destroy(ctx);
   if (cpu == 16) {
     ctx = start_at(TSR_PRECISION_BF16);
     ck_assert_int_eq(block_of(ctx, narrow), 16);
-    assert_refused(ctx, narrow, "8", "bf16 kernels take blocks of 16");
+    assert_refused(ctx, narrow, "8", 0, "TESSERA_ACT_BLOCK 8", "bf16 kernels take blocks of 16");
+    assert_refused(ctx, narrow, NULL, 8, "--act-block) 8", "bf16 kernels take blocks of 16");
     tsr_context_destroy(ctx);
   }
   tsr_model_destroy(narrow);

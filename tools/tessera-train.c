@@ -280,6 +280,7 @@ int main(int argc, char **argv) {
   topts.staleness = o.staleness;
   topts.async_slices = o.async_slices;
   topts.separate_grads = o.separate_grads;
+  topts.act_block = (int[]){0, 8, 16}[o.act_block];
   topts.loss_scale = !isnan(o.loss_scale) ? o.loss_scale : o.precision == TSR_PRECISION_FP16 ? TSR_LOSS_SCALE_DYNAMIC : 0;
   check_trainer_created(&o, tsr_trainer_create(&live.t, live.ctx, live.m, &opt, &topts));
   if (o.trace) check(tsr_trace_start(live.ctx, o.trace, o.trace_first, o.trace_last));

@@ -119,6 +119,7 @@ static int text_pixel_size(const void *opts, char *buf, size_t cap) {
 
 static const char *const precisions[] = {"f32", "bf16", "fp16", NULL}; /* tsr_precision order */
 static const char *const lr_scalings[] = {"none", "linear", NULL};
+static const char *const act_blocks[] = {"auto", "8", "16", NULL}; /* tsr_trainer_opts.act_block 0, 8, 16 */
 static const char *const on_nans[] = {"stop", "skip", NULL};
 
 /* entries give the leading fields in order and the others by name; the rest stay zero */
@@ -185,6 +186,11 @@ static const struct opt_def defs[] = {
      "f32, or bf16: convolutions in bf16 (strided transposed ones' forward and weight gradient in float32), "
      "activations stored in bf16 between the layers that take it "
      "(AVX-512 CPUs), float32 weights; fp16 on GPUs only (cuDNN; refused without a CUDA worker)", .choices = precisions},
+    {"act-block", 0, OPT_CHOICE, F(act_block), "auto|8|16", "auto",
+     "CPUs: activations between layers in blocks of 8 or 16 channels (oneDNN's nChw8c, nChw16c; 16 needs "
+     "AVX-512, bf16 needs 16); auto: TESSERA_ACT_BLOCK, else 16 with bf16, and in f32 on AVX-512 8 where blocks "
+     "of 16 would pad the convolutions' channels into 5% more work or more (-v says which and why)",
+     .choices = act_blocks},
     {"grad-reduce", 0, OPT_CUSTOM, 0, "P", "f32",
      "f32, bf16 or fp16: gradients cross ranks in that format (half the bytes), summed in float32; with Lion, "
      "sign1, signp or signp_mean: ranks combine update signs (Lion Cub: 1-bit vote, p-bit vote or mean; not with "

@@ -26,6 +26,7 @@ struct train_opts {
   int staleness;       /* --staleness: stale-synchronous parallel (0: synchronous) */
   int async_slices;    /* --async-slices: slices update the shared parameters without waiting for each other */
   int separate_grads;  /* --separate-grads: no activation gradients share memory */
+  int act_block;       /* --act-block: index in auto, 8, 16 */
   double loss_scale;   /* 0 off, > 0 static, TSR_LOSS_SCALE_DYNAMIC; NAN: not given */
   float lr;            /* < 0: the model file's */
   int lr_linear;       /* --lr-scaling linear: lr x ranks (Goyal et al.), reached after warmup steps */

@@ -139,6 +139,11 @@ typedef struct tsr_trainer_opts {
                           in its own task (same results, less memory and fewer passes). Always
                           separate buffers with spatial parallelism, asynchronous slices and CUDA
                           workers. */
+  int act_block;       /* CPUs: the channel block of the activations' blocked layout (8: nChw8c, 16:
+                          nChw16c); 0 = TESSERA_ACT_BLOCK, else the trainer's choice: 16 with bf16,
+                          the CPU's own without AVX-512 (8), and in float32 on AVX-512 8 where blocks
+                          of 16 would pad the convolutions' channels into 5% more work or more, else
+                          16. Refused (TSR_ERR_ARG): other values, 16 without AVX-512, 8 with bf16 */
 } tsr_trainer_opts;
 
 /* Largest tsr_trainer_opts.staleness (each step in flight holds its own gradient buffer). */

@@ -35,7 +35,7 @@ class TrainerOpts(ctypes.Structure):  # tsr_trainer_opts, include/tessera/train.
                 ("loss_scale", c_double), ("loss_scale_init", c_double), ("loss_scale_interval", c_int),
                 ("step_timeout", c_double), ("skip_reduce", c_int), ("nccl", c_int), ("collective", c_char_p),
                 ("spatial", c_int * 3), ("staleness", c_int), ("async_slices", c_int), ("separate_grads", c_int),
-                _SPARE]
+                ("act_block", c_int), _SPARE]
 
 
 # int fill(void *user, int64_t step, int index, float *x, float *y)

@@ -203,30 +203,34 @@ static double padded_work(const tsr_trainer *t, const char *ok, int blk) {
 }
 
 /* The channel block of the blocked activations (cpu: the CPU's widest, 16 on AVX-512, 8 on AVX2).
- * TESSERA_ACT_BLOCK sets it. Otherwise bf16 takes 16 (its kernels need it), and float32 on AVX-512
- * takes 8 where blocks of 16 would pad the convolutions' channels into 5% more work or more: a
- * DenseNet's layers of 8 or 12 channels fill half or three quarters of a 16-lane vector, and
- * oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs that run a 512-bit
- * FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8 channels: twice the
- * work at 16) and a variant (12 channels: 1.11x), bench/README. */
-static tsr_status choose_block(const tsr_trainer *t, const char *ok, int cpu, int *blk) {
-  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16, env = _tsr_env_act_block();
-  if (env < 0) return _tsr_error(TSR_ERR_ARG, "TESSERA_ACT_BLOCK must be 8 or 16");
-  if (env > cpu)
-    return _tsr_error(TSR_ERR_ARG, "TESSERA_ACT_BLOCK=%d: this CPU's kernels take blocks of %d at most", env, cpu);
-  if (env && env < 16 && bf16)
-    return _tsr_error(TSR_ERR_ARG, "TESSERA_ACT_BLOCK=%d with bf16 precision: bf16 kernels take blocks of 16", env);
-  *blk = env ? env : cpu;
-  if (!env && cpu == 16 && !bf16) {
+ * tsr_trainer_opts.act_block, else TESSERA_ACT_BLOCK, sets it. Otherwise bf16 takes 16 (its kernels
+ * need it), and float32 on AVX-512 takes 8 where blocks of 16 would pad the convolutions' channels
+ * into 5% more work or more: a DenseNet's layers of 8 or 12 channels fill half or three quarters of
+ * a 16-lane vector, and oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs
+ * that run a 512-bit FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8
+ * channels: twice the work at 16) and a variant (12 channels: 1.11x), bench/README. */
+static tsr_status choose_block(const tsr_trainer *t, const tsr_trainer_opts *o, const char *ok, int cpu,
+                               int *blk) {
+  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16, set = o ? o->act_block : 0;
+  const char *by = "act_block (tsr_trainer_opts, tessera-train's --act-block)";
+  if (!set) set = _tsr_env_act_block(), by = "TESSERA_ACT_BLOCK";
+  if (set && set != 8 && set != 16) return _tsr_error(TSR_ERR_ARG, "%s must be 8 or 16", by);
+  if (set > cpu) return _tsr_error(TSR_ERR_ARG, "%s %d: this CPU's kernels take blocks of %d at most", by, set, cpu);
+  if (set == 8 && bf16)
+    return _tsr_error(TSR_ERR_ARG, "%s 8 with bf16 precision: bf16 kernels take blocks of 16", by);
+  *blk = set ? set : cpu;
+  if (set) {
+    _tsr_log(2, "activations in blocks of %d channels (%s)", *blk, by);
+  } else if (cpu == 16 && !bf16) {
     double w16 = padded_work(t, ok, 16), w8 = padded_work(t, ok, 8);
     if (w16 >= 1.05 * w8) *blk = 8;
     _tsr_log(2, "activations in blocks of %d channels: the convolutions' padded work is %.3gx at 16 what it is "
-                "at 8 (TESSERA_ACT_BLOCK sets the block)", *blk, w8 > 0 ? w16 / w8 : 1.0);
+                "at 8 (--act-block, TESSERA_ACT_BLOCK set the block)", *blk, w8 > 0 ? w16 / w8 : 1.0);
   }
   return TSR_OK;
 }
 
-tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
+tsr_status _tsr_trainer_plan(tsr_trainer *t, const tsr_trainer_opts *o, int spatial) {
   const tsr_model *m = t->model;
   /* CUDA kernels take plain NCHW, and the fused and blocked kernels are CPU ones; the halo exchanges
    * and gathers of spatially split samples (spatial.c) copy plain boxes. The switch turns both off
@@ -244,7 +248,7 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial) {
     for (int l = 0; l < m->n; l++)
       if (ok[l] && !keeps_blocked(t, ok, l)) ok[l] = 0, changed = 1;
   }
-  tsr_status st = cpu ? choose_block(t, ok, cpu, &blk) : TSR_OK;
+  tsr_status st = cpu ? choose_block(t, o, ok, cpu, &blk) : TSR_OK;
   if (st != TSR_OK) {
     free(ok);
     return st;

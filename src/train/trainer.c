@@ -420,7 +420,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = setup_loss_scale(t, o);
   if (st == TSR_OK) st = find_io(t);
   if (st == TSR_OK) st = analyse(t);
-  if (st == TSR_OK) st = _tsr_trainer_plan(t, spatial_split(o));
+  if (st == TSR_OK) st = _tsr_trainer_plan(t, o, spatial_split(o));
   if (st == TSR_OK) st = plan_grad_adds(t, o, spatial_split(o));
   if (st == TSR_OK) st = _tsr_grad_share_plan(t, o, spatial_split(o));
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o);

@@ -234,7 +234,7 @@ int _tsr_spatial_output_grad(tsr_trainer *t, int s);
 struct _tsr_box_desc _tsr_spatial_input_box(const tsr_trainer *t);
 /* layout.c: each activation's layout (ls[].blk) and the fused relus (ls[].relu, ls[].fused); needs
  * ls[].live, before anything is allocated. All plain and unfused when samples are split spatially. */
-tsr_status _tsr_trainer_plan(tsr_trainer *t, int spatial);
+tsr_status _tsr_trainer_plan(tsr_trainer *t, const tsr_trainer_opts *o, int spatial);
 /* layout.c: the copies of inputs and outputs in the layout a layer's kernels take (ls[].edges), where
  * some activation is blocked; after _tsr_trainer_plan and a first footprint check (it plans oneDNN
  * primitives, which a model that cannot fit must not reach). */
