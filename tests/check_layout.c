@@ -113,13 +113,19 @@ START_TEST(blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them
 }
 END_TEST
 
-/* The trainer's block for m with tsr_trainer_opts.act_block = opt (TESSERA_ACT_BLOCK as set). */
-static int block_at(tsr_context *ctx, tsr_model *m, int opt) {
+/* A trainer for m with tsr_trainer_opts.act_block = opt (TESSERA_ACT_BLOCK as set). */
+static tsr_status create_at(tsr_context *ctx, tsr_model *m, int opt, tsr_trainer **t) {
   tsr_trainer_opts o;
   tsr_trainer_opts_default(&o);
   o.batch = 5, o.slices = 2, o.act_block = opt;
-  tsr_trainer *t = NULL;
-  ck_assert_msg(tsr_trainer_create(&t, ctx, m, NULL, &o) == TSR_OK, "%s", tsr_last_error());
+  *t = NULL;
+  return tsr_trainer_create(t, ctx, m, NULL, &o);
+}
+
+/* The trainer's block for m with tsr_trainer_opts.act_block = opt (TESSERA_ACT_BLOCK as set). */
+static int block_at(tsr_context *ctx, tsr_model *m, int opt) {
+  tsr_trainer *t;
+  ck_assert_msg(create_at(ctx, m, opt, &t) == TSR_OK, "%s", tsr_last_error());
   int blk = t->act_blk;
   tsr_trainer_destroy(t);
   return blk;
@@ -131,11 +137,8 @@ static int block_of(tsr_context *ctx, tsr_model *m) { return block_at(ctx, m, 0)
  * the message names the setting (`by`) and says `why`. */
 static void assert_refused(tsr_context *ctx, tsr_model *m, const char *env, int opt, const char *by, const char *why) {
   if (env) setenv("TESSERA_ACT_BLOCK", env, 1);
-  tsr_trainer_opts o;
-  tsr_trainer_opts_default(&o);
-  o.batch = 5, o.slices = 2, o.act_block = opt;
-  tsr_trainer *t = NULL;
-  ck_assert_int_eq(tsr_trainer_create(&t, ctx, m, NULL, &o), TSR_ERR_ARG);
+  tsr_trainer *t;
+  ck_assert_int_eq(create_at(ctx, m, opt, &t), TSR_ERR_ARG);
   ck_assert_msg(strstr(tsr_last_error(), by) && strstr(tsr_last_error(), why), "%s", tsr_last_error());
   unsetenv("TESSERA_ACT_BLOCK");
 }
