@@ -80,7 +80,7 @@ END_TEST
 
 /* Ranks of a node taking turns on one core (timeslice_us = 40): every round waits (k - 1.5) slices
  * beyond its messages for the node's ranks to have run: 20 us at 2 per node, 60 at 3; nothing at 1
- * per node, nor with one rank, nor with the field at 0. */
+ * per node, nor with one rank, nor with the field at 0. ranks_per_core, where set, counts instead. */
 START_TEST(timeslice_by_hand) {
   tsr_machine m2 = hand_machine(2);
   m2.timeslice_us = 40;
@@ -99,6 +99,16 @@ START_TEST(timeslice_by_hand) {
   tsr_machine m1 = hand_machine(1);
   m1.timeslice_us = 40;
   ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 4), 6 * 11.0 + 3 * 1.0, eps);
+  /* one rank per node, 2 ranks per core (nodes sharing cores): the ring's 6 rounds wait 20 us each;
+   * 3 per core on 2 ranks: at most the 2 ranks there are, 20 us again */
+  m1.ranks_per_core = 2;
+  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 4), 6 * 31.0 + 3 * 1.0, eps);
+  m1.ranks_per_core = 3;
+  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 2), 2 * (10 + 2 + 20.0) + 2, eps);
+  /* set to 1 on nodes of 2: cores of their own, no wait */
+  m2.ranks_per_core = 1;
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 69, eps);
+  m2.ranks_per_core = 0;
   ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 1), 0, eps);
   m2.timeslice_us = 0;
   ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 69, eps);
@@ -154,7 +164,7 @@ START_TEST(rounds_add_up) {
       const char *name = tsr_scale_algo_name(i, NULL);
       r.n = 0;
       double t = _tsr_cost_rounds(&m, name, 4000, p, &r), sum = 0;
-      for (int k = 0; k < r.n; k++) sum += r.v[k].wire_us + r.v[k].work_us;
+      for (int k = 0; k < r.n; k++) sum += r.v[k].wire_us + r.v[k].work_us + r.v[k].wait_us;
       ck_assert_msg(fabs(t - cost(&m, name, 4000, p)) < 1e-9 && fabs(sum - t) < 1e-9, "%s at %d ranks", name, p);
     }
   r.n = 0;
@@ -173,6 +183,16 @@ START_TEST(rounds_add_up) {
   tsr_machine m1 = hand_machine(1);
   _tsr_cost_rounds(&m1, "rd", 4000, 3, &r);
   ck_assert_int_eq(r.n, 3);
+  /* turns (timeslice_us 40, 2 per node): each round's wait, half a slice, apart from its wire */
+  m.timeslice_us = 40;
+  r.n = 0;
+  _tsr_cost_rounds(&m, "f32", 4000, 4, &r);
+  ck_assert_int_eq(r.n, 6);
+  for (int k = 0; k < r.n; k++) {
+    ck_assert_double_eq_tol(r.v[k].wait_us, 20, eps);
+    ck_assert_double_eq_tol(r.v[k].wire_us, 11, eps);
+  }
+  m.timeslice_us = 0;
   r.n = 0;
   ck_assert_double_eq(_tsr_cost_rounds(&m, "f32", 4000, 1, &r), 0);
   ck_assert_int_eq(r.n, 0);
@@ -203,6 +223,7 @@ START_TEST(machine_files) {
   bad_machine("{\"bogus\": 1}", "'bogus'");
   bad_machine("{\"progress\": \"poll\"}", "'progress'");
   bad_machine("{\"timeslice_us\": -4000}", "'timeslice_us'");
+  bad_machine("{\"ranks_per_core\": 1.5}", "'ranks_per_core'");
   bad_machine("{\"progress\": 1}", "'progress'");
   bad_machine("[1, 2]", "object");
   bad_machine("{\"inter\": ", "m.json:1:");
@@ -222,10 +243,12 @@ START_TEST(machine_files) {
   ck_assert(m.inter.rendezvous_us == 0 && m.inter.eager_bytes == 65472 && m.intra.eager_bytes == 4032);
   ck_assert(m.inter.exchange_gbit == 0 && m.intra.exchange_gbit == 0 && m.timeslice_us == 0);
   ck_assert_int_eq(tsr_machine_parse("{\"inter\": {\"rendezvous_us\": 250.5, \"eager_bytes\": 12288, "
-                                     "\"exchange_gbit\": 0.75}, \"timeslice_us\": 3978.5}", "m.json", &back),
+                                     "\"exchange_gbit\": 0.75}, \"timeslice_us\": 3978.5, \"ranks_per_core\": 2}",
+                                     "m.json", &back),
                    TSR_OK);
-  m.timeslice_us = back.timeslice_us;
-  ck_assert(m.timeslice_us == 3978.5);
+  ck_assert_int_eq(m.ranks_per_core, 0); /* the default: the node's ranks */
+  m.timeslice_us = back.timeslice_us, m.ranks_per_core = back.ranks_per_core;
+  ck_assert(m.timeslice_us == 3978.5 && m.ranks_per_core == 2);
   m.inter.rendezvous_us = back.inter.rendezvous_us, m.inter.eager_bytes = back.inter.eager_bytes;
   m.inter.exchange_gbit = back.inter.exchange_gbit;
   ck_assert(m.inter.rendezvous_us == 250.5 && m.inter.eager_bytes == 12288 && m.inter.exchange_gbit == 0.75);
@@ -238,7 +261,8 @@ START_TEST(machine_files) {
             back.intra.bandwidth_gbit == m.intra.bandwidth_gbit && back.reduce_gbit == m.reduce_gbit &&
             back.progress == m.progress && back.inter.rendezvous_us == m.inter.rendezvous_us &&
             back.inter.eager_bytes == m.inter.eager_bytes && back.intra.eager_bytes == m.intra.eager_bytes &&
-            back.inter.exchange_gbit == m.inter.exchange_gbit && back.timeslice_us == m.timeslice_us);
+            back.inter.exchange_gbit == m.inter.exchange_gbit && back.timeslice_us == m.timeslice_us &&
+            back.ranks_per_core == m.ranks_per_core);
   ck_assert_int_eq(tsr_machine_parse("{\"progress\": \"thread\"}", "m.json", &m), TSR_OK);
   ck_assert_int_eq(m.progress, TSR_MPI_PROGRESS_THREAD);
   ck_assert_int_eq(tsr_machine_save(path, &m), TSR_OK);
@@ -451,6 +475,79 @@ START_TEST(worker_progress_idle) {
 }
 END_TEST
 
+/* Ranks taking turns on one core in the replay. One rank of 4 (2 nodes of 2, timeslice_us 40: each
+ * round waits 20 us for the turns), one worker; steps 1..3 submitted as
+ *   A fwd (10 us; the previous step's updates)   B bwd (20; A)
+ *   with cdur > 0: C (cdur; B), a task after B
+ *   [group 0 marker, 2000 bytes] U0 update (5; B)   two: [group 1 marker, 2000 bytes] U1 update (5; B)
+ * A group's ring: 6 rounds of one 500-byte message (10 + 0.5 us across the node link), the first 3
+ * followed by a sum of 0.5 us. */
+static const char *turns_trace(int two, double cdur) {
+  struct _tsr_tl *tl = _tsr_tl_new(1, 1);
+  int prev[3], nprev = 0;
+  for (int s = 1; s <= 3; s++) {
+    uint64_t q = 6 * (uint64_t)s;
+    double t = 10000.0 * s;
+    int a = tl->ntasks, b;
+    add(tl, q, s, "a", "conv_fwd", t, 10, prev, nprev);
+    nprev = 0;
+    b = tl->ntasks;
+    add(tl, q + 1, s, "b", "conv_bwd", t + 10, 20, &a, 1);
+    if (cdur > 0) prev[nprev++] = tl->ntasks, add(tl, q + 2, s, "c", "conv_bwd", t + 30, cdur, &b, 1);
+    prev[nprev++] = tl->ntasks;
+    add(tl, q + 3, s, "b.weight", "opt_update", t + 3030, 5, &b, 1);
+    struct _tsr_gev g0 = {.step = s, .rank = 0, .group = 0, .bytes = 2000, .seq = q + 3};
+    ck_assert_int_ge(_tsr_tl_add_group(tl, &g0), 0);
+    if (two) {
+      prev[nprev++] = tl->ntasks;
+      add(tl, q + 4, s, "a.weight", "opt_update", t + 3035, 5, &b, 1);
+      struct _tsr_gev g1 = {.step = s, .rank = 0, .group = 1, .bytes = 2000, .seq = q + 4};
+      ck_assert_int_ge(_tsr_tl_add_group(tl, &g1), 0);
+    }
+  }
+  _tsr_tl_finish(tl);
+  const char *dir = tt_tmpdir();
+  ck_assert_int_eq(_tsr_tl_write_raw(tl, dir), TSR_OK);
+  _tsr_tl_free(tl);
+  return dir;
+}
+
+static double turns_step(int two, double cdur, double slice) {
+  tsr_machine m = hand_machine(2);
+  m.workers_per_rank = 1, m.progress = TSR_MPI_PROGRESS_WORKER, m.timeslice_us = slice;
+  tsr_scale_opts o;
+  tsr_scale_opts_default(&o);
+  o.ranks = 4;
+  tsr_scale_result r;
+  ck_assert_msg(tsr_scale_predict(turns_trace(two, cdur), &m, &o, &r) == TSR_OK, "%s", tsr_last_error());
+  double us = r.step_us;
+  tsr_scale_result_free(&r);
+  return us;
+}
+
+/* One group, the worker idle while the messages fly: A [0, 10], B [10, 30]; each round's message
+ * arrives 10.5 after its post and is seen 20 later (the turns): 6 x 30.5 + 3 sums of 0.5 = 184.5,
+ * U0 [214.5, 219.5]: 219.5 per step; without turns 30 + 64.5 + 5 = 99.5.
+ * Round 0 arriving while C runs (posted at 30, there at 40.5): seen at C's end with no turns to wait
+ * for (C's traced time holds them); the 5 other rounds wait. C of 3000 us: 3030 + 5 x 30.5 + 3 x 0.5
+ * + 5 = 3189; C of 15 us, ending before the turns would (60.5): 45 + 152.5 + 1.5 + 5 = 204.
+ * Two groups share the turns: group 0's round 0 arrives at 40.5 with the worker idle, so the turns
+ * run till 60.5 and group 0 frees the queue; group 1's round 0 arrives at 51, before they end: both
+ * are seen at 60.5. Group 0 (the older) takes the queue back: sum [60.5, 61], round 1 there at 71.5,
+ * turns till 91.5; group 1 meanwhile: sum [71.5, 72], round 1 at 82.5, seen at 91.5 too; and so on,
+ * each round of both groups in one set of turns: group 0's last round seen at 60.5 + 5 x 30.5 =
+ * 213... exactly 214.5 (its rounds after a sum start 0.5 later), group 1's the same moment;
+ * U0 [214.5, 219.5], U1 [219.5, 224.5]: 224.5 per step, where one after the other (every round
+ * waiting its own turns) would take 404. */
+START_TEST(turns_shared_by_groups) {
+  ck_assert_double_eq_tol(turns_step(0, 0, 40), 219.5, eps);
+  ck_assert_double_eq_tol(turns_step(0, 0, 0), 99.5, eps);
+  ck_assert_double_eq_tol(turns_step(0, 3000, 40), 3189, eps);
+  ck_assert_double_eq_tol(turns_step(0, 15, 40), 204, eps);
+  ck_assert_double_eq_tol(turns_step(1, 0, 40), 224.5, eps);
+}
+END_TEST
+
 static Suite *make_scale_suite(void) {
   Suite *s = suite_create("scale");
   TCase *tc = tcase_create("scale");
@@ -465,6 +562,7 @@ static Suite *make_scale_suite(void) {
   tcase_add_test(tc, worker_progress_busy);
   tcase_add_test(tc, worker_progress_post);
   tcase_add_test(tc, worker_progress_idle);
+  tcase_add_test(tc, turns_shared_by_groups);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -14,9 +14,13 @@
 # RANKS="1 2 3 4" COLLECTIVES="ring" (tessera-train --collective names, each predicted with the cost
 # model of that name: ring's is f32) RANKS_PER_NODE=1 (k > 1: ranks k to a node, netlab nodes of k
 # ranks or TESSERA_NODE_SIZE=k on loopback; the machine file's intra link then comes from a
-# calibration over shared memory, with TIMESLICE=1 its timeslice_us from two ranks on one node of 2
-# nodes of k ranks (else 0: columns 13-14 then repeat 5-6), and rank counts that are not a multiple
-# of k are skipped).
+# calibration over shared memory, and rank counts that are not a multiple of k are skipped).
+# Ranks that outnumber this host's CPUs take turns on them (netlab gives each node its share of the
+# CPUs): a run of n ranks on c CPUs is predicted with the machine's ranks_per_core at ceil(n / c) and
+# its timeslice_us calibrated with two ranks on one CPU (2 nodes of 2 ranks), unless TIMESLICE=0
+# (then timeslice_us is 0 and columns 13-14 repeat 5-6).
+# KEEP_TRACES=1 keeps each run's trace in OUT_DIR/traces/LINK-RANKS-LAYOUT-COLLECTIVE and the machine
+# file it was predicted with beside it (.json): a changed model can replay the same runs.
 # Every launch runs under timeout: TRAIN_TIMEOUT s for a training run (default 900), CAL_TIMEOUT s for
 # a calibration (default 180; one takes seconds). A calibration is tried CAL_TRIES times (default 3):
 # a loaded machine can drown the small sizes' times in scheduling noise (refused), and a try that
@@ -29,6 +33,7 @@ mkdir -p "$out"
 tmp=$(mktemp -d /tmp/tsr-validate-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 k=${RANKS_PER_NODE:-1}
+ncpu=$(nproc)
 export STARPU_HOME=$tmp/starpu STARPU_SILENT=1 STARPU_WORKERS_NOBIND=1 STARPU_MPI_NOBIND=1 TESSERA_GROUP_BYTES=262144
 unset TESSERA_NODE_SIZE # loopback's nodes are set per run (netlab's come from its host names)
 netlab=${TESSERA_NETLAB:-$here/../../scripts/netlab}
@@ -98,34 +103,42 @@ for link in $links; do
     calibrate "$out/calibrate-$link.log" "calibration of the intra link" timeout "$cal_s" $MPI -np 2 \
       "$B/tessera-scale" --calibrate --reps 10 --sizes 8,65536,1048576,4194304 --link intra --machine "$mf" \
       --save "$mf" || exit 1
-    # TIMESLICE=1: the time slice of two ranks on a node of the runs' shape (2 nodes of k ranks: netlab
-    # splits the CPUs among the nodes, so on a small machine a node's ranks take turns on its cores).
-    # Off by default: on a quiet machine it over-predicted layouts of many groups (docs/scaling.md)
-    if [ "${TIMESLICE:-0}" = 1 ]; then
-      calibrate "$out/calibrate-$link.log" "calibration of the time slice" launch "$link" $((2 * k)) "$k" \
-        "$B/tessera-scale" --calibrate --link timeslice --reps 20 --machine "$mf" --save "$mf" || exit 1
-    fi
   fi
-  sed 's/"exchange_gbit": *[0-9.e+-]*/"exchange_gbit": 0/' "$mf" >"$out/machine-$link-duplex.json"
-  sed 's/"timeslice_us": *[0-9.e+-]*/"timeslice_us": 0/' "$mf" >"$out/machine-$link-noslice.json"
+  # the time slice of two ranks on one CPU, when some run has more ranks than this host has CPUs
+  # (2 nodes of 2 ranks: netlab splits the CPUs among the nodes, so on 2 CPUs a node's ranks share one)
+  turns=0
+  for n in ${RANKS:-1 2 3 4}; do [ "$n" -gt "$ncpu" ] && turns=1; done
+  if [ "${TIMESLICE:-1}" = 1 ] && [ $turns = 1 ]; then
+    calibrate "$out/calibrate-$link.log" "calibration of the time slice" launch "$link" 4 2 \
+      "$B/tessera-scale" --calibrate --link timeslice --reps 20 --machine "$mf" --save "$mf" || exit 1
+  fi
   for layout in ${LAYOUTS:-262144 layer 1000000000000}; do
     for n in ${RANKS:-1 2 3 4}; do
       [ "$link" != loop ] && [ "$n" = 1 ] && continue # one rank uses no link
       [ $((n % k)) != 0 ] && continue
+      # this run's machine: ranks taking turns on the CPUs, and the variants of columns 11-14
+      rpc=$(((n + ncpu - 1) / ncpu))
+      sed "s/\"ranks_per_core\": *[0-9]*/\"ranks_per_core\": $rpc/" "$mf" >"$tmp/machine.json"
+      sed 's/"exchange_gbit": *[0-9.e+-]*/"exchange_gbit": 0/' "$tmp/machine.json" >"$tmp/machine-duplex.json"
+      sed 's/"timeslice_us": *[0-9.e+-]*/"timeslice_us": 0/' "$tmp/machine.json" >"$tmp/machine-noslice.json"
       for coll in ${COLLECTIVES:-ring}; do
         train "$link" "$n" "$layout" "$tmp/tr" "$coll" || exit 1
         model=$coll && [ "$coll" = ring ] && model=f32
-        line=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv |
+        line=$("$B/tessera-scale" "$tmp/tr" --machine "$tmp/machine.json" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv |
           tail -1)
         # the same replay with messages moving at once (progress `thread`: the model before issue 19's
         # progress rule), for comparison
-        thr=$("$B/tessera-scale" "$tmp/tr" --machine "$mf" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv \
+        thr=$("$B/tessera-scale" "$tmp/tr" --machine "$tmp/machine.json" --from-trace "$tmp/tr" --ranks "$n" --algo "$model" --csv \
           --progress thread | tail -1 | cut -d, -f2)
-        dup=$("$B/tessera-scale" "$tmp/tr" --machine "$out/machine-$link-duplex.json" --from-trace "$tmp/tr" --ranks "$n" \
+        dup=$("$B/tessera-scale" "$tmp/tr" --machine "$tmp/machine-duplex.json" --from-trace "$tmp/tr" --ranks "$n" \
           --algo "$model" --csv | tail -1 | cut -d, -f2)
-        nos=$("$B/tessera-scale" "$tmp/tr" --machine "$out/machine-$link-noslice.json" --from-trace "$tmp/tr" --ranks "$n" \
+        nos=$("$B/tessera-scale" "$tmp/tr" --machine "$tmp/machine-noslice.json" --from-trace "$tmp/tr" --ranks "$n" \
           --algo "$model" --csv | tail -1 | cut -d, -f2)
         load=$(cut -d' ' -f1 /proc/loadavg)
+        if [ "${KEEP_TRACES:-0}" = 1 ]; then
+          mkdir -p "$out/traces" && rm -rf "$out/traces/$link-$n-$layout-$coll" && cp -r "$tmp/tr" "$out/traces/$link-$n-$layout-$coll" &&
+            cp "$tmp/machine.json" "$out/traces/$link-$n-$layout-$coll.json"
+        fi
         echo "$line" | awk -F, -v l="$link" -v n="$n" -v y="$layout" -v ld="$load" -v c="$coll" -v th="$thr" -v du="$dup" -v ns="$nos" \
           '{ printf "%s,%d,%s,%.3f,%.3f,%.4f,%s,%s,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f\n", l, n, y, $3 / 1e3, $2 / 1e3, ($2 - $3) / $3,
              ld, c, th / 1e3, (th - $3) / $3, du / 1e3, (du - $3) / $3, ns / 1e3, (ns - $3) / $3 }' |

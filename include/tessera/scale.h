@@ -35,15 +35,18 @@ typedef struct tsr_machine {
   tsr_link inter;          /* a node's link to the other nodes */
   double reduce_gbit;      /* float32 sums on receipt: Gbit/s of float32 input */
   double pack_gbit;        /* packing and unpacking bf16/fp16 wire chunks: Gbit/s of float32 */
-  double timeslice_us;     /* the ranks of a node take turns on one core (each rank's progress loop
-                              polls without sleeping): the operating system's time slice. A round of a
-                              reduction then ends only once every rank of the node has run after its
-                              message arrived: (ranks_per_node - 1.5) slices more on average, half
-                              the running rank's slice for two. 0 (the default): cores of their own */
+  double timeslice_us;     /* ranks take turns on one core (each rank's progress loop polls without
+                              sleeping; ranks_per_core): the operating system's time slice. A round of
+                              a reduction then ends only once every rank on the core has run after its
+                              message arrived: (ranks_per_core - 1.5) slices more on average, half the
+                              running rank's slice for two. 0 (the default): cores of their own */
   tsr_mpi_progress progress; /* who moves the reductions' messages (TESSERA_MPI_PROGRESS): WORKER (the
                                 default): worker 0's progress loop, between its tasks, so a message is
                                 posted and seen complete only when worker 0 is between two tasks;
                                 THREAD: a thread of its own, at once */
+  int ranks_per_core;      /* ranks taking turns on one core, for timeslice_us (a host with fewer
+                              cores than ranks, such as an emulated cluster); 0 (the default): the
+                              ranks of a node (ranks_per_node) */
 } tsr_machine;
 
 /* Defaults: one rank per node, workers as traced, scale 1, intra 1 us / 100 Gbit/s, inter 10 us /

@@ -4,8 +4,9 @@
  * k to a node, consecutive ranks together, so a ring crosses each node boundary once per direction.
  * Each model is written as the sequence of its rounds, a message followed by the work on what
  * arrived, and its time is their sum: the replay under progress `worker` plays the rounds one by one.
- * Ranks of a node that take turns on one core (the machine's timeslice_us) add to every round the
- * wait for each of them to have run. A new collective is one entry here (docs/scaling.md gives each formula). */
+ * Ranks that take turns on one core (the machine's timeslice_us, ranks_per_core) add to every round
+ * the wait for each of them to have run (the replay counts it where the rank is idle; simulate.c).
+ * A new collective is one entry here (docs/scaling.md gives each formula). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,18 +17,19 @@
 static double rate(double gbit) { return gbit * 125.0; } /* Gbit/s -> bytes per us */
 static int per_node(const tsr_machine *mc, int p) { return mc->ranks_per_node < p ? mc->ranks_per_node : p; }
 
-/* Ranks of a node taking turns on one core (timeslice_us): a round ends once every rank of the node
- * has run after its message arrived. The rank running then finishes its slice (half of it left on
- * average), the others follow one whole slice each: (k - 1.5) slices beyond the last arrival. */
+/* Ranks taking turns on one core (timeslice_us; ranks_per_core, else the node's ranks): a round
+ * ends once every rank on the core has run after its message arrived. The rank running then finishes
+ * its slice (half of it left on average), the others follow one whole slice each: (c - 1.5) slices
+ * beyond the last arrival. */
 static double turn_wait(const tsr_machine *mc, int p) {
-  int k = per_node(mc, p);
-  return mc->timeslice_us > 0 && k > 1 ? (k - 1.5) * mc->timeslice_us : 0;
+  int c = mc->ranks_per_core > 0 ? (mc->ranks_per_core < p ? mc->ranks_per_core : p) : per_node(mc, p);
+  return mc->timeslice_us > 0 && c > 1 ? (c - 1.5) * mc->timeslice_us : 0;
 }
 
-/* `count` rounds over p ranks of one message (wire us, the wait for the ranks' turns added) followed
+/* `count` rounds over p ranks of one message (wire us, then the wait for the ranks' turns) followed
  * by work (us) on what arrived: their time, and appended to r when the rounds are wanted. */
 static double rounds(const tsr_machine *mc, int p, struct _tsr_rounds *r, int count, double wire, double work) {
-  wire += turn_wait(mc, p);
+  double wait = turn_wait(mc, p);
   for (int i = 0; r && i < count; i++) {
     if (r->n == r->cap) {
       int cap = r->cap ? 2 * r->cap : 64;
@@ -38,9 +40,9 @@ static double rounds(const tsr_machine *mc, int p, struct _tsr_rounds *r, int co
       }
       r->v = v, r->cap = cap;
     }
-    r->v[r->n++] = (struct _tsr_round){wire, work};
+    r->v[r->n++] = (struct _tsr_round){wire, work, wait};
   }
-  return count > 0 ? count * (wire + work) : 0;
+  return count > 0 ? count * (wire + wait + work) : 0;
 }
 
 /* One message of m bytes over link l while `flows` messages share it (when it is shared); above the

@@ -99,6 +99,8 @@ static tsr_status fields(const char *what, const json_t *root, tsr_machine *m) {
       TSR_TRY(num(what, key, v, 0, &m->pack_gbit));
     else if (!strcmp(key, "timeslice_us"))
       TSR_TRY(num(what, key, v, 1, &m->timeslice_us));
+    else if (!strcmp(key, "ranks_per_core"))
+      TSR_TRY(integer(what, key, v, 0, &m->ranks_per_core));
     else if (!strcmp(key, "progress")) {
       const char *p = json_is_string(v) ? json_string_value(v) : "";
       if (strcmp(p, "worker") && strcmp(p, "thread"))
@@ -107,7 +109,7 @@ static tsr_status fields(const char *what, const json_t *root, tsr_machine *m) {
     }    else if (key[0] != '_') /* "_comment" and the like */
       return _tsr_error(TSR_ERR_FORMAT,
                         "%s: unknown field '%s' (name, workers_per_rank, ranks_per_node, compute_scale, "
-                        "task_overhead_us, intra, inter, reduce_gbit, pack_gbit, timeslice_us, progress)",
+                        "task_overhead_us, intra, inter, reduce_gbit, pack_gbit, timeslice_us, ranks_per_core, progress)",
                         what, key);
   }
   return TSR_OK;
@@ -152,7 +154,7 @@ tsr_status tsr_machine_load(const char *path, tsr_machine *m) {
 tsr_status tsr_machine_save(const char *path, const tsr_machine *m) {
   if (!path || !m) return _tsr_error(TSR_ERR_ARG, "tsr_machine_save: path and machine are required");
   json_t *root = json_pack(
-      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b, s:f, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:f, s:f}, s:f, s:f, s:f, s:s}", "name", m->name, "workers_per_rank",
+      "{s:s, s:i, s:i, s:f, s:f, s:{s:f, s:f, s:b, s:f, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:f, s:f}, s:f, s:f, s:f, s:i, s:s}", "name", m->name, "workers_per_rank",
       m->workers_per_rank, "ranks_per_node", m->ranks_per_node, "compute_scale", m->compute_scale, "task_overhead_us",
       m->task_overhead_us, "intra", "latency_us", m->intra.latency_us, "bandwidth_gbit", m->intra.bandwidth_gbit,
       "shared", m->intra.shared, "rendezvous_us", m->intra.rendezvous_us, "eager_bytes", m->intra.eager_bytes,
@@ -160,7 +162,7 @@ tsr_status tsr_machine_save(const char *path, const tsr_machine *m) {
       "latency_us", m->inter.latency_us, "bandwidth_gbit", m->inter.bandwidth_gbit, "shared", m->inter.shared,
       "rendezvous_us", m->inter.rendezvous_us, "eager_bytes", m->inter.eager_bytes,
       "exchange_gbit", m->inter.exchange_gbit, "reduce_gbit", m->reduce_gbit, "pack_gbit", m->pack_gbit,
-      "timeslice_us", m->timeslice_us, "progress", m->progress == TSR_MPI_PROGRESS_THREAD ? "thread" : "worker");
+      "timeslice_us", m->timeslice_us, "ranks_per_core", m->ranks_per_core, "progress", m->progress == TSR_MPI_PROGRESS_THREAD ? "thread" : "worker");
   if (!root) return _tsr_error(TSR_ERR_NOMEM, "machine file %s: out of memory", path);
   int ret = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
   json_decref(root);

@@ -8,12 +8,14 @@
 #include "trace_analysis/timeline.h"
 
 /* A reduction as the sequence of its message rounds: in each, a rank's message crosses its link
- * (wire_us: latency and bytes, the link's sharing included), then the rank works on what arrived
- * (work_us: the sum, and the packs of half formats, which run as tasks on a worker). A model's time
- * is the sum of its rounds' wire and work times; the replay under progress mode `worker` plays the
- * rounds one by one (replay.c). */
+ * (wire_us: latency and bytes, the link's sharing included), the node's ranks that take turns on one
+ * core have each run after it arrived (wait_us: 0 without the machine's timeslice_us), then the rank
+ * works on what arrived (work_us: the sum, and the packs of half formats, which run as tasks on a
+ * worker). A model's time is the sum of its rounds' wire, wait and work times; the replay under
+ * progress mode `worker` plays the rounds one by one (simulate.c), with a round's wait only where the
+ * rank had no task running when its message arrived. */
 struct _tsr_round {
-  double wire_us, work_us;
+  double wire_us, work_us, wait_us;
 };
 struct _tsr_rounds {
   struct _tsr_round *v;

@@ -13,7 +13,16 @@
  * submission order), with the machine's dispatch time; the next round's message follows it, under
  * the same rule. The tasks that wait for the reduction become ready when its last round is seen.
  * The ranks being alike, the receiver's worker 0 is the simulated rank's own: its replayed tasks,
- * not an average. Times in microseconds. */
+ * not an average.
+ * Ranks that take turns on one core (the rounds' wait_us, from the machine's timeslice_us and
+ * ranks_per_core): a message that arrives while the rank has no task running is seen only once the
+ * core's ranks have had their turns, wait_us later; one that arrives while a task runs is seen at a
+ * task's end as above (the traced durations already hold the turns taken while the tasks ran). The
+ * turns are the core's, not a message's: every message that arrives before they end is seen when
+ * they end, and meanwhile the reduction gives up the network queue, so the next one (a group of its
+ * own) plays its round in the same turns. A reduction whose turns have ended takes the queue back
+ * before a new one starts (the oldest first). Without turns, a reduction holds the queue from its
+ * first message to its last. Times in microseconds. */
 #include <stdlib.h>
 
 #include "runtime/error.h"
@@ -48,11 +57,11 @@ static struct hent hpop(struct heap *h) {
   return top;
 }
 
-enum { SUM_END = -1, ARRIVE = -2 }; /* event ids besides nodes' ends */
+enum { SUM_END = -1, ARRIVE = -2, TURNED = -3 }; /* event ids besides nodes' ends */
 
 struct sim {
   struct _tsr_rgraph *g;
-  int n, *indeg, *soff, *succ, *freew, *fifo, nfree, qhead, qtail, net_busy, done;
+  int n, workers, *indeg, *soff, *succ, *freew, *fifo, nfree, qhead, qtail, net_busy, done;
   struct heap ready, ev; /* ready: the active reduction's work task has id n */
   const struct _tsr_rnet *net;
   int rounds_mode;
@@ -61,6 +70,12 @@ struct sim {
   int act, round, pend_post, pend_vis, sum_worker; /* the reduction being played round by round */
   struct _tsr_rounds rs;
   double sum_dur;
+  double turns_end; /* the core's ranks have had their turns (-1: none pending) */
+  struct parked { /* a reduction waiting for the turns to end at `until`, then for the queue */
+    int id, round;
+    double until;
+  } *parked;
+  int nparked;
 };
 
 static void release(struct sim *s, int id) {
@@ -103,6 +118,49 @@ static void visible(struct sim *s, double t) {
     next_round(s, t);
 }
 
+/* The round's message is there at t (after the turns it waited for): seen now, or at the end of the
+ * task worker 0 runs. */
+static void seen(struct sim *s, double t) {
+  if (w0_runs(s, t))
+    s->pend_vis = 1;
+  else
+    visible(s, t);
+}
+
+/* The round's message arrives at t. Before the core's pending turns end, or with no task running
+ * (then the turns start now), the reduction waits for them aside and frees the queue. */
+static void arrived(struct sim *s, double t) {
+  double wait = s->rs.v[s->round].wait_us;
+  if (wait > 0 && t >= s->turns_end && s->nfree == s->workers) {
+    s->turns_end = t + wait;
+    hpush(&s->ev, (struct hent){s->turns_end, (uint64_t)s->n + 1, TURNED});
+  }
+  if (wait > 0 && t < s->turns_end) {
+    s->parked[s->nparked++] = (struct parked){s->act, s->round, s->turns_end};
+    s->act = -1, s->net_busy = 0;
+  } else
+    seen(s, t);
+}
+
+/* At t, with the queue free: the oldest parked reduction whose turns have ended takes it back and
+ * sees its round's message. Returns whether one did. */
+static tsr_status resume(struct sim *s, double t, int *resumed) {
+  int best = -1;
+  *resumed = 0;
+  for (int i = 0; i < s->nparked; i++)
+    if (s->parked[i].until <= t && (best < 0 || s->g->v[s->parked[i].id].seq < s->g->v[s->parked[best].id].seq))
+      best = i;
+  if (best < 0) return TSR_OK;
+  struct parked p = s->parked[best];
+  s->parked[best] = s->parked[--s->nparked];
+  struct _tsr_rnode *v = &s->g->v[p.id];
+  s->rs.n = 0, s->act = p.id, s->round = p.round, s->net_busy = 1, *resumed = 1;
+  if (_tsr_cost_rounds(s->net->m, v->algo, v->bytes, s->net->ranks, &s->rs) < 0)
+    return _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
+  seen(s, t);
+  return TSR_OK;
+}
+
 /* Worker 0 ends a task at t: its progress loop posts and sees what waited for it. */
 static void w0_done(struct sim *s, double t) {
   s->w0_busy = 0;
@@ -143,6 +201,7 @@ tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers, const struct
   int n = g->n;
   struct sim s = {.g = g,
                   .n = n,
+                  .workers = workers,
                   .indeg = calloc(n + 1, sizeof(int)),
                   .soff = calloc(n + 2, sizeof(int)),
                   .freew = malloc((workers + 1) * sizeof(int)),
@@ -151,9 +210,11 @@ tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers, const struct
                   .ev = {malloc((n + 3) * sizeof(struct hent)), 0},
                   .net = net,
                   .rounds_mode = net && net->ranks > 1 && net->m->progress != TSR_MPI_PROGRESS_THREAD,
-                  .act = -1};
+                  .act = -1,
+                  .turns_end = -1,
+                  .parked = malloc((g->nmarks + 1) * sizeof(struct parked))};
   tsr_status st = TSR_OK;
-  if (!s.indeg || !s.soff || !s.freew || !s.fifo || !s.ready.a || !s.ev.a) {
+  if (!s.indeg || !s.soff || !s.freew || !s.fifo || !s.ready.a || !s.ev.a || !s.parked) {
     st = _tsr_error(TSR_ERR_NOMEM, "replay: out of memory");
     goto out;
   }
@@ -182,7 +243,9 @@ tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers, const struct
     for (int again = 1; again && st == TSR_OK;) {
       again = 0;
       while (s.nfree > 0 && s.ready.n > 0) start_task(&s, hpop(&s.ready).id, t), again = 1;
-      if (!s.net_busy && s.qhead < s.qtail) st = start_reduction(&s, s.fifo[s.qhead++], t), again = 1;
+      int resumed = 0;
+      if (!s.net_busy) st = resume(&s, t, &resumed), again |= resumed;
+      if (st == TSR_OK && !s.net_busy && s.qhead < s.qtail) st = start_reduction(&s, s.fifo[s.qhead++], t), again = 1;
     }
     if (st != TSR_OK || s.done == n) break;
     if (s.ev.n == 0) {
@@ -191,12 +254,11 @@ tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers, const struct
     }
     struct hent e = hpop(&s.ev);
     t = e.t;
-    if (e.id == ARRIVE) {
-      if (w0_runs(&s, t))
-        s.pend_vis = 1;
-      else
-        visible(&s, t);
-    } else if (e.id == SUM_END) {
+    if (e.id == ARRIVE)
+      arrived(&s, t);
+    else if (e.id == TURNED)
+      continue; /* parked reductions take the queue back above */
+    else if (e.id == SUM_END) {
       s.freew[s.nfree++] = s.sum_worker;
       if (s.sum_worker == 0) w0_done(&s, t);
       next_round(&s, t);
@@ -213,6 +275,7 @@ tsr_status _tsr_rgraph_simulate(struct _tsr_rgraph *g, int workers, const struct
     }
   }
 out:
-  free(s.indeg), free(s.soff), free(s.succ), free(s.freew), free(s.fifo), free(s.ready.a), free(s.ev.a), free(s.rs.v);
+  free(s.indeg), free(s.soff), free(s.succ), free(s.freew), free(s.fifo), free(s.ready.a), free(s.ev.a), free(s.rs.v),
+      free(s.parked);
   return st;
 }
