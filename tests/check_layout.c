@@ -147,7 +147,8 @@ static void assert_refused(tsr_context *ctx, tsr_model *m, const char *env, int 
  * channels into 5% more work or more (the dense model's 3, 5 and 4 channels), 16 where they pad no
  * more (16 channels throughout) and in bf16 (its kernels take 16); a CPU with blocks of 8 at most
  * takes 8. tsr_trainer_opts.act_block, else TESSERA_ACT_BLOCK, sets it; a value other than 8 or 16,
- * one above the CPU's and 8 with bf16 are refused, naming the setting. */
+ * one above the CPU's and 8 with bf16 are refused, naming the setting; with plain activations a
+ * block is not used, a bad one still refused. */
 START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
   int cpu = _tsr_act_block();
   if (!cpu) {
@@ -173,6 +174,12 @@ START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
   }
   assert_refused(ctx, narrow, "12", 0, "TESSERA_ACT_BLOCK", "must be 8 or 16");
   assert_refused(ctx, narrow, NULL, 12, "--act-block", "must be 8 or 16");
+  /* where activations stay plain (here: blocked layouts switched off), a block asked for is not used
+   * (the run says so) and a bad one is still refused */
+  _tsr_set_blocked_fused(0);
+  ck_assert_int_eq(block_at(ctx, narrow, 8), 0);
+  assert_refused(ctx, narrow, NULL, 12, "--act-block", "must be 8 or 16");
+  _tsr_set_blocked_fused(1);
   tsr_context_destroy(ctx);
   if (cpu == 16) {
     ctx = start_at(TSR_PRECISION_BF16);

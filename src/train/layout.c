@@ -209,12 +209,18 @@ static double padded_work(const tsr_trainer *t, const char *ok, int blk) {
  * a 16-lane vector, and oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs
  * that run a 512-bit FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8
  * channels: twice the work at 16) and a variant (12 channels: 1.11x), bench/README. */
+/* The block the user asked for (0: none): the option, else the environment; *by names it. */
+static tsr_status requested_block(const tsr_trainer_opts *o, int *set, const char **by) {
+  *set = o ? o->act_block : 0, *by = "act_block (tsr_trainer_opts, tessera-train's --act-block)";
+  if (!*set) *set = _tsr_env_act_block(), *by = "TESSERA_ACT_BLOCK";
+  return *set && *set != 8 && *set != 16 ? _tsr_error(TSR_ERR_ARG, "%s must be 8 or 16", *by) : TSR_OK;
+}
+
 static tsr_status choose_block(const tsr_trainer *t, const tsr_trainer_opts *o, const char *ok, int cpu,
                                int *blk) {
-  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16, set = o ? o->act_block : 0;
-  const char *by = "act_block (tsr_trainer_opts, tessera-train's --act-block)";
-  if (!set) set = _tsr_env_act_block(), by = "TESSERA_ACT_BLOCK";
-  if (set && set != 8 && set != 16) return _tsr_error(TSR_ERR_ARG, "%s must be 8 or 16", by);
+  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16, set;
+  const char *by;
+  TSR_TRY(requested_block(o, &set, &by));
   if (set > cpu) return _tsr_error(TSR_ERR_ARG, "%s %d: this CPU's kernels take blocks of %d at most", by, set, cpu);
   if (set == 8 && bf16)
     return _tsr_error(TSR_ERR_ARG, "%s 8 with bf16 precision: bf16 kernels take blocks of 16", by);
@@ -236,7 +242,13 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, const tsr_trainer_opts *o, int spat
    * and gathers of spatially split samples (spatial.c) copy plain boxes. The switch turns both off
    * (tests compare). */
   int on = starpu_cuda_worker_get_count() == 0 && !spatial && _tsr_get_blocked_fused();
-  int cpu = on ? _tsr_act_block() : 0, blk = 0;
+  int cpu = on ? _tsr_act_block() : 0, blk = 0, set;
+  const char *by;
+  TSR_TRY(requested_block(o, &set, &by));
+  if (set && !cpu) /* said, not refused: the run is right in plain NCHW, only the setting does nothing */
+    _tsr_log(1, "%s %d is not used: activations stay plain NCHW in this run (%s)", by, set,
+             starpu_cuda_worker_get_count() ? "CUDA workers" : spatial ? "samples split in space"
+             : !_tsr_get_blocked_fused() ? "blocked layouts switched off" : "this CPU has no AVX2 or AVX-512 kernels");
   char *ok = calloc(m->n, 1);
   if (!ok) return _tsr_error(TSR_ERR_NOMEM, "trainer: out of memory");
   for (int l = 0; l < m->n; l++)
