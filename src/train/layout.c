@@ -202,13 +202,6 @@ static double padded_work(const tsr_trainer *t, const char *ok, int blk) {
   return w;
 }
 
-/* The channel block of the blocked activations (cpu: the CPU's widest, 16 on AVX-512, 8 on AVX2).
- * tsr_trainer_opts.act_block, else TESSERA_ACT_BLOCK, sets it. Otherwise bf16 takes 16 (its kernels
- * need it), and float32 on AVX-512 takes 8 where blocks of 16 would pad the convolutions' channels
- * into 5% more work or more: a DenseNet's layers of 8 or 12 channels fill half or three quarters of
- * a 16-lane vector, and oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs
- * that run a 512-bit FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8
- * channels: twice the work at 16) and a variant (12 channels: 1.11x), bench/README. */
 /* The block the user asked for (0: none): the option, else the environment; *by names it. */
 static tsr_status requested_block(const tsr_trainer_opts *o, int *set, const char **by) {
   *set = o ? o->act_block : 0, *by = "act_block (tsr_trainer_opts, tessera-train's --act-block)";
@@ -216,11 +209,15 @@ static tsr_status requested_block(const tsr_trainer_opts *o, int *set, const cha
   return *set && *set != 8 && *set != 16 ? _tsr_error(TSR_ERR_ARG, "%s must be 8 or 16", *by) : TSR_OK;
 }
 
-static tsr_status choose_block(const tsr_trainer *t, const tsr_trainer_opts *o, const char *ok, int cpu,
-                               int *blk) {
-  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16, set;
-  const char *by;
-  TSR_TRY(requested_block(o, &set, &by));
+/* The channel block of the blocked activations (cpu: the CPU's widest, 16 on AVX-512, 8 on AVX2).
+ * `set` (requested_block, named by `by`) sets it. Otherwise bf16 takes 16 (its kernels
+ * need it), and float32 on AVX-512 takes 8 where blocks of 16 would pad the convolutions' channels
+ * into 5% more work or more: a DenseNet's layers of 8 or 12 channels fill half or three quarters of
+ * a 16-lane vector, and oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs
+ * that run a 512-bit FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8
+ * channels: twice the work at 16) and a variant (12 channels: 1.11x), bench/README. */
+static tsr_status choose_block(const tsr_trainer *t, const char *ok, int cpu, int set, const char *by, int *blk) {
+  int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16;
   if (set > cpu) return _tsr_error(TSR_ERR_ARG, "%s %d: this CPU's kernels take blocks of %d at most", by, set, cpu);
   if (set == 8 && bf16)
     return _tsr_error(TSR_ERR_ARG, "%s 8 with bf16 precision: bf16 kernels take blocks of 16", by);
@@ -260,7 +257,7 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, const tsr_trainer_opts *o, int spat
     for (int l = 0; l < m->n; l++)
       if (ok[l] && !keeps_blocked(t, ok, l)) ok[l] = 0, changed = 1;
   }
-  tsr_status st = cpu ? choose_block(t, o, ok, cpu, &blk) : TSR_OK;
+  tsr_status st = cpu ? choose_block(t, ok, cpu, set, by, &blk) : TSR_OK;
   if (st != TSR_OK) {
     free(ok);
     return st;
