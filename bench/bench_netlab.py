@@ -13,9 +13,18 @@ warm-up), not counted in the step times: the share of its communication hidden b
 from `tessera-trace` (per rank, the union of a step's transfers during which a worker of the rank ran a
 task), mean over the ranks (--no-trace skips it).
 
+With --pairs P, each round runs each framework once instead of twice, and the run itself alternates:
+tessera-train with TESSERA_SKIP_ALLREDUCE=alternate:STEPS (STEPS = an epoch's steps) over 1 + 2P
+epochs (the first, with reductions, is the warm-up; then P pairs of an epoch without and an epoch
+with them), DDP with --alternate P (P pairs of timed blocks, no_sync() then with reductions). The
+added cost is then the median over all pairs of all rounds of each pair's with / without - 1: both
+halves of a pair ran in the same processes, on the same CPUs, seconds apart, so the differences
+between runs (placement, other load) cancel. The link bytes per step are then counted over the
+steps with reductions (warm-up included), those without sending next to nothing.
+
     sudo /usr/bin/python3 bench/bench_netlab.py --tessera-train build/tessera-train \\
         [--rates 1gbit,10gbit] [--layouts 2x1,4x1,2x2] [--rounds 2] [--skip-torch] [--no-trace]
-        [--out FILE.json]
+        [--pairs P] [--out FILE.json]
 
 A layout NxK is N nodes of K ranks (ranks of one node share memory). The machine's CPUs are split
 among the nodes (netlab --cpus split); on a machine with fewer cores than ranks the ranks share them.
@@ -48,6 +57,8 @@ def parse_args():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--no-trace", action="store_true", help="no traced run (no hidden-communication column)")
+    ap.add_argument("--pairs", type=int, default=0, metavar="P",
+                    help="P pairs (without, with reductions) inside each run instead of separate runs (default 0)")
     ap.add_argument("--out", help="write the results as JSON here")
     return ap.parse_args()
 
@@ -85,6 +96,31 @@ def tessera(a, tmp, data, rate, nodes, k, skip, trace=None):
     return 1e3 * a.batch * nodes * k / sps, link / steps, float(m.group(1)) * 1e3 if m else float("nan")
 
 
+def tessera_pairs(a, tmp, data, rate, nodes, k):
+    """One run alternating epochs without and with reductions: [(ms without, ms with)] per pair, link
+    bytes per step with reductions, reduction bytes per step of rank 0."""
+    log = os.path.join(tmp, "epochs.csv")
+    if os.path.exists(log):
+        os.remove(log)
+    per_epoch = a.samples // (a.batch * nodes * k)
+    env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1",
+               TESSERA_SKIP_ALLREDUCE="alternate:%d" % per_epoch, TESSERA_STEP_TIMEOUT="600")
+    epochs = 1 + 2 * a.pairs
+    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "-x", "STARPU_HOME", "-x", "STARPU_SILENT",
+                                     "-x", "TESSERA_SKIP_ALLREDUCE", "-x", "TESSERA_STEP_TIMEOUT", a.tessera_train,
+                                     "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs",
+                                     str(epochs), "--batch", str(a.batch), "--log", log], env)
+    with open(log) as f:
+        ms = [1e3 * a.batch * nodes * k / float(r["samples_per_s"]) for r in csv.DictReader(f)]
+    if len(ms) != epochs:
+        sys.exit("bench_netlab: %d epochs in tessera-train's log, %d expected" % (len(ms), epochs))
+    m = re.search(r"([0-9.e+]+) KB sent by rank 0 per training step", out)
+    pairs = [(ms[1 + 2 * i], ms[2 + 2 * i]) for i in range(a.pairs)]
+    # tessera-train's figure is over all steps: those without reductions sent nothing
+    red = float(m.group(1)) * 1e3 * epochs / (1 + a.pairs) if m else float("nan")
+    return pairs, link / ((1 + a.pairs) * per_epoch), red
+
+
 def hidden(a, trace):
     """Per rank (communication ms per step, % of it hidden behind computation) from tessera-trace's summary."""
     r = subprocess.run([a.tessera_trace, trace], capture_output=True, text=True)
@@ -111,6 +147,19 @@ def ddp(a, tmp, rate, nodes, k, skip, port):
     return 1e3 * float(m.group(1)), link / (a.steps + 2)
 
 
+def ddp_pairs(a, tmp, rate, nodes, k, port):
+    """One DDP run alternating timed blocks without and with reductions: [(ms without, ms with)], link
+    bytes per step with reductions (warm-up included)."""
+    argv = ["/usr/bin/python3", os.path.join(HERE, "ddp_worker.py"), "--model", a.model, "--batch", str(a.batch),
+            "--steps", str(a.steps), "--port", str(port), "--alternate", str(a.pairs)]
+    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + argv,
+                    dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))
+    pairs = [(1e3 * float(x), 1e3 * float(y)) for x, y in re.findall(r"ddp_pair_s ([0-9.]+) ([0-9.]+)", out)]
+    if len(pairs) != a.pairs:
+        sys.exit("bench_netlab: %d pairs from DDP, %d expected:\n%s" % (len(pairs), a.pairs, out[-3000:]))
+    return pairs, link / (2 + a.pairs * a.steps)
+
+
 def main():
     a = parse_args()
     a.tessera_train = os.path.abspath(shutil.which(a.tessera_train) or a.tessera_train)
@@ -129,9 +178,11 @@ def main():
         a.samples = a.batch * nmax * a.steps
         subprocess.run([datagen, "-q", "-o", data, "-n", str(a.samples), "--seed", "1"], check=True)
         port = 29500 + os.getpid() % 1000
-        print("local batch %d, %d round(s); ms per step (median), added = with / without reductions - 1; "
+        print("local batch %d, %d round(s)%s; ms per step (median), added = with / without reductions - 1%s; "
               "KB/step over node 0's link; hidden = share of Tessera's communication hidden behind computation "
-              "(traced run, mean over ranks); no delay added (no netem)" % (a.batch, a.rounds))
+              "(traced run, mean over ranks); no delay added (no netem)" % (
+                  a.batch, a.rounds, " of %d pairs" % a.pairs if a.pairs else "",
+                  " (median over the pairs)" if a.pairs else ""))
         print("%-7s %-6s %9s %9s %8s %9s %9s %8s %9s %9s %9s %7s %6s" % (
             "rate", "layout", "tsr", "tsr-skip", "added", "ddp", "ddp-skip", "added", "tsr-link", "tsr-red",
             "ddp-link", "hidden", "load"))
@@ -142,7 +193,23 @@ def main():
                     tessera(a, tmp, data, rate, nodes, 1, True)
                 v = {key: [] for key in ("tsr", "tsr_skip", "ddp", "ddp_skip", "tsr_link", "tsr_red", "ddp_link")}
                 loads = [os.getloadavg()[0]]
+                pairs = {"tsr": [], "ddp": []}
                 for _ in range(a.rounds):
+                    if a.pairs:
+                        p, link, red = tessera_pairs(a, tmp, data, rate, nodes, k)
+                        pairs["tsr"] += p
+                        v["tsr"] += [on for _, on in p]
+                        v["tsr_skip"] += [off for off, _ in p]
+                        v["tsr_link"].append(link), v["tsr_red"].append(red)
+                        if not a.skip_torch:
+                            port += 1
+                            p, link = ddp_pairs(a, tmp, rate, nodes, k, port)
+                            pairs["ddp"] += p
+                            v["ddp"] += [on for _, on in p]
+                            v["ddp_skip"] += [off for off, _ in p]
+                            v["ddp_link"].append(link)
+                        loads.append(os.getloadavg()[0])
+                        continue
                     ms, link, red = tessera(a, tmp, data, rate, nodes, k, False)
                     v["tsr"].append(ms), v["tsr_link"].append(link), v["tsr_red"].append(red)
                     v["tsr_skip"].append(tessera(a, tmp, data, rate, nodes, k, True)[0])
@@ -165,16 +232,24 @@ def main():
                     shutil.rmtree(trace, ignore_errors=True)
                     loads.append(os.getloadavg()[0])
                 med = {key: statistics.median(x) if x else float("nan") for key, x in v.items()}
+                added = {}
+                for fw in ("tsr", "ddp"):
+                    if a.pairs:  # the median of the pairs' own ratios
+                        r = [on / off - 1 for off, on in pairs[fw]]
+                        added[fw] = statistics.median(r) if r else float("nan")
+                    else:
+                        added[fw] = med[fw] / med[fw + "_skip"] - 1
                 print("%-7s %-6s %9.1f %9.1f %+7.1f%% %9.1f %9.1f %+7.1f%% %9.1f %9.1f %9.1f %6.1f%% %6.2f" % (
-                    rate, "%dx%d" % (nodes, k), med["tsr"], med["tsr_skip"], 100 * (med["tsr"] / med["tsr_skip"] - 1),
-                    med["ddp"], med["ddp_skip"], 100 * (med["ddp"] / med["ddp_skip"] - 1), med["tsr_link"] / 1e3,
+                    rate, "%dx%d" % (nodes, k), med["tsr"], med["tsr_skip"], 100 * added["tsr"],
+                    med["ddp"], med["ddp_skip"], 100 * added["ddp"], med["tsr_link"] / 1e3,
                     med["tsr_red"] / 1e3, med["ddp_link"] / 1e3,
                     traced["hidden_pct_mean"] if traced else float("nan"), statistics.mean(loads)), flush=True)
                 results.append({"rate": rate, "nodes": nodes, "ranks_per_node": k, "raw": v, "median": med,
+                                "added": added, "pairs": pairs if a.pairs else None,
                                 "traced": traced, "load": loads})
         if a.out:
             with open(a.out, "w") as f:
-                json.dump({"batch": a.batch, "rounds": a.rounds, "results": results}, f, indent=1)
+                json.dump({"batch": a.batch, "rounds": a.rounds, "pairs": a.pairs, "results": results}, f, indent=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

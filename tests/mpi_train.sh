@@ -6,7 +6,8 @@
 # all ranks; a model that differs on one rank stops every rank with an error naming the layer (and
 # does not hang: every run is bounded by `timeout 300`, status 124, far beyond the seconds a run
 # takes); StarPU-MPI's progress as worker 0 (the default) and as a thread of its own give bitwise the
-# same deterministic runs; and, as a check of the checks, skipping the reductions breaks the equality.
+# same deterministic runs; as a check of the checks, skipping the reductions breaks the equality; and
+# TESSERA_SKIP_ALLREDUCE=alternate:K skips them in every other block of K steps.
 set -u
 . "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
@@ -132,5 +133,24 @@ else ko "the step deadline names the problem"; fi
 TESSERA_SKIP_ALLREDUCE=1 run 2 "$tmp/skip" --deterministic
 if ! same_ranks "$tmp/skip" 2; then ok "without reductions the ranks diverge (the checks above can fail)"
 else ko "without reductions the ranks diverge (the checks above can fail)"; fi
+
+# Reductions in alternate blocks of steps (benchmarks: one run measures with and without them).
+# alternate:2 reduces steps 0-1 and 4-5, not 2-3: the losses of steps 0-2 (weights from reduced
+# updates) are bitwise those of the deterministic 2-rank run above, step 3's (after step 2's update
+# from this rank's gradient alone) is not. alternate:6 reduces all 6 steps: bitwise that run.
+loss_bytes() { head -c "$2" "$1.rank0.losses" | od -An -tx1; } # prefix bytes (4 per step)
+TESSERA_SKIP_ALLREDUCE=alternate:2 run 2 "$tmp/alt2" --deterministic || { ko "alternate:2 ran"; cat "$tmp/alt2.log"; }
+if [ "$(loss_bytes "$tmp/alt2" 12)" = "$(loss_bytes "$tmp/det2" 12)" ] &&
+  [ "$(loss_bytes "$tmp/alt2" 16)" != "$(loss_bytes "$tmp/det2" 16)" ] && ! same_ranks "$tmp/alt2" 2; then
+  ok "alternate:2: steps 0-1 reduce (losses 0-2 as with reductions), steps 2-3 do not (loss 3 differs)"
+else ko "alternate:2: steps 0-1 reduce (losses 0-2 as with reductions), steps 2-3 do not (loss 3 differs)"; fi
+TESSERA_SKIP_ALLREDUCE=alternate:6 run 2 "$tmp/alt6" --deterministic
+if cmp -s "$tmp/alt6.rank0.params" "$tmp/det2.rank0.params" && same_ranks "$tmp/alt6" 2; then
+  ok "alternate:6 over 6 steps reduces every step (bitwise the run with reductions)"
+else ko "alternate:6 over 6 steps reduces every step (bitwise the run with reductions)"; fi
+TESSERA_SKIP_ALLREDUCE=alternate run 2 "$tmp/altbad"
+if grep -q "TESSERA_SKIP_ALLREDUCE: 'alternate' takes a block of steps" "$tmp/altbad.log"; then
+  ok "TESSERA_SKIP_ALLREDUCE=alternate without a block is refused by name"
+else ko "TESSERA_SKIP_ALLREDUCE=alternate without a block is refused by name"; cat "$tmp/altbad.log"; fi
 
 tests_done

@@ -144,6 +144,12 @@ typedef struct tsr_trainer_opts {
                           the CPU's own without AVX-512 (8), and in float32 on AVX-512 8 where blocks
                           of 16 would pad the convolutions' channels into 5% more work or more, else
                           16. Refused (TSR_ERR_ARG): other values, 16 without AVX-512, 8 with bf16 */
+  int skip_reduce_block; /* benchmarks only, the results are wrong: K > 0 = training steps alternate in
+                          blocks of K with their reductions across ranks (steps 0..K-1, 2K..3K-1, ...)
+                          and without them (K..2K-1, ...), so that one run measures both; 0 =
+                          TESSERA_SKIP_ALLREDUCE=alternate:K, else none; -1 = none. Refused
+                          (TSR_ERR_ARG) with skip_reduce, staleness > 0, asynchronous slices and sign
+                          reductions, whose steps depend on earlier ones' reductions */
 } tsr_trainer_opts;
 
 /* Largest tsr_trainer_opts.staleness (each step in flight holds its own gradient buffer). */

@@ -22,6 +22,16 @@ int _tsr_env_skip_reduce(void) {
   return v && atoi(v) != 0;
 }
 
+int _tsr_env_skip_reduce_block(int *steps) {
+  const char *v = getenv("TESSERA_SKIP_ALLREDUCE");
+  if (!v || strncmp(v, "alternate", 9) != 0) return 0;
+  char *end;
+  long k = v[9] == ':' ? strtol(v + 10, &end, 10) : 0;
+  if (k <= 0 || k > 1000000000 || *end) return -1;
+  *steps = (int)k;
+  return 1;
+}
+
 int _tsr_env_no_nccl(void) { return getenv("TESSERA_NO_NCCL") != NULL; }
 
 int _tsr_env_step_timeout(double *seconds) {

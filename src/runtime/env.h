@@ -11,6 +11,9 @@
 long long _tsr_env_group_bytes(void);
 /* TESSERA_SKIP_ALLREDUCE: 1 when set to a nonzero integer, else 0. */
 int _tsr_env_skip_reduce(void);
+/* TESSERA_SKIP_ALLREDUCE=alternate:K (a benchmark aid): 1 and K when set so (K > 0), -1 when it starts
+ * with "alternate" and K is not a positive integer, 0 otherwise. */
+int _tsr_env_skip_reduce_block(int *steps);
 /* TESSERA_NO_NCCL: 1 when set (to anything), else 0. */
 int _tsr_env_no_nccl(void);
 /* TESSERA_STEP_TIMEOUT: 1 and its value in seconds (<= 0: wait forever) when set and not empty. */

@@ -433,6 +433,7 @@ static tsr_status submit_step(tsr_trainer *t, const struct batch_src *src, int t
   if (!train) TSR_TRY(_tsr_flush_updates(t)); /* evaluations see every update */
   /* asynchronous slices: the updates of this step must not overtake the evaluation's forward */
   if (train && t->last_train == 0) TSR_TRY(_tsr_async_quiesce(t));
+  if (train && t->skip_block > 0) t->skip_reduce = (int)(t->ntrain / t->skip_block % 2); /* benchmarks */
   tsr_status st = submit_graph(t, src, train, nvalid, id);
   if (st != TSR_OK) return st; /* _tsr_submit set the message */
   t->nsteps++;

@@ -279,11 +279,32 @@ static tsr_status alloc_io(tsr_trainer *t) {
 /* The options of multi-rank runs that fall back to the environment (runtime/env.h). */
 static void multirank_opts(tsr_trainer *t, const tsr_trainer_opts *o) {
   t->skip_reduce = o->skip_reduce ? o->skip_reduce > 0 : _tsr_env_skip_reduce();
+  int block = o->skip_reduce_block, bad = !block && _tsr_env_skip_reduce_block(&block) < 0;
+  t->skip_block = bad ? -1 : block > 0 ? block : 0;
   t->use_nccl = o->nccl ? o->nccl > 0 : !_tsr_env_no_nccl();
   double env;
   if (o->step_timeout) t->step_timeout = o->step_timeout;
   else if (_tsr_env_step_timeout(&env)) t->step_timeout = env > 0 ? env : -1; /* <= 0: no limit */
   else t->step_timeout = 0;                                                  /* adaptive */
+}
+
+/* Benchmarks: reductions on and off in alternate blocks of steps (tsr_trainer_opts.skip_reduce_block)
+ * need steps that do not depend on earlier steps' reductions. */
+static tsr_status check_skip_block(const tsr_trainer *t) {
+  if (t->skip_block < 0)
+    return _tsr_error(TSR_ERR_ARG, "TESSERA_SKIP_ALLREDUCE: 'alternate' takes a block of steps, as in alternate:8");
+  if (!t->skip_block) return TSR_OK;
+  const char *why = t->skip_reduce ? "skip_reduce (every step skips them)"
+                    : t->staleness ? "staleness > 0 (updates wait for earlier steps)"
+                    : t->async     ? "asynchronous slices (updates without reductions)"
+                    : t->groups.ops && t->groups.ops->signs ? "sign reductions (momentum kept in step across ranks)"
+                                                            : NULL;
+  if (why) return _tsr_error(TSR_ERR_ARG, "skip_reduce_block %d (reductions in alternate blocks of steps) cannot go with %s",
+                             t->skip_block, why);
+  if (t->size > 1 && t->rank == 0)
+    _tsr_log(1, "skip_reduce_block %d: every other block of %d training steps does NOT reduce gradients across ranks "
+             "(benchmark mode)", t->skip_block, t->skip_block);
+  return TSR_OK;
 }
 
 /* Does the run split samples over ranks (tsr_trainer_opts.spatial)? */
@@ -428,6 +449,7 @@ tsr_status tsr_trainer_create(tsr_trainer **out, tsr_context *ctx, tsr_model *m,
   if (st == TSR_OK) st = _tsr_trainer_footprint(t, o); /* with the copies */
   if (st == TSR_OK) st = layout_tensors(t);
   if (st == TSR_OK) st = _tsr_reduce_setup(t, o);
+  if (st == TSR_OK) st = check_skip_block(t);
   if (st == TSR_OK) st = _tsr_async_setup(t);
   for (int l = 0; st == TSR_OK && l < m->n; l++) st = alloc_layer(t, l);
   if (st == TSR_OK) st = _tsr_grad_share_alloc(t);
