@@ -78,33 +78,40 @@ START_TEST(exchange_rate_by_hand) {
 }
 END_TEST
 
-/* Ranks of a node taking turns on one core (timeslice_us = 40): every round waits (k - 1.5) slices
- * beyond its messages for the node's ranks to have run: 20 us at 2 per node, 60 at 3; nothing at 1
- * per node, nor with one rank, nor with the field at 0. ranks_per_core, where set, counts instead. */
+/* Ranks of a node taking turns on one core (timeslice_us = 40): every round waits for the node's
+ * ranks to have run, the rest of a rotation ((k - 1) slices less the round's wire time) but at least
+ * (k - 1.5) slices beyond its messages: 20 us at 2 per node, 60 at 3; nothing at 1 per node, nor
+ * with one rank, nor with the field at 0. ranks_per_core, where set, counts instead. */
 START_TEST(timeslice_by_hand) {
   tsr_machine m2 = hand_machine(2);
   m2.timeslice_us = 40;
-  /* ring, 4 ranks in 2 nodes: 6 rounds of (10 + 1 + 20) and 3 sums of 1 (69 + 6 x 20) */
-  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 6 * 31.0 + 3 * 1.0, eps);
-  /* halving-doubling: 4 rounds (4.32 + 25 + 4 x 20) */
-  ck_assert_double_eq_tol(cost(&m2, "rabenseifner", 4000, 4), 4.32 + 25 + 80, 1e-9);
-  /* hierarchical: 2 tree rounds inside and 2 ring rounds across the leaders (30.64 + 4 x 20) */
-  ck_assert_double_eq_tol(cost(&m2, "hier", 4000, 4), 1.32 + 4 + 1.32 + 24 + 2 + 80, 1e-9);
-  /* 2 ranks on one node: one ring round inside each way, (1 + 2000/12500 + 20) twice, a sum of 2 */
-  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 2), 2 * 21.16 + 2, 1e-9);
+  /* ring, 4 ranks in 2 nodes: 6 rounds of (10 + 1 + (40 - 11)) and 3 sums of 1 */
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 6 * 40.0 + 3 * 1.0, eps);
+  /* halving-doubling: 4 rounds, halves inside the node (wire 1.16, wait 38.84) and quarters across
+   * it (12, 28), and their sums of 2 and 1: every round takes the rotation, 40, and 3 us of sums */
+  ck_assert_double_eq_tol(cost(&m2, "rabenseifner", 4000, 4), 4 * 40 + 3, 1e-9);
+  /* hierarchical: 2 tree rounds inside (1.32 + 38.68) and 2 ring rounds across the leaders (12 + 28),
+   * sums of 4 and 2 */
+  ck_assert_double_eq_tol(cost(&m2, "hier", 4000, 4), 4 * 40 + 4 + 2, 1e-9);
+  /* 2 ranks on one node: one ring round inside each way, (1.16 + 38.84) twice, a sum of 2 */
+  ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 2), 2 * 40.0 + 2, 1e-9);
+  /* a wire of more than half a slice leaves half a slice to wait: 48000 bytes over 2 nodes of 2,
+   * chunks of 12000 at 1000 bytes/us across: ring rounds of (10 + 12 + 20), 3 sums of 12 */
+  ck_assert_double_eq_tol(cost(&m2, "f32", 48000, 4), 6 * 42.0 + 3 * 12.0, 1e-9);
   tsr_machine m3 = hand_machine(3);
   m3.timeslice_us = 40;
-  /* ring, 6 ranks in 2 nodes of 3: chunks of 4000/6; 10 rounds of (10 + 0.667 + 60), 5 sums */
-  ck_assert_double_eq_tol(cost(&m3, "f32", 4000, 6), 10 * (10 + 4.0 / 6 + 60) + 5 * 4.0 / 6, 1e-9);
+  /* ring, 6 ranks in 2 nodes of 3: chunks of 4000/6; 10 rounds of (10 + 0.667 + (80 - 10.667)), 5
+   * sums of 0.667 */
+  ck_assert_double_eq_tol(cost(&m3, "f32", 4000, 6), 10 * 80.0 + 5 * 4.0 / 6, 1e-9);
   tsr_machine m1 = hand_machine(1);
   m1.timeslice_us = 40;
   ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 4), 6 * 11.0 + 3 * 1.0, eps);
-  /* one rank per node, 2 ranks per core (nodes sharing cores): the ring's 6 rounds wait 20 us each;
-   * 3 per core on 2 ranks: at most the 2 ranks there are, 20 us again */
+  /* one rank per node, 2 ranks per core (nodes sharing cores): the ring's 6 rounds wait 40 - 11 us
+   * each; 3 per core on 2 ranks: at most the 2 ranks there are, 40 - 12 */
   m1.ranks_per_core = 2;
-  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 4), 6 * 31.0 + 3 * 1.0, eps);
+  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 4), 6 * 40.0 + 3 * 1.0, eps);
   m1.ranks_per_core = 3;
-  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 2), 2 * (10 + 2 + 20.0) + 2, eps);
+  ck_assert_double_eq_tol(cost(&m1, "f32", 4000, 2), 2 * 40.0 + 2, eps);
   /* set to 1 on nodes of 2: cores of their own, no wait */
   m2.ranks_per_core = 1;
   ck_assert_double_eq_tol(cost(&m2, "f32", 4000, 4), 69, eps);
@@ -183,13 +190,13 @@ START_TEST(rounds_add_up) {
   tsr_machine m1 = hand_machine(1);
   _tsr_cost_rounds(&m1, "rd", 4000, 3, &r);
   ck_assert_int_eq(r.n, 3);
-  /* turns (timeslice_us 40, 2 per node): each round's wait, half a slice, apart from its wire */
+  /* turns (timeslice_us 40, 2 per node): each round's wait, the rotation less its wire, apart */
   m.timeslice_us = 40;
   r.n = 0;
   _tsr_cost_rounds(&m, "f32", 4000, 4, &r);
   ck_assert_int_eq(r.n, 6);
   for (int k = 0; k < r.n; k++) {
-    ck_assert_double_eq_tol(r.v[k].wait_us, 20, eps);
+    ck_assert_double_eq_tol(r.v[k].wait_us, 29, eps);
     ck_assert_double_eq_tol(r.v[k].wire_us, 11, eps);
   }
   m.timeslice_us = 0;
@@ -519,25 +526,25 @@ static double turns_step(int two, double cdur, double slice) {
 }
 
 /* One group, the worker idle while the messages fly: A [0, 10], B [10, 30]; each round's message
- * arrives 10.5 after its post and is seen 20 later (the turns): 6 x 30.5 + 3 sums of 0.5 = 184.5,
- * U0 [214.5, 219.5]: 219.5 per step; without turns 30 + 64.5 + 5 = 99.5.
+ * arrives 10.5 after its post and is seen 29.5 later (the turns: the rotation, 40, less the wire):
+ * 6 x 40 + 3 sums of 0.5 = 241.5, U0 [271.5, 276.5]: 276.5 per step; without turns
+ * 30 + 64.5 + 5 = 99.5.
  * Round 0 arriving while C runs (posted at 30, there at 40.5): seen at C's end with no turns to wait
- * for (C's traced time holds them); the 5 other rounds wait. C of 3000 us: 3030 + 5 x 30.5 + 3 x 0.5
- * + 5 = 3189; C of 15 us, ending before the turns would (60.5): 45 + 152.5 + 1.5 + 5 = 204.
+ * for (C's traced time holds them); the 5 other rounds wait. C of 3000 us: 3030 + 5 x 40 + 3 x 0.5
+ * + 5 = 3236.5; C of 15 us, ending before the turns would (70): 45 + 200 + 1.5 + 5 = 251.5.
  * Two groups share the turns: group 0's round 0 arrives at 40.5 with the worker idle, so the turns
- * run till 60.5 and group 0 frees the queue; group 1's round 0 arrives at 51, before they end: both
- * are seen at 60.5. Group 0 (the older) takes the queue back: sum [60.5, 61], round 1 there at 71.5,
- * turns till 91.5; group 1 meanwhile: sum [71.5, 72], round 1 at 82.5, seen at 91.5 too; and so on,
- * each round of both groups in one set of turns: group 0's last round seen at 60.5 + 5 x 30.5 =
- * 213... exactly 214.5 (its rounds after a sum start 0.5 later), group 1's the same moment;
- * U0 [214.5, 219.5], U1 [219.5, 224.5]: 224.5 per step, where one after the other (every round
- * waiting its own turns) would take 404. */
+ * run till 70 and group 0 frees the queue; group 1's round 0 arrives at 51, before they end: both
+ * are seen at 70. Group 0 (the older) takes the queue back: sum [70, 70.5], round 1 there at 81,
+ * turns till 110.5; group 1 meanwhile: sum [81, 81.5], round 1 at 92, seen at 110.5 too; and so on,
+ * each round of both groups in one set of turns: group 0's last round seen at 30 + 6 x 40 + 1.5 =
+ * 271.5, group 1's the same moment; U0 [271.5, 276.5], U1 [276.5, 281.5]: 281.5 per step, where one
+ * after the other (every round waiting its own turns) would take 276.5 + 241.5 = 518. */
 START_TEST(turns_shared_by_groups) {
-  ck_assert_double_eq_tol(turns_step(0, 0, 40), 219.5, eps);
+  ck_assert_double_eq_tol(turns_step(0, 0, 40), 276.5, eps);
   ck_assert_double_eq_tol(turns_step(0, 0, 0), 99.5, eps);
-  ck_assert_double_eq_tol(turns_step(0, 3000, 40), 3189, eps);
-  ck_assert_double_eq_tol(turns_step(0, 15, 40), 204, eps);
-  ck_assert_double_eq_tol(turns_step(1, 0, 40), 224.5, eps);
+  ck_assert_double_eq_tol(turns_step(0, 3000, 40), 3236.5, eps);
+  ck_assert_double_eq_tol(turns_step(0, 15, 40), 251.5, eps);
+  ck_assert_double_eq_tol(turns_step(1, 0, 40), 281.5, eps);
 }
 END_TEST
 

@@ -5,7 +5,8 @@
  * Each model is written as the sequence of its rounds, a message followed by the work on what
  * arrived, and its time is their sum: the replay under progress `worker` plays the rounds one by one.
  * Ranks that take turns on one core (the machine's timeslice_us, ranks_per_core) add to every round
- * the wait for each of them to have run (the replay counts it where the rank is idle; simulate.c).
+ * the wait for each of them to have run (turn_wait; the replay counts it where the rank is idle;
+ * simulate.c).
  * A new collective is one entry here (docs/scaling.md gives each formula). */
 #include <math.h>
 #include <stdlib.h>
@@ -20,16 +21,20 @@ static int per_node(const tsr_machine *mc, int p) { return mc->ranks_per_node < 
 /* Ranks taking turns on one core (timeslice_us; ranks_per_core, else the node's ranks): a round
  * ends once every rank on the core has run after its message arrived. The rank running then finishes
  * its slice (half of it left on average), the others follow one whole slice each: (c - 1.5) slices
- * beyond the last arrival. */
-static double turn_wait(const tsr_machine *mc, int p) {
+ * beyond the last arrival. But a rank's next turn comes a whole rotation, (c - 1) slices, after its
+ * last one, when it sent its message: a message that spends less than half a slice on the wire
+ * waits for the rest of that rotation, (c - 1) slices less the wire time. */
+static double turn_wait(const tsr_machine *mc, int p, double wire) {
   int c = mc->ranks_per_core > 0 ? (mc->ranks_per_core < p ? mc->ranks_per_core : p) : per_node(mc, p);
-  return mc->timeslice_us > 0 && c > 1 ? (c - 1.5) * mc->timeslice_us : 0;
+  if (!(mc->timeslice_us > 0 && c > 1)) return 0;
+  double after = (c - 1.5) * mc->timeslice_us, rotation = (c - 1) * mc->timeslice_us - wire;
+  return rotation > after ? rotation : after;
 }
 
 /* `count` rounds over p ranks of one message (wire us, then the wait for the ranks' turns) followed
  * by work (us) on what arrived: their time, and appended to r when the rounds are wanted. */
 static double rounds(const tsr_machine *mc, int p, struct _tsr_rounds *r, int count, double wire, double work) {
-  double wait = turn_wait(mc, p);
+  double wait = turn_wait(mc, p, wire);
   for (int i = 0; r && i < count; i++) {
     if (r->n == r->cap) {
       int cap = r->cap ? 2 * r->cap : 64;
