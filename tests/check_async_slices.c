@@ -262,6 +262,7 @@ static void stale(tsr_trainer_opts *o) { o->staleness = 1; }
 static void dynamic_scale(tsr_trainer_opts *o) { o->loss_scale = TSR_LOSS_SCALE_DYNAMIC; }
 static void fixed_scale(tsr_trainer_opts *o) { o->loss_scale = 128; }
 static void spatial(tsr_trainer_opts *o) { o->spatial[0] = 2; }
+static void alternate(tsr_trainer_opts *o) { o->skip_reduce_block = 4; }
 
 START_TEST(unsupported_combinations_are_refused) {
   refused(1, NULL, "--deterministic");
@@ -269,6 +270,7 @@ START_TEST(unsupported_combinations_are_refused) {
   refused(0, dynamic_scale, "--loss-scale");
   refused(0, fixed_scale, "--loss-scale");
   refused(0, spatial, "--spatial");
+  refused(0, alternate, "skip_reduce_block 4");
 }
 END_TEST
 

@@ -180,6 +180,7 @@ static void sign_vote(tsr_trainer_opts *o, tsr_optim_spec *p) {
 static void spatial(tsr_trainer_opts *o, tsr_optim_spec *p) { o->spatial[0] = 2; }
 static void too_stale(tsr_trainer_opts *o, tsr_optim_spec *p) { o->staleness = TSR_MAX_STALENESS + 1; }
 static void negative(tsr_trainer_opts *o, tsr_optim_spec *p) { o->staleness = -1; }
+static void alternate(tsr_trainer_opts *o, tsr_optim_spec *p) { o->skip_reduce_block = 4; }
 
 START_TEST(unsupported_combinations_are_refused) {
   refused(1, nothing, "deterministic");
@@ -188,6 +189,7 @@ START_TEST(unsupported_combinations_are_refused) {
   refused(0, spatial, "spatial parallelism");
   refused(0, too_stale, "must be in [0, 16]");
   refused(0, negative, "must be in [0, 16]");
+  refused(0, alternate, "skip_reduce_block 4");
 }
 END_TEST
 

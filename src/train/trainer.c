@@ -295,8 +295,8 @@ static tsr_status check_skip_block(const tsr_trainer *t) {
     return _tsr_error(TSR_ERR_ARG, "TESSERA_SKIP_ALLREDUCE: 'alternate' takes a block of steps, as in alternate:8");
   if (!t->skip_block) return TSR_OK;
   const char *why = t->skip_reduce ? "skip_reduce (every step skips them)"
-                    : t->staleness ? "staleness > 0 (updates wait for earlier steps)"
-                    : t->async     ? "asynchronous slices (updates without reductions)"
+                    : t->staleness ? "staleness > 0 (--staleness: updates wait for earlier steps)"
+                    : t->async     ? "asynchronous slices (--async-slices: updates without reductions)"
                     : t->groups.ops && t->groups.ops->signs ? "sign reductions (momentum kept in step across ranks)"
                                                             : NULL;
   if (why) return _tsr_error(TSR_ERR_ARG, "skip_reduce_block %d (reductions in alternate blocks of steps) cannot go with %s",
