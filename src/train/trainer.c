@@ -299,8 +299,9 @@ static tsr_status check_skip_block(const tsr_trainer *t) {
                     : t->async     ? "asynchronous slices (--async-slices: updates without reductions)"
                     : t->groups.ops && t->groups.ops->signs ? "sign reductions (momentum kept in step across ranks)"
                                                             : NULL;
-  if (why) return _tsr_error(TSR_ERR_ARG, "skip_reduce_block %d (reductions in alternate blocks of steps) cannot go with %s",
-                             t->skip_block, why);
+  if (why)
+    return _tsr_error(TSR_ERR_ARG, "skip_reduce_block %d (reductions in alternate blocks of steps) cannot go with %s",
+                      t->skip_block, why);
   if (t->size > 1 && t->rank == 0)
     _tsr_log(1, "skip_reduce_block %d: every other block of %d training steps does NOT reduce gradients across ranks "
              "(benchmark mode)", t->skip_block, t->skip_block);
