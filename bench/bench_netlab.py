@@ -73,52 +73,46 @@ def lab(rate, nodes, k, command, env):
     return r.stdout + r.stderr, int(m.group(1)) if m else 0
 
 
-def tessera(a, tmp, data, rate, nodes, k, skip, trace=None):
-    """ms per step (epochs after the first), link bytes per step, reduction bytes per step of rank 0.
-    trace: a folder to trace the second (last) of 2 epochs into (the lab's ranks share this file system)."""
+def run_tessera(a, tmp, data, rate, nodes, k, skip, epochs, extra=()):
+    """tessera-train under mpirun in a lab, TESSERA_SKIP_ALLREDUCE=skip: ms per step of each epoch, the
+    link bytes, rank 0's reduction bytes per training step (over all steps; nan if not printed)."""
     log = os.path.join(tmp, "epochs.csv")
     if os.path.exists(log):
         os.remove(log)
     env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1",
-               TESSERA_SKIP_ALLREDUCE="1" if skip else "0", TESSERA_STEP_TIMEOUT="600")
-    epochs = 2 if trace else 3
-    per_epoch = a.samples // (a.batch * nodes * k)
-    extra = ["--trace", trace, "--trace-steps", "%d:" % per_epoch] if trace else []
+               TESSERA_SKIP_ALLREDUCE=skip, TESSERA_STEP_TIMEOUT="600")
     out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "-x", "STARPU_HOME", "-x", "STARPU_SILENT",
                                      "-x", "TESSERA_SKIP_ALLREDUCE", "-x", "TESSERA_STEP_TIMEOUT", a.tessera_train,
                                      "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs",
-                                     str(epochs), "--batch", str(a.batch), "--log", log] + extra, env)
-    with open(log) as f:
-        rows = list(csv.DictReader(f))
-    sps = statistics.mean(float(r["samples_per_s"]) for r in rows[1:])
-    m = re.search(r"([0-9.e+]+) KB sent by rank 0 per training step", out)
-    steps = epochs * per_epoch
-    return 1e3 * a.batch * nodes * k / sps, link / steps, float(m.group(1)) * 1e3 if m else float("nan")
-
-
-def tessera_pairs(a, tmp, data, rate, nodes, k):
-    """One run alternating epochs without and with reductions: [(ms without, ms with)] per pair, link
-    bytes per step with reductions, reduction bytes per step of rank 0."""
-    log = os.path.join(tmp, "epochs.csv")
-    if os.path.exists(log):
-        os.remove(log)
-    per_epoch = a.samples // (a.batch * nodes * k)
-    env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1",
-               TESSERA_SKIP_ALLREDUCE="alternate:%d" % per_epoch, TESSERA_STEP_TIMEOUT="600")
-    epochs = 1 + 2 * a.pairs
-    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "-x", "STARPU_HOME", "-x", "STARPU_SILENT",
-                                     "-x", "TESSERA_SKIP_ALLREDUCE", "-x", "TESSERA_STEP_TIMEOUT", a.tessera_train,
-                                     "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs",
-                                     str(epochs), "--batch", str(a.batch), "--log", log], env)
+                                     str(epochs), "--batch", str(a.batch), "--log", log] + list(extra), env)
     with open(log) as f:
         ms = [1e3 * a.batch * nodes * k / float(r["samples_per_s"]) for r in csv.DictReader(f)]
     if len(ms) != epochs:
         sys.exit("bench_netlab: %d epochs in tessera-train's log, %d expected" % (len(ms), epochs))
     m = re.search(r"([0-9.e+]+) KB sent by rank 0 per training step", out)
+    return ms, link, float(m.group(1)) * 1e3 if m else float("nan")
+
+
+def tessera(a, tmp, data, rate, nodes, k, skip, trace=None):
+    """ms per step (epochs after the first), link bytes per step, reduction bytes per step of rank 0.
+    trace: a folder to trace the second (last) of 2 epochs into (the lab's ranks share this file system)."""
+    epochs = 2 if trace else 3
+    per_epoch = a.samples // (a.batch * nodes * k)
+    extra = ["--trace", trace, "--trace-steps", "%d:" % per_epoch] if trace else []
+    ms, link, red = run_tessera(a, tmp, data, rate, nodes, k, "1" if skip else "0", epochs, extra)
+    sps = statistics.mean(1e3 * a.batch * nodes * k / x for x in ms[1:])  # the mean rate, as before
+    return 1e3 * a.batch * nodes * k / sps, link / (epochs * per_epoch), red
+
+
+def tessera_pairs(a, tmp, data, rate, nodes, k):
+    """One run alternating epochs without and with reductions: [(ms without, ms with)] per pair, link
+    bytes per step with reductions, reduction bytes per step of rank 0."""
+    per_epoch = a.samples // (a.batch * nodes * k)
+    epochs = 1 + 2 * a.pairs
+    ms, link, red = run_tessera(a, tmp, data, rate, nodes, k, "alternate:%d" % per_epoch, epochs)
     pairs = [(ms[1 + 2 * i], ms[2 + 2 * i]) for i in range(a.pairs)]
     # tessera-train's figure is over all steps: those without reductions sent nothing
-    red = float(m.group(1)) * 1e3 * epochs / (1 + a.pairs) if m else float("nan")
-    return pairs, link / ((1 + a.pairs) * per_epoch), red
+    return pairs, link / ((1 + a.pairs) * per_epoch), red * epochs / (1 + a.pairs)
 
 
 def hidden(a, trace):
@@ -136,11 +130,15 @@ def hidden(a, trace):
             for rank, comm, hid in rows}
 
 
-def ddp(a, tmp, rate, nodes, k, skip, port):
+def run_ddp(a, rate, nodes, k, port, extra):
+    """ddp_worker.py under the lab's mpirun (gloo over the node's link, not loopback): output, link bytes."""
     argv = ["/usr/bin/python3", os.path.join(HERE, "ddp_worker.py"), "--model", a.model, "--batch", str(a.batch),
-            "--steps", str(a.steps), "--port", str(port)] + (["--skip"] if skip else [])
-    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + argv,
-                    dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))  # the node's link, not loopback
+            "--steps", str(a.steps), "--port", str(port)] + extra
+    return lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + argv, dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))
+
+
+def ddp(a, tmp, rate, nodes, k, skip, port):
+    out, link = run_ddp(a, rate, nodes, k, port, ["--skip"] if skip else [])
     m = re.search(r"ddp_step_s ([0-9.]+)", out)
     if not m:
         sys.exit("bench_netlab: no step time from DDP:\n" + out[-3000:])
@@ -150,10 +148,7 @@ def ddp(a, tmp, rate, nodes, k, skip, port):
 def ddp_pairs(a, tmp, rate, nodes, k, port):
     """One DDP run alternating timed blocks without and with reductions: [(ms without, ms with)], link
     bytes per step with reductions (warm-up included)."""
-    argv = ["/usr/bin/python3", os.path.join(HERE, "ddp_worker.py"), "--model", a.model, "--batch", str(a.batch),
-            "--steps", str(a.steps), "--port", str(port), "--alternate", str(a.pairs)]
-    out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + argv,
-                    dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))
+    out, link = run_ddp(a, rate, nodes, k, port, ["--alternate", str(a.pairs)])
     pairs = [(1e3 * float(x), 1e3 * float(y)) for x, y in re.findall(r"ddp_pair_s ([0-9.]+) ([0-9.]+)", out)]
     if len(pairs) != a.pairs:
         sys.exit("bench_netlab: %d pairs from DDP, %d expected:\n%s" % (len(pairs), a.pairs, out[-3000:]))

@@ -104,8 +104,14 @@ static struct starpu_codelet load_cl = {
     .cpu_funcs = {load_cpu}, .cpu_funcs_name = {"load_cpu"}, .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tsr_load", .model = &load_model};
 
+/* Does the step being submitted skip its reductions (benchmarks: skip_reduce, or every other block of
+ * skip_block training steps)? */
+static int skipped(const tsr_trainer *t) {
+  return t->skip_reduce || (t->skip_block > 0 && t->ntrain / t->skip_block % 2);
+}
+
 /* The ranks whose gradients a step's reductions sum: the parts the batch is split into. */
-static int ranks(const tsr_trainer *t) { return t->skip_reduce ? 1 : t->batch_dist.parts; }
+static int ranks(const tsr_trainer *t) { return skipped(t) ? 1 : t->batch_dist.parts; }
 
 /* The update's arguments; `summed`: the gradient is the sum over ranks(t) ranks; d: the delayed step
  * whose update this is (staleness > 0), NULL: the step being submitted. */
@@ -123,7 +129,7 @@ static int submit_update(tsr_trainer *t, const struct _tsr_ptensor *p, const str
 
 /* Sign reductions: each rank's direction from its own gradient (not averaged over ranks) before the
  * group's reduction; the combined direction applied after it. */
-static int signs(const tsr_trainer *t) { return !t->skip_reduce && t->groups.ops && t->groups.ops->signs; }
+static int signs(const tsr_trainer *t) { return !skipped(t) && t->groups.ops && t->groups.ops->signs; }
 
 static int submit_direction(tsr_trainer *t, const struct _tsr_ptensor *p) {
   struct _tsr_optim_args a = optim_args(t, 1, NULL);
@@ -386,7 +392,7 @@ static tsr_status submit_graph(tsr_trainer *t, const struct batch_src *src, int 
             SUBMIT(_tsr_insert_check_finite(t->tensors[i].hg, t->tensors[i].name, i, &t->nonfinite, id));
           SUBMIT(submit_direction(t, &t->tensors[i]));
         }
-      if (!t->skip_reduce) SUBMIT(_tsr_group_allreduce(_tsr_grad_set(t, t->cur_set), g, id));
+      if (!skipped(t)) SUBMIT(_tsr_group_allreduce(_tsr_grad_set(t, t->cur_set), g, id));
       if (signs(t)) SUBMIT(_tsr_momentum_sync(t, g, id));
       if (t->scaler_h) SUBMIT(submit_check(t, gr));
       for (int i = gr->first; !t->staleness && i < gr->end; i++) /* else submitted s steps later */
@@ -433,7 +439,6 @@ static tsr_status submit_step(tsr_trainer *t, const struct batch_src *src, int t
   if (!train) TSR_TRY(_tsr_flush_updates(t)); /* evaluations see every update */
   /* asynchronous slices: the updates of this step must not overtake the evaluation's forward */
   if (train && t->last_train == 0) TSR_TRY(_tsr_async_quiesce(t));
-  if (train && t->skip_block > 0) t->skip_reduce = (int)(t->ntrain / t->skip_block % 2); /* benchmarks */
   tsr_status st = submit_graph(t, src, train, nvalid, id);
   if (st != TSR_OK) return st; /* _tsr_submit set the message */
   t->nsteps++;

@@ -129,8 +129,9 @@ struct tsr_trainer {
   int64_t history_cap;
   int rank, size;        /* this process in the world */
   int skip_reduce;      /* benchmarks: no reduction across ranks (tsr_trainer_opts.skip_reduce) */
-  int skip_block;       /* benchmarks: > 0, skip_reduce alternates in blocks of this many training
-                           steps (tsr_trainer_opts.skip_reduce_block); -1: the variable was malformed */
+  int skip_block;       /* benchmarks: > 0, every other block of this many training steps skips its
+                           reductions (tsr_trainer_opts.skip_reduce_block; step.c, skipped); -1: the
+                           variable was malformed */
   int use_nccl;         /* reduce over NCCL when CUDA workers exist (tsr_trainer_opts.nccl) */
   double step_timeout;  /* seconds a multi-rank step may take; 0 = adaptive, < 0 = no limit */
   double longest_step;  /* seconds from submission to loss of the slowest step so far */
