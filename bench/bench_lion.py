@@ -10,7 +10,10 @@ for AdamW, Lion and Lion Cub 1-bit (2 ranks): AdamW with the example's settings 
 seed (bench/README.md, "Lion Cub").
 
 Over an emulated 1 Gbit/s network when a working netlab is given (--netlab scripts/netlab, as root),
-else over shared memory (the network figure is then missing, and the script says so).
+else over shared memory (the network figure is then missing, and the script says so). Tessera sizes
+each rank's workers as in a user's run (netlab's default --cpus split; ranks that share the vCPUs get
+one worker each): a worker per vCPU in every rank oversubscribed the cores and hid the network's share
+(bench/README.md, "Workers per rank").
 
     python3 bench/bench_lion.py --build build [--netlab scripts/netlab] [--rounds 2]
 """
@@ -87,9 +90,9 @@ def model_with(tmp, model, name, optim):
 
 def launch(a, ranks, argv, env):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "STARPU_HOME", "-x",
-           "STARPU_SILENT", "-x", "STARPU_WORKERS_NOBIND", "-x", "STARPU_MPI_NOBIND", "-x", "TESSERA_STEP_TIMEOUT"] + argv
+           "STARPU_SILENT", "-x", "TESSERA_STEP_TIMEOUT"] + argv
     if a.netlab:
-        cmd = [a.netlab, "run", "--nodes", str(ranks), "--cpus", "all", "--rate", a.rate, "--"] + cmd
+        cmd = [a.netlab, "run", "--nodes", str(ranks), "--rate", a.rate, "--"] + cmd
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode:
         sys.exit("bench_lion: %s failed (%d):\n%s%s" % (" ".join(cmd), r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
@@ -120,8 +123,8 @@ def main():
             print("bench_lion: netlab cannot run here (%s): over shared memory instead" % r.stdout.strip())
             a.netlab = None
     tmp = tempfile.mkdtemp(prefix="tessera-bench-lion-")
-    env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1", STARPU_WORKERS_NOBIND="1",
-               STARPU_MPI_NOBIND="1", TESSERA_STEP_TIMEOUT="900")
+    env = dict(os.environ, STARPU_HOME=os.path.join(tmp, "starpu"), STARPU_SILENT="1",
+               TESSERA_STEP_TIMEOUT="900")
     try:
         ranks = [int(r) for r in a.ranks.split(",")]
         n = a.batch * max(ranks) * a.steps
