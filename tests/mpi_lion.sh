@@ -6,8 +6,8 @@
 # its half are exact); with a different share of the batch per rank, every rank still ends with
 # identical parameters (and, as a check of the checks, others than the 1-rank run's), and the
 # control word sums exactly; averaging the momenta of chosen layers only makes those equal across
-# ranks and adds their float32 bytes; momentum averaging without a sign reduction and Adam with one
-# are refused.
+# ranks and adds their float32 bytes; momentum averaging without a sign reduction, Adam with one and
+# one with reductions in alternate blocks of steps are refused.
 set -u
 . "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
@@ -101,6 +101,15 @@ else
   grep -q "momentum_sync_every 3 needs a sign reduction .*got gradient reduction 'bf16'" "$tmp/nob.log" &&
     ok "2 ranks: momentum averaging under bf16 is refused" ||
     { ko "2 ranks: momentum averaging under bf16 is refused"; cat "$tmp/nob.log"; }
+fi
+# reductions in alternate blocks of steps (a benchmark aid) cannot go with a sign reduction, whose
+# momenta stay in step across ranks only through every step's vote
+if TESSERA_SKIP_ALLREDUCE=alternate:2 run 2 "$tmp/alt" --grad-reduce sign1; then
+  ko "sign1 with TESSERA_SKIP_ALLREDUCE=alternate:2 is refused"
+else
+  grep -q "skip_reduce_block 2 (reductions in alternate blocks of steps) cannot go with sign reductions" "$tmp/alt.log" &&
+    ok "sign1 with TESSERA_SKIP_ALLREDUCE=alternate:2 is refused naming both" ||
+    { ko "sign1 with TESSERA_SKIP_ALLREDUCE=alternate:2 is refused naming both"; cat "$tmp/alt.log"; }
 fi
 # a sign reduction needs an optimizer that splits its update
 if timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x STARPU_HOME -x STARPU_SILENT "$bin" --batch 4 \
