@@ -7,8 +7,9 @@
 # one rank stops every rank naming the layer; a rank whose link goes down makes every rank fail with
 # the step deadline's error instead of hanging; and the lab leaves no namespace, process or state
 # behind, also when netlab is killed with SIGKILL (its guard cleans up) and when its guard is killed
-# too (`netlab cleanup`). Skips (77) without root, ip, tc, unshare or namespaces. Waits end on events;
-# HANG_S only bounds hangs.
+# too (`netlab cleanup`); the lab's Open MPI options leave out the TCP transport's emulated put.
+# Skips (77) without root, ip, tc, unshare or namespaces. Waits end on events; HANG_S only bounds
+# hangs.
 set -u
 . "$(dirname "$0")/script_common.sh"
 bin=${TESSERA_BUILDDIR:-.}/tests/mpi_train
@@ -37,6 +38,23 @@ wait_gone() { # id
   return 1
 }
 links_before=$(ip -o link | wc -l)
+
+# Open MPI's TCP transport goes without its emulated RDMA put where this Open MPI has it (with put,
+# ranks sending to each other take turns on the link), and a user's own btl_tcp_flags is kept
+if command -v ompi_info >/dev/null && ompi_info --param btl tcp --level 9 --parsable 2>/dev/null |
+  grep -q '^mca:btl:tcp:param:btl_tcp_flags:value:.*\bput\b'; then
+  id=$("$netlab" up --nodes 2)
+  opts=$("$netlab" mpirun-opts "$id")
+  mine=$(OMPI_MCA_btl_tcp_flags=send "$netlab" mpirun-opts "$id")
+  "$netlab" down "$id"
+  flags=
+  [[ $opts =~ --mca\ btl_tcp_flags\ ([^ ]+) ]] && flags=,${BASH_REMATCH[1]},
+  if [[ -n $flags && $flags != *,put,* && $flags == *,send,* ]]; then
+    ok "the lab's mpirun options drop put from btl_tcp_flags ($flags)"
+  else ko "the lab's mpirun options drop put from btl_tcp_flags: $opts"; fi
+  if [[ $mine != *btl_tcp_flags* ]]; then ok "a user's OMPI_MCA_btl_tcp_flags is left to Open MPI"
+  else ko "a user's OMPI_MCA_btl_tcp_flags is left to Open MPI: $mine"; fi
+fi
 
 for n in 2 4; do
   nodes=2 k=$((n / 2))
