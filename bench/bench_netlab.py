@@ -24,7 +24,7 @@ steps with reductions (warm-up included), those without sending next to nothing.
 
     sudo /usr/bin/python3 bench/bench_netlab.py --tessera-train build/tessera-train \\
         [--rates 1gbit,10gbit] [--layouts 2x1,4x1,2x2] [--rounds 2] [--skip-torch] [--no-trace]
-        [--pairs P] [--out FILE.json]
+        [--pairs P] [--collective A] [--out FILE.json]
 
 A layout NxK is N nodes of K ranks (ranks of one node share memory). The machine's CPUs are split
 among the nodes (netlab --cpus split); on a machine with fewer cores than ranks the ranks share them.
@@ -59,6 +59,8 @@ def parse_args():
     ap.add_argument("--no-trace", action="store_true", help="no traced run (no hidden-communication column)")
     ap.add_argument("--pairs", type=int, default=0, metavar="P",
                     help="P pairs (without, with reductions) inside each run instead of separate runs (default 0)")
+    ap.add_argument("--collective", help="tessera-train --collective for every Tessera run (default: its own, ring "
+                    "on CPUs; auto chooses per group from the links measured at start-up)")
     ap.add_argument("--out", help="write the results as JSON here")
     return ap.parse_args()
 
@@ -84,7 +86,8 @@ def run_tessera(a, tmp, data, rate, nodes, k, skip, epochs, extra=()):
     out, link = lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k), "-x", "STARPU_HOME", "-x", "STARPU_SILENT",
                                      "-x", "TESSERA_SKIP_ALLREDUCE", "-x", "TESSERA_STEP_TIMEOUT", a.tessera_train,
                                      "--model", a.model, "--data", data, "--val-fraction", "0", "--epochs",
-                                     str(epochs), "--batch", str(a.batch), "--log", log] + list(extra), env)
+                                     str(epochs), "--batch", str(a.batch), "--log", log]
+                    + (["--collective", a.collective] if a.collective else []) + list(extra), env)
     with open(log) as f:
         ms = [1e3 * a.batch * nodes * k / float(r["samples_per_s"]) for r in csv.DictReader(f)]
     if len(ms) != epochs:
@@ -173,10 +176,10 @@ def main():
         a.samples = a.batch * nmax * a.steps
         subprocess.run([datagen, "-q", "-o", data, "-n", str(a.samples), "--seed", "1"], check=True)
         port = 29500 + os.getpid() % 1000
-        print("local batch %d, %d round(s)%s; ms per step (median), added = with / without reductions - 1%s; "
+        print("local batch %d, collective %s, %d round(s)%s; ms per step (median), added = with / without reductions - 1%s; "
               "KB/step over node 0's link; hidden = share of Tessera's communication hidden behind computation "
               "(traced run, mean over ranks); no delay added (no netem)" % (
-                  a.batch, a.rounds, " of %d pairs" % a.pairs if a.pairs else "",
+                  a.batch, a.collective or "tessera-train's default", a.rounds, " of %d pairs" % a.pairs if a.pairs else "",
                   " (median over the pairs)" if a.pairs else ""))
         print("%-7s %-6s %9s %9s %8s %9s %9s %8s %9s %9s %9s %7s %6s" % (
             "rate", "layout", "tsr", "tsr-skip", "added", "ddp", "ddp-skip", "added", "tsr-link", "tsr-red",
@@ -244,7 +247,7 @@ def main():
                                 "traced": traced, "load": loads})
         if a.out:
             with open(a.out, "w") as f:
-                json.dump({"batch": a.batch, "rounds": a.rounds, "pairs": a.pairs, "results": results}, f, indent=1)
+                json.dump({"batch": a.batch, "collective": a.collective, "rounds": a.rounds, "pairs": a.pairs, "results": results}, f, indent=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
