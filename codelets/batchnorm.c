@@ -21,7 +21,11 @@
  * a channel (plain) or a channel block. Each lane sums its values in order, in double; a channel's
  * sum is then its lanes' in lane order, so the statistics do not depend on which worker or which
  * loops ran. Padding lanes get coefficients 0, so their outputs stay 0. relu: y = v > 0 ? v : v * 0
- * and the gradient's mask dy * (y > 0), bit for bit what the relu layer's oneDNN kernels compute.
+ * and the gradient's mask dy * (y > 0), bit for bit what the relu layer's oneDNN kernels compute;
+ * the backward recomputes v from x, the statistics, gamma and beta (the forward's coefficients, so
+ * the forward's bits) instead of reading y. That needs the gamma and beta the forward used: true
+ * wherever the parameters keep StarPU's sequential consistency (not with asynchronous slices, which
+ * do not fuse the relu).
  * x, y, dy and dx may be stored in bf16 (d->x_bf16, y_bf16, dy_bf16, dx_bf16), loaded and rounded
  * inside the loops. */
 
@@ -126,20 +130,33 @@ void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const fl
   normalise(d, x, running_mean, running_var, 1, gamma, beta, y);
 }
 
-/* acc += [sum g | invstd sum g (x - mean)], g = dy (masked by y > 0 with the relu); centred before
- * the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
+/* The forward's coefficients of group g (a = gamma invstd, b = beta) for the relu's mask; zeros
+ * without the relu (gamma and beta may then be NULL). */
+static void relu_lanes(const struct _tsr_bn_desc *d, int g, const float *stat, const float *gamma,
+                       const float *beta, float *a, float *b) {
+  if (!d->relu) {
+    memset(a, 0, LANES * sizeof *a), memset(b, 0, LANES * sizeof *b);
+    return;
+  }
+  FILL_LANES(d, g, a, scale_of(d, stat + d->c, 0, gamma, ch));
+  FILL_LANES(d, g, b, beta[ch]);
+}
+
+/* acc += [sum g | invstd sum g (x - mean)], g = dy (masked by the forward's y > 0 with the relu);
+ * centred before the product: sum(dy x) - mean sum(dy) cancels badly when |mean| >> std */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           const float *y, double *acc) {
+                           const float *gamma, const float *beta, double *acc) {
   if (d->overwrite) memset(acc, 0, 2 * (size_t)d->c * sizeof *acc);
   const struct _tsr_bn_rows *k = _tsr_bn_rows();
   const int c = d->c;
   for (int g = 0; g < groups(d); g++) {
-    float m[LANES];
+    float m[LANES], a[LANES], b[LANES];
     FILL_LANES(d, g, m, stat[ch]);
+    relu_lanes(d, g, stat, gamma, beta, a, b);
     for (int i = 0; i < d->n; i++) {
       double s[LANES] = {0}, sx[LANES] = {0}, fs[LANES], fsx[LANES];
-      k->bwd_stats(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16,
-                   d->relu ? row(y, d->y_bf16, d, i, g) : NULL, d->y_bf16, row_len(d), m, s, sx);
+      k->bwd_stats(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16, d->relu,
+                   d->y_bf16, row_len(d), m, a, b, s, sx);
       fold_lanes(d, s, fs), fold_lanes(d, sx, fsx);
       for (int q = 0; q < period(d); q++) {
         int ch = channel_of(d, g, q);
@@ -171,19 +188,19 @@ static struct bwd_coef bwd_coef(const struct _tsr_bn_desc *d, const float *stat,
 }
 
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                          const double *acc, const float *dy, const float *y, float *dx) {
+                          const float *beta, const double *acc, const float *dy, float *dx) {
   const struct _tsr_bn_rows *k = _tsr_bn_rows();
   const int mode = d->dx_add ? (d->dx_bf16 ? TSR_BN_DX_ADD_BF16 : TSR_BN_DX_ADD) : d->dx_bf16;
   for (int g = 0; g < groups(d); g++) {
-    float kf[LANES], shift[LANES], slope[LANES], m[LANES];
+    float kf[LANES], shift[LANES], slope[LANES], m[LANES], a[LANES], b[LANES];
     FILL_LANES(d, g, kf, bwd_coef(d, stat, gamma, acc, ch).kf);
     FILL_LANES(d, g, shift, bwd_coef(d, stat, gamma, acc, ch).shift);
     FILL_LANES(d, g, slope, bwd_coef(d, stat, gamma, acc, ch).slope);
     FILL_LANES(d, g, m, stat[ch]);
+    relu_lanes(d, g, stat, gamma, beta, a, b);
     for (int i = 0; i < d->n; i++)
-      k->bwd_data(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16,
-                  d->relu ? row(y, d->y_bf16, d, i, g) : NULL, d->y_bf16, ROW_W(dx, d->dx_bf16, d, i, g), mode,
-                  row_len(d), kf, shift, slope, m);
+      k->bwd_data(row(x, d->x_bf16, d, i, g), d->x_bf16, row(dy, d->dy_bf16, d, i, g), d->dy_bf16, d->relu,
+                  d->y_bf16, ROW_W(dx, d->dx_bf16, d, i, g), mode, row_len(d), kf, shift, slope, m, a, b);
   }
 }
 
@@ -219,12 +236,13 @@ static void bn_fwd_eval_cpu(void *buffers[], void *arg) {
                        TSR_BUF(buffers, 4), TSR_BUF(buffers, 5));
 }
 
-/* Buffers: x, stat, dy, acc, and y when relu */
+/* Buffers: x, stat, dy, acc, and gamma, beta when relu */
 static void bn_bwd_stats_cpu(void *buffers[], void *arg) {
   const struct _tsr_bn_desc *d = arg;
   _tsr_worker_enter();
   _tsr_bn_bwd_stats_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
-                        d->relu ? TSR_BUF(buffers, 4) : NULL, TSR_DBUF(buffers, 3));
+                        d->relu ? TSR_BUF(buffers, 4) : NULL, d->relu ? TSR_BUF(buffers, 5) : NULL,
+                        TSR_DBUF(buffers, 3));
 }
 
 static void bn_bwd_params_cpu(void *buffers[], void *arg) {
@@ -232,12 +250,13 @@ static void bn_bwd_params_cpu(void *buffers[], void *arg) {
   _tsr_bn_bwd_params_cpu(arg, TSR_DBUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2));
 }
 
-/* Buffers: x, stat, gamma, acc, dy, dx, and y when relu */
+/* Buffers: x, stat, gamma, acc, dy, dx, and beta when relu */
 static void bn_bwd_data_cpu(void *buffers[], void *arg) {
   const struct _tsr_bn_desc *d = arg;
   _tsr_worker_enter();
-  _tsr_bn_bwd_data_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2), TSR_DBUF(buffers, 3),
-                       TSR_BUF(buffers, 4), d->relu ? TSR_BUF(buffers, 6) : NULL, TSR_BUF(buffers, 5));
+  _tsr_bn_bwd_data_cpu(d, TSR_BUF(buffers, 0), TSR_BUF(buffers, 1), TSR_BUF(buffers, 2),
+                       d->relu ? TSR_BUF(buffers, 6) : NULL, TSR_DBUF(buffers, 3), TSR_BUF(buffers, 4),
+                       TSR_BUF(buffers, 5));
 }
 
 #ifdef TSR_CUDA_CODELETS
@@ -314,11 +333,12 @@ int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x
 }
 
 int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
-                             starpu_data_handle_t dy, starpu_data_handle_t y, starpu_data_handle_t acc,
-                             const char *name) {
+                             starpu_data_handle_t dy, starpu_data_handle_t gamma, starpu_data_handle_t beta,
+                             starpu_data_handle_t acc, const char *name) {
   enum starpu_data_access_mode mode = d->overwrite ? STARPU_W : _tsr_accum_mode();
   if (d->relu)
-    SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, mode}, {y, STARPU_R});
+    SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, mode},
+           {gamma, STARPU_R}, {beta, STARPU_R});
   SUBMIT(cl_bn_bwd_stats, d, name, {x, STARPU_R}, {stat, STARPU_R}, {dy, STARPU_R}, {acc, mode});
 }
 
@@ -329,12 +349,12 @@ int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t
 }
 
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
-                            starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
-                            starpu_data_handle_t y, starpu_data_handle_t dx, const char *name) {
+                            starpu_data_handle_t gamma, starpu_data_handle_t beta, starpu_data_handle_t acc,
+                            starpu_data_handle_t dy, starpu_data_handle_t dx, const char *name) {
   const enum starpu_data_access_mode dx_mode = d->dx_add ? STARPU_RW : STARPU_W;
   if (d->relu)
     SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
-           {dy, STARPU_R}, {dx, dx_mode}, {y, STARPU_R});
+           {dy, STARPU_R}, {dx, dx_mode}, {beta, STARPU_R});
   SUBMIT(cl_bn_bwd_data, d, name, {x, STARPU_R}, {stat, STARPU_R}, {gamma, STARPU_R}, {acc, STARPU_R},
          {dy, STARPU_R}, {dx, dx_mode});
 }

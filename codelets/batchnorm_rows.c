@@ -3,10 +3,13 @@
  * Both do the same operations in the same order on each lane, so they agree bit for bit:
  *  - no fused multiply-add where it would round differently (contraction is off in this file; the
  *    sums of squares and of g (x - m) take one, their products being exact in double);
- *  - bf16 loads (x, y, dy) widen exactly, bf16 stores (y, dx) round to nearest even with NaN kept quiet, the integer
+ *  - bf16 loads (x, dy, dx added into) widen exactly, bf16 stores (y, dx) round to nearest even with NaN kept quiet, the integer
  *    formula of convert.c (AVX512-BF16's instruction flushes subnormals, so it is not used);
  *  - a row's last n mod 16 values go through the same full-width loop on a zero-padded copy, whose
- *    padding lanes add +0 to the sums and are not written back. */
+ *    padding lanes add +0 to the sums and are not written back;
+ *  - the backward's relu mask recomputes the forward's value from x with the forward's operations
+ *    and coefficients (so the same bits, and the same rounding to bf16 where y is stored in bf16)
+ *    rather than reading y: one stream fewer through memory in both backward loops. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -32,10 +35,10 @@ enum { L = TSR_BN_LANES };
 
 typedef void stats_fn(const void *, int, size_t, double *, double *);
 typedef void fwd_fn(const void *, int, void *, int, size_t, const float *, const float *, const float *, int);
-typedef void bwd_stats_fn(const void *, int, const void *, int, const void *, int, size_t, const float *, double *,
-                          double *);
-typedef void bwd_data_fn(const void *, int, const void *, int, const void *, int, void *, int, size_t, const float *,
-                         const float *, const float *, const float *);
+typedef void bwd_stats_fn(const void *, int, const void *, int, int, int, size_t, const float *, const float *,
+                          const float *, double *, double *);
+typedef void bwd_data_fn(const void *, int, const void *, int, int, int, void *, int, size_t, const float *,
+                         const float *, const float *, const float *, const float *, const float *);
 
 /* bf: 1 bf16 (and dx's TSR_BN_DX_ADD_BF16), else float32 (dx's TSR_BN_DX_ADD included) */
 static size_t esize(int bf) { return bf == 1 || bf == TSR_BN_DX_ADD_BF16 ? sizeof(uint16_t) : sizeof(float); }
@@ -67,28 +70,27 @@ static void fwd_rows(fwd_fn *full, const void *x, int xb, void *y, int yb, size_
   memcpy((char *)y + k * esize(yb), py, (n - k) * esize(yb));
 }
 
-static void bwd_stats_rows(bwd_stats_fn *full, const void *x, int xb, const void *dy, int gb, const void *y, int yb,
-                           size_t n, const float *m, double *s, double *sx) {
+/* (the padding's dy is 0, so its g is 0 whatever the recomputed mask) */
+static void bwd_stats_rows(bwd_stats_fn *full, const void *x, int xb, const void *dy, int gb, int relu, int yb,
+                           size_t n, const float *m, const float *a, const float *b, double *s, double *sx) {
   size_t k = n / L * L;
-  if (k) full(x, xb, dy, gb, y, yb, k, m, s, sx);
+  if (k) full(x, xb, dy, gb, relu, yb, k, m, a, b, s, sx);
   if (k == n) return;
-  float px[L], pg[L], py[L];
+  float px[L], pg[L];
   pad(px, x, xb, k, n), pad(pg, dy, gb, k, n);
-  if (y) pad(py, y, yb, k, n);
-  full(px, xb, pg, gb, y ? py : NULL, yb, L, m, s, sx);
+  full(px, xb, pg, gb, relu, yb, L, m, a, b, s, sx);
 }
 
-static void bwd_data_rows(bwd_data_fn *full, const void *x, int xb, const void *dy, int gb, const void *y, int yb,
+static void bwd_data_rows(bwd_data_fn *full, const void *x, int xb, const void *dy, int gb, int relu, int yb,
                           void *dx, int db, size_t n, const float *kf, const float *shift, const float *slope,
-                          const float *m) {
+                          const float *m, const float *a, const float *b) {
   size_t k = n / L * L;
-  if (k) full(x, xb, dy, gb, y, yb, dx, db, k, kf, shift, slope, m);
+  if (k) full(x, xb, dy, gb, relu, yb, dx, db, k, kf, shift, slope, m, a, b);
   if (k == n) return;
-  float px[L], pg[L], py[L], pd[L];
+  float px[L], pg[L], pd[L];
   pad(px, x, xb, k, n), pad(pg, dy, gb, k, n);
-  if (y) pad(py, y, yb, k, n);
   if (db >= TSR_BN_DX_ADD) pad(pd, dx, db, k, n); /* the values added into */
-  full(px, xb, pg, gb, y ? py : NULL, yb, pd, db, L, kf, shift, slope, m);
+  full(px, xb, pg, gb, relu, yb, pd, db, L, kf, shift, slope, m, a, b);
   memcpy((char *)dx + k * esize(db), pd, (n - k) * esize(db));
 }
 
@@ -109,7 +111,13 @@ INLINE void store1(void *p, int bf, size_t k, float v) {
 }
 
 INLINE float relu_p(float v) { return v > 0 ? v : v * 0.f; }
-INLINE float mask_p(float g, float y) { return y > 0 ? g : g * 0.f; }
+/* g where the forward's y was positive: v = a (x - m) + b as fwd_p computes it, rounded as y was
+ * stored (relu(v) > 0 exactly when v > 0, and after rounding to bf16 exactly when the rounded v is) */
+INLINE float mask_p(float g, float a, float x, float m, float b, int yb) {
+  float v = a * (x - m) + b;
+  if (yb) v = _tsr_bf16_widen(_tsr_bf16_round(v));
+  return v > 0 ? g : g * 0.f;
+}
 
 INLINE void stats_p(const void *x, int xb, size_t n, double *s, double *ss) {
   double a[L], q[L];
@@ -134,27 +142,30 @@ INLINE void fwd_p(const void *x, int xb, void *y, int yb, size_t n, const float 
   }
 }
 
-INLINE void bwd_stats_p(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, size_t n,
-                        const float *m, double *s, double *sx) {
-  double a[L], q[L];
-  memcpy(a, s, sizeof a), memcpy(q, sx, sizeof q);
+INLINE void bwd_stats_p(const void *x, int xb, const void *dy, int gb, int yb, int relu, size_t n, const float *m,
+                        const float *a, const float *b, double *s, double *sx) {
+  double c[L], q[L];
+  memcpy(c, s, sizeof c), memcpy(q, sx, sizeof q);
   for (size_t k = 0; k < n; k += L) {
     LANE_LOOP {
-      float g = has_y ? mask_p(load1(dy, gb, k + j), load1(y, yb, k + j)) : load1(dy, gb, k + j);
-      float d = load1(x, xb, k + j) - m[j];
-      a[j] += g;
+      float xv = load1(x, xb, k + j), g = load1(dy, gb, k + j);
+      if (relu) g = mask_p(g, a[j], xv, m[j], b[j], yb);
+      float d = xv - m[j];
+      c[j] += g;
       q[j] += (double)g * d;
     }
   }
-  memcpy(s, a, sizeof a), memcpy(sx, q, sizeof q);
+  memcpy(s, c, sizeof c), memcpy(sx, q, sizeof q);
 }
 
-INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, void *dx,
-                       int db, size_t n, const float *kf, const float *shift, const float *slope, const float *m) {
+INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, int yb, int relu, void *dx, int db, size_t n,
+                       const float *kf, const float *shift, const float *slope, const float *m, const float *a,
+                       const float *b) {
   for (size_t k = 0; k < n; k += L) {
     LANE_LOOP {
-      float g = has_y ? mask_p(load1(dy, gb, k + j), load1(y, yb, k + j)) : load1(dy, gb, k + j);
-      store1(dx, db, k + j, (kf[j] * g - shift[j]) - slope[j] * (load1(x, xb, k + j) - m[j]));
+      float xv = load1(x, xb, k + j), g = load1(dy, gb, k + j);
+      if (relu) g = mask_p(g, a[j], xv, m[j], b[j], yb);
+      store1(dx, db, k + j, (kf[j] * g - shift[j]) - slope[j] * (xv - m[j]));
     }
   }
 }
@@ -172,11 +183,11 @@ INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, const void
     break;
 #define CASE_BWD_STATS(f, i)                                                                       \
   case i:                                                                                          \
-    f(x, (i) & 1, dy, (i) >> 3 & 1, y, (i) >> 1 & 1, (i) >> 2 & 1, n, m, s, sx);                 \
+    f(x, (i) & 1, dy, (i) >> 3 & 1, (i) >> 1 & 1, (i) >> 2 & 1, n, m, a, b, s, sx);              \
     break;
 #define CASE_BWD_DATA(f, i)                                                                        \
   case i:                                                                                          \
-    f(x, (i) & 1, dy, (i) >> 3 & 1, y, (i) >> 1 & 1, (i) >> 2 & 1, dx, (i) >> 4, n, kf, shift, slope, m); \
+    f(x, (i) & 1, dy, (i) >> 3 & 1, (i) >> 1 & 1, (i) >> 2 & 1, dx, (i) >> 4, n, kf, shift, slope, m, a, b); \
     break;
 #define CASES8(C, f) C(f, 0) C(f, 1) C(f, 2) C(f, 3) C(f, 4) C(f, 5) C(f, 6) C(f, 7)
 #define CASES16(C, f) CASES8(C, f) C(f, 8) C(f, 9) C(f, 10) C(f, 11) C(f, 12) C(f, 13) C(f, 14) C(f, 15)
@@ -187,10 +198,10 @@ INLINE void bwd_data_p(const void *x, int xb, const void *dy, int gb, const void
   CASES32(C, f) C(f, 32) C(f, 33) C(f, 34) C(f, 35) C(f, 36) C(f, 37) C(f, 38) C(f, 39) C(f, 40) C(f, 41) \
       C(f, 42) C(f, 43) C(f, 44) C(f, 45) C(f, 46) C(f, 47) C(f, 48) C(f, 49) C(f, 50) C(f, 51) C(f, 52)   \
       C(f, 53) C(f, 54) C(f, 55) C(f, 56) C(f, 57) C(f, 58) C(f, 59) C(f, 60) C(f, 61) C(f, 62) C(f, 63)
-/* the case index: x's format, y's, and the relu (backward: whether there is a y), then
- * backward dy's format and dx's (0, 1, TSR_BN_DX_ADD or TSR_BN_DX_ADD_BF16: 16 cases each) */
+/* the case index: x's format, y's, and the relu, then backward dy's format and dx's (0, 1,
+ * TSR_BN_DX_ADD or TSR_BN_DX_ADD_BF16: 16 cases each); y's format matters backward only with the relu */
 static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1 | (relu != 0) << 2; }
-#define BWD_CASE(gb, db) (case_of(xb, y && yb, y != NULL) | ((gb) != 0) << 3 | (db) << 4)
+#define BWD_CASE(gb, db) (case_of(xb, relu && yb, relu) | ((gb) != 0) << 3 | (db) << 4)
 
 /* One set of loops from the kernels stats_<k>, fwd_<k>, bwd_stats_<k> and bwd_data_<k>: for each, the
  * switch over its instances (with the attributes ATTR, those of the kernels' target, so that the
@@ -204,13 +215,15 @@ static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1
                             const float *m, const float *b, int relu) {                            \
     switch (case_of(xb, yb, relu)) { CASES8(CASE_FWD, fwd_##k) }                                   \
   }                                                                                                \
-  ATTR void bwd_stats_##k##_cases(const void *x, int xb, const void *dy, int gb, const void *y,    \
-                                  int yb, size_t n, const float *m, double *s, double *sx) {       \
+  ATTR void bwd_stats_##k##_cases(const void *x, int xb, const void *dy, int gb, int relu, int yb,  \
+                                  size_t n, const float *m, const float *a, const float *b,        \
+                                  double *s, double *sx) {                                         \
     switch (BWD_CASE(gb, 0)) { CASES16(CASE_BWD_STATS, bwd_stats_##k) }                            \
   }                                                                                                \
-  ATTR void bwd_data_##k##_cases(const void *x, int xb, const void *dy, int gb, const void *y,     \
-                                 int yb, void *dx, int db, size_t n, const float *kf,              \
-                                 const float *shift, const float *slope, const float *m) {         \
+  ATTR void bwd_data_##k##_cases(const void *x, int xb, const void *dy, int gb, int relu, int yb,   \
+                                 void *dx, int db, size_t n, const float *kf, const float *shift,  \
+                                 const float *slope, const float *m, const float *a,               \
+                                 const float *b) {                                                 \
     switch (BWD_CASE(gb, db)) { CASES64(CASE_BWD_DATA, bwd_data_##k) }                             \
   }                                                                                                \
   static void stats_##k##_rows(const void *x, int xb, size_t n, double *s, double *ss) {           \
@@ -220,14 +233,16 @@ static int case_of(int xb, int yb, int relu) { return (xb != 0) | (yb != 0) << 1
                              const float *m, const float *b, int relu) {                           \
     fwd_rows(fwd_##k##_cases, x, xb, y, yb, n, a, m, b, relu);                                     \
   }                                                                                                \
-  static void bwd_stats_##k##_rows(const void *x, int xb, const void *dy, int gb, const void *y,   \
-                                   int yb, size_t n, const float *m, double *s, double *sx) {      \
-    bwd_stats_rows(bwd_stats_##k##_cases, x, xb, dy, gb, y, yb, n, m, s, sx);                      \
+  static void bwd_stats_##k##_rows(const void *x, int xb, const void *dy, int gb, int relu, int yb, \
+                                   size_t n, const float *m, const float *a, const float *b,       \
+                                   double *s, double *sx) {                                        \
+    bwd_stats_rows(bwd_stats_##k##_cases, x, xb, dy, gb, relu, yb, n, m, a, b, s, sx);             \
   }                                                                                                \
-  static void bwd_data_##k##_rows(const void *x, int xb, const void *dy, int gb, const void *y,    \
-                                  int yb, void *dx, int db, size_t n, const float *kf,             \
-                                  const float *shift, const float *slope, const float *m) {        \
-    bwd_data_rows(bwd_data_##k##_cases, x, xb, dy, gb, y, yb, dx, db, n, kf, shift, slope, m);     \
+  static void bwd_data_##k##_rows(const void *x, int xb, const void *dy, int gb, int relu, int yb,  \
+                                  void *dx, int db, size_t n, const float *kf, const float *shift, \
+                                  const float *slope, const float *m, const float *a,              \
+                                  const float *b) {                                                \
+    bwd_data_rows(bwd_data_##k##_cases, x, xb, dy, gb, relu, yb, dx, db, n, kf, shift, slope, m, a, b); \
   }                                                                                                \
   static const struct _tsr_bn_rows TABLE = {LABEL, stats_##k##_rows, fwd_##k##_rows,              \
                                             bwd_stats_##k##_rows, bwd_data_##k##_rows};
@@ -312,15 +327,21 @@ AVX void fwd_v(const void *x, int xb, void *y, int yb, size_t n, const float *a,
   }
 }
 
-AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, size_t n,
-                     const float *m, double *s, double *sx) {
-  const __m512 vm = _mm512_loadu_ps(m);
+/* the forward's value from x - m (fwd_v's operations), rounded as y was stored */
+AVX __m512 refwd16(__m512 d, __m512 va, __m512 vb, int yb) {
+  __m512 v = _mm512_add_ps(_mm512_mul_ps(va, d), vb);
+  return yb ? widen16(round16(v)) : v;
+}
+
+AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, int yb, int relu, size_t n, const float *m,
+                     const float *a, const float *b, double *s, double *sx) {
+  const __m512 vm = _mm512_loadu_ps(m), va = _mm512_loadu_ps(a), vb = _mm512_loadu_ps(b);
   __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
   __m512d q0 = _mm512_loadu_pd(sx), q1 = _mm512_loadu_pd(sx + 8);
   for (size_t k = 0; k < n; k += L) {
     __m512 g = load16(dy, gb, k);
-    if (has_y) g = relu16(g, load16(y, yb, k));
     __m512 d = _mm512_sub_ps(load16(x, xb, k), vm);
+    if (relu) g = relu16(g, refwd16(d, va, vb, yb));
     __m512d g0 = lo8(g), g1 = hi8(g);
     s0 = _mm512_add_pd(s0, g0), s1 = _mm512_add_pd(s1, g1);
     q0 = _mm512_fmadd_pd(g0, lo8(d), q0), q1 = _mm512_fmadd_pd(g1, hi8(d), q1); /* g d exact in double */
@@ -329,15 +350,17 @@ AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, const void *
   _mm512_storeu_pd(sx, q0), _mm512_storeu_pd(sx + 8, q1);
 }
 
-AVX void bwd_data_v(const void *x, int xb, const void *dy, int gb, const void *y, int yb, int has_y, void *dx, int db,
-                    size_t n, const float *kf, const float *shift, const float *slope, const float *m) {
+AVX void bwd_data_v(const void *x, int xb, const void *dy, int gb, int yb, int relu, void *dx, int db, size_t n,
+                    const float *kf, const float *shift, const float *slope, const float *m, const float *a,
+                    const float *b) {
   const __m512 vk = _mm512_loadu_ps(kf), vs = _mm512_loadu_ps(shift), vl = _mm512_loadu_ps(slope),
-               vm = _mm512_loadu_ps(m);
+               vm = _mm512_loadu_ps(m), va = _mm512_loadu_ps(a), vb = _mm512_loadu_ps(b);
   for (size_t k = 0; k < n; k += L) {
     __m512 g = load16(dy, gb, k);
-    if (has_y) g = relu16(g, load16(y, yb, k));
+    __m512 d = _mm512_sub_ps(load16(x, xb, k), vm);
+    if (relu) g = relu16(g, refwd16(d, va, vb, yb));
     __m512 t = _mm512_sub_ps(_mm512_mul_ps(vk, g), vs);
-    store16(dx, db, k, _mm512_sub_ps(t, _mm512_mul_ps(vl, _mm512_sub_ps(load16(x, xb, k), vm))));
+    store16(dx, db, k, _mm512_sub_ps(t, _mm512_mul_ps(vl, d)));
   }
 }
 

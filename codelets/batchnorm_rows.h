@@ -24,13 +24,16 @@ struct _tsr_bn_rows {
   /* y = a (x - m) + b, then y > 0 ? y : y 0 when relu */
   void (*fwd)(const void *x, int x_bf16, void *y, int y_bf16, size_t n, const float *a, const float *m,
               const float *b, int relu);
-  /* g = dy, or y > 0 ? dy : dy 0 when y (the relu's output); s[j] += g, sx[j] += g (x - m) */
-  void (*bwd_stats)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, size_t n,
-                    const float *m, double *s, double *sx);
+  /* g = dy, or with the relu v > 0 ? dy : dy 0 where v = a (x - m) + b is the forward's value
+   * recomputed bit for bit (y_bf16: v rounded to bf16 first, as y was stored); s[j] += g,
+   * sx[j] += g (x - m) */
+  void (*bwd_stats)(const void *x, int x_bf16, const void *dy, int dy_bf16, int relu, int y_bf16, size_t n,
+                    const float *m, const float *a, const float *b, double *s, double *sx);
   /* dx = (kf g - shift) - slope (x - m), g as in bwd_stats; dx_mode 0 float32, 1 bf16, TSR_BN_DX_ADD
    * or TSR_BN_DX_ADD_BF16 added into dx as above */
-  void (*bwd_data)(const void *x, int x_bf16, const void *dy, int dy_bf16, const void *y, int y_bf16, void *dx,
-                   int dx_mode, size_t n, const float *kf, const float *shift, const float *slope, const float *m);
+  void (*bwd_data)(const void *x, int x_bf16, const void *dy, int dy_bf16, int relu, int y_bf16, void *dx,
+                   int dx_mode, size_t n, const float *kf, const float *shift, const float *slope, const float *m,
+                   const float *a, const float *b);
 };
 
 /* The loops in use: the AVX-512 ones where the CPU has AVX-512F, else the portable ones. */

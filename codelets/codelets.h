@@ -205,7 +205,8 @@ struct _tsr_bn_desc {
   float eps, momentum;
   int blk;              /* CPU: channel block of x, y and their gradients (0: plain NCHW) */
   int relu;             /* CPU: y = relu(batchnorm(x)); backward takes dy of the relu's output and
-                         * reads y (the extra buffer of the bwd tasks) for its mask */
+                         * recomputes the forward's value from x, gamma and beta (the extra buffers
+                         * of the bwd tasks) for its mask */
   int overwrite;        /* stats, bwd_stats: acc, bwd_params: dgamma and dbeta are written
                          * (STARPU_W), not added into (the first slice's task, the step's only one) */
   int x_bf16, y_bf16;   /* CPU: x, y stored as bf16 (uint16_t bit patterns, same layout), loaded into
@@ -223,13 +224,14 @@ void _tsr_bn_fwd_cpu(const struct _tsr_bn_desc *d, const float *x, const float *
 /* eval: normalise with the running statistics */
 void _tsr_bn_fwd_eval_cpu(const struct _tsr_bn_desc *d, const float *x, const float *running_mean,
                           const float *running_var, const float *gamma, const float *beta, float *y);
-/* y: the forward's output, read when d->relu (NULL otherwise) */
+/* gamma, beta: the forward's, for the relu's mask when d->relu (else unused, may be NULL) */
 void _tsr_bn_bwd_stats_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *dy,
-                           const float *y, double *acc);                       /* acc += (=: overwrite) */
+                           const float *gamma, const float *beta, double *acc); /* acc += (=: overwrite) */
 /* dgamma += sum(dy xhat), dbeta += sum(dy); with d->overwrite = instead of += */
 void _tsr_bn_bwd_params_cpu(const struct _tsr_bn_desc *d, const double *acc, float *dgamma, float *dbeta);
+/* beta: the forward's, for the relu's mask when d->relu (else unused, may be NULL) */
 void _tsr_bn_bwd_data_cpu(const struct _tsr_bn_desc *d, const float *x, const float *stat, const float *gamma,
-                          const double *acc, const float *dy, const float *y, float *dx);
+                          const float *beta, const double *acc, const float *dy, float *dx);
 /* acc handles: vector of doubles [2c]; stat: vector of floats [2c]. The first slice's stats task
  * (d->overwrite) writes an acc handle, the later slices' add into it. */
 int _tsr_insert_bn_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t acc, const char *name);
@@ -240,15 +242,15 @@ int _tsr_insert_bn_fwd(const struct _tsr_bn_desc *d, starpu_data_handle_t x, sta
 int _tsr_insert_bn_fwd_eval(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t running_mean,
                             starpu_data_handle_t running_var, starpu_data_handle_t gamma, starpu_data_handle_t beta,
                             starpu_data_handle_t y, const char *name);
-/* y: the forward's output when d->relu, else NULL */
+/* gamma, beta: the parameters the forward read, for the relu's mask when d->relu (else unused) */
 int _tsr_insert_bn_bwd_stats(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
-                             starpu_data_handle_t dy, starpu_data_handle_t y, starpu_data_handle_t acc,
-                             const char *name);
+                             starpu_data_handle_t dy, starpu_data_handle_t gamma, starpu_data_handle_t beta,
+                             starpu_data_handle_t acc, const char *name);
 int _tsr_insert_bn_bwd_params(const struct _tsr_bn_desc *d, starpu_data_handle_t acc, starpu_data_handle_t dgamma,
                               starpu_data_handle_t dbeta, const char *name);
 int _tsr_insert_bn_bwd_data(const struct _tsr_bn_desc *d, starpu_data_handle_t x, starpu_data_handle_t stat,
-                            starpu_data_handle_t gamma, starpu_data_handle_t acc, starpu_data_handle_t dy,
-                            starpu_data_handle_t y, starpu_data_handle_t dx, const char *name);
+                            starpu_data_handle_t gamma, starpu_data_handle_t beta, starpu_data_handle_t acc,
+                            starpu_data_handle_t dy, starpu_data_handle_t dx, const char *name);
 
 /* ---- dropout (dropout.c): the mask is a pure function of (seed, element index), so backward
  * recomputes it and results do not depend on which worker runs the task. ---- */

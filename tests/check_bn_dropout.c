@@ -78,7 +78,7 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   size_t off = 0;
   for (int s = 0; s < sp->ns; s++) {
     struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
-    _tsr_bn_bwd_stats_cpu(&d, x + off, stat, dy + off, NULL, acc);
+    _tsr_bn_bwd_stats_cpu(&d, x + off, stat, dy + off, NULL, NULL, acc);
     off += (size_t)sp->sizes[s] * C * HW;
   }
   struct _tsr_bn_desc whole = slice_desc(sp->sizes[0]);
@@ -93,7 +93,7 @@ static void slices_bwd(const struct split *sp, const float *x, const float *stat
   off = 0;
   for (int s = 0; s < sp->ns; s++) {
     struct _tsr_bn_desc d = slice_desc(sp->sizes[s]);
-    _tsr_bn_bwd_data_cpu(&d, x + off, stat, gamma, acc, dy + off, NULL, dx + off);
+    _tsr_bn_bwd_data_cpu(&d, x + off, stat, gamma, NULL, acc, dy + off, dx + off);
     off += (size_t)sp->sizes[s] * C * HW;
   }
 }
@@ -271,10 +271,10 @@ START_TEST(bn_relu_on_blocked_layouts_matches_float64_reference) {
     }
     _tsr_bn_finalize_cpu(&d[0], acc, stat, rmean, rvar);
     for (int s = 0; s < 2; s++) _tsr_bn_fwd_cpu(&d[s], bx + off[s], stat, gamma, beta, by + off[s]);
-    for (int s = 0; s < 2; s++) _tsr_bn_bwd_stats_cpu(&d[s], bx + off[s], stat, bdy + off[s], by + off[s], bacc);
+    for (int s = 0; s < 2; s++) _tsr_bn_bwd_stats_cpu(&d[s], bx + off[s], stat, bdy + off[s], gamma, beta, bacc);
     _tsr_bn_bwd_params_cpu(&d[0], bacc, dg, db);
     for (int s = 0; s < 2; s++)
-      _tsr_bn_bwd_data_cpu(&d[s], bx + off[s], stat, gamma, bacc, bdy + off[s], by + off[s], bdx + off[s]);
+      _tsr_bn_bwd_data_cpu(&d[s], bx + off[s], stat, gamma, beta, bacc, bdy + off[s], bdx + off[s]);
     float y[PLEN], dx[PLEN];
     for (int n = 0; n < BN_; n++)
       for (int c = 0; c < (BC + blk - 1) / blk * blk; c++)
@@ -477,11 +477,11 @@ START_TEST(bn_phases_as_tasks_over_two_slices_match_raw_kernels) {
   ck_assert_int_eq(_tsr_insert_bn_finalize(&d[0], hacc, hstat, hrm, hrv, "bn.finalize"), 0);
   for (int s = 0; s < 2; s++) ck_assert_int_eq(_tsr_insert_bn_fwd(&d[s], hx[s], hstat, hg, hb, hy[s], "bn.fwd"), 0);
   for (int s = 0; s < 2; s++)
-    ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d[s], hx[s], hstat, hdy[s], NULL, hbacc, "bn.bwd_stats"), 0);
+    ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d[s], hx[s], hstat, hdy[s], NULL, NULL, hbacc, "bn.bwd_stats"), 0);
   d[0].overwrite = 0; /* bwd_params adds into dg, db */
   ck_assert_int_eq(_tsr_insert_bn_bwd_params(&d[0], hbacc, hdg, hdb, "bn.bwd_params"), 0);
   for (int s = 0; s < 2; s++)
-    ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d[s], hx[s], hstat, hg, hbacc, hdy[s], NULL, hdx[s], "bn.bwd_data"), 0);
+    ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d[s], hx[s], hstat, hg, NULL, hbacc, hdy[s], hdx[s], "bn.bwd_data"), 0);
   starpu_task_wait_for_all();
   starpu_data_handle_t all[] = {hx[0], hx[1], hdy[0], hdy[1], hy[0], hy[1], hdx[0], hdx[1], hg,
                                 hb, hstat, hrm, hrv, hdg, hdb, hacc, hbacc};

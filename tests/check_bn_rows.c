@@ -12,7 +12,9 @@
  *    bf16 dx is the float32 dx of that run rounded by convert.c, bitwise;
  *  - a dx added into (dx_add: a gradient holding other consumers' contributions) is the written dx
  *    plus those contents, bitwise (the accumulate task's one addition; in bf16 the sum of the rounded
- *    dx rounded), on both sets. */
+ *    dx rounded), on both sets;
+ *  - the relu's mask, which the backward recomputes from x, gamma and beta, is the stored y's also
+ *    where the forward's value is a float32 subnormal that rounds to 0 in bf16, or +0 from -0. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,13 +83,13 @@ static void run_bn_into(const struct cfg *g, const float *x, const float *dy, co
   for (int s = 0; s < S; s++) _tsr_bn_fwd_cpu(&d, r->x[s], r->stat, gamma, beta, r->y[s]);
   for (int s = 0; s < S; s++) {
     d.overwrite = s == 0;
-    _tsr_bn_bwd_stats_cpu(&d, r->x[s], r->stat, r->dy[s], g->relu ? r->y[s] : NULL, r->bacc);
+    _tsr_bn_bwd_stats_cpu(&d, r->x[s], r->stat, r->dy[s], gamma, beta, r->bacc);
   }
   d.overwrite = 1;
   _tsr_bn_bwd_params_cpu(&d, r->bacc, r->dgamma, r->dbeta);
   d.dx_add = pre != NULL;
   for (int s = 0; s < S; s++)
-    _tsr_bn_bwd_data_cpu(&d, r->x[s], r->stat, gamma, r->bacc, r->dy[s], g->relu ? r->y[s] : NULL, r->dx[s]);
+    _tsr_bn_bwd_data_cpu(&d, r->x[s], r->stat, gamma, beta, r->bacc, r->dy[s], r->dx[s]);
 }
 
 static void run_bn(const struct cfg *g, const float *x, const float *dy, const float *gamma, const float *beta,
@@ -229,6 +231,36 @@ START_TEST(kernels_match_float64_and_both_loop_sets_agree_bitwise) {
 }
 END_TEST
 
+/* Loop _i over the configurations with the relu, on both loop sets: channels 3-5 hold one value
+ * (x - mean = 0, so the forward's value is beta) with beta the smallest float32 subnormal (y > 0 in
+ * float32, 0 once rounded to bf16), -0 (y = +0) and 1e-30 (y > 0 in both). check_reference masks
+ * with the stored y, so a mask recomputed without y's rounding, or with the sign of -0 kept, shows as
+ * a gradient off by about gamma invstd dy. */
+START_TEST(relu_mask_is_the_stored_ys_at_zero_and_subnormals) {
+  const struct cfg *g = &cfgs[_i];
+  if (!g->relu) return;
+  float *x = malloc(NALL * 4), *dy = malloc(NALL * 4), gamma[C], beta[C];
+  inputs(x, dy, gamma, beta, _i);
+  for (int c = 3; c <= 5; c++)
+    for (int n = 0; n < S * NS; n++)
+      for (int k = 0; k < HW; k++) x[at(n, c, k)] = 0.5f;
+  beta[3] = 0x1p-149f, beta[4] = -0.0f, beta[5] = 1e-30f;
+  const struct _tsr_bn_rows *sets[2] = {_tsr_bn_rows_portable(), _tsr_bn_rows_avx512()};
+  for (int k = 0; k < 2 && sets[k]; k++) {
+    struct run r;
+    _tsr_bn_rows_use(sets[k]);
+    run_bn(g, x, dy, gamma, beta, &r);
+    check_reference(g, dy, gamma, beta, &r);
+    /* the stored y of channel 3: positive in float32, 0 in bf16 (the case the rounding is for) */
+    ck_assert_msg((stored(g, r.y, 0, idx(g->blk, 0, 3, 0)) > 0) == !g->bf16, "%s: y of channel 3 is %.9g",
+                  name_of(g), (double)stored(g, r.y, 0, idx(g->blk, 0, 3, 0)));
+    free_run(&r);
+  }
+  _tsr_bn_rows_use(NULL);
+  free(x), free(dy);
+}
+END_TEST
+
 /* Loop _i over the configurations with bf16 gradients, on the loops in use: the run with bf16 dy
  * and dx against the run with float32 dy holding the same (bf16) values and float32 dx. Loading a
  * bf16 dy must change nothing (sums bitwise equal), and each bf16 dx must be that run's float32 dx
@@ -338,6 +370,7 @@ static Suite *make_suite(void) {
   tcase_add_test(t, bf16_rounding_is_convert_c_on_both_loop_sets);
   tcase_add_loop_test(t, bf16_gradients_are_float32_ones_rounded, 0, NCFG);
   tcase_add_loop_test(t, dx_added_into_is_the_written_dx_plus_the_contents, 0, NCFG);
+  tcase_add_loop_test(t, relu_mask_is_the_stored_ys_at_zero_and_subnormals, 0, NCFG);
   suite_add_tcase(s, t);
   return s;
 }

@@ -113,6 +113,34 @@ START_TEST(blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them
 }
 END_TEST
 
+/* Asynchronous slices fuse no relu: the fused backward recomputes the relu's mask from gamma and
+ * beta, which another slice's update may change between a slice's forward and backward. The same
+ * model in the same (non-deterministic) context fuses both relus without them. */
+START_TEST(asynchronous_slices_fuse_no_relu) {
+  tsr_context_opts co;
+  tsr_context_opts_default(&co);
+  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
+  tsr_context *ctx = NULL;
+  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_model *m = dense_model(TSR_LAYER_RELU);
+  for (int async = 0; async < 2; async++) {
+    tsr_trainer_opts o;
+    tsr_trainer_opts_default(&o);
+    o.batch = 5, o.slices = 2, o.seed = 11, o.async_slices = async;
+    tsr_trainer *t;
+    ck_assert_msg(tsr_trainer_create(&t, ctx, m, NULL, &o) == TSR_OK, "%s", tsr_last_error());
+    int fused = !!t->act_blk && !async; /* fusion comes with the blocked layouts */
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "bn0")].relu, fused ? _tsr_model_find(m, "r0") : -1);
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "bn1")].relu, fused ? _tsr_model_find(m, "r1") : -1);
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "r0")].fused, fused);
+    ck_assert_int_eq(t->ls[_tsr_model_find(m, "r1")].fused, fused);
+    tsr_trainer_destroy(t);
+  }
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+}
+END_TEST
+
 /* A trainer for m with tsr_trainer_opts.act_block = opt (TESSERA_ACT_BLOCK as set). */
 static tsr_status create_at(tsr_context *ctx, tsr_model *m, int opt, tsr_trainer **t) {
   tsr_trainer_opts o;
@@ -586,6 +614,7 @@ static Suite *make_layout_suite(void) {
   TCase *tc = tcase_create("layout");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them);
+  tcase_add_test(tc, asynchronous_slices_fuse_no_relu);
   tcase_add_test(tc, the_block_is_the_one_that_pads_the_convolutions_least);
   tcase_add_loop_test(tc, blocked_graph_gradient_matches_finite_differences, 0, 2);
   tcase_add_loop_test(tc, blocked_fused_gradient_matches_the_plain_one, 0, 2);

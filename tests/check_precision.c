@@ -425,13 +425,12 @@ START_TEST(test_bf16_stored_batchnorm_against_float64) {
   for (int s = 0; s < S; s++) _tsr_bn_fwd_cpu(&d, (const float *)xs[s], stat, gamma, beta, (float *)ys[s]);
   for (int s = 0; s < S; s++) {
     d.overwrite = s == 0;
-    _tsr_bn_bwd_stats_cpu(&d, (const float *)xs[s], stat, dys[s], relu ? (const float *)ys[s] : NULL, bacc);
+    _tsr_bn_bwd_stats_cpu(&d, (const float *)xs[s], stat, dys[s], gamma, beta, bacc);
   }
   d.overwrite = 1;
   _tsr_bn_bwd_params_cpu(&d, bacc, dgamma, dbeta);
   for (int s = 0; s < S; s++)
-    _tsr_bn_bwd_data_cpu(&d, (const float *)xs[s], stat, gamma, bacc, dys[s], relu ? (const float *)ys[s] : NULL,
-                         dxs[s]);
+    _tsr_bn_bwd_data_cpu(&d, (const float *)xs[s], stat, gamma, beta, bacc, dys[s], dxs[s]);
   /* float64 reference on the stored (bf16) x */
   float *xv = malloc(N * 4), *yv = malloc(N * 4), *dxv = malloc(N * 4);
   for (int s = 0; s < S; s++) {

@@ -3,7 +3,10 @@
  * so slice 0 opens an accumulation, each slice adds to it, and the last slice's call closes it and
  * submits every slice's normalisation (forward) or data gradient (backward); with spatially split
  * samples the closing call first sums the accumulation over the spatial group. With c->relu, a
- * following relu runs in the same tasks (y and dy are the relu's). State: the forward
+ * following relu runs in the same tasks (y and dy are the relu's; the backward recomputes the
+ * relu's mask from x, the statistics, gamma and beta, so the caller must not change gamma and beta
+ * between a slice's forward and backward: asynchronous slices, whose updates may, do not fuse the
+ * relu, train/layout.c). State: the forward
  * and backward sums (double [2c]) and the batch's mean and inverse std (float [2c]).
  *
  * With c->slice_stats (asynchronous slices: no join between slices) each slice is a batch of its
@@ -98,20 +101,17 @@ static int bn_forward(const struct _tsr_layer_call *c) {
   return ret;
 }
 
-/* The fused relu's output (its backward's mask), or NULL. */
-static starpu_data_handle_t relu_y(const struct _tsr_layer_call *c, int s) { return c->relu ? c->y[s] : NULL; }
-
 /* The backward of slice c->s's own normalisation (c->slice_stats); dw are the slice's own. */
 static int slice_backward(const struct _tsr_layer_call *c, struct _tsr_bn_desc *d) {
   const starpu_data_handle_t *st = c->state;
   const char *nm = c->v->name;
   const int s = c->s;
   d->overwrite = 1;
-  int ret = _tsr_insert_bn_bwd_stats(d, c->x[0][s], st[STAT], c->dy[s], relu_y(c, s), st[ACC_B], nm);
+  int ret = _tsr_insert_bn_bwd_stats(d, c->x[0][s], st[STAT], c->dy[s], c->w[GAMMA], c->w[BETA], st[ACC_B], nm);
   d->overwrite = c->dw_first;
   if (!ret) ret = _tsr_insert_bn_bwd_params(d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
   if (!ret && c->dx[0])
-    ret = _tsr_insert_bn_bwd_data(d, c->x[0][s], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[s], relu_y(c, s),
+    ret = _tsr_insert_bn_bwd_data(d, c->x[0][s], st[STAT], c->w[GAMMA], c->w[BETA], st[ACC_B], c->dy[s],
                                   c->dx[0][s], nm);
   if (!ret) ret = _tsr_layer_dx_done(c, 0, s);
   return ret;
@@ -123,7 +123,8 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   const char *nm = c->v->name;
   if (c->slice_stats) return slice_backward(c, &d);
   d.overwrite = c->s == 0; /* slice 0's sums are written, the later slices' added */
-  int ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], relu_y(c, c->s), st[ACC_B], nm);
+  int ret = _tsr_insert_bn_bwd_stats(&d, c->x[0][c->s], st[STAT], c->dy[c->s], c->w[GAMMA], c->w[BETA], st[ACC_B],
+                                     nm);
   if (ret || c->s != c->slices - 1) return ret;
   d.overwrite = c->dw_first; /* the step's only writer of the parameters' gradients */
   ret = _tsr_insert_bn_bwd_params(&d, st[ACC_B], c->dw[GAMMA], c->dw[BETA], nm);
@@ -132,7 +133,7 @@ static int bn_backward(const struct _tsr_layer_call *c) {
   if (!ret && c->group_sum) ret = c->group_sum(c->owner, st[ACC_B], 1);
   for (int k = 0; !ret && c->dx[0] && k < c->slices; k++) {
     struct _tsr_bn_desc dk = bn_desc(c, k);
-    ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], st[ACC_B], c->dy[k], relu_y(c, k),
+    ret = _tsr_insert_bn_bwd_data(&dk, c->x[0][k], st[STAT], c->w[GAMMA], c->w[BETA], st[ACC_B], c->dy[k],
                                   c->dx[0][k], nm);
     if (!ret) ret = _tsr_layer_dx_done(c, 0, k);
   }

@@ -3,7 +3,9 @@
  * producer and every consumer handle it, so convolutions read and write it directly instead of
  * reordering on every call; the model's input and output stay plain NCHW (load, loss and predictions
  * read them).
- * A relu that is the only consumer of an entry with fuse_relu (batchnorm) runs inside its tasks.
+ * A relu that is the only consumer of an entry with fuse_relu (batchnorm) runs inside its tasks,
+ * except with asynchronous slices: the fused backward recomputes the relu's mask from the layer's
+ * parameters, which another slice's update may change between a slice's forward and backward.
  * Where a convolution's kernels take another layout than its input's or output's (a blocked one
  * next to the model's input and output or a layer that takes only plain data; a plain one for some
  * shapes with few channels), the convolution reads and writes a copy in that layout, and reorder
@@ -268,7 +270,7 @@ tsr_status _tsr_trainer_plan(tsr_trainer *t, const tsr_trainer_opts *o, int spat
     t->ls[l].relu = -1;
   }
   free(ok);
-  for (int l = 0; on && l < m->n; l++) {
+  for (int l = 0; on && !t->async && l < m->n; l++) {
     int r = m->layers[l].ops->fuse_relu && t->ls[l].live && l != t->output_layer ? only_consumer(t, l) : -1;
     if (r < 0 || m->layers[r].spec.kind != TSR_LAYER_RELU) continue;
     t->ls[l].relu = r;

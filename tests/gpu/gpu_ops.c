@@ -401,18 +401,18 @@ START_TEST(test_batchnorm_chain_matches_cpu) {
   ck_assert_int_eq(_tsr_insert_bn_finalize(&d, hs[6], hs[8], hs[4], hs[5], "finalize"), 0);
   ck_assert_int_eq(_tsr_insert_bn_fwd(&d, hs[0], hs[8], hs[2], hs[3], hs[11], "fwd"), 0);
   ck_assert_int_eq(_tsr_insert_bn_fwd_eval(&d, hs[0], hs[4], hs[5], hs[2], hs[3], hs[12], "fwd eval"), 0);
-  ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d, hs[0], hs[8], hs[1], NULL, hs[7], "bwd stats"), 0);
+  ck_assert_int_eq(_tsr_insert_bn_bwd_stats(&d, hs[0], hs[8], hs[1], NULL, NULL, hs[7], "bwd stats"), 0);
   d.overwrite = 0; /* bwd params adds into dgamma, dbeta */
   ck_assert_int_eq(_tsr_insert_bn_bwd_params(&d, hs[7], hs[9], hs[10], "bwd params"), 0);
-  ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d, hs[0], hs[8], hs[2], hs[7], hs[1], NULL, hs[13], "bwd data"), 0);
+  ck_assert_int_eq(_tsr_insert_bn_bwd_data(&d, hs[0], hs[8], hs[2], NULL, hs[7], hs[1], hs[13], "bwd data"), 0);
   gt_done(hs, 14);
   _tsr_bn_stats_cpu(&d, x, accc);
   _tsr_bn_finalize_cpu(&d, accc, statc, rmc, rvc);
   _tsr_bn_fwd_cpu(&d, x, statc, gamma, beta, yc);
   _tsr_bn_fwd_eval_cpu(&d, x, rmc, rvc, gamma, beta, yec);
-  _tsr_bn_bwd_stats_cpu(&d, x, statc, dy, NULL, acc2c);
+  _tsr_bn_bwd_stats_cpu(&d, x, statc, dy, NULL, NULL, acc2c);
   _tsr_bn_bwd_params_cpu(&d, acc2c, dgc, dbc);
-  _tsr_bn_bwd_data_cpu(&d, x, statc, gamma, acc2c, dy, NULL, dxc);
+  _tsr_bn_bwd_data_cpu(&d, x, statc, gamma, NULL, acc2c, dy, dxc);
   gt_close_d(acc, accc, 8, 1e-10, "batch-norm sums");
   gt_close(stat, statc, 8, ELEM_ATOL, ELEM_RTOL, "batch-norm mean and inverse std");
   gt_close(rm, rmc, 4, ELEM_ATOL, ELEM_RTOL, "batch-norm running mean");
