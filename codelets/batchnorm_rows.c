@@ -7,9 +7,11 @@
  *    formula of convert.c (AVX512-BF16's instruction flushes subnormals, so it is not used);
  *  - a row's last n mod 16 values go through the same full-width loop on a zero-padded copy, whose
  *    padding lanes add +0 to the sums and are not written back;
- *  - the backward's relu mask recomputes the forward's value from x with the forward's operations
- *    and coefficients (so the same bits, and the same rounding to bf16 where y is stored in bf16)
- *    rather than reading y: one stream fewer through memory in both backward loops. */
+ *  - the backward's relu mask recomputes the forward's value v from x with the forward's operations
+ *    and coefficients (so the same bits) rather than reading y: one stream fewer through memory in
+ *    both backward loops. y > 0 exactly when v > 0, or, where y is stored in bf16, when v exceeds
+ *    BF16_ZERO_MAX, the largest float32 that rounds to bf16 +0 (nearest even: bits up to 0x8000, so
+ *    2^-134): one comparison either way, no rounding in the loop. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -110,13 +112,14 @@ INLINE void store1(void *p, int bf, size_t k, float v) {
   else ((float *)p)[k] = v;
 }
 
+#define BF16_ZERO_MAX 0x1p-134f
+
 INLINE float relu_p(float v) { return v > 0 ? v : v * 0.f; }
-/* g where the forward's y was positive: v = a (x - m) + b as fwd_p computes it, rounded as y was
- * stored (relu(v) > 0 exactly when v > 0, and after rounding to bf16 exactly when the rounded v is) */
+/* g where the forward's y was positive: v = a (x - m) + b as fwd_p computes it, y > 0 exactly when
+ * v > 0 (float32 y) or v > BF16_ZERO_MAX (bf16 y) */
 INLINE float mask_p(float g, float a, float x, float m, float b, int yb) {
   float v = a * (x - m) + b;
-  if (yb) v = _tsr_bf16_widen(_tsr_bf16_round(v));
-  return v > 0 ? g : g * 0.f;
+  return v > (yb ? BF16_ZERO_MAX : 0.f) ? g : g * 0.f;
 }
 
 INLINE void stats_p(const void *x, int xb, size_t n, double *s, double *ss) {
@@ -293,9 +296,9 @@ AVX void store16(void *p, int bf, size_t k, __m512 v) {
   _mm256_storeu_si256((__m256i *)((uint16_t *)p + k), _mm512_cvtepi32_epi16(round16(v)));
 }
 
-/* v > 0 ? v : v 0 (and g where y > 0, else g 0) */
-AVX __m512 relu16(__m512 v, __m512 y) {
-  __mmask16 pos = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ);
+/* v > 0 ? v : v 0 */
+AVX __m512 relu16(__m512 v) {
+  __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
   return _mm512_mask_mov_ps(_mm512_mul_ps(v, _mm512_setzero_ps()), pos, v);
 }
 
@@ -323,14 +326,16 @@ AVX void fwd_v(const void *x, int xb, void *y, int yb, size_t n, const float *a,
   const __m512 va = _mm512_loadu_ps(a), vm = _mm512_loadu_ps(m), vb = _mm512_loadu_ps(b);
   for (size_t k = 0; k < n; k += L) {
     __m512 v = _mm512_add_ps(_mm512_mul_ps(va, _mm512_sub_ps(load16(x, xb, k), vm)), vb);
-    store16(y, yb, k, relu ? relu16(v, v) : v);
+    store16(y, yb, k, relu ? relu16(v) : v);
   }
 }
 
-/* the forward's value from x - m (fwd_v's operations), rounded as y was stored */
-AVX __m512 refwd16(__m512 d, __m512 va, __m512 vb, int yb) {
+/* g where the forward's y was positive: v from d = x - m with fwd_v's operations, compared as
+ * mask_p compares it */
+AVX __m512 mask16(__m512 g, __m512 d, __m512 va, __m512 vb, int yb) {
   __m512 v = _mm512_add_ps(_mm512_mul_ps(va, d), vb);
-  return yb ? widen16(round16(v)) : v;
+  __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_set1_ps(yb ? BF16_ZERO_MAX : 0.f), _CMP_GT_OQ);
+  return _mm512_mask_mov_ps(_mm512_mul_ps(g, _mm512_setzero_ps()), pos, g);
 }
 
 AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, int yb, int relu, size_t n, const float *m,
@@ -341,7 +346,7 @@ AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, int yb, int 
   for (size_t k = 0; k < n; k += L) {
     __m512 g = load16(dy, gb, k);
     __m512 d = _mm512_sub_ps(load16(x, xb, k), vm);
-    if (relu) g = relu16(g, refwd16(d, va, vb, yb));
+    if (relu) g = mask16(g, d, va, vb, yb);
     __m512d g0 = lo8(g), g1 = hi8(g);
     s0 = _mm512_add_pd(s0, g0), s1 = _mm512_add_pd(s1, g1);
     q0 = _mm512_fmadd_pd(g0, lo8(d), q0), q1 = _mm512_fmadd_pd(g1, hi8(d), q1); /* g d exact in double */
@@ -358,7 +363,7 @@ AVX void bwd_data_v(const void *x, int xb, const void *dy, int gb, int yb, int r
   for (size_t k = 0; k < n; k += L) {
     __m512 g = load16(dy, gb, k);
     __m512 d = _mm512_sub_ps(load16(x, xb, k), vm);
-    if (relu) g = relu16(g, refwd16(d, va, vb, yb));
+    if (relu) g = mask16(g, d, va, vb, yb);
     __m512 t = _mm512_sub_ps(_mm512_mul_ps(vk, g), vs);
     store16(dx, db, k, _mm512_sub_ps(t, _mm512_mul_ps(vl, d)));
   }

@@ -231,29 +231,33 @@ START_TEST(kernels_match_float64_and_both_loop_sets_agree_bitwise) {
 }
 END_TEST
 
-/* Loop _i over the configurations with the relu, on both loop sets: channels 3-5 hold one value
- * (x - mean = 0, so the forward's value is beta) with beta the smallest float32 subnormal (y > 0 in
- * float32, 0 once rounded to bf16), -0 (y = +0) and 1e-30 (y > 0 in both). check_reference masks
- * with the stored y, so a mask recomputed without y's rounding, or with the sign of -0 kept, shows as
- * a gradient off by about gamma invstd dy. */
+/* Loop _i over the configurations with the relu, on both loop sets: channels 3-7 hold one value
+ * (x - mean = 0, so the forward's value is beta) with beta the smallest float32 subnormal and 2^-134
+ * (y > 0 in float32, 0 once rounded to bf16: 2^-134 is a tie that rounds to the even 0), -0 (y = +0),
+ * 1e-30 and 2^-133 (y > 0 in both: 2^-133 rounds to bf16's smallest subnormal). check_reference
+ * masks with the stored y, so a mask that misses y's rounding by one step either way, or keeps the
+ * sign of -0, shows as a gradient off by about gamma invstd dy. */
 START_TEST(relu_mask_is_the_stored_ys_at_zero_and_subnormals) {
   const struct cfg *g = &cfgs[_i];
   if (!g->relu) return;
   float *x = malloc(NALL * 4), *dy = malloc(NALL * 4), gamma[C], beta[C];
   inputs(x, dy, gamma, beta, _i);
-  for (int c = 3; c <= 5; c++)
+  for (int c = 3; c <= 7; c++)
     for (int n = 0; n < S * NS; n++)
       for (int k = 0; k < HW; k++) x[at(n, c, k)] = 0.5f;
-  beta[3] = 0x1p-149f, beta[4] = -0.0f, beta[5] = 1e-30f;
+  beta[3] = 0x1p-149f, beta[4] = -0.0f, beta[5] = 1e-30f, beta[6] = 0x1p-134f, beta[7] = 0x1p-133f;
   const struct _tsr_bn_rows *sets[2] = {_tsr_bn_rows_portable(), _tsr_bn_rows_avx512()};
   for (int k = 0; k < 2 && sets[k]; k++) {
     struct run r;
     _tsr_bn_rows_use(sets[k]);
     run_bn(g, x, dy, gamma, beta, &r);
     check_reference(g, dy, gamma, beta, &r);
-    /* the stored y of channel 3: positive in float32, 0 in bf16 (the case the rounding is for) */
-    ck_assert_msg((stored(g, r.y, 0, idx(g->blk, 0, 3, 0)) > 0) == !g->bf16, "%s: y of channel 3 is %.9g",
-                  name_of(g), (double)stored(g, r.y, 0, idx(g->blk, 0, 3, 0)));
+    /* the stored y: channels 3 and 6 positive in float32, 0 in bf16; channel 7 positive in both */
+    for (int c = 3; c <= 7; c++) {
+      int pos = c == 5 || c == 7 || (!g->bf16 && (c == 3 || c == 6));
+      ck_assert_msg((stored(g, r.y, 0, idx(g->blk, 0, c, 0)) > 0) == pos, "%s: y of channel %d is %.9g", name_of(g),
+                    c, (double)stored(g, r.y, 0, idx(g->blk, 0, c, 0)));
+    }
     free_run(&r);
   }
   _tsr_bn_rows_use(NULL);
