@@ -296,11 +296,11 @@ AVX void store16(void *p, int bf, size_t k, __m512 v) {
   _mm256_storeu_si256((__m256i *)((uint16_t *)p + k), _mm512_cvtepi32_epi16(round16(v)));
 }
 
+/* g in the lanes of pos, else g 0 (NaN and infinities stay NaN, as mask_p's g * 0.f) */
+AVX __m512 keep16(__m512 g, __mmask16 pos) { return _mm512_mask_mov_ps(_mm512_mul_ps(g, _mm512_setzero_ps()), pos, g); }
+
 /* v > 0 ? v : v 0 */
-AVX __m512 relu16(__m512 v) {
-  __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
-  return _mm512_mask_mov_ps(_mm512_mul_ps(v, _mm512_setzero_ps()), pos, v);
-}
+AVX __m512 relu16(__m512 v) { return keep16(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ)); }
 
 /* lanes 0-7 and 8-15 as doubles */
 AVX __m512d lo8(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
@@ -334,8 +334,7 @@ AVX void fwd_v(const void *x, int xb, void *y, int yb, size_t n, const float *a,
  * mask_p compares it */
 AVX __m512 mask16(__m512 g, __m512 d, __m512 va, __m512 vb, int yb) {
   __m512 v = _mm512_add_ps(_mm512_mul_ps(va, d), vb);
-  __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_set1_ps(yb ? BF16_ZERO_MAX : 0.f), _CMP_GT_OQ);
-  return _mm512_mask_mov_ps(_mm512_mul_ps(g, _mm512_setzero_ps()), pos, g);
+  return keep16(g, _mm512_cmp_ps_mask(v, _mm512_set1_ps(yb ? BF16_ZERO_MAX : 0.f), _CMP_GT_OQ));
 }
 
 AVX void bwd_stats_v(const void *x, int xb, const void *dy, int gb, int yb, int relu, size_t n, const float *m,

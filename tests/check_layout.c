@@ -30,15 +30,16 @@ static int fill(void *user, int64_t step, int index, float *x, float *y) {
   return 0;
 }
 
-static tsr_context *start_at(int precision) {
+static tsr_context *start_with(int precision, int deterministic) {
   tsr_context_opts o;
   tsr_context_opts_default(&o);
-  o.ncpus = 2, o.use_mpi = 0, o.deterministic = 1, o.verbose = 0, o.precision = precision;
+  o.ncpus = 2, o.use_mpi = 0, o.deterministic = deterministic, o.verbose = 0, o.precision = precision;
   tsr_context *ctx = NULL;
   ck_assert_msg(tsr_context_create(&ctx, &o, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   return ctx;
 }
 
+static tsr_context *start_at(int precision) { return start_with(precision, 1); }
 static tsr_context *start(void) { return start_at(TSR_PRECISION_F32); }
 
 static void add(tsr_model *m, const char *name, tsr_layer_spec *s, const char **in, int nin) {
@@ -117,11 +118,7 @@ END_TEST
  * beta, which another slice's update may change between a slice's forward and backward. The same
  * model in the same (non-deterministic) context fuses both relus without them. */
 START_TEST(asynchronous_slices_fuse_no_relu) {
-  tsr_context_opts co;
-  tsr_context_opts_default(&co);
-  co.ncpus = 2, co.use_mpi = 0, co.verbose = 0;
-  tsr_context *ctx = NULL;
-  ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
+  tsr_context *ctx = start_with(TSR_PRECISION_F32, 0);
   tsr_model *m = dense_model(TSR_LAYER_RELU);
   for (int async = 0; async < 2; async++) {
     tsr_trainer_opts o;
