@@ -968,14 +968,17 @@ START_TEST(test_loss_scaler_state_travels_in_checkpoints) {
 }
 END_TEST
 
-START_TEST(test_fp16_refused_on_cpus_and_bad_scales_named) {
+START_TEST(test_fp16_and_gpu_only_refused_on_cpus_and_bad_scales_named) {
   tsr_context_opts co;
   tsr_context_opts_default(&co);
   co.ncpus = 1, co.use_mpi = 0, co.verbose = 0, co.precision = TSR_PRECISION_FP16;
   tsr_context *ctx = NULL;
   ck_assert_int_eq(tsr_context_create(&ctx, &co, NULL, NULL), TSR_ERR_ARG);
   ck_assert_ptr_nonnull(strstr(tsr_last_error(), "fp16 needs a CUDA worker"));
-  co.precision = TSR_PRECISION_F32;
+  co.precision = TSR_PRECISION_F32, co.gpu_only = 1;
+  ck_assert_int_eq(tsr_context_create(&ctx, &co, NULL, NULL), TSR_ERR_ARG);
+  ck_assert_ptr_nonnull(strstr(tsr_last_error(), "gpu_only needs a CUDA worker"));
+  co.gpu_only = 0;
   ck_assert_msg(tsr_context_create(&ctx, &co, NULL, NULL) == TSR_OK, "%s", tsr_last_error());
   tsr_model *m;
   ck_assert_int_eq(tsr_model_create(&m, "ls"), TSR_OK);
@@ -1046,7 +1049,7 @@ static Suite *make_precision_suite(void) {
   tcase_add_test(tr, test_power_of_two_loss_scale_is_bitwise_exact);
   tcase_add_test(tr, test_overflowing_loss_scale_skips_steps_and_halves);
   tcase_add_test(tr, test_loss_scaler_state_travels_in_checkpoints);
-  tcase_add_test(tr, test_fp16_refused_on_cpus_and_bad_scales_named);
+  tcase_add_test(tr, test_fp16_and_gpu_only_refused_on_cpus_and_bad_scales_named);
   suite_add_tcase(s, tr);
   return s;
 }

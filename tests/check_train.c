@@ -305,6 +305,23 @@ START_TEST(a_single_process_schedules_with_eager_unless_told) {
 }
 END_TEST
 
+/* StarPU's background write-backs of GPU buffers are off unless the user sets them (context.c). */
+START_TEST(gpu_write_backs_are_off_unless_the_user_sets_them) {
+  const char *names[] = {"STARPU_MINIMUM_CLEAN_BUFFERS", "STARPU_TARGET_CLEAN_BUFFERS"};
+  for (int user = 0; user < 2; user++) {
+    for (int i = 0; i < 2; i++) user ? setenv(names[i], "7", 1) : unsetenv(names[i]);
+    tsr_context *ctx = start(0, 1);
+    for (int i = 0; i < 2; i++) {
+      const char *v = getenv(names[i]);
+      ck_assert_msg(v && !strcmp(v, user ? "7" : "0"), "%s is %s with the user's %s", names[i], v ? v : "unset",
+                    user ? "7" : "unset");
+    }
+    tsr_context_destroy(ctx);
+  }
+  for (int i = 0; i < 2; i++) unsetenv(names[i]);
+}
+END_TEST
+
 START_TEST(eval_counts_only_valid_samples) {
   tsr_context *ctx = start(1, 2);
   tsr_model *m = dag_model();
@@ -754,6 +771,7 @@ static Suite *make_train_suite(void) {
   tcase_add_test(tc, idle_workers_sleeping_or_polling_train_identically);
   tcase_add_test(tc, idle_workers_sleep_when_yielding);
   tcase_add_test(tc, a_single_process_schedules_with_eager_unless_told);
+  tcase_add_test(tc, gpu_write_backs_are_off_unless_the_user_sets_them);
   tcase_add_test(tc, eval_counts_only_valid_samples);
   tcase_add_test(tc, gradient_groups_follow_the_layout_setting);
   tcase_add_test(tc, group_size_falls_back_to_the_environment);

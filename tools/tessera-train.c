@@ -256,6 +256,7 @@ int main(int argc, char **argv) {
   tsr_context_opts_default(&copts);
   copts.ncpus = o.workers;
   copts.deterministic = o.deterministic;
+  copts.gpu_only = o.gpu_only;
   copts.precision = o.precision;
   copts.seed = o.seed;
   copts.verbose = o.quiet ? 0 : o.verbose ? 2 : 1;

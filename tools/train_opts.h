@@ -16,7 +16,7 @@ struct train_opts {
   const char *input_dataset, *target_dataset, *predict_png; /* data: dataset names; PNG folder */
   int no_standardize, standardize_targets, predict_count;
   double val_fraction; /* < 0: not given */
-  int epochs, batch, slices, workers, deterministic, quiet, verbose;
+  int epochs, batch, slices, workers, gpu_only, deterministic, quiet, verbose;
   int precision;       /* tsr_precision */
   int grad_reduce;     /* tsr_reduce_precision of the gradient reductions across ranks */
   const char *collective; /* --collective: the reductions' algorithm (NULL: the library's default) */

@@ -40,6 +40,8 @@ typedef struct tsr_context_opts {
   int precision;        /* tsr_precision; default TSR_PRECISION_F32 */
   int idle;             /* tsr_idle; 0 = TESSERA_IDLE=yield|spin, else yield (spin under MPI) */
   int mpi_progress;     /* tsr_mpi_progress; 0 = TESSERA_MPI_PROGRESS=thread|worker, else worker */
+  int gpu_only;         /* 1 = every task that has a CUDA kernel runs on a CUDA worker (refused without one);
+                           CPU workers run only what has no CUDA kernel (reading samples, losses) */
 } tsr_context_opts;
 
 void tsr_context_opts_default(tsr_context_opts *opts);

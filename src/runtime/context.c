@@ -141,6 +141,13 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
   /* Kernel libraries run one thread per StarPU worker: parallelism comes from the task graph. */
   openblas_set_num_threads(1);
   if (!_tsr_env_is_set("STARPU_SILENT") && opts->verbose < 2) setenv("STARPU_SILENT", "1", 0);
+  /* StarPU keeps 5 to 10% of a GPU's buffers clean by copying modified ones back to main memory while
+   * it works. A training step rewrites every activation and gradient, so on GPUs that meant a stream of
+   * write-backs of buffers up to hundreds of MB each step, which delayed ready tasks by 10-70 ms each
+   * (H200, bench/README.md "GPU"). Nothing needs those copies: buffers are written back when memory runs
+   * short, or when the CPU reads them. The user's settings win. */
+  setenv("STARPU_MINIMUM_CLEAN_BUFFERS", "0", 0);
+  setenv("STARPU_TARGET_CLEAN_BUFFERS", "0", 0);
 
   struct starpu_conf conf;
   starpu_conf_init(&conf);
@@ -203,6 +210,13 @@ tsr_status tsr_context_create(tsr_context **ctx, const tsr_context_opts *opts, i
     return _tsr_error(TSR_ERR_ARG, "tsr_context_create: precision fp16 needs a CUDA worker (CPU convolutions have "
                                    "no fp16 path: oneDNN here creates no f16 convolution); use bf16 on CPUs");
   }
+  if (opts->gpu_only && starpu_cuda_worker_get_count() == 0) {
+    stop_runtime(c->use_mpi);
+    free(c);
+    return _tsr_error(TSR_ERR_ARG, "tsr_context_create: gpu_only needs a CUDA worker, and StarPU started none "
+                                   "(no GPU, STARPU_NCUDA=0, or a StarPU without CUDA)");
+  }
+  _tsr_set_gpu_only(opts->gpu_only);
   _tsr_hang_watch_start();
   context_alive = 1;
   _tsr_log(2, "context: rank %d/%d, %u CPU workers, %u CUDA workers, %s", c->rank, c->size,
@@ -216,6 +230,7 @@ void tsr_context_destroy(tsr_context *c) {
   if (!c) return;
   starpu_task_wait_for_all();
   stop_runtime(c->use_mpi);
+  _tsr_set_gpu_only(0);
   context_alive = 0;
   free(c);
 }

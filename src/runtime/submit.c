@@ -56,9 +56,11 @@ int _tsr_submit(struct starpu_codelet *cl, const void *arg, size_t arg_size, int
   task->destroy = 1;
   task->cl = cl;
   /* Deterministic mode with GPUs: a task that can run on a GPU always does, since a CPU kernel and
-   * its CUDA twin round differently and the scheduler's choice would show in the results. */
+   * its CUDA twin round differently and the scheduler's choice would show in the results. The same
+   * placement when the user asks for it (gpu_only), so no convolution lands on a CPU worker. */
   uint32_t where = _tsr_get_where();
-  if (!where && _tsr_get_deterministic() && starpu_cuda_worker_get_count()) where = STARPU_CUDA;
+  if (!where && (_tsr_get_deterministic() || _tsr_get_gpu_only()) && starpu_cuda_worker_get_count())
+    where = STARPU_CUDA;
   if ((where == STARPU_CUDA && cl->cuda_funcs[0]) || (where == STARPU_CPU && cl->cpu_funcs[0])) task->where = where;
   task->name = name;
   task->priority = priority;

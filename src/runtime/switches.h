@@ -21,6 +21,10 @@ int _tsr_get_precision(void);
  * only there, the others wherever they can; 0 (the default) restricts nothing. */
 void _tsr_set_where(uint32_t where);
 uint32_t _tsr_get_where(void);
+/* tsr_context_opts.gpu_only: tasks that have a CUDA kernel run on CUDA workers (as in deterministic
+ * mode with GPUs, without its other restrictions). */
+void _tsr_set_gpu_only(int on);
+int _tsr_get_gpu_only(void);
 /* Activations between layers in oneDNN's blocked layout where every layer around them handles it,
  * and fused layers (batchnorm + relu): on by default; off keeps every activation plain NCHW and
  * every layer its own tasks (tests compare the two). Read when a trainer is created. */
