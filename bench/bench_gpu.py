@@ -47,9 +47,9 @@ def parse_args():
     ap.add_argument("--no-gpu-only", action="store_true", help="let StarPU's scheduler place tasks on CPUs too")
     ap.add_argument("--torch-seconds", type=float, default=1.5, help="timed seconds per PyTorch configuration")
     ap.add_argument("--compile", default="", help="also torch.compile (channels-last, first round): MODEL or MODEL:PRECISION, comma-separated, e.g. variant:bf16")
-    ap.add_argument("--tessera-alt", default="", help="a second Tessera configuration measured in the same rounds: "
-                    "VAR=VALUE ... set for its runs (e.g. STARPU_SCHED=eager)")
-    ap.add_argument("--alt-only", default="", help="run --tessera-alt only for these MODEL:PRECISION, comma-separated")
+    ap.add_argument("--alt", action="append", default=[], metavar="'MODEL:PRECISION VAR=VALUE ...'",
+                    help="another Tessera configuration measured in the same rounds for that model and precision, "
+                    "with these environment variables (e.g. 'example:f32 STARPU_SCHED=eager'); repeatable")
     ap.add_argument("--trace", help="folder: trace one float32 Tessera run of each model there, with the summary")
     ap.add_argument("--run-limit", type=int, default=120, help="seconds one tessera-train run may take")
     ap.add_argument("--out", help="write the results as JSON to this file")
@@ -316,9 +316,11 @@ def main():
                 for prec in a.precisions:
                     row = {"round": r, "model": m["name"], "precision": prec}
                     row["tessera"] = tessera_run(a, m, tmp, prec, home)
-                    if a.tessera_alt and (not a.alt_only or "%s:%s" % (m["name"], prec) in a.alt_only.split(",")):
-                        alt = dict(kv.split("=", 1) for kv in a.tessera_alt.split())
-                        row["tessera_alt"] = tessera_run(a, m, tmp, prec, home, extra_env=alt)
+                    for alt in a.alt:
+                        where, *env = alt.split()
+                        if where == "%s:%s" % (m["name"], prec):
+                            row.setdefault("alts", {})[" ".join(env)] = tessera_run(
+                                a, m, tmp, prec, home, extra_env=dict(kv.split("=", 1) for kv in env))
                     row["torch"] = {}
                     for kind, fmt, comp in torch_configs(a, m, prec):
                         if comp and r > 0:
@@ -362,11 +364,11 @@ def fmt_rate(r):
 def print_row(row):
     t = row["tessera"]
     tb = ", ".join("%s %s" % (k, fmt_rate(v)) for k, v in row["torch"].items())
-    alt = " (alt %s)" % fmt_rate(row["tessera_alt"]) if "tessera_alt" in row else ""
+    alt = "".join(" (%s: %s)" % (k, fmt_rate(v)) for k, v in row.get("alts", {}).items())
     print("round %d %-8s %-5s Tessera %s%s (GPU %s%%, %s MiB) | PyTorch %s" % (
         row["round"], row["model"], row["precision"], fmt_rate(t), alt, t.get("gpu_util_pct"), t.get("gpu_mem_mib"),
         tb), flush=True)
-    for v in [t, row.get("tessera_alt", {})] + list(row["torch"].values()):
+    for v in [t] + list(row.get("alts", {}).values()) + list(row["torch"].values()):
         if "error" in v:
             print("   error: %s" % v["error"], flush=True)
 
@@ -378,7 +380,7 @@ def median(v):
 
 def report(res):
     print("\nmedians over rounds (samples/s); PyTorch's best configuration per round:")
-    print("| model | precision | Tessera | GPU util | Tessera alt | PyTorch best | config | Tessera / PyTorch |")
+    print("| model | precision | Tessera | GPU util | Tessera, other settings | PyTorch best | config | Tessera / PyTorch |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     keys = []
     for row in res["runs"]:
@@ -388,7 +390,11 @@ def report(res):
     for mname, prec in keys:
         rows = [r for r in res["runs"] if r["model"] == mname and r["precision"] == prec]
         ts = [r["tessera"]["samples_per_s"] for r in rows if "samples_per_s" in r["tessera"]]
-        alt = [r["tessera_alt"]["samples_per_s"] for r in rows if "samples_per_s" in r.get("tessera_alt", {})]
+        alts = {}
+        for r in rows:
+            for k, v in r.get("alts", {}).items():
+                if "samples_per_s" in v:
+                    alts.setdefault(k, []).append(v["samples_per_s"])
         util = [r["tessera"]["gpu_util_pct"] for r in rows if r["tessera"].get("gpu_util_pct") is not None]
         best, cfgs = [], []
         for r in rows:
@@ -400,11 +406,11 @@ def report(res):
         tm, pm = (median(ts) if ts else None), (median(best) if best else None)
         s = {"model": mname, "precision": prec, "tessera": tm, "torch_best": pm, "torch_config": sorted(set(cfgs)),
              "ratio": tm / pm if tm and pm else None, "tessera_gpu_util_pct": median(util) if util else None,
-             "tessera_alt": median(alt) if alt else None}
+             "tessera_alts": {k: median(v) for k, v in alts.items()}}
         res["summary"].append(s)
         print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             mname, prec, "%.1f" % tm if tm else "error", "%.0f%%" % s["tessera_gpu_util_pct"] if util else "-",
-            "%.1f" % s["tessera_alt"] if alt else "-",
+            "; ".join("%s: %.1f" % kv for kv in s["tessera_alts"].items()) or "-",
             "%.1f" % pm if pm else "error", "/".join(s["torch_config"]), "%.2fx" % s["ratio"] if s["ratio"] else "-"))
 
 
