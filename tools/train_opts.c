@@ -235,8 +235,8 @@ static const struct opt_def defs[] = {
      .deftext = "dynamic with fp16, else off", .parse = parse_loss_scale, .text = text_loss_scale},
     {"workers", 0, OPT_INT, F(workers), "N", NULL, "CPU workers", 1, 4096, -1, "StarPU's choice"},
     {"gpu-only", 0, OPT_FLAG, F(gpu_only), NULL, NULL,
-     "every task that has a CUDA kernel runs on a GPU; CPU workers only read samples and sum losses "
-     "(refused without a CUDA worker)"},
+     "every task that has a CUDA kernel runs on a GPU; CPU workers run the rest (reading samples, the NaN check "
+     "of gradients, summing losses); refused without a CUDA worker"},
     {"patience", 0, OPT_INT, F(patience), "N", "0",
      "early stopping: stop after N epochs in a row without improvement of the validation loss (the training "
      "loss without validation) by more than --min-delta; 0 = never", 0, 1000000},

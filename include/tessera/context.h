@@ -41,7 +41,7 @@ typedef struct tsr_context_opts {
   int idle;             /* tsr_idle; 0 = TESSERA_IDLE=yield|spin, else yield (spin under MPI) */
   int mpi_progress;     /* tsr_mpi_progress; 0 = TESSERA_MPI_PROGRESS=thread|worker, else worker */
   int gpu_only;         /* 1 = every task that has a CUDA kernel runs on a CUDA worker (refused without one);
-                           CPU workers run only what has no CUDA kernel (reading samples, losses) */
+                           CPU workers run only what has none (reading samples, NaN checks, loss sums) */
 } tsr_context_opts;
 
 void tsr_context_opts_default(tsr_context_opts *opts);
