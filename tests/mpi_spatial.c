@@ -236,6 +236,8 @@ static int slices = 2; /* --slices N: another order of the float32 sums over the
 static tsr_trainer *trainer(tsr_context *ctx, tsr_model *m, int batch, const int *grid) {
   tsr_optim_spec adam = tsr_optim_spec_default(TSR_OPTIM_ADAM);
   adam.lr = 1e-2f;
+  adam.eps = 1e-3f; /* a gradient component far below eps moves its parameter by lr g / eps, not by +-lr: the
+                       rounding of near-cancelling sums (a few per model) stays small in the parameters */
   tsr_trainer_opts to;
   tsr_trainer_opts_default(&to);
   to.batch = batch, to.slices = slices, to.seed = 11, to.group_bytes = 512;
