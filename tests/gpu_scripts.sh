@@ -41,6 +41,17 @@ if [ -x /usr/local/cuda/bin/nvcc ] && command -v mpicc >/dev/null; then
   rc=$?
   if [ $rc != 0 ] && [[ $out == *"holds no StarPU sources"* ]]; then ok "build-starpu refuses a folder of other sources"
   else ko "build-starpu on other sources: exit $rc, $out"; fi
+  # a checkout without configure on a machine without the libtool program (a PATH that hides it)
+  mkdir -p "$tmp/checkout" "$tmp/nolibtool"
+  echo 'AC_INIT([starpu], [1]) STARPU_MAJOR_VERSION' >"$tmp/checkout/configure.ac"
+  for f in /usr/bin/* /bin/*; do
+    [ "$(basename "$f")" = libtool ] || ln -sf "$f" "$tmp/nolibtool/$(basename "$f")"
+  done
+  out=$(PATH="$tmp/nolibtool" "$top/scripts/build-starpu" "$tmp/checkout" "$tmp/prefix" 2>&1)
+  rc=$?
+  if [ $rc != 0 ] && [[ $out == *"needs libtool (Debian: apt-get install libtool-bin)"* ]]; then
+    ok "build-starpu refuses a checkout it cannot run autogen.sh on, naming the package"
+  else ko "build-starpu on a checkout without libtool: exit $rc, $out"; fi
 fi
 out=$("$top/scripts/gpu-bundle" "$B" /usr "$tmp/b.tar.xz" 2>&1)
 rc=$?
