@@ -1,6 +1,7 @@
 /* Per-thread oneDNN engine/stream, object cache and scratch memory for the CPU kernels, and the
  * guard that turns a failure inside a kernel (or a CUDA codelet's launcher) into a recorded error
  * instead of an abort. */
+#include <cpuid.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -217,6 +218,26 @@ int _tsr_act_block(void) {
   /* the values are sets of feature bits */
   if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return 16;
   return (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 ? 8 : 0;
+}
+
+int _tsr_avx512_half_width_of(const char *vendor, unsigned family) {
+  return strcmp(vendor, "AuthenticAMD") == 0 && family == 0x19;
+}
+
+static atomic_int half_width_set = -1;
+
+void _tsr_set_avx512_half_width(int v) { atomic_store(&half_width_set, v); }
+
+int _tsr_avx512_half_width(void) {
+  int set = atomic_load(&half_width_set);
+  if (set >= 0) return set;
+  unsigned a, b, c, d;
+  char vendor[13] = {0};
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  unsigned base = (a >> 8) & 0xf, family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
+  return _tsr_avx512_half_width_of(vendor, family);
 }
 
 dnnl_format_tag_t _tsr_act_tag(int blk) { return blk == 16 ? dnnl_nChw16c : blk == 8 ? dnnl_nChw8c : dnnl_nchw; }

@@ -47,6 +47,14 @@ void *_tsr_scratch(int slot, size_t bytes);
 /* The channel block of oneDNN's blocked activation layout on this CPU: 16 (nChw16c) with AVX-512,
  * 8 (nChw8c) with AVX2, else 0 (plain layouts only). */
 int _tsr_act_block(void);
+/* 1 where the CPU runs a 512-bit FMA as two 256-bit halves, so that oneDNN's AVX2 kernels (blocks of
+ * 8) have the FMA peak of its AVX-512 ones: AMD family 0x19 (Zen 4). 0 elsewhere: Zen 5 (0x1a) and
+ * Intel's AVX-512 cores run them at full width. _tsr_avx512_half_width_of decides from cpuid's vendor
+ * string and family (base + extended); _tsr_avx512_half_width asks this CPU, unless tests set an
+ * answer with _tsr_set_avx512_half_width (0 or 1; -1 asks the CPU again). */
+int _tsr_avx512_half_width_of(const char *vendor, unsigned family);
+int _tsr_avx512_half_width(void);
+void _tsr_set_avx512_half_width(int v);
 /* oneDNN's format tag of an activation [n, c, h, w] with channel block blk (0: nchw). */
 dnnl_format_tag_t _tsr_act_tag(int blk);
 /* Zeroes the padding channels [c, c rounded up to blk) of one sample of hw pixels in layout blk,

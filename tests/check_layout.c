@@ -168,10 +168,11 @@ static void assert_refused(tsr_context *ctx, tsr_model *m, const char *env, int 
   unsetenv("TESSERA_ACT_BLOCK");
 }
 
-/* The block: float32 on an AVX-512 CPU takes 8 where blocks of 16 would pad the convolutions'
- * channels into 5% more work or more (the dense model's 3, 5 and 4 channels), 16 where they pad no
- * more (16 channels throughout) and in bf16 (its kernels take 16); a CPU with blocks of 8 at most
- * takes 8. tsr_trainer_opts.act_block, else TESSERA_ACT_BLOCK, sets it; a value other than 8 or 16,
+/* The block: float32 on an AVX-512 CPU that runs 512-bit FMAs as two halves takes 8 where blocks of
+ * 16 would pad the convolutions' channels into 5% more work or more (the dense model's 3, 5 and 4
+ * channels), 16 where they pad no more (16 channels throughout) and in bf16 (its kernels take 16);
+ * on one that runs them at full width 16 (both answers forced, whatever this CPU is); a CPU with
+ * blocks of 8 at most takes 8. tsr_trainer_opts.act_block, else TESSERA_ACT_BLOCK, sets it; a value other than 8 or 16,
  * one above the CPU's and 8 with bf16 are refused, naming the setting; with plain activations a
  * block is not used, a bad one still refused. */
 START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
@@ -184,8 +185,13 @@ START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
   tsr_context *ctx = start();
   tsr_model *narrow = dense_model(TSR_LAYER_RELU);
   tsr_model *wide = tt_dense_model(S, 16, 16, 16, TSR_LAYER_RELU, TSR_LAYER_AVGPOOL2D);
+  _tsr_set_avx512_half_width(1);
   ck_assert_int_eq(block_of(ctx, narrow), 8);
   ck_assert_int_eq(block_of(ctx, wide), cpu);
+  _tsr_set_avx512_half_width(0);
+  ck_assert_int_eq(block_of(ctx, narrow), cpu);
+  ck_assert_int_eq(block_of(ctx, wide), cpu);
+  _tsr_set_avx512_half_width(1);
   ck_assert_int_eq(block_at(ctx, wide, 8), 8);
   setenv("TESSERA_ACT_BLOCK", "8", 1);
   ck_assert_int_eq(block_of(ctx, wide), 8);
@@ -209,12 +215,31 @@ START_TEST(the_block_is_the_one_that_pads_the_convolutions_least) {
   if (cpu == 16) {
     ctx = start_at(TSR_PRECISION_BF16);
     ck_assert_int_eq(block_of(ctx, narrow), 16);
+    _tsr_set_avx512_half_width(-1);
     assert_refused(ctx, narrow, "8", 0, "TESSERA_ACT_BLOCK 8", "bf16 kernels take blocks of 16");
     assert_refused(ctx, narrow, NULL, 8, "--act-block) 8", "bf16 kernels take blocks of 16");
     tsr_context_destroy(ctx);
   }
+  _tsr_set_avx512_half_width(-1);
   tsr_model_destroy(narrow);
   tsr_model_destroy(wide);
+}
+END_TEST
+
+/* Which CPUs run a 512-bit FMA as two 256-bit halves: AMD's family 0x19 (Zen 4) only; Zen 5 (0x1a)
+ * and Intel's AVX-512 cores at full width. The answer for this CPU is one of the two. */
+START_TEST(only_zen4_runs_512_bit_fmas_as_two_halves) {
+  ck_assert_int_eq(_tsr_avx512_half_width_of("AuthenticAMD", 0x19), 1);
+  ck_assert_int_eq(_tsr_avx512_half_width_of("AuthenticAMD", 0x1a), 0);
+  ck_assert_int_eq(_tsr_avx512_half_width_of("AuthenticAMD", 0x17), 0);
+  ck_assert_int_eq(_tsr_avx512_half_width_of("GenuineIntel", 0x19), 0);
+  ck_assert_int_eq(_tsr_avx512_half_width_of("GenuineIntel", 6), 0);
+  int here = _tsr_avx512_half_width();
+  ck_assert(here == 0 || here == 1);
+  _tsr_set_avx512_half_width(1);
+  ck_assert_int_eq(_tsr_avx512_half_width(), 1);
+  _tsr_set_avx512_half_width(-1);
+  ck_assert_int_eq(_tsr_avx512_half_width(), here);
 }
 END_TEST
 
@@ -613,6 +638,7 @@ static Suite *make_layout_suite(void) {
   tcase_add_test(tc, blocked_layouts_and_fusions_are_chosen_where_every_layer_handles_them);
   tcase_add_test(tc, asynchronous_slices_fuse_no_relu);
   tcase_add_test(tc, the_block_is_the_one_that_pads_the_convolutions_least);
+  tcase_add_test(tc, only_zen4_runs_512_bit_fmas_as_two_halves);
   tcase_add_loop_test(tc, blocked_graph_gradient_matches_finite_differences, 0, 2);
   tcase_add_loop_test(tc, blocked_fused_gradient_matches_the_plain_one, 0, 2);
   tcase_add_test(tc, blocked_and_fused_training_follows_plain_training);

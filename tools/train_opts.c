@@ -188,8 +188,9 @@ static const struct opt_def defs[] = {
      "(AVX-512 CPUs), float32 weights; fp16 on GPUs only (cuDNN; refused without a CUDA worker)", .choices = precisions},
     {"act-block", 0, OPT_CHOICE, F(act_block), "auto|8|16", "auto",
      "CPUs: activations between layers in blocks of 8 or 16 channels (oneDNN's nChw8c, nChw16c; 16 needs "
-     "AVX-512, bf16 needs 16); auto: TESSERA_ACT_BLOCK, else 16 with bf16, and in f32 on AVX-512 8 where blocks "
-     "of 16 would pad the convolutions' channels into 5% more work or more (-v says which and why)",
+     "AVX-512, bf16 needs 16); auto: TESSERA_ACT_BLOCK, else the CPU's widest (16 on AVX-512), except in f32 on "
+     "CPUs that run 512-bit FMAs as two halves (AMD Zen 4): 8 where blocks of 16 would pad the convolutions' "
+     "channels into 5% more work or more (-v says which and why)",
      .choices = act_blocks},
     {"grad-reduce", 0, OPT_CUSTOM, 0, "P", "f32",
      "f32, bf16 or fp16: gradients cross ranks in that format (half the bytes), summed in float32; with Lion, "

@@ -140,10 +140,10 @@ typedef struct tsr_trainer_opts {
                           separate buffers with spatial parallelism, asynchronous slices and CUDA
                           workers. */
   int act_block;       /* CPUs: the channel block of the activations' blocked layout (8: nChw8c, 16:
-                          nChw16c); 0 = TESSERA_ACT_BLOCK, else the trainer's choice: 16 with bf16,
-                          the CPU's own without AVX-512 (8), and in float32 on AVX-512 8 where blocks
-                          of 16 would pad the convolutions' channels into 5% more work or more, else
-                          16. Refused (TSR_ERR_ARG): other values, 16 without AVX-512, 8 with bf16 */
+                          nChw16c); 0 = TESSERA_ACT_BLOCK, else the trainer's choice: the CPU's widest
+                          (16 on AVX-512, 8 on AVX2), except in float32 on CPUs that run 512-bit FMAs
+                          as two halves (AMD Zen 4): 8 where blocks of 16 would pad the convolutions'
+                          channels into 5% more work or more. Refused (TSR_ERR_ARG): other values, 16 without AVX-512, 8 with bf16 */
   int skip_reduce_block; /* benchmarks only, the results are wrong: K > 0 = training steps alternate in
                           blocks of K with their reductions across ranks (steps 0..K-1, 2K..3K-1, ...)
                           and without them (K..2K-1, ...), so that one run measures both; 0 =

@@ -212,12 +212,14 @@ static tsr_status requested_block(const tsr_trainer_opts *o, int *set, const cha
 }
 
 /* The channel block of the blocked activations (cpu: the CPU's widest, 16 on AVX-512, 8 on AVX2).
- * `set` (requested_block, named by `by`) sets it. Otherwise bf16 takes 16 (its kernels
- * need it), and float32 on AVX-512 takes 8 where blocks of 16 would pad the convolutions' channels
- * into 5% more work or more: a DenseNet's layers of 8 or 12 channels fill half or three quarters of
- * a 16-lane vector, and oneDNN's AVX2 kernels that take blocks of 8 compute as fast per FLOP on CPUs
- * that run a 512-bit FMA as two 256-bit halves (AMD Zen 4). Measured on the example (layers of 8
- * channels: twice the work at 16) and a variant (12 channels: 1.11x), bench/README. */
+ * `set` (requested_block, named by `by`) sets it. Otherwise bf16 takes 16 (its kernels need it), and
+ * so does float32 on AVX-512, except on CPUs that run a 512-bit FMA as two 256-bit halves (AMD Zen 4,
+ * _tsr_avx512_half_width): there oneDNN's AVX2 kernels, which take blocks of 8, compute as fast per
+ * FLOP, and float32 takes 8 where blocks of 16 would pad the convolutions' channels into 5% more work
+ * or more (a DenseNet's layers of 8 or 12 channels fill half or three quarters of a 16-lane vector).
+ * Measured on the example (layers of 8 channels: twice the work at 16) and a variant (12 channels:
+ * 1.11x): blocks of 8 1.28x and 1.04x faster on a Zen 4, blocks of 16 1.1x and 1.45x faster on a Zen
+ * 5 (bench/README). */
 static tsr_status choose_block(const tsr_trainer *t, const char *ok, int cpu, int set, const char *by, int *blk) {
   int bf16 = _tsr_get_precision() == TSR_PRECISION_BF16;
   if (set > cpu) return _tsr_error(TSR_ERR_ARG, "%s %d: this CPU's kernels take blocks of %d at most", by, set, cpu);
@@ -226,11 +228,15 @@ static tsr_status choose_block(const tsr_trainer *t, const char *ok, int cpu, in
   *blk = set ? set : cpu;
   if (set) {
     _tsr_log(2, "activations in blocks of %d channels (%s)", *blk, by);
-  } else if (cpu == 16 && !bf16) {
+  } else if (cpu == 16 && !bf16 && _tsr_avx512_half_width()) {
     double w16 = padded_work(t, ok, 16), w8 = padded_work(t, ok, 8);
     if (w16 >= 1.05 * w8) *blk = 8;
-    _tsr_log(2, "activations in blocks of %d channels: the convolutions' padded work is %.3gx at 16 what it is "
-                "at 8 (--act-block, TESSERA_ACT_BLOCK set the block)", *blk, w8 > 0 ? w16 / w8 : 1.0);
+    _tsr_log(2, "activations in blocks of %d channels: this CPU runs 512-bit FMAs as two halves, and the "
+                "convolutions' padded work is %.3gx at 16 what it is at 8 (--act-block, TESSERA_ACT_BLOCK set "
+                "the block)", *blk, w8 > 0 ? w16 / w8 : 1.0);
+  } else if (cpu == 16 && !bf16) {
+    _tsr_log(2, "activations in blocks of 16 channels: this CPU runs 512-bit FMAs at full width (--act-block, "
+                "TESSERA_ACT_BLOCK set the block)");
   }
   return TSR_OK;
 }
