@@ -7,8 +7,9 @@ never saw (examples/stemdl/make_model.py with widths x1.5, 96x96, batch 24).
 
 PyTorch is run in each of several configurations and Tessera is compared with the best one: intra-op
 threads (torch.set_num_threads: --threads and 1), OPENBLAS_NUM_THREADS=1 or unset (OpenBLAS's own
-thread pool competes with PyTorch's OpenMP threads), OMP_NUM_THREADS = the thread count or unset, and
-the default (NCHW) or channels_last memory format. Environment variables only act before torch is
+thread pool competes with PyTorch's OpenMP threads), OMP_NUM_THREADS = the thread count or unset,
+glibc's malloc as it is or keeping freed memory (--torch-malloc; fresh pages fault in slowly on some
+VMs), and the default (NCHW) or channels_last memory format. Environment variables only act before torch is
 imported, so every configuration is a PyTorch process of its own, started once and kept for all rounds.
 
 Reports per model samples/s, achieved GFLOP/s (training = 3 x forward FLOPs, convs counted as 2 x MACs)
@@ -58,6 +59,10 @@ def parse_args():
                     help="tessera-train --workers, and the cores PyTorch may use (default 2)")
     ap.add_argument("--torch-threads", help="torch.set_num_threads values tried, comma-separated "
                     "(default: --threads and 1)")
+    ap.add_argument("--torch-malloc", default="default,keep",
+                    help="glibc malloc settings tried for PyTorch, comma-separated: default, and keep "
+                    "(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2^36 MALLOC_TOP_PAD_=2^30: freed memory is kept "
+                    "for the next step); default both")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 5, --quick 2)")
     ap.add_argument("--epochs", type=int, help="tessera-train epochs per round; the first is warm-up "
                     "(default 3, --quick 2)")
@@ -67,6 +72,9 @@ def parse_args():
     a = ap.parse_args()
     a.samples = a.samples or (256 if a.quick else 512)
     a.rounds = a.rounds or (2 if a.quick else 5)
+    a.torch_malloc = [v for v in a.torch_malloc.split(",") if v]
+    if not a.torch_malloc or any(v not in ("default", "keep") for v in a.torch_malloc):
+        ap.error("--torch-malloc takes default, keep or both (comma-separated)")
     a.epochs = a.epochs or (2 if a.quick else 3)
     if a.epochs < 2:
         ap.error("--epochs must be >= 2 (the first epoch is warm-up)")
@@ -223,7 +231,11 @@ class TorchBench:
 
 
 FORMATS = ("contiguous", "channels_last")
-ENV_KEYS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+ENV_KEYS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+# glibc's malloc keeping what PyTorch frees (no mmap'd chunks, no trimming): the activations of the
+# next step reuse pages instead of faulting fresh ones in; on a VM whose page faults are slow this
+# made PyTorch several times faster (bench/README.md)
+MALLOC_KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36), "MALLOC_TOP_PAD_": str(1 << 30)}
 
 
 def torch_worker(model, batch, threads, warm):
@@ -241,12 +253,13 @@ def torch_worker(model, batch, threads, warm):
 
 class TorchWorker:
     """One PyTorch configuration: torch.set_num_threads(threads) in a process whose environment has
-    `env` for OPENBLAS_NUM_THREADS and OMP_NUM_THREADS (absent there: unset)."""
+    `env` for OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and glibc's malloc (MALLOC_KEEP; absent there: unset)."""
 
     def __init__(self, a, m, threads, env):
         self.threads, self.env = threads, env
-        self.name = "t%d%s%s" % (threads, " ob%s" % env["OPENBLAS_NUM_THREADS"] if "OPENBLAS_NUM_THREADS" in env else "",
-                                 " omp%s" % env["OMP_NUM_THREADS"] if "OMP_NUM_THREADS" in env else "")
+        self.name = "t%d%s%s%s" % (threads, " ob%s" % env["OPENBLAS_NUM_THREADS"] if "OPENBLAS_NUM_THREADS" in env else "",
+                                   " omp%s" % env["OMP_NUM_THREADS"] if "OMP_NUM_THREADS" in env else "",
+                                   " mk" if "MALLOC_MMAP_MAX_" in env else "")
         penv = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
         penv.update(env)
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--torch-worker", m["path"], str(m["batch"]),
@@ -277,15 +290,18 @@ class TorchWorker:
 
 def torch_workers(a, m):
     """Every configuration for model m: thread counts x OPENBLAS_NUM_THREADS (unset, 1) x OMP_NUM_THREADS
-    (unset, threads)."""
+    (unset, threads) x glibc's malloc (--torch-malloc: default, keep)."""
     workers = []
     for t in a.torch_threads:
         for blas in (None, "1"):
             for omp in (None, str(t)):
-                env = {k: v for k, v in (("OPENBLAS_NUM_THREADS", blas), ("OMP_NUM_THREADS", omp)) if v}
-                workers.append(TorchWorker(a, m, t, env))
-                print("PyTorch %s ready (torch.get_num_threads() = %d)" % (workers[-1].name, workers[-1].info["threads"]),
-                      flush=True)
+                for keep in a.torch_malloc:
+                    env = {k: v for k, v in (("OPENBLAS_NUM_THREADS", blas), ("OMP_NUM_THREADS", omp)) if v}
+                    if keep == "keep":
+                        env.update(MALLOC_KEEP)
+                    workers.append(TorchWorker(a, m, t, env))
+                    print("PyTorch %s ready (torch.get_num_threads() = %d)" % (workers[-1].name,
+                                                                              workers[-1].info["threads"]), flush=True)
     return workers
 
 
@@ -434,6 +450,7 @@ def run(a, tmp, workers):
     print("(medians over rounds; / SGEMM %d: GFLOP/s over the %d-thread SGEMM median; peak MiB: ru_maxrss, the\n"
           " largest over rounds for Tessera, over the whole run for a PyTorch process (both formats); torch tN:\n"
           " torch.set_num_threads(N); ob1: OPENBLAS_NUM_THREADS=1; ompN: OMP_NUM_THREADS=N (both unset otherwise);\n"
+          " mk: glibc's malloc keeps freed memory (--torch-malloc keep);\n"
           " nchw / cl: default / channels_last memory format; * = PyTorch's best configuration)" % (a.threads, a.threads))
     out["loadavg_end"] = os.getloadavg()
     print("machine load at the end: %.2f %.2f %.2f" % out["loadavg_end"])
