@@ -24,7 +24,8 @@ steps with reductions (warm-up included), those without sending next to nothing.
 
     sudo /usr/bin/python3 bench/bench_netlab.py --tessera-train build/tessera-train \\
         [--rates 1gbit,10gbit] [--layouts 2x1,4x1,2x2] [--rounds 2] [--skip-torch] [--no-trace]
-        [--pairs P] [--collective A] [--out FILE.json]
+        [--pairs P] [--collective A] [--torch-malloc keep|default] [--torch-format contiguous|channels_last]
+        [--out FILE.json]
 
 A layout NxK is N nodes of K ranks (ranks of one node share memory). The machine's CPUs are split
 among the nodes (netlab --cpus split); on a machine with fewer cores than ranks the ranks share them.
@@ -42,6 +43,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETLAB = os.path.join(HERE, "..", "scripts", "netlab")
+sys.path.insert(0, HERE)
+from bench_train import MALLOC_KEEP  # noqa: E402
 
 
 
@@ -61,6 +64,12 @@ def parse_args():
                     help="P pairs (without, with reductions) inside each run instead of separate runs (default 0)")
     ap.add_argument("--collective", help="tessera-train --collective for every Tessera run (default: its own, ring "
                     "on CPUs; auto chooses per group from the links measured at start-up)")
+    ap.add_argument("--torch-malloc", choices=("keep", "default"), default="keep",
+                    help="glibc malloc for the DDP ranks: keep (MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2^36 "
+                    "MALLOC_TOP_PAD_=2^30, freed memory kept: PyTorch's best on VMs where fresh pages fault in "
+                    "slowly, see bench_train.py) or glibc's default (default keep)")
+    ap.add_argument("--torch-format", choices=("contiguous", "channels_last"), default="contiguous",
+                    help="DDP's memory format (default contiguous, NCHW: PyTorch's best in bench_train here)")
     ap.add_argument("--out", help="write the results as JSON here")
     return ap.parse_args()
 
@@ -136,8 +145,14 @@ def hidden(a, trace):
 def run_ddp(a, rate, nodes, k, port, extra):
     """ddp_worker.py under the lab's mpirun (gloo over the node's link, not loopback): output, link bytes."""
     argv = ["/usr/bin/python3", os.path.join(HERE, "ddp_worker.py"), "--model", a.model, "--batch", str(a.batch),
-            "--steps", str(a.steps), "--port", str(port)] + extra
-    return lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + argv, dict(os.environ, GLOO_SOCKET_IFNAME="eth0"))
+            "--steps", str(a.steps), "--port", str(port), "--memory-format", a.torch_format] + extra
+    # PyTorch's best configuration in bench_train.py on this machine kind: OpenBLAS single-threaded
+    # (torch's own threads parallelise) and, with --torch-malloc keep, glibc's malloc keeping freed memory
+    env = {"GLOO_SOCKET_IFNAME": "eth0", "OPENBLAS_NUM_THREADS": "1"}
+    if a.torch_malloc == "keep":
+        env.update(MALLOC_KEEP)
+    xs = [v for key in sorted(env) for v in ("-x", key)]
+    return lab(rate, nodes, k, ["mpirun", "-np", str(nodes * k)] + xs + argv, dict(os.environ, **env))
 
 
 def ddp(a, tmp, rate, nodes, k, skip, port):
@@ -176,6 +191,7 @@ def main():
         a.samples = a.batch * nmax * a.steps
         subprocess.run([datagen, "-q", "-o", data, "-n", str(a.samples), "--seed", "1"], check=True)
         port = 29500 + os.getpid() % 1000
+        print("DDP: %s, OPENBLAS_NUM_THREADS=1, glibc malloc %s" % (a.torch_format, a.torch_malloc))
         print("local batch %d, collective %s, %d round(s)%s; ms per step (median), added = with / without reductions - 1%s; "
               "KB/step over node 0's link; hidden = share of Tessera's communication hidden behind computation "
               "(traced run, mean over ranks); no delay added (no netem)" % (
@@ -247,7 +263,8 @@ def main():
                                 "traced": traced, "load": loads})
         if a.out:
             with open(a.out, "w") as f:
-                json.dump({"batch": a.batch, "collective": a.collective, "rounds": a.rounds, "pairs": a.pairs, "results": results}, f, indent=1)
+                json.dump({"batch": a.batch, "collective": a.collective, "torch_malloc": a.torch_malloc,
+                           "torch_format": a.torch_format, "rounds": a.rounds, "pairs": a.pairs, "results": results}, f, indent=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

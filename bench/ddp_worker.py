@@ -26,6 +26,8 @@ def main():
     ap.add_argument("--skip", action="store_true", help="no reductions (no_sync)")
     ap.add_argument("--alternate", type=int, default=0, metavar="P",
                     help="P pairs of timed blocks: without reductions, then with them")
+    ap.add_argument("--memory-format", choices=("contiguous", "channels_last"), default="channels_last",
+                    help="the model's and input's memory format (default channels_last)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the cores / ranks on this node)")
     ap.add_argument("--port", required=True)
     ap.add_argument("--rank", type=int, default=int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
@@ -37,11 +39,12 @@ def main():
     dist.init_process_group("gloo", init_method="tcp://%s:%s" % (master, a.port), rank=a.rank, world_size=a.world)
     torch.manual_seed(1)
     net, spec = torch_model.load(a.model)
-    net = net.to(memory_format=torch.channels_last)
+    mf = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
+    net = net.to(memory_format=mf)
     ddp = torch.nn.parallel.DistributedDataParallel(net)
     loss_fn = torch_model.make_loss(spec)
     opt = torch_model.make_optimizer(spec, ddp.parameters())
-    x = torch.randn((a.batch,) + net.input_shape()).to(memory_format=torch.channels_last)
+    x = torch.randn((a.batch,) + net.input_shape()).to(memory_format=mf)
     y = torch.randn((a.batch,) + net.output_shape())
 
     def step(skip=a.skip):
