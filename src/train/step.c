@@ -499,11 +499,37 @@ tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step, double *sum) {
   return TSR_OK;
 }
 
+/* The tasks after the last loss (the last steps' reductions and updates) wait for peers as well: with
+ * several ranks, polled until none is left under the step deadline, not starpu_task_wait_for_all's
+ * forever (a peer that hangs between two steps would otherwise hang a sync, a checkpoint's say). */
+static tsr_status wait_all_deadline(tsr_trainer *t) {
+  double limit = t->size > 1 ? _tsr_step_deadline(t) : 0;
+  if (limit <= 0) return TSR_OK;
+  double start = starpu_timing_now(), pause = 50;
+  while (starpu_task_nsubmitted() > 0) {
+    double waited = (starpu_timing_now() - start) * 1e-6;
+    if (waited > limit) {
+      char what[96];
+      snprintf(what, sizeof what, "rank %d: tasks after step %lld past the deadline", t->rank, (long long)t->nsteps - 1);
+      _tsr_hang_dump(what);
+      return _tsr_error(TSR_ERR_RUNTIME,
+                        "rank %d: the tasks after step %lld (reductions, updates) have not finished after %.0f s: "
+                        "another rank has probably died or hung (tsr_trainer_opts.step_timeout or "
+                        "TESSERA_STEP_TIMEOUT sets this limit)",
+                        t->rank, (long long)t->nsteps - 1, waited);
+    }
+    usleep((useconds_t)pause);
+    if (pause < 2000) pause *= 1.5;
+  }
+  return TSR_OK;
+}
+
 tsr_status tsr_trainer_sync(tsr_trainer *t) {
   if (!t) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_sync: trainer is NULL");
   TSR_TRY(_tsr_flush_updates(t));
   for (int64_t s = t->nsteps - t->window - 1; s < t->nsteps; s++)
     if (s >= 0) TSR_TRY(_tsr_wait_step(t, s));
+  TSR_TRY(wait_all_deadline(t));
   int ret = starpu_task_wait_for_all();
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "starpu_task_wait_for_all failed (%d)", ret);
   TSR_TRY(task_failure(t));
