@@ -175,22 +175,23 @@ double _tsr_step_deadline(const tsr_trainer *t) {
   return 30.0 + 20.0 * (t->longest_step > 0 ? t->longest_step : t->first_step);
 }
 
-/* Waits for the loss task of a multi-rank step with a deadline instead of starpu_task_wait's
- * forever: polls its status (the task is not detached, so it stays valid until waited). */
-static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_t step) {
+/* Polls done(arg) until it holds, or fails once the step deadline has passed (multi-rank runs wait
+ * for peers this way instead of StarPU's waits, which last for ever): "rank R: WHAT has not finished
+ * after N s: another rank has probably died or hung". */
+static tsr_status wait_deadline(tsr_trainer *t, int (*done)(void *), void *arg, const char *what) {
   double limit = _tsr_step_deadline(t);
   if (limit <= 0) return TSR_OK;
   double start = starpu_timing_now(), pause = 50;
-  while (task->status != STARPU_TASK_FINISHED) {
+  while (!done(arg)) {
     double waited = (starpu_timing_now() - start) * 1e-6;
     if (waited > limit) {
-      char what[96];
-      snprintf(what, sizeof what, "rank %d: step %lld past its deadline", t->rank, (long long)step);
-      _tsr_hang_dump(what);
+      char dump[160];
+      snprintf(dump, sizeof dump, "rank %d: %s past its deadline", t->rank, what);
+      _tsr_hang_dump(dump);
       return _tsr_error(TSR_ERR_RUNTIME,
-                        "rank %d: step %lld has not finished after %.0f s: another rank has probably died or hung "
+                        "rank %d: %s has not finished after %.0f s: another rank has probably died or hung "
                         "(tsr_trainer_opts.step_timeout or TESSERA_STEP_TIMEOUT sets this limit)",
-                        t->rank, (long long)step, waited);
+                        t->rank, what, waited);
     }
     usleep((useconds_t)pause);
     if (pause < 2000) pause *= 1.5;
@@ -198,10 +199,20 @@ static tsr_status wait_deadline(tsr_trainer *t, struct starpu_task *task, int64_
   return TSR_OK;
 }
 
+/* The loss task of a step (not detached, so it stays valid until waited). */
+static int task_done(void *task) { return ((struct starpu_task *)task)->status == STARPU_TASK_FINISHED; }
+
+/* No task left: the last steps' reductions and updates, which wait for peers too. */
+static int all_done(void *unused) { return starpu_task_nsubmitted() == 0; }
+
 tsr_status _tsr_wait_step(tsr_trainer *t, int64_t step) {
   struct _tsr_pending *p = &t->pending[step % (t->window + 1)];
   if (p->step != step || !p->task) return TSR_OK;
-  if (t->size > 1) TSR_TRY(wait_deadline(t, p->task, step));
+  if (t->size > 1) {
+    char what[64];
+    snprintf(what, sizeof what, "step %lld", (long long)step);
+    TSR_TRY(wait_deadline(t, task_done, p->task, what));
+  }
   int ret = starpu_task_wait(p->task);
   double took = (starpu_timing_now() - p->submitted) * 1e-6;
   if (took > t->longest_step) t->longest_step = took;
@@ -499,37 +510,16 @@ tsr_status tsr_trainer_flag(tsr_trainer *t, int64_t step, double *sum) {
   return TSR_OK;
 }
 
-/* The tasks after the last loss (the last steps' reductions and updates) wait for peers as well: with
- * several ranks, polled until none is left under the step deadline, not starpu_task_wait_for_all's
- * forever (a peer that hangs between two steps would otherwise hang a sync, a checkpoint's say). */
-static tsr_status wait_all_deadline(tsr_trainer *t) {
-  double limit = t->size > 1 ? _tsr_step_deadline(t) : 0;
-  if (limit <= 0) return TSR_OK;
-  double start = starpu_timing_now(), pause = 50;
-  while (starpu_task_nsubmitted() > 0) {
-    double waited = (starpu_timing_now() - start) * 1e-6;
-    if (waited > limit) {
-      char what[96];
-      snprintf(what, sizeof what, "rank %d: tasks after step %lld past the deadline", t->rank, (long long)t->nsteps - 1);
-      _tsr_hang_dump(what);
-      return _tsr_error(TSR_ERR_RUNTIME,
-                        "rank %d: the tasks after step %lld (reductions, updates) have not finished after %.0f s: "
-                        "another rank has probably died or hung (tsr_trainer_opts.step_timeout or "
-                        "TESSERA_STEP_TIMEOUT sets this limit)",
-                        t->rank, (long long)t->nsteps - 1, waited);
-    }
-    usleep((useconds_t)pause);
-    if (pause < 2000) pause *= 1.5;
-  }
-  return TSR_OK;
-}
-
 tsr_status tsr_trainer_sync(tsr_trainer *t) {
   if (!t) return _tsr_error(TSR_ERR_ARG, "tsr_trainer_sync: trainer is NULL");
   TSR_TRY(_tsr_flush_updates(t));
   for (int64_t s = t->nsteps - t->window - 1; s < t->nsteps; s++)
     if (s >= 0) TSR_TRY(_tsr_wait_step(t, s));
-  TSR_TRY(wait_all_deadline(t));
+  if (t->size > 1) { /* not starpu_task_wait_for_all's for ever: a peer may hang mid-step */
+    char what[96];
+    snprintf(what, sizeof what, "the tasks after step %lld (reductions, updates)", (long long)t->nsteps - 1);
+    TSR_TRY(wait_deadline(t, all_done, NULL, what));
+  }
   int ret = starpu_task_wait_for_all();
   if (ret) return _tsr_error(TSR_ERR_RUNTIME, "starpu_task_wait_for_all failed (%d)", ret);
   TSR_TRY(task_failure(t));
